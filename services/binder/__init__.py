@@ -1,0 +1,5 @@
+"""kubus.binder: the binding-cycle service (WaitOnPermit, PreBind, Bind, PostBind).
+
+The service itself arrives with the services issue; this package exists so the layout,
+the import names and the packaging are fixed from the start.
+"""
