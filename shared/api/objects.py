@@ -10,7 +10,7 @@ counts for everything else (see `kubus.api.quantity`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 # Resource names with a meaning of their own to the scheduler.
 CPU = "cpu"
@@ -23,18 +23,18 @@ ResourceList = dict[str, int]
 """Resource name -> integer quantity (milli-CPU for `cpu`, bytes for memory, counts otherwise)."""
 
 
-class TaintEffect(str, Enum):
+class TaintEffect(StrEnum):
     NO_SCHEDULE = "NoSchedule"
     PREFER_NO_SCHEDULE = "PreferNoSchedule"
     NO_EXECUTE = "NoExecute"
 
 
-class TolerationOperator(str, Enum):
+class TolerationOperator(StrEnum):
     EXISTS = "Exists"
     EQUAL = "Equal"
 
 
-class SelectorOperator(str, Enum):
+class SelectorOperator(StrEnum):
     """Operators of NodeSelectorRequirement and LabelSelectorRequirement."""
 
     IN = "In"
@@ -45,7 +45,7 @@ class SelectorOperator(str, Enum):
     LT = "Lt"
 
 
-class PreemptionPolicy(str, Enum):
+class PreemptionPolicy(StrEnum):
     PREEMPT_LOWER_PRIORITY = "PreemptLowerPriority"
     NEVER = "Never"
 

@@ -46,8 +46,13 @@ class PodInfo:
 
     def placed_on(self, gpu_devices: tuple[int, ...]) -> PodInfo:
         return PodInfo(
-            self.pod, self.requests, self.non_zero_cpu, self.non_zero_memory,
-            self.host_ports, self.gpu, gpu_devices,
+            self.pod,
+            self.requests,
+            self.non_zero_cpu,
+            self.non_zero_memory,
+            self.host_ports,
+            self.gpu,
+            gpu_devices,
         )
 
 
@@ -58,9 +63,7 @@ def pod_host_ports(pod: Pod) -> tuple[tuple[str, str, int], ...]:
     have exited before the pod runs, so they do not.
     """
     ports = []
-    containers = list(pod.spec.containers) + [
-        c for c in pod.spec.init_containers if c.restart_policy == "Always"
-    ]
+    containers = list(pod.spec.containers) + [c for c in pod.spec.init_containers if c.restart_policy == "Always"]
     for container in containers:
         for p in container.ports:
             if p.host_port <= 0:

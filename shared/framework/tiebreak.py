@@ -27,7 +27,7 @@ def mix(x: int) -> int:
     return x ^ (x >> 31)
 
 
-def mix_array(xp, x):  # noqa: ANN001 - numpy or cupy module and array
+def mix_array(xp, x):
     """splitmix64's finalizer over a uint64 array (numpy or CuPy), equal to `mix` elementwise."""
     x = x.astype(xp.uint64, copy=True)
     x ^= x >> xp.uint64(30)
@@ -51,7 +51,7 @@ def tie_key(pod_hash: int, node_hash: int) -> int:
     return mix(pod_hash ^ node_hash)
 
 
-def tie_keys(xp, pod_hash: int, node_hashes):  # noqa: ANN001
+def tie_keys(xp, pod_hash: int, node_hashes):
     """`tie_key` for many nodes at once; node_hashes is a uint64 array."""
     return mix_array(xp, node_hashes ^ xp.uint64(pod_hash))
 

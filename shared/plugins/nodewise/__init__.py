@@ -1,0 +1,84 @@
+"""The in-tree plugins written the kube-scheduler way, one node at a time, and a plain scheduler.
+
+Each plugin mirrors kube-scheduler's plugin of the same name (reason strings, integer and
+float64 arithmetic in Go's order); GPUFit is kubus's own. They are the oracle the vectorized
+plugins in `kubus.plugins` are tested against, the baseline of the benchmark, and an example of
+a kube-style plugin (it plugs into the vectorized framework through
+`kubus.framework.adapter`). `ReferenceScheduler` runs them as kube's schedule_one.go does.
+
+Plugin shape: a class with `name: ClassVar[str]`, constructed as `Plugin(args=None,
+handle=None)` (args: the plugin's args dataclass, or None for kube's defaults), with any of
+
+    pre_filter(state, pod, nodes) -> (frozenset[str] | None, Status)
+    filter(state, pod, node_info) -> Status
+    pre_score(state, pod, nodes) -> Status
+    score(state, pod, node_info) -> int
+    normalize_score(state, pod, scores: dict[str, int]) -> None      (in place)
+    reserve(state, pod, node_info) -> Status / unreserve(state, pod, node_info)
+"""
+
+from __future__ import annotations
+
+from kubus.plugins.nodewise._snapshot import SNAPSHOT_STATE_KEY
+from kubus.plugins.nodewise.balanced_allocation import NodeResourcesBalancedAllocation
+from kubus.plugins.nodewise.default_binder import DefaultBinder
+from kubus.plugins.nodewise.gpu_fit import GPU_DEVICES_STATE_KEY, GPUFit, pick_gpu_devices
+from kubus.plugins.nodewise.image_locality import ImageLocality
+from kubus.plugins.nodewise.node_affinity import NodeAffinity
+from kubus.plugins.nodewise.node_name import NodeName
+from kubus.plugins.nodewise.node_ports import NodePorts
+from kubus.plugins.nodewise.node_resources_fit import NodeResourcesFit
+from kubus.plugins.nodewise.node_unschedulable import NodeUnschedulable
+from kubus.plugins.nodewise.priority_sort import PrioritySort, QueuedPodInfo
+from kubus.plugins.nodewise.scheduler import (
+    PluginScore,
+    ReferenceProfile,
+    ReferenceResult,
+    ReferenceScheduler,
+    fit_error_message,
+    num_feasible_nodes_to_find,
+)
+from kubus.plugins.nodewise.scheduling_gates import SchedulingGates
+from kubus.plugins.nodewise.taint_toleration import TaintToleration
+
+ALL_PLUGINS = (
+    SchedulingGates,
+    PrioritySort,
+    NodeUnschedulable,
+    NodeName,
+    TaintToleration,
+    NodeAffinity,
+    NodePorts,
+    NodeResourcesFit,
+    NodeResourcesBalancedAllocation,
+    ImageLocality,
+    GPUFit,
+    DefaultBinder,
+)
+"""Every nodewise plugin class, in kube's default plugin order (GPUFit after the in-tree ones)."""
+
+__all__ = [
+    "ALL_PLUGINS",
+    "GPU_DEVICES_STATE_KEY",
+    "SNAPSHOT_STATE_KEY",
+    "DefaultBinder",
+    "GPUFit",
+    "ImageLocality",
+    "NodeAffinity",
+    "NodeName",
+    "NodePorts",
+    "NodeResourcesBalancedAllocation",
+    "NodeResourcesFit",
+    "NodeUnschedulable",
+    "PluginScore",
+    "PrioritySort",
+    "QueuedPodInfo",
+    "ReferenceProfile",
+    "ReferenceResult",
+    "ReferenceScheduler",
+    "SchedulingGates",
+    "TaintToleration",
+    "fit_error_message",
+    "num_feasible_nodes_to_find",
+    "pick_gpu_devices",
+]

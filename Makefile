@@ -1,0 +1,30 @@
+# The two commands of the README, and what they need. Only Python 3.11+ and pip are assumed.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test lint bench clean
+
+$(BIN)/kubus: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(BIN)/kubus
+
+# Run kubus end to end on the example cluster (embedded, no Docker, no cluster).
+demo: $(BIN)/kubus
+	$(BIN)/kubus simulate -f deploy/examples/cluster.yaml -f deploy/examples/pods.yaml
+
+# Lint, then every test (unit, integration, e2e; GPU tests skip visibly without a GPU).
+test: $(BIN)/kubus
+	$(BIN)/ruff check shared services tests bench
+	$(BIN)/pytest -q
+
+lint: $(BIN)/kubus
+	$(BIN)/ruff check shared services tests bench
+
+bench: $(BIN)/kubus
+	$(BIN)/python bench/scheduling.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .hypothesis

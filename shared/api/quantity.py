@@ -1,0 +1,179 @@
+"""Kubernetes resource quantities (`k8s.io/apimachinery/pkg/api/resource.Quantity`), exactly.
+
+Grammar (as kube's `ParseQuantity` reads it)::
+
+    <quantity>   ::= <sign>? <number> <suffix>?
+    <sign>       ::= "+" | "-"
+    <number>     ::= <digits> | <digits> "." <digits>? | "." <digits>
+    <suffix>     ::= <binarySI> | <decimalSI> | <exponent>
+    <binarySI>   ::= Ki | Mi | Gi | Ti | Pi | Ei                 (powers of 1024)
+    <decimalSI>  ::= n | u | m | k | M | G | T | P | E            (powers of 1000)
+    <exponent>   ::= ("e" | "E") <sign>? <digits>                 (1e3, 1E-3, 12e6)
+
+Arithmetic is exact (`fractions.Fraction`, never floats). As in kube:
+
+- a value is kept down to nano (1e-9); a finer non-zero value is rounded away from zero
+  ("0.9n" is 1n, "0.5e-9" is 1n);
+- a quantity with a binary suffix is capped, silently, at 2**63-1 ("9Ei" is 2**63-1);
+- `value()` and `milli_value()` round up, away from zero, like `Quantity.Value()` and
+  `Quantity.MilliValue()` ("1.5" is 2 and 1500m; "0.1m" is 1m);
+- leading and trailing whitespace is rejected by `parse_quantity` (as by `ParseQuantity`) but
+  trimmed by `to_base_units` (as kube's JSON/YAML decoding does before parsing).
+
+One deliberate difference: kube accepts a quantity with no digit at all ("k", "Mi", ".", "-",
+"e3") and reads it as 0 (kubernetes/apimachinery#165); kubus rejects it as the typo it is.
+
+`to_base_units` is what manifests use: milli-CPU for `cpu`, the value rounded up for everything
+else (memory and storage in bytes, pods, extended resources such as `nvidia.com/gpu`,
+`hugepages-*`), refusing negative values and values past int64.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from functools import lru_cache
+
+MAX_INT64 = 2**63 - 1
+
+_DIGITS = frozenset("0123456789")
+# Characters kube's scanner takes as the start of a suffix.
+_SUFFIX_CHARS = frozenset("eEinumkKMGTP")
+
+_DECIMAL_SUFFIXES: dict[str, int] = {
+    "n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18,
+}
+_BINARY_SUFFIXES: dict[str, int] = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
+
+# Beyond this a decimal exponent is a mistake, and 10**exponent would be slow to build.
+_MAX_EXPONENT = 10_000
+_NANO = 10**9
+_MAX_DIGITS = 4000  # Python's int() refuses strings of more than 4300 digits by default
+
+
+def _invalid(text: str, detail: str = "") -> ValueError:
+    message = f"quantity {_quote(text)} is not valid"
+    return ValueError(f"{message}: {detail}" if detail else message)
+
+
+def _quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _scan(text: str) -> tuple[bool, str, str, str]:
+    """kube's parseQuantityString: (positive, integer digits, fraction digits, suffix)."""
+    end = len(text)
+    pos = 0
+    positive = True
+    if text[0] == "-":
+        positive = False
+        pos = 1
+    elif text[0] == "+":
+        pos = 1
+    start = pos
+    while pos < end and text[pos] in _DIGITS:
+        pos += 1
+    num = text[start:pos]
+    denom = ""
+    if pos < end and text[pos] == ".":
+        pos += 1
+        start = pos
+        while pos < end and text[pos] in _DIGITS:
+            pos += 1
+        denom = text[start:pos]
+    suffix_start = pos
+    while pos < end and text[pos] in _SUFFIX_CHARS:
+        pos += 1
+    if pos < end and text[pos] in "+-":
+        pos += 1
+    while pos < end and text[pos] in _DIGITS:
+        pos += 1
+    if pos < end:
+        raise _invalid(text)
+    if not num and not denom:
+        raise _invalid(text, "it has no digits")
+    return positive, num or "0", denom, text[suffix_start:]
+
+
+@lru_cache(maxsize=8192)
+def _parse_text(text: str) -> Fraction:
+    if not text:
+        raise _invalid(text, "it is empty")
+    if text == "0":
+        return Fraction(0)
+    positive, num, denom, suffix = _scan(text)
+    if len(num) + len(denom) > _MAX_DIGITS:
+        raise _invalid(text, "too many digits")
+    amount = Fraction(int(num + denom), 10 ** len(denom))
+    binary = False
+    if suffix in _BINARY_SUFFIXES:
+        amount *= 2 ** _BINARY_SUFFIXES[suffix]
+        binary = True
+    elif suffix in _DECIMAL_SUFFIXES:
+        amount *= Fraction(10) ** _DECIMAL_SUFFIXES[suffix]
+    elif len(suffix) > 1 and suffix[0] in "eE" and _is_signed_integer(suffix[1:]):
+        exponent = int(suffix[1:])
+        if abs(exponent) > _MAX_EXPONENT:
+            raise _invalid(text, "exponent out of range")
+        amount *= Fraction(10) ** exponent
+    else:
+        raise _invalid(text, f"unknown suffix {_quote(suffix)}")
+    if amount.denominator != 1 and (amount * _NANO).denominator != 1:
+        # Round a non-zero value finer than nano up to the next nano (away from zero).
+        amount = Fraction(math.ceil(amount * _NANO), _NANO)
+    if binary and amount > MAX_INT64:
+        amount = Fraction(MAX_INT64)
+    return amount if positive else -amount
+
+
+def _is_signed_integer(text: str) -> bool:
+    digits = text[1:] if text[:1] in ("+", "-") else text
+    return bool(digits) and all(c in _DIGITS for c in digits)
+
+
+def parse_quantity(value: str | int | float) -> Fraction:
+    """Parse a Kubernetes quantity exactly; raise ValueError with a one-line reason if invalid.
+
+    Strings follow kube's `ParseQuantity` (see the module docstring). Integers are taken as they
+    are. Floats (YAML and JSON numbers such as `0.5`) are read through their shortest repr, so
+    0.1 stays 1/10. Booleans, NaN and infinities are refused. Negative values parse.
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"quantity must be a string or a number, got {str(value).lower()}")
+    if isinstance(value, int):
+        return Fraction(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise _invalid(repr(value))
+        return _parse_text(repr(value))
+    if isinstance(value, str):
+        return _parse_text(value)
+    raise ValueError(f"quantity must be a string or a number, got {type(value).__name__}")
+
+
+def value(q: Fraction) -> int:
+    """kube's `Quantity.Value()`: q rounded up to an integer, away from zero."""
+    return math.ceil(q) if q >= 0 else math.floor(q)
+
+
+def milli_value(q: Fraction) -> int:
+    """kube's `Quantity.MilliValue()`: q * 1000 rounded up to an integer, away from zero."""
+    return value(q * 1000)
+
+
+def to_base_units(resource_name: str, raw: str | int | float) -> int:
+    """The integer kubus stores for `raw` of `resource_name`: milli-CPU for "cpu", else Value().
+
+    Whitespace around a string is trimmed (kube's JSON decoding does the same). Raises
+    ValueError for an invalid quantity, a negative one, or one past 2**63-1 in base units.
+    """
+    if isinstance(raw, str):
+        raw = raw.strip()
+    q = parse_quantity(raw)
+    shown = raw if isinstance(raw, str) else repr(raw)
+    if q < 0:
+        raise ValueError(f"quantity {_quote(shown)} must not be negative")
+    result = milli_value(q) if resource_name == "cpu" else value(q)
+    if result > MAX_INT64:
+        raise ValueError(f"quantity {_quote(shown)} is too large")
+    return result

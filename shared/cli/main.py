@@ -1,0 +1,82 @@
+"""`kubus` entry point: argument parsing and dispatch. User mistakes exit 2 with one line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from kubus import codec
+from kubus.api.errors import ManifestError
+from kubus.api.manifests import Manifests, load_manifests
+from kubus.framework.config import ConfigError, default_config, load_config
+from kubus.kernels.backend import BackendUnavailable, select_backend
+from kubus.plugins import in_tree_registry
+
+EXIT_USAGE = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kubus", description="Kubernetes scheduling framework on a message bus.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sim = sub.add_parser(
+        "simulate",
+        help="schedule Pod manifests onto Node manifests offline and print where each pod goes",
+        description="Read Node and Pod manifests, schedule the pods that name no node in queue "
+        "order, in-process, and print the result. Pods with spec.nodeName are already running.",
+    )
+    sim.add_argument(
+        "-f",
+        "--filename",
+        action="append",
+        required=True,
+        metavar="FILE",
+        help="manifest file (YAML or JSON, multi-document, List); '-' reads stdin; repeatable",
+    )
+    sim.add_argument(
+        "--config", metavar="SCHEDCONFIG", help="KubeSchedulerConfiguration YAML (default: kube's default profile)"
+    )
+    sim.add_argument("--explain", action="store_true", help="per-node filter reasons and per-plugin scores")
+    sim.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    sim.add_argument("--seed", type=int, default=0, help="seed of the tie-break among equally scored nodes")
+    sim.add_argument(
+        "--backend", choices=("auto", "numpy", "cupy"), help="array backend (default: $KUBUS_BACKEND or auto)"
+    )
+    return parser
+
+
+def _read_manifests(paths: Sequence[str]) -> Manifests:
+    pods, nodes = [], []
+    for path in paths:
+        m = load_manifests(sys.stdin.read(), source="<stdin>") if path == "-" else load_manifests(path)
+        pods.extend(m.pods)
+        nodes.extend(m.nodes)
+    return Manifests(pods=pods, nodes=nodes)
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from kubus.cli.simulate import print_table, simulate, stderr, to_json
+
+    manifests = _read_manifests(args.filename)
+    registry = in_tree_registry()
+    config = load_config(args.config, registry=registry) if args.config else default_config(registry=registry)
+    backend = select_backend(args.backend)
+    outcomes, warnings = simulate(manifests, config, backend=backend, seed=args.seed, explain=args.explain)
+    for w in warnings:
+        stderr(f"warning: {w}")
+    if args.output == "json":
+        sys.stdout.write(codec.dumps(to_json(outcomes, explain=args.explain), pretty=True).decode() + "\n")
+    else:
+        print_table(outcomes, sys.stdout, explain=args.explain)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "simulate":
+            return _simulate(args)
+    except (ManifestError, ConfigError, BackendUnavailable, OSError) as e:
+        sys.stderr.write(f"error: {e}\n")
+        return EXIT_USAGE
+    return EXIT_USAGE

@@ -1,0 +1,182 @@
+"""`kubus simulate`: offline what-if scheduling of Pod manifests onto Node manifests.
+
+Pods that carry spec.nodeName are facts: they are counted on their node as they are, even if
+they overcommit it. Every other pod goes through its profile's framework in queue order
+(PrioritySort: priority, then creation time, then file order), each seeing the ones before it.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from kubus.api.gpus import pod_gpu_devices, pod_gpu_request
+from kubus.api.manifests import Manifests
+from kubus.api.objects import Pod
+from kubus.framework.config import SchedulerConfiguration
+from kubus.framework.nodeinfo import PodInfo
+from kubus.framework.runtime import Framework
+from kubus.framework.scheduling import NodeExplain, Scheduler, ScheduleResult
+from kubus.kernels.backend import Backend
+from kubus.kernels.node_table import NodeTable
+from kubus.plugins import in_tree_registry
+from kubus.plugins.nodewise.gpu_fit import pick_gpu_devices
+
+SCHEDULED = "Scheduled"
+UNSCHEDULABLE = "Unschedulable"
+SCHEDULING_GATED = "SchedulingGated"
+UNKNOWN_SCHEDULER = "UnknownScheduler"
+
+
+@dataclass(frozen=True, slots=True)
+class PodOutcome:
+    pod: Pod
+    node: str | None
+    status: str
+    message: str
+    gpu_devices: tuple[int, ...] = ()
+    explain: dict[str, NodeExplain] | None = None
+
+
+def place_facts(table: NodeTable, pods: Sequence[Pod]) -> list[str]:
+    """Count pods that already name a node on it. Returns warnings for pods naming no known node."""
+    warnings = []
+    for pod in pods:
+        if pod.spec.node_name not in table:
+            warnings.append(f"pod {pod.key}: spec.nodeName {pod.spec.node_name!r} is not a known node; ignored")
+            continue
+        devices = pod_gpu_devices(pod)
+        request = pod_gpu_request(pod)
+        if request is not None and not devices:
+            devices = pick_gpu_devices(request, table.node_info(pod.spec.node_name), "binpack")
+        table.assume(PodInfo.of(pod, devices), pod.spec.node_name)
+    return warnings
+
+
+def queue_order(pods: Sequence[Pod]) -> list[Pod]:
+    """PrioritySort's order: higher priority first, then older, then as given (stable)."""
+    return sorted(pods, key=lambda p: (-p.spec.priority, p.metadata.creation_timestamp))
+
+
+def simulate(
+    manifests: Manifests,
+    config: SchedulerConfiguration,
+    *,
+    backend: Backend,
+    seed: int = 0,
+    explain: bool = False,
+) -> tuple[list[PodOutcome], list[str]]:
+    """Schedule the manifests' pending pods. Returns outcomes in queue order, and warnings."""
+    registry = in_tree_registry()
+    table = NodeTable(backend, seed=seed, capacity=max(64, len(manifests.nodes)))
+    table.add_nodes(manifests.nodes)
+    facts = [p for p in manifests.pods if p.spec.node_name]
+    warnings = place_facts(table, facts)
+    schedulers = {
+        profile.scheduler_name: Scheduler(
+            Framework.from_profile(profile, registry, percentage_of_nodes_to_score=config.percentage_of_nodes_to_score),
+            table,
+            seed=seed,
+        )
+        for profile in config.profiles
+    }
+    outcomes: list[PodOutcome] = []
+    batch: list[Pod] = []
+    batch_profile = ""
+
+    def flush() -> None:
+        if batch:
+            for r in schedulers[batch_profile].schedule(batch, explain=explain):
+                outcomes.append(_outcome(r))
+            batch.clear()
+
+    for pod in queue_order([p for p in manifests.pods if not p.spec.node_name]):
+        name = pod.spec.scheduler_name
+        scheduler = schedulers.get(name)
+        if scheduler is None:
+            flush()
+            known = ", ".join(sorted(schedulers))
+            outcomes.append(
+                PodOutcome(pod, None, UNKNOWN_SCHEDULER, f'no scheduler profile "{name}" (profiles: {known})')
+            )
+            continue
+        gated = next((s for p in scheduler.framework.pre_enqueue if not (s := p.pre_enqueue(pod)).is_success), None)
+        if gated is not None:
+            flush()
+            outcomes.append(PodOutcome(pod, None, SCHEDULING_GATED, gated.message()))
+            continue
+        if name != batch_profile:
+            flush()
+            batch_profile = name
+        batch.append(pod)
+    flush()
+    return outcomes, warnings
+
+
+def _outcome(r: ScheduleResult) -> PodOutcome:
+    if r.node is not None:
+        return PodOutcome(r.pod, r.node, SCHEDULED, "", r.gpu_devices, r.explain)
+    return PodOutcome(r.pod, None, UNSCHEDULABLE, r.message, (), r.explain)
+
+
+# ---- output ----------------------------------------------------------------------------------
+
+
+def to_json(outcomes: Sequence[PodOutcome], *, explain: bool) -> dict[str, Any]:
+    pods = []
+    for o in outcomes:
+        entry: dict[str, Any] = {
+            "name": o.pod.name,
+            "namespace": o.pod.namespace,
+            "node": o.node,
+            "status": o.status,
+            "message": o.message,
+        }
+        if explain:
+            entry["explain"] = {"nodes": {n: _explain_json(e) for n, e in (o.explain or {}).items()}}
+        pods.append(entry)
+    return {"pods": pods}
+
+
+def _explain_json(e: NodeExplain) -> dict[str, Any]:
+    return {
+        "filter": e.filter,
+        "scores": {p: {"raw": s.raw, "normalized": s.normalized, "weighted": s.weighted} for p, s in e.scores.items()},
+        "total": e.total,
+    }
+
+
+def print_table(outcomes: Sequence[PodOutcome], out: TextIO, *, explain: bool) -> None:
+    rows = [("POD", "NODE", "STATUS", "GPUS", "MESSAGE")]
+    for o in outcomes:
+        gpus = ",".join(str(d) for d in o.gpu_devices) or "-"
+        rows.append((o.pod.key, o.node or "-", o.status, gpus, o.message))
+    write_columns(rows, out)
+    scheduled = sum(1 for o in outcomes if o.node)
+    out.write(f"\n{scheduled}/{len(outcomes)} pods scheduled\n")
+    if not explain:
+        return
+    for o in outcomes:
+        out.write(f"\n{o.pod.key} -> {o.node or 'unschedulable'}\n")
+        plugins = sorted({p for e in (o.explain or {}).values() for p in e.scores})
+        header = ("  NODE", "FILTER", *plugins, "TOTAL")
+        lines = []
+        ranked = sorted((o.explain or {}).items(), key=lambda kv: (kv[1].total is None, -(kv[1].total or 0), kv[0]))
+        for node, e in ranked:
+            scores = [f"{e.scores[p].weighted}" if p in e.scores else "-" for p in plugins]
+            lines.append((f"  {node}", e.filter, *scores, "-" if e.total is None else str(e.total)))
+        write_columns([header, *lines], out)
+
+
+def write_columns(rows: Sequence[Sequence[str]], out: TextIO) -> None:
+    """Rows as left-aligned columns separated by two spaces; the last column is not padded."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    for r in rows:
+        cells = [c.ljust(w) for c, w in zip(r, widths, strict=False)] + [r[-1]]
+        out.write("  ".join(cells).rstrip() + "\n")
+
+
+def stderr(msg: str) -> None:
+    sys.stderr.write(msg + "\n")

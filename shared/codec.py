@@ -1,0 +1,23 @@
+"""The one JSON codec of kubus (orjson): wire messages, CLI output, annotations.
+
+Nothing else calls orjson directly, so encoding options and error types live in one place.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+DecodeError = orjson.JSONDecodeError
+"""Raised by `loads` for malformed JSON (a ValueError)."""
+
+
+def dumps(obj: Any, *, pretty: bool = False) -> bytes:
+    """JSON bytes; dataclasses and enums are encoded natively, dict keys as given."""
+    return orjson.dumps(obj, option=orjson.OPT_INDENT_2 if pretty else 0)
+
+
+def loads(data: bytes | str) -> Any:
+    """Parse JSON. Raises DecodeError (a ValueError) on malformed input."""
+    return orjson.loads(data)

@@ -1,0 +1,42 @@
+"""CycleState: per-pod, per-cycle scratch space that plugins share, as in kube-scheduler."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class CycleState:
+    """Data plugins write in PreFilter/PreScore and read later in the same cycle.
+
+    Keys are by convention the writing plugin's name plus a suffix. Values are treated as
+    immutable once written: `clone()` is shallow, as kube's Clone() is for immutable data.
+    """
+
+    __slots__ = ("_data", "skip_filter_plugins", "skip_score_plugins")
+
+    def __init__(self) -> None:
+        self._data: dict[str, Any] = {}
+        self.skip_filter_plugins: set[str] = set()
+        """Plugins whose PreFilter returned Skip: their Filter is not run for this pod."""
+        self.skip_score_plugins: set[str] = set()
+        """Plugins whose PreScore returned Skip: their Score is not run for this pod."""
+
+    def read(self, key: str) -> Any:
+        """The value at `key`. Raises KeyError naming the key when nothing was written there."""
+        try:
+            return self._data[key]
+        except KeyError:
+            raise KeyError(f"cycle state has no {key!r}") from None
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._data.get(key, default)
+
+    def write(self, key: str, value: Any) -> None:
+        self._data[key] = value
+
+    def clone(self) -> CycleState:
+        c = CycleState()
+        c._data = dict(self._data)
+        c.skip_filter_plugins = set(self.skip_filter_plugins)
+        c.skip_score_plugins = set(self.skip_score_plugins)
+        return c

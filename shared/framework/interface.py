@@ -1,0 +1,171 @@
+"""The plugin interfaces of kubus's framework: kube-scheduler's extension points, vectorized.
+
+The one deliberate difference from kube-scheduler: Filter and Score see the whole node table.
+`filter` returns a FilterResult (which nodes pass, and why the others do not) for a set of
+rows at once; `score` returns an int64 score per row. `rows` is either `slice(None)` (every
+row of the table) or an index array (a few rows, when the scheduler recomputes the node a
+placement just touched). Plugins must accept both and must not raise on rows that hold no
+node or that failed an earlier filter (compute anything there; it is masked out).
+
+A plugin written one node at a time, the kube way, plugs in through
+`kubus.framework.adapter.NodewisePlugin`.
+
+`placement_sensitive` tells the batch scheduler whether a plugin's answer for a node can change
+when a pod is placed on that node (resources, ports, GPUs: yes; labels, taints, images: no).
+Getting it wrong breaks batch == one-by-one, so the default is True.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+
+from kubus.api.objects import Pod
+from kubus.framework.cycle_state import CycleState
+from kubus.framework.status import Code, Status
+
+if TYPE_CHECKING:
+    from kubus.framework.nodeinfo import NodeInfo
+    from kubus.kernels.node_table import NodeTable, TableView
+
+Rows = slice | Any
+"""slice(None) for all rows, or an integer index array (numpy or CuPy)."""
+
+ALL_ROWS = slice(None)
+MAX_NODE_SCORE = 100
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """One reason a filter rejects some nodes: `mask[i]` True means row i is rejected for it."""
+
+    reason: str
+    mask: Any
+    code: Code = Code.UNSCHEDULABLE
+
+
+@dataclass(frozen=True, slots=True)
+class FilterResult:
+    """What a filter says about a set of rows.
+
+    `passed[i]` is True when row i passes; every rejected row is in at least one rejection's
+    mask, and may be in several (NodeResourcesFit reports every insufficient resource).
+    """
+
+    passed: Any
+    rejections: tuple[Rejection, ...] = ()
+
+    @classmethod
+    def single(cls, passed: Any, reason: str, code: Code = Code.UNSCHEDULABLE) -> FilterResult:
+        return cls(passed, (Rejection(reason, ~passed, code),))
+
+    @classmethod
+    def of(cls, xp: Any, rejections: Sequence[Rejection], n: int) -> FilterResult:
+        """Combine rejections over n rows: a row passes when no rejection masks it."""
+        if not rejections:
+            return cls(xp.ones(n, dtype=bool))
+        rejected = rejections[0].mask.copy()
+        for r in rejections[1:]:
+            rejected |= r.mask
+        return cls(~rejected, tuple(rejections))
+
+
+class Plugin(Protocol):
+    name: ClassVar[str]
+
+
+@runtime_checkable
+class PreEnqueuePlugin(Plugin, Protocol):
+    def pre_enqueue(self, pod: Pod) -> Status: ...
+
+
+@runtime_checkable
+class QueueSortPlugin(Plugin, Protocol):
+    def less(self, a: Any, b: Any) -> bool:
+        """True when queued pod `a` should be scheduled before `b`."""
+        ...
+
+
+@runtime_checkable
+class PreFilterPlugin(Plugin, Protocol):
+    def pre_filter(self, state: CycleState, pod: Pod, table: NodeTable) -> tuple[frozenset[str] | None, Status]:
+        """Prepare for Filter. Returns the node names the pod can only go to (None: any) and a
+        Status: Skip means this plugin's Filter is not run for the pod."""
+        ...
+
+
+@runtime_checkable
+class FilterPlugin(Plugin, Protocol):
+    placement_sensitive: ClassVar[bool]
+
+    def filter(self, state: CycleState, pod: Pod, view: TableView, rows: Rows) -> FilterResult: ...
+
+
+@runtime_checkable
+class PreScorePlugin(Plugin, Protocol):
+    def pre_score(self, state: CycleState, pod: Pod, table: NodeTable) -> Status:
+        """Prepare for Score. Skip means this plugin's Score is not run for the pod."""
+        ...
+
+
+@runtime_checkable
+class ScorePlugin(Plugin, Protocol):
+    placement_sensitive: ClassVar[bool]
+
+    def score(self, state: CycleState, pod: Pod, view: TableView, rows: Rows) -> Any:
+        """int64 score per row, 0..MAX_NODE_SCORE after normalization."""
+        ...
+
+
+@runtime_checkable
+class NormalizeScorePlugin(Plugin, Protocol):
+    def normalize_score(self, state: CycleState, pod: Pod, xp: Any, scores: Any) -> Any:
+        """Scores of the nodes being scored (int64 array) -> normalized scores (new array)."""
+        ...
+
+
+@runtime_checkable
+class ReservePlugin(Plugin, Protocol):
+    def reserve(self, state: CycleState, pod: Pod, node_info: NodeInfo) -> Status: ...
+
+    def unreserve(self, state: CycleState, pod: Pod, node_info: NodeInfo) -> None:
+        """Undo reserve. Idempotent."""
+        ...
+
+
+@runtime_checkable
+class PermitPlugin(Plugin, Protocol):
+    def permit(self, state: CycleState, pod: Pod, node_name: str) -> tuple[Status, float]:
+        """Success, Unschedulable, or Wait with a timeout in seconds."""
+        ...
+
+
+@runtime_checkable
+class BindPlugin(Plugin, Protocol):
+    def bind(self, state: CycleState, pod: Pod, node_name: str) -> Status: ...
+
+
+def is_placement_sensitive(plugin: object) -> bool:
+    return bool(getattr(plugin, "placement_sensitive", True))
+
+
+__all__ = [
+    "ALL_ROWS",
+    "MAX_NODE_SCORE",
+    "BindPlugin",
+    "FilterPlugin",
+    "FilterResult",
+    "NormalizeScorePlugin",
+    "PermitPlugin",
+    "Plugin",
+    "PreEnqueuePlugin",
+    "PreFilterPlugin",
+    "PreScorePlugin",
+    "QueueSortPlugin",
+    "Rejection",
+    "ReservePlugin",
+    "Rows",
+    "ScorePlugin",
+    "is_placement_sensitive",
+]

@@ -1,0 +1,452 @@
+"""The scheduling algorithm: kube-scheduler's schedulePod, over the node table, for a batch of pods.
+
+For each pod, in order: PreFilter → Filter → (sample percentageOfNodesToScore) → PreScore →
+Score → NormalizeScore → weights → select host → Reserve, then the pod is assumed on its node
+so the next pod sees it. Filter and Score are evaluated for a whole batch in one pass: pods with
+identical scheduling inputs share one evaluation (a "pod class"), and after each placement only
+the touched node's row is recomputed, and only for placement-sensitive plugins. The result is
+exactly what scheduling the pods one by one gives (the tests hold it to that).
+
+Differences from kube-scheduler, on purpose: nodes are visited in table row order (kube's order
+is its snapshot's, and its parallel filter makes the sampled set racy); ties among the best
+nodes go to the smallest seeded tie key (`kubus.framework.tiebreak`) instead of a random pick.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from kubus.api.objects import Pod
+from kubus.framework.config import num_feasible_nodes_to_find
+from kubus.framework.cycle_state import CycleState
+from kubus.framework.interface import ALL_ROWS, FilterResult, is_placement_sensitive
+from kubus.framework.nodeinfo import PodInfo
+from kubus.framework.runtime import Framework
+from kubus.framework.status import Code, Status
+from kubus.framework.tiebreak import pod_tie_hash, tie_keys
+from kubus.kernels.node_table import NodeTable
+
+NO_NODE_AVAILABLE = "0/{} nodes are available"
+NO_NODES_IN_CLUSTER = "no nodes available to schedule pods"
+GPU_DEVICES_STATE_KEY = "GPUFit/devices"
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreDetail:
+    raw: int
+    normalized: int
+    weighted: int
+
+
+@dataclass(frozen=True, slots=True)
+class NodeExplain:
+    """Why one node was or was not chosen for one pod."""
+
+    filter: str
+    """"ok", or "<Plugin>: <reason>[, <reason>]" from the first plugin that rejected the node."""
+    scores: dict[str, ScoreDetail] = field(default_factory=dict)
+    total: int | None = None
+    """None when the node was not scored (rejected, not sampled, or the only feasible node)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleResult:
+    pod: Pod
+    node: str | None
+    """The chosen node; None when the pod is unschedulable."""
+    status: Status
+    message: str = ""
+    """kube's FitError text for an unschedulable pod: "0/N nodes are available: ..."."""
+    reasons: dict[str, int] = field(default_factory=dict)
+    """Reason -> number of nodes rejected for it (the histogram behind `message`)."""
+    gpu_devices: tuple[int, ...] = ()
+    explain: dict[str, NodeExplain] | None = None
+
+    @property
+    def scheduled(self) -> bool:
+        return self.node is not None
+
+
+@dataclass(slots=True)
+class _ScoreTerm:
+    plugin: Any
+    weight: int
+    normalizes: bool
+    sensitive: bool
+    raw: Any = None
+    """int64 raw scores for every row."""
+
+
+@dataclass(slots=True)
+class _PodClass:
+    """Pods whose scheduling inputs are identical share one evaluation."""
+
+    pod: Pod
+    state: CycleState
+    status: Status
+    """Non-success when PreFilter or PreScore rejected or failed the class."""
+    candidates: Any = None
+    """bool per row: a node, and allowed by PreFilter results."""
+    static_pass: Any = None
+    """bool per row: passes every filter plugin whose answer placements cannot change."""
+    feasible: Any = None
+    sensitive_filters: tuple[Any, ...] = ()
+    terms: list[_ScoreTerm] = field(default_factory=list)
+    base: Any = None
+    """Sum of weighted scores of plugins without NormalizeScore (they need no renormalizing)."""
+    narrowed_by: tuple[str, ...] = ()
+    """PreFilter plugins that limited the pod to some nodes (sorted)."""
+    scored: bool = False
+    diagnosis: tuple[int, str, dict[str, int]] | None = None
+    """(table.version, message, reasons) of the last failure, reused until the table changes."""
+
+
+class Scheduler:
+    """Schedules pods of one profile onto a node table, assuming each placement into it.
+
+    Not thread-safe: one scheduling loop owns a Scheduler and its table, as in kube-scheduler.
+    """
+
+    def __init__(self, framework: Framework, table: NodeTable, *, seed: int = 0) -> None:
+        self.framework = framework
+        self.table = table
+        self.seed = seed
+        self.next_start_node_index = 0
+
+    # ---- public ------------------------------------------------------------------------------
+
+    def schedule(self, pods: Sequence[Pod], *, explain: bool = False) -> list[ScheduleResult]:
+        """Schedule `pods` in order, each seeing the placements of the ones before it.
+
+        Placed pods are assumed into the table (call `table.forget` to undo one). With
+        `explain`, every result carries per-node filter and score detail.
+        """
+        classes: dict[Any, _PodClass] = {}
+        keys = [_class_key(p) for p in pods]
+        remaining = Counter(keys)
+        results = []
+        for pod, key in zip(pods, keys, strict=True):
+            cls = classes.get(key)
+            if cls is None:
+                cls = classes[key] = self._evaluate(pod)
+            remaining[key] -= 1
+            result = self._decide(cls, pod, explain)
+            results.append(result)
+            if result.node is not None:
+                row = self.table.row_of[result.node]
+                live = [c for k, c in classes.items() if remaining[k] > 0]
+                self._refresh_row(live, row)
+        return results
+
+    # ---- one class: PreFilter, Filter, PreScore, Score over all rows --------------------------
+
+    def _evaluate(self, pod: Pod) -> _PodClass:
+        fw, table = self.framework, self.table
+        state = CycleState()
+        view = table.view()
+        xp = view.xp
+        allowed: frozenset[str] | None = None
+        narrowing: list[str] = []
+        for plugin in fw.pre_filter:
+            names, status = plugin.pre_filter(state, pod, table)
+            if status.is_skip:
+                state.skip_filter_plugins.add(plugin.name)
+                continue
+            if not status.is_success:
+                return _PodClass(pod, state, status.with_plugin(plugin.name))
+            if names is not None:
+                narrowing.append(plugin.name)
+                allowed = names if allowed is None else allowed & names
+                if not allowed:
+                    msg = (
+                        f"node(s) didn't satisfy plugin {narrowing[0]}"
+                        if len(narrowing) == 1
+                        else f"node(s) didn't satisfy plugin(s) {_go_list(sorted(narrowing))} simultaneously"
+                    )
+                    return _PodClass(pod, state, Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (msg,)))
+        candidates = view.valid.copy()
+        if allowed is not None:
+            mask = np.zeros(table.rows, dtype=bool)
+            rows = [table.row_of[n] for n in allowed if n in table.row_of]
+            mask[rows] = True
+            candidates &= table.backend.asarray(mask)
+        cls = _PodClass(pod, state, Status.success(), candidates=candidates, narrowed_by=tuple(sorted(narrowing)))
+        filters = [p for p in fw.filter if p.name not in state.skip_filter_plugins]
+        static_pass = candidates.copy()
+        feasible = None
+        for plugin in filters:
+            res = plugin.filter(state, pod, view, ALL_ROWS)
+            if is_placement_sensitive(plugin):
+                feasible = res.passed if feasible is None else feasible & res.passed
+            else:
+                static_pass &= res.passed
+        cls.static_pass = static_pass
+        cls.feasible = static_pass if feasible is None else static_pass & feasible
+        cls.sensitive_filters = tuple(p for p in filters if is_placement_sensitive(p))
+        cls.base = xp.zeros(table.rows, dtype=xp.int64)
+        del xp
+        return cls
+
+    def _prepare_scores(self, cls: _PodClass) -> None:
+        """PreScore and raw scores for every row; done once per class, when first needed."""
+        cls.scored = True
+        fw, table = self.framework, self.table
+        for plugin in fw.pre_score:
+            status = plugin.pre_score(cls.state, cls.pod, table)
+            if status.is_skip:
+                cls.state.skip_score_plugins.add(plugin.name)
+            elif not status.is_success:
+                cls.status = status.with_plugin(plugin.name)
+                return
+        view = table.view()
+        for plugin, weight in fw.score:
+            if plugin.name in cls.state.skip_score_plugins:
+                continue
+            raw = plugin.score(cls.state, cls.pod, view, ALL_ROWS)
+            term = _ScoreTerm(
+                plugin,
+                weight,
+                getattr(plugin, "normalize_score", None) is not None,
+                is_placement_sensitive(plugin),
+                raw,
+            )
+            cls.terms.append(term)
+            if not term.normalizes:
+                cls.base = cls.base + raw * weight
+
+    # ---- after a placement: recompute one row --------------------------------------------------
+
+    def _refresh_row(self, classes: list[_PodClass], row: int) -> None:
+        view = self.table.view()
+        xp = view.xp
+        rows = xp.asarray([row])
+        for cls in classes:
+            if not cls.status.is_success or not bool(cls.static_pass[row]):
+                continue
+            ok = True
+            for plugin in cls.sensitive_filters:
+                if not bool(plugin.filter(cls.state, cls.pod, view, rows).passed[0]):
+                    ok = False
+                    break
+            cls.feasible[row] = ok
+            if not cls.scored:
+                continue
+            base_delta = 0
+            for term in cls.terms:
+                if not term.sensitive:
+                    continue
+                new = int(term.plugin.score(cls.state, cls.pod, view, rows)[0])
+                if not term.normalizes:
+                    base_delta += (new - int(term.raw[row])) * term.weight
+                term.raw[row] = new
+            if base_delta:
+                cls.base[row] += base_delta
+
+    # ---- one pod -----------------------------------------------------------------------------
+
+    def _decide(self, cls: _PodClass, pod: Pod, explain: bool) -> ScheduleResult:
+        table = self.table
+        n_nodes = len(table)
+        if not cls.status.is_success:
+            return self._fail(cls, pod, explain)
+        if n_nodes == 0:
+            return ScheduleResult(pod, None, Status.unschedulable(NO_NODES_IN_CLUSTER), NO_NODES_IN_CLUSTER)
+        rows = self._sample(cls)
+        if len(rows) == 0:
+            return self._fail(cls, pod, explain)
+        xp = table.backend.xp
+        details: dict[str, dict[str, ScoreDetail]] = {}
+        totals = None
+        if len(rows) == 1:
+            best = int(rows[0])
+        else:
+            if not cls.scored:
+                self._prepare_scores(cls)
+                if not cls.status.is_success:
+                    return self._fail(cls, pod, explain)
+            d_rows = xp.asarray(rows)
+            total = cls.base[d_rows]
+            for term in cls.terms:
+                if not term.normalizes and not explain:
+                    continue
+                raw = term.raw[d_rows]
+                norm = term.plugin.normalize_score(cls.state, pod, xp, raw) if term.normalizes else raw
+                if term.normalizes:
+                    total = total + norm * term.weight
+                if explain:
+                    h_raw, h_norm = table.backend.to_host(raw), table.backend.to_host(norm)
+                    for i, r in enumerate(rows):
+                        details.setdefault(table.infos[r].name, {})[term.plugin.name] = ScoreDetail(
+                            int(h_raw[i]), int(h_norm[i]), int(h_norm[i]) * term.weight
+                        )
+            top = total.max()
+            tied = d_rows[total == top]
+            if len(tied) == 1:
+                best = int(tied[0])
+            else:
+                keys = tie_keys(
+                    xp, pod_tie_hash(self.seed, pod.metadata.uid or pod.key), self.table.view().node_hash[tied]
+                )
+                best = int(tied[int(keys.argmin())])
+            if explain:
+                totals = dict(zip((int(r) for r in rows), (int(t) for t in table.backend.to_host(total)), strict=True))
+        explained = self._explain_success(cls, details, totals) if explain else None
+        node_info = table.node_info(best)
+        state = cls.state.clone()
+        for plugin in self.framework.reserve:
+            status = plugin.reserve(state, pod, node_info)
+            if not status.is_success:
+                for undo in self.framework.reserve:
+                    undo.unreserve(state, pod, node_info)
+                return ScheduleResult(pod, None, status.with_plugin(plugin.name), status.message())
+        devices = tuple(state.get(GPU_DEVICES_STATE_KEY, ()))
+        table.assume(PodInfo.of(pod, devices), best)
+        return ScheduleResult(
+            pod,
+            node_info.name,
+            Status.success(),
+            gpu_devices=devices,
+            explain=explained,
+        )
+
+    def _sample(self, cls: _PodClass) -> np.ndarray:
+        """The feasible rows to score, as kube's findNodesThatPassFilters finds them: candidates
+        examined in row order from next_start_node_index (rotating), stopping after
+        numFeasibleNodesToFind feasible ones (1 when the profile has no score plugin)."""
+        table, backend = self.table, self.table.backend
+        rows = table.valid_rows()
+        if cls.narrowed_by:
+            rows = rows[backend.to_host(cls.candidates)[rows]]
+        n = len(rows)
+        if n == 0:
+            return rows
+        feasible = backend.to_host(cls.feasible)[rows]
+        want = num_feasible_nodes_to_find(self.framework.percentage_of_nodes_to_score, n) if self.framework.score else 1
+        start = self.next_start_node_index % n
+        positions = np.flatnonzero(np.roll(feasible, -start))
+        if len(positions) > want:
+            processed = int(positions[want - 1]) + 1
+            positions = positions[:want]
+        else:
+            processed = n
+        self.next_start_node_index = (self.next_start_node_index + processed) % len(table)
+        return rows[(positions + start) % n]
+
+    # ---- failure and explanation -------------------------------------------------------------
+
+    def _fail(self, cls: _PodClass, pod: Pod, explain: bool) -> ScheduleResult:
+        n = len(self.table)
+        status = cls.status
+        if not status.is_success and status.code is Code.ERROR:
+            return ScheduleResult(pod, None, status, status.message())
+        if not status.is_success:
+            # PreFilter rejected the pod: every node gets that status, the message names it once.
+            message = f"{NO_NODE_AVAILABLE.format(n)}: {status.message()}."
+            per_node = {
+                i.name: NodeExplain(_plugin_reason(status.plugin, status.reasons)) for i in self.table.node_infos()
+            }
+            return ScheduleResult(
+                pod,
+                None,
+                Status(status.code, (message,), status.plugin),
+                message,
+                {r: n for r in status.reasons},
+                explain=per_node if explain else None,
+            )
+        per_node: dict[str, NodeExplain] = {}
+        if cls.diagnosis is None or cls.diagnosis[0] != self.table.version or explain:
+            message, reasons = self._diagnose(cls, per_node if explain else None)
+            cls.diagnosis = (self.table.version, message, reasons)
+        _, message, reasons = cls.diagnosis
+        return ScheduleResult(
+            pod,
+            None,
+            Status(Code.UNSCHEDULABLE, (message,)),
+            message,
+            dict(reasons),
+            explain=per_node if explain else None,
+        )
+
+    def _diagnose(self, cls: _PodClass, per_node: dict[str, NodeExplain] | None) -> tuple[str, dict[str, int]]:
+        """Run the filters over every candidate node and attribute each rejection to the first
+        plugin that rejected the node, as kube's RunFilterPlugins stops at the first failure."""
+        table, backend = self.table, self.table.backend
+        view = table.view()
+        alive = backend.to_host(cls.candidates).copy()
+        reasons: Counter[str] = Counter()
+        node_reasons: dict[int, str] = {}
+        if cls.narrowed_by:
+            # kube gives nodes a PreFilter result left out one status of their own
+            reason = f"node(s) didn't satisfy plugin(s) {_go_list(cls.narrowed_by)}"
+            left_out = table.valid_rows()[~alive[table.valid_rows()]]
+            if len(left_out):
+                reasons[reason] += len(left_out)
+                text = _plugin_reason(", ".join(cls.narrowed_by), [reason])
+                node_reasons.update((int(r), text) for r in left_out)
+        for plugin in self.framework.filter:
+            if plugin.name in cls.state.skip_filter_plugins:
+                continue
+            res: FilterResult = plugin.filter(cls.state, cls.pod, view, ALL_ROWS)
+            passed = backend.to_host(res.passed)
+            rejected = alive & ~passed
+            if rejected.any():
+                per_row: dict[int, list[str]] = {}
+                for rej in res.rejections:
+                    hit = rejected & backend.to_host(rej.mask)
+                    count = int(hit.sum())
+                    if count:
+                        reasons[rej.reason] += count
+                        if per_node is not None:
+                            for r in np.flatnonzero(hit):
+                                per_row.setdefault(int(r), []).append(rej.reason)
+                for r, rs in per_row.items():
+                    node_reasons[r] = _plugin_reason(plugin.name, rs)
+            alive &= passed
+        message = fit_error_message(len(table), reasons)
+        if per_node is not None:
+            for r in table.valid_rows():
+                name = table.infos[r].name
+                per_node[name] = NodeExplain(node_reasons.get(int(r), "ok"))
+        return message, dict(reasons)
+
+    def _explain_success(
+        self, cls: _PodClass, details: dict[str, dict[str, ScoreDetail]], totals: dict[int, int] | None
+    ) -> dict[str, NodeExplain]:
+        per_node: dict[str, NodeExplain] = {}
+        self._diagnose(cls, per_node)
+        if totals:
+            for row, total in totals.items():
+                name = self.table.infos[row].name
+                per_node[name] = NodeExplain(per_node[name].filter, details.get(name, {}), total)
+        return per_node
+
+
+def fit_error_message(num_nodes: int, reasons: Counter[str] | dict[str, int]) -> str:
+    """kube's FitError.Error(): "0/N nodes are available: <count reason>, ... ." (sorted)."""
+    parts = sorted(f"{count} {reason}" for reason, count in reasons.items())
+    msg = NO_NODE_AVAILABLE.format(num_nodes) + ":"
+    if parts:
+        msg += " " + ", ".join(parts) + "."
+    return msg
+
+
+def _plugin_reason(plugin: str, reasons: Sequence[str]) -> str:
+    return f"{plugin}: {', '.join(reasons)}"
+
+
+def _go_list(items: Sequence[str]) -> str:
+    """Go's %v of a []string: [a b c]."""
+    return "[" + " ".join(items) + "]"
+
+
+def _class_key(pod: Pod) -> Any:
+    """Pods with equal keys get equal Filter/Score results (all plugins read only these)."""
+    m = pod.metadata
+    return (m.namespace, repr(sorted(m.labels.items())), repr(sorted(m.annotations.items())), repr(pod.spec))
+
+
+__all__ = ["NodeExplain", "ScheduleResult", "Scheduler", "ScoreDetail", "fit_error_message"]

@@ -1,0 +1,36 @@
+"""Per-resource (allocatable, requested) columns as kube's resourceAllocationScorer sees them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubus.api.objects import CPU, EPHEMERAL_STORAGE, MEMORY
+from kubus.framework.interface import Rows
+from kubus.kernels.node_table import TableView
+
+
+def allocatable_and_requested(
+    view: TableView, resource: str, pod_request: int, rows: Rows, *, use_requested: bool
+) -> tuple[Any, Any]:
+    """kube's calculateResourceAllocatableRequest, for every row.
+
+    cpu and memory use the non-zero sums unless `use_requested`; an extended resource the pod
+    does not request is not scored (allocatable 0). Returns int64 arrays (allocatable,
+    requested on the node plus the pod's request).
+    """
+    xp = view.xp
+    n = view.valid[rows].shape[0]
+    i = view.table.resource_index.get(resource)
+    zeros = xp.zeros(n, dtype=xp.int64)
+    if resource not in (CPU, MEMORY, EPHEMERAL_STORAGE) and pod_request == 0:
+        return zeros, zeros
+    if i is None:
+        return zeros, zeros
+    alloc = view.alloc[i, rows]
+    if resource == CPU and not use_requested:
+        node_req = view.nz_cpu[rows]
+    elif resource == MEMORY and not use_requested:
+        node_req = view.nz_mem[rows]
+    else:
+        node_req = view.req[i, rows]
+    return alloc, node_req + pod_request

@@ -1,0 +1,127 @@
+"""GPUFit (PreFilter, Filter, PreScore, Score, Reserve): kubus's GPU plugin.
+
+Filters on healthy GPUs of the requested model with enough memory (free memory for shared
+slices, idle devices for whole GPUs), scores nodes by GPU memory utilization after placement
+(binpack: fuller is better; spread: emptier is better) and picks the concrete devices at
+Reserve. The request format (`nvidia.com/gpu`, `kubus.io/gpu-memory`, `kubus.io/gpu-model`,
+`kubus.io/gpu-count`) is documented in `kubus.api.gpus`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+from kubus.api.gpus import GPURequest, pod_gpu_request
+from kubus.api.objects import Pod
+from kubus.framework.cycle_state import CycleState
+from kubus.framework.interface import MAX_NODE_SCORE, FilterResult, Rejection, Rows
+from kubus.framework.nodeinfo import NodeInfo
+from kubus.framework.scheduling import GPU_DEVICES_STATE_KEY
+from kubus.framework.status import Status
+from kubus.kernels.node_table import NodeTable, TableView
+from kubus.plugins.nodewise.gpu_fit import pick_gpu_devices
+
+_REQUEST_KEY = "PreFilterGPUFit"
+REASON_NO_GPUS = "node(s) had no GPUs"
+REASON_MODEL = "node(s) didn't have the requested GPU model"
+REASON_HEALTHY = "node(s) didn't have enough healthy GPUs"
+REASON_MEMORY = "node(s) didn't have GPUs with enough memory"
+REASON_FREE_MEMORY = "node(s) didn't have enough free GPU memory"
+REASON_FREE_GPUS = "node(s) didn't have enough free GPUs"
+MODES = ("binpack", "spread")
+
+
+class GPUFit:
+    name: ClassVar[str] = "GPUFit"
+    placement_sensitive: ClassVar[bool] = True
+
+    def __init__(self, args: Any = None, handle: object = None) -> None:
+        self.mode = getattr(args, "mode", None) or "binpack"
+        if self.mode not in MODES:
+            raise ValueError(f"GPUFit mode {self.mode!r} is not one of {', '.join(MODES)}")
+
+    def pre_filter(self, state: CycleState, pod: Pod, table: NodeTable) -> tuple[None, Status]:
+        request = pod_gpu_request(pod)
+        if request is None:
+            return None, Status.skip()
+        state.write(_REQUEST_KEY, request)
+        return None, Status.success()
+
+    def _devices(self, view: TableView, request: GPURequest, rows: Rows) -> dict[str, Any]:
+        """Per-device masks [rows, GPUs] of the successive conditions a device must meet."""
+        xp = view.xp
+        total = view.gpu_total[rows]
+        g = total.shape[1]
+        present = xp.arange(g)[None, :] < view.gpu_count[rows][:, None]
+        if request.models:
+            lut = np.zeros(len(view.table.gpu_models), dtype=bool)
+            lut[[view.table.gpu_models.ids[m] for m in request.models if m in view.table.gpu_models.ids]] = True
+            model = present & xp.asarray(lut)[view.gpu_model[rows]]
+        else:
+            model = present
+        healthy = model & view.gpu_healthy[rows]
+        big = healthy & (total >= request.memory)
+        if request.shared:
+            eligible = big & (view.gpu_free[rows] >= request.memory)
+        else:
+            eligible = big & (view.gpu_pods[rows] == 0)
+        return {"present": present, "model": model, "healthy": healthy, "big": big, "eligible": eligible}
+
+    def filter(self, state: CycleState, pod: Pod, view: TableView, rows: Rows) -> FilterResult:
+        request: GPURequest = state.read(_REQUEST_KEY)
+        m = self._devices(view, request, rows)
+        k = request.count
+        no_gpus = ~m["present"].any(axis=1)
+        no_model = ~no_gpus & ~m["model"].any(axis=1) if request.models else no_gpus & False
+        before = no_gpus | no_model
+        few_healthy = ~before & (m["healthy"].sum(axis=1) < k)
+        before = before | few_healthy
+        few_big = ~before & (m["big"].sum(axis=1) < k)
+        before = before | few_big
+        few_free = ~before & (m["eligible"].sum(axis=1) < k)
+        rejections = (
+            Rejection(REASON_NO_GPUS, no_gpus),
+            Rejection(REASON_MODEL, no_model),
+            Rejection(REASON_HEALTHY, few_healthy),
+            Rejection(REASON_MEMORY, few_big),
+            Rejection(REASON_FREE_MEMORY if request.shared else REASON_FREE_GPUS, few_free),
+        )
+        return FilterResult(~(before | few_free), rejections)
+
+    def pre_score(self, state: CycleState, pod: Pod, table: NodeTable) -> Status:
+        return Status.success() if state.get(_REQUEST_KEY) is not None else Status.skip()
+
+    def score(self, state: CycleState, pod: Pod, view: TableView, rows: Rows) -> Any:
+        xp = view.xp
+        request: GPURequest = state.read(_REQUEST_KEY)
+        total = view.gpu_total[rows]
+        free = view.gpu_free[rows]
+        healthy = view.gpu_healthy[rows]
+        capacity = xp.where(healthy, total, 0).sum(axis=1)
+        used = xp.where(healthy, total - free, 0).sum(axis=1)
+        if request.shared:
+            taken = xp.int64(request.count * request.memory)
+        else:
+            eligible = self._devices(view, request, rows)["eligible"]
+            # the devices Reserve would pick: by free memory (ascending to binpack, descending to
+            # spread), then by index; a stable sort keeps index order among equals
+            key = xp.where(eligible, free if self.mode == "binpack" else -free, xp.iinfo(xp.int64).max)
+            order = xp.argsort(key, axis=1, kind="stable")[:, : request.count]
+            taken = xp.take_along_axis(total, order, axis=1).sum(axis=1)
+        util = (used + taken) * MAX_NODE_SCORE // xp.where(capacity == 0, 1, capacity)
+        util = xp.where(capacity == 0, 0, util)
+        return util if self.mode == "binpack" else MAX_NODE_SCORE - util
+
+    def reserve(self, state: CycleState, pod: Pod, node_info: NodeInfo) -> Status:
+        request: GPURequest | None = state.get(_REQUEST_KEY)
+        if request is None:
+            return Status.success()
+        devices = pick_gpu_devices(request, node_info, self.mode)
+        if len(devices) < request.count:
+            return Status.unschedulable(REASON_FREE_MEMORY if request.shared else REASON_FREE_GPUS)
+        state.write(GPU_DEVICES_STATE_KEY, devices)
+        return Status.success()
+
+    def unreserve(self, state: CycleState, pod: Pod, node_info: NodeInfo) -> None:
+        state.write(GPU_DEVICES_STATE_KEY, ())

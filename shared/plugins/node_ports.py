@@ -1,0 +1,41 @@
+"""NodePorts (PreFilter, Filter): a pod's host ports must be free on the node."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+from kubus.api.objects import Pod
+from kubus.framework.cycle_state import CycleState
+from kubus.framework.interface import FilterResult, Rows
+from kubus.framework.nodeinfo import host_port_conflicts, pod_host_ports
+from kubus.framework.status import Status
+from kubus.kernels.node_table import NodeTable, TableView
+
+ERR_REASON = "node(s) didn't have free ports for the requested pod ports"
+_STATE_KEY = "PreFilterNodePorts"
+
+
+class NodePorts:
+    name: ClassVar[str] = "NodePorts"
+    placement_sensitive: ClassVar[bool] = True
+
+    def __init__(self, args: object = None, handle: object = None) -> None:
+        pass
+
+    def pre_filter(self, state: CycleState, pod: Pod, table: NodeTable) -> tuple[None, Status]:
+        ports = pod_host_ports(pod)
+        if not ports:
+            return None, Status.skip()
+        state.write(_STATE_KEY, ports)
+        return None, Status.success()
+
+    def filter(self, state: CycleState, pod: Pod, view: TableView, rows: Rows) -> FilterResult:
+        table = view.table
+        conflict = np.zeros(table.rows, dtype=bool)
+        for ip, proto, port in state.read(_STATE_KEY):
+            for row in table.port_rows.get((proto, port), ()):
+                info = table.infos[row]
+                if info is not None and host_port_conflicts(info.used_ports, ip, proto, port):
+                    conflict[row] = True
+        return FilterResult.single(view.xp.asarray(~conflict)[rows], ERR_REASON)

@@ -1,0 +1,216 @@
+"""NodeResourcesFit (PreFilter, Filter, PreScore, Score): the node must have room for the pod's
+requests; scored by LeastAllocated (default), MostAllocated or RequestedToCapacityRatio."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from kubus.api.objects import CPU, EPHEMERAL_STORAGE, MEMORY, PODS, Pod
+from kubus.api.requests import pod_nonzero_requests, pod_requests
+from kubus.framework.cycle_state import CycleState
+from kubus.framework.interface import MAX_NODE_SCORE, FilterResult, Rejection, Rows
+from kubus.framework.status import Status
+from kubus.kernels.node_table import NodeTable, TableView
+from kubus.plugins._columns import go_div
+from kubus.plugins._resources import allocatable_and_requested
+
+_PRE_FILTER_KEY = "PreFilterNodeResourcesFit"
+_PRE_SCORE_KEY = "PreScoreNodeResourcesFit"
+TOO_MANY_PODS = "Too many pods"
+MAX_UTILIZATION = 100
+MAX_CUSTOM_PRIORITY_SCORE = 10
+
+
+def is_extended_resource(name: str) -> bool:
+    """kube's IsExtendedResourceName: outside the kubernetes.io/ namespace, with a domain."""
+    if "/" not in name or "kubernetes.io/" in name:
+        return False
+    return not name.startswith("requests.")
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceWeight:
+    name: str
+    weight: int
+
+
+def _strategy(args: Any) -> tuple[str, tuple[ResourceWeight, ...], tuple[tuple[int, int], ...]]:
+    """(type, resources, shape) from NodeResourcesFitArgs, with kube's defaults."""
+    s = getattr(args, "scoring_strategy", None)
+    kind = getattr(s, "type", None) or "LeastAllocated"
+    resources = tuple(ResourceWeight(r.name, r.weight) for r in (getattr(s, "resources", None) or ()))
+    if not resources:
+        resources = (ResourceWeight(CPU, 1), ResourceWeight(MEMORY, 1))
+    ratio = getattr(s, "requested_to_capacity_ratio", None)
+    shape = tuple((p.utilization, p.score) for p in (getattr(ratio, "shape", None) or ()))
+    return str(getattr(kind, "value", kind)), resources, shape
+
+
+class NodeResourcesFit:
+    name: ClassVar[str] = "NodeResourcesFit"
+    placement_sensitive: ClassVar[bool] = True
+
+    def __init__(self, args: Any = None, handle: object = None) -> None:
+        self.ignored_resources = frozenset(getattr(args, "ignored_resources", None) or ())
+        self.ignored_groups = frozenset(getattr(args, "ignored_resource_groups", None) or ())
+        kind, self.resources, shape = _strategy(args)
+        self.strategy = kind
+        self.scorer: Callable[[Any, Any, Any], Any] = {
+            "LeastAllocated": _least_allocated,
+            "MostAllocated": _most_allocated,
+            "RequestedToCapacityRatio": _requested_to_capacity_ratio(shape),
+        }[kind]
+
+    # ---- filter ------------------------------------------------------------------------------
+
+    def pre_filter(self, state: CycleState, pod: Pod, table: NodeTable) -> tuple[None, Status]:
+        state.write(_PRE_FILTER_KEY, pod_requests(pod))
+        return None, Status.success()
+
+    def _ignored(self, name: str) -> bool:
+        if not is_extended_resource(name):
+            return False
+        return name in self.ignored_resources or name.split("/", 1)[0] in self.ignored_groups
+
+    def filter(self, state: CycleState, pod: Pod, view: TableView, rows: Rows) -> FilterResult:
+        xp = view.xp
+        index = view.table.resource_index
+        request: dict[str, int] = state.read(_PRE_FILTER_KEY)
+        pods = index[PODS]
+        rejections = [Rejection(TOO_MANY_PODS, view.req[pods, rows] + 1 > view.alloc[pods, rows])]
+        n = view.valid[rows].shape[0]
+        if any(q for r, q in request.items() if r != PODS):
+            for name in _ordered(request):
+                qty = request[name]
+                if qty == 0 or name == PODS or self._ignored(name):
+                    continue
+                i = index.get(name)
+                if i is None:  # no node has this resource at all
+                    short = xp.ones(n, dtype=bool)
+                else:
+                    short = qty > view.alloc[i, rows] - view.req[i, rows]
+                rejections.append(Rejection(f"Insufficient {name}", short))
+        return FilterResult.of(xp, rejections, n)
+
+    # ---- score -------------------------------------------------------------------------------
+
+    def pre_score(self, state: CycleState, pod: Pod, table: NodeTable) -> Status:
+        state.write(_PRE_SCORE_KEY, _pod_score_requests(pod, [r.name for r in self.resources], use_requested=False))
+        return Status.success()
+
+    def score(self, state: CycleState, pod: Pod, view: TableView, rows: Rows) -> Any:
+        return _resource_score(view, rows, self.resources, state.read(_PRE_SCORE_KEY), self.scorer, use_requested=False)
+
+
+def _ordered(request: dict[str, int]) -> list[str]:
+    """kube checks cpu, memory, ephemeral-storage, then the scalar resources."""
+    first = [r for r in (CPU, MEMORY, EPHEMERAL_STORAGE) if r in request]
+    return first + sorted(r for r in request if r not in (CPU, MEMORY, EPHEMERAL_STORAGE))
+
+
+def _pod_score_requests(pod: Pod, names: Sequence[str], *, use_requested: bool) -> list[int]:
+    """The pod's request per scored resource; cpu/memory count missing requests at kube's
+    defaults unless `use_requested`."""
+    plain = pod_requests(pod)
+    nz_cpu, nz_mem = pod_nonzero_requests(pod)
+    out = []
+    for name in names:
+        if not use_requested and name == CPU:
+            out.append(nz_cpu)
+        elif not use_requested and name == MEMORY:
+            out.append(nz_mem)
+        else:
+            out.append(plain.get(name, 0))
+    return out
+
+
+def _resource_score(
+    view: TableView,
+    rows: Rows,
+    resources: Sequence[ResourceWeight],
+    pod_request: Sequence[int],
+    scorer: Callable[[Any, Any, Any], Any],
+    *,
+    use_requested: bool,
+) -> Any:
+    """kube's resourceAllocationScorer.score over rows: [resource][row] matrices to the scorer."""
+    cols = [
+        allocatable_and_requested(view, r.name, q, rows, use_requested=use_requested)
+        for r, q in zip(resources, pod_request, strict=True)
+    ]
+    alloc = [c[0] for c in cols]
+    req = [c[1] for c in cols]
+    weights = [r.weight for r in resources]
+    return scorer(view.xp, (alloc, req), weights)
+
+
+def _weighted_mean(
+    xp: Any, alloc: list[Any], per_resource: list[Any], weights: list[int], *, positive_only: bool = False
+) -> Any:
+    n = alloc[0].shape[0] if alloc else 0
+    total = xp.zeros(n, dtype=xp.int64)
+    weight_sum = xp.zeros(n, dtype=xp.int64)
+    for a, s, w in zip(alloc, per_resource, weights, strict=True):
+        counted = a != 0
+        if positive_only:
+            counted &= s > 0
+        total += xp.where(counted, s * w, 0)
+        weight_sum += xp.where(counted, w, 0)
+    return total, weight_sum
+
+
+def _least_allocated(xp: Any, cols: tuple[list[Any], list[Any]], weights: list[int]) -> Any:
+    alloc, req = cols
+    scores = []
+    for a, r in zip(alloc, req, strict=True):
+        safe = xp.where(a == 0, 1, a)
+        s = (a - r) * MAX_NODE_SCORE // safe
+        scores.append(xp.where((a == 0) | (r > a), 0, s))
+    total, wsum = _weighted_mean(xp, alloc, scores, weights)
+    return xp.where(wsum == 0, 0, total // xp.where(wsum == 0, 1, wsum))
+
+
+def _most_allocated(xp: Any, cols: tuple[list[Any], list[Any]], weights: list[int]) -> Any:
+    alloc, req = cols
+    scores = []
+    for a, r in zip(alloc, req, strict=True):
+        safe = xp.where(a == 0, 1, a)
+        s = xp.minimum(r, a) * MAX_NODE_SCORE // safe
+        scores.append(xp.where(a == 0, 0, s))
+    total, wsum = _weighted_mean(xp, alloc, scores, weights)
+    return xp.where(wsum == 0, 0, total // xp.where(wsum == 0, 1, wsum))
+
+
+def _requested_to_capacity_ratio(shape: tuple[tuple[int, int], ...]) -> Callable[[Any, Any, Any], Any]:
+    """kube's RequestedToCapacityRatio: a broken-linear function of utilization; shape scores
+    (0..10) are scaled to 0..100 as kube does."""
+    points = [(u, s * (MAX_NODE_SCORE // MAX_CUSTOM_PRIORITY_SCORE)) for u, s in shape] or [(0, 0), (100, 100)]
+
+    def broken_linear(xp: Any, p: Any) -> Any:
+        out = xp.full(p.shape, points[-1][1], dtype=xp.int64)
+        decided = xp.zeros(p.shape, dtype=bool)
+        for i, (u, s) in enumerate(points):
+            here = (~decided) & (p <= u)
+            if i == 0:
+                val = xp.full(p.shape, s, dtype=xp.int64)
+            else:
+                pu, ps = points[i - 1]
+                val = ps + go_div(xp, (s - ps) * (p - pu), xp.full(p.shape, u - pu, dtype=xp.int64))
+            out = xp.where(here, val, out)
+            decided |= here
+        return out
+
+    def scorer(xp: Any, cols: tuple[list[Any], list[Any]], weights: list[int]) -> Any:
+        alloc, req = cols
+        scores = []
+        for a, r in zip(alloc, req, strict=True):
+            safe = xp.where(a == 0, 1, a)
+            util = xp.where((a == 0) | (r > a), MAX_UTILIZATION, r * MAX_UTILIZATION // safe)
+            scores.append(broken_linear(xp, util))
+        total, wsum = _weighted_mean(xp, alloc, scores, weights, positive_only=True)
+        mean = total.astype(xp.float64) / xp.where(wsum == 0, 1, wsum).astype(xp.float64)
+        return xp.where(wsum == 0, 0, xp.floor(mean + 0.5).astype(xp.int64))  # Go math.Round, x >= 0
+
+    return scorer

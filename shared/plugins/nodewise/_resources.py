@@ -1,0 +1,125 @@
+"""Resource names as kube-scheduler classifies them, and kube's `framework.Resource` for one node.
+
+kube keeps cpu, memory, ephemeral-storage and the pod count in fields of their own and every
+other *scalar* resource (extended, hugepages-*, *kubernetes.io/*, attachable-volumes-*) in a map;
+a name that is none of these (say `foo`) is dropped when a ResourceList is added up, so it is
+neither checked by NodeResourcesFit nor scored. These helpers reproduce that, from
+`pkg/apis/core/v1/helper/helpers.go` and `pkg/scheduler/util/utils.go`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from kubus.api.objects import CPU, EPHEMERAL_STORAGE, MEMORY, PODS
+
+DEFAULT_NAMESPACE_PREFIX = "kubernetes.io/"
+REQUESTS_PREFIX = "requests."
+HUGEPAGES_PREFIX = "hugepages-"
+ATTACHABLE_VOLUMES_PREFIX = "attachable-volumes-"
+
+_QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+
+
+def is_dns1123_subdomain(value: str) -> bool:
+    return len(value) <= 253 and _DNS1123_SUBDOMAIN.fullmatch(value) is not None
+
+
+def is_qualified_name(value: str) -> bool:
+    """validation.IsQualifiedName: `[prefix/]name`, prefix a DNS subdomain, name <= 63 chars."""
+    parts = value.split("/")
+    if len(parts) == 1:
+        name = parts[0]
+    elif len(parts) == 2:
+        prefix, name = parts
+        if not prefix or not is_dns1123_subdomain(prefix):
+            return False
+    else:
+        return False
+    return 0 < len(name) <= 63 and _QUALIFIED_NAME.fullmatch(name) is not None
+
+
+def is_valid_label_value(value: str) -> bool:
+    """validation.IsValidLabelValue: empty, or <= 63 chars of [-A-Za-z0-9_.], alphanumeric ends."""
+    return len(value) <= 63 and _LABEL_VALUE.fullmatch(value) is not None
+
+
+def is_prefixed_native_resource(name: str) -> bool:
+    return DEFAULT_NAMESPACE_PREFIX in name
+
+
+def is_native_resource(name: str) -> bool:
+    return "/" not in name or is_prefixed_native_resource(name)
+
+
+def is_extended_resource_name(name: str) -> bool:
+    """v1helper.IsExtendedResourceName: a qualified `domain/name` outside kubernetes.io."""
+    if is_native_resource(name) or name.startswith(REQUESTS_PREFIX):
+        return False
+    return is_qualified_name(REQUESTS_PREFIX + name)
+
+
+def is_hugepage_resource_name(name: str) -> bool:
+    return name.startswith(HUGEPAGES_PREFIX)
+
+
+def is_attachable_volume_resource_name(name: str) -> bool:
+    return name.startswith(ATTACHABLE_VOLUMES_PREFIX)
+
+
+def is_scalar_resource_name(name: str) -> bool:
+    """schedutil.IsScalarResourceName: the names kube keeps in Resource.ScalarResources."""
+    return (
+        is_extended_resource_name(name)
+        or is_hugepage_resource_name(name)
+        or is_prefixed_native_resource(name)
+        or is_attachable_volume_resource_name(name)
+    )
+
+
+@dataclass(slots=True)
+class Resource:
+    """kube's framework.Resource: the named fields plus the scalar map (absent == 0)."""
+
+    milli_cpu: int = 0
+    memory: int = 0
+    ephemeral_storage: int = 0
+    allowed_pod_number: int = 0
+    scalar: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, resources: Mapping[str, int]) -> Resource:
+        """Resource.Add over a ResourceList: unknown non-scalar names are dropped."""
+        r = cls()
+        for name, value in resources.items():
+            if name == CPU:
+                r.milli_cpu += value
+            elif name == MEMORY:
+                r.memory += value
+            elif name == PODS:
+                r.allowed_pod_number += value
+            elif name == EPHEMERAL_STORAGE:
+                r.ephemeral_storage += value
+            elif is_scalar_resource_name(name):
+                r.scalar[name] = r.scalar.get(name, 0) + value
+        return r
+
+    @classmethod
+    def max_of(cls, resources: Mapping[str, int]) -> Resource:
+        """An empty Resource after SetMaxResource(resources): each value floored at 0, `pods`
+        and unknown non-scalar names ignored."""
+        r = cls()
+        for name, value in resources.items():
+            if name == MEMORY:
+                r.memory = max(r.memory, value)
+            elif name == CPU:
+                r.milli_cpu = max(r.milli_cpu, value)
+            elif name == EPHEMERAL_STORAGE:
+                r.ephemeral_storage = max(r.ephemeral_storage, value)
+            elif name != PODS and is_scalar_resource_name(name):
+                r.scalar[name] = max(r.scalar.get(name, 0), value)
+        return r

@@ -1,0 +1,347 @@
+"""The vectorized scheduler decides exactly as the one-node-at-a-time reference does, and a batch
+decides exactly as one-by-one scheduling does, on randomized clusters and workloads.
+
+Clusters are small and tight on purpose, so that pods compete, nodes fill up, ties happen and
+every filter reason shows up.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kubus.api.gpus import GPU_COUNT_ANNOTATION, GPU_MEMORY_ANNOTATION, GPU_MODEL_ANNOTATION
+from kubus.api.objects import (
+    CPU,
+    EPHEMERAL_STORAGE,
+    MEMORY,
+    NVIDIA_GPU,
+    PODS,
+    Affinity,
+    Container,
+    ContainerImage,
+    ContainerPort,
+    GPUDevice,
+    Node,
+    NodeAffinity,
+    NodeSelector,
+    NodeSelectorRequirement,
+    NodeSelectorTerm,
+    NodeSpec,
+    NodeStatus,
+    ObjectMeta,
+    Pod,
+    PodSpec,
+    PreferredSchedulingTerm,
+    SelectorOperator,
+    Taint,
+    TaintEffect,
+    Toleration,
+    TolerationOperator,
+)
+from kubus.framework.config import load_config
+from kubus.framework.nodeinfo import NodeInfo, PodInfo
+from kubus.framework.registry import ExtensionPoint
+from kubus.framework.runtime import Framework
+from kubus.framework.scheduling import Scheduler
+from kubus.kernels.node_table import NodeTable
+from kubus.plugins import in_tree_registry, nodewise
+from kubus.plugins.nodewise import ReferenceProfile, ReferenceScheduler
+
+GI = 1024**3
+MODELS = ("H100", "A100", "L4")
+IMAGES = ("nginx:1.27", "python", "redis:7", "trainer:v1")
+LABEL_VALUES = {"zone": ("a", "b", "c"), "pool": ("cpu", "gpu"), "rank": ("1", "5", "10", "x")}
+
+
+def random_node(rng: random.Random, i: int) -> Node:
+    labels = {k: rng.choice(v) for k, v in LABEL_VALUES.items() if rng.random() < 0.8}
+    taints = []
+    for key, value, effect in (
+        ("gpu", "true", TaintEffect.NO_SCHEDULE),
+        ("spot", "", TaintEffect.PREFER_NO_SCHEDULE),
+        ("dedicated", "db", TaintEffect.NO_EXECUTE),
+        ("slow", "yes", TaintEffect.PREFER_NO_SCHEDULE),
+    ):
+        if rng.random() < 0.2:
+            taints.append(Taint(key, value, effect))
+    rng.shuffle(taints)
+    alloc = {
+        CPU: rng.choice((0, 500, 1000, 2000, 4000)),
+        MEMORY: rng.choice((0, 1, 2, 4, 8)) * GI,
+        PODS: rng.choice((1, 3, 10, 110)),
+    }
+    if rng.random() < 0.5:
+        alloc[EPHEMERAL_STORAGE] = rng.choice((0, 5, 10)) * GI
+    if rng.random() < 0.3:
+        alloc["example.com/fpga"] = rng.choice((0, 1, 2))
+    gpus = ()
+    if rng.random() < 0.4:
+        count = rng.choice((1, 2, 4))
+        model = rng.choice(MODELS)
+        gpus = tuple(
+            GPUDevice(d, f"GPU-{i}-{d}", model, rng.choice((16, 40, 80)) * GI, healthy=rng.random() > 0.15)
+            for d in range(count)
+        )
+        alloc[NVIDIA_GPU] = sum(g.healthy for g in gpus)
+    images = tuple(
+        ContainerImage((img if ":" in img else img + ":latest",), rng.choice((10, 300, 900, 3000)) * 1024**2)
+        for img in IMAGES
+        if rng.random() < 0.4
+    )
+    return Node(
+        ObjectMeta(name=f"n{i:03d}", namespace="", labels=labels),
+        NodeSpec(unschedulable=rng.random() < 0.1, taints=tuple(taints)),
+        NodeStatus(capacity=dict(alloc), allocatable=alloc, images=images),
+        gpus=gpus,
+    )
+
+
+def random_requirement(rng: random.Random) -> NodeSelectorRequirement:
+    key = rng.choice((*LABEL_VALUES, "missing"))
+    op = rng.choice(list(SelectorOperator))
+    if op in (SelectorOperator.GT, SelectorOperator.LT):
+        return NodeSelectorRequirement("rank", op, (rng.choice(("2", "6")),))
+    if op in (SelectorOperator.EXISTS, SelectorOperator.DOES_NOT_EXIST):
+        return NodeSelectorRequirement(key, op)
+    return NodeSelectorRequirement(key, op, tuple(rng.sample(LABEL_VALUES.get(key, ("q",)), 1)))
+
+
+def random_pod(rng: random.Random, i: int, node_names: list[str]) -> Pod:
+    requests = {}
+    if rng.random() < 0.8:
+        requests[CPU] = rng.choice((0, 100, 300, 700, 1500))
+    if rng.random() < 0.8:
+        requests[MEMORY] = rng.choice((0, 256 * 1024**2, GI, 3 * GI))
+    if rng.random() < 0.2:
+        requests[EPHEMERAL_STORAGE] = rng.choice((1, 4)) * GI
+    if rng.random() < 0.15:
+        requests["example.com/fpga"] = 1
+    annotations = {}
+    if rng.random() < 0.3:
+        if rng.random() < 0.5:
+            requests[NVIDIA_GPU] = rng.choice((1, 2))
+        else:
+            annotations[GPU_MEMORY_ANNOTATION] = rng.choice(("8Gi", "20Gi", "50Gi"))
+            if rng.random() < 0.3:
+                annotations[GPU_COUNT_ANNOTATION] = "2"
+        if rng.random() < 0.3:
+            annotations[GPU_MODEL_ANNOTATION] = rng.choice(MODELS)
+    tolerations = tuple(
+        t
+        for t in (
+            Toleration("gpu", TolerationOperator.EQUAL, "true", TaintEffect.NO_SCHEDULE),
+            Toleration("spot", TolerationOperator.EXISTS),
+            Toleration(operator=TolerationOperator.EXISTS, effect=TaintEffect.NO_EXECUTE),
+            Toleration("node.kubernetes.io/unschedulable", TolerationOperator.EXISTS),
+        )
+        if rng.random() < 0.3
+    )
+    node_selector = {"zone": rng.choice(LABEL_VALUES["zone"])} if rng.random() < 0.15 else {}
+    affinity = None
+    if rng.random() < 0.35:
+        terms = tuple(
+            NodeSelectorTerm(tuple(random_requirement(rng) for _ in range(rng.randint(0, 2))))
+            for _ in range(rng.randint(1, 2))
+        )
+        if rng.random() < 0.15:
+            terms = (
+                NodeSelectorTerm(
+                    match_fields=(
+                        NodeSelectorRequirement(
+                            "metadata.name", SelectorOperator.IN, tuple(rng.sample(node_names, min(3, len(node_names))))
+                        ),
+                    )
+                ),
+            )
+        preferred = tuple(
+            PreferredSchedulingTerm(rng.randint(1, 100), NodeSelectorTerm((random_requirement(rng),)))
+            for _ in range(rng.randint(0, 3))
+        )
+        affinity = Affinity(NodeAffinity(NodeSelector(terms) if rng.random() < 0.7 else None, preferred))
+    ports = (
+        (ContainerPort(80, host_port=rng.choice((8080, 9090)), protocol=rng.choice(("TCP", "UDP"))),)
+        if rng.random() < 0.15
+        else ()
+    )
+    init = (
+        (Container("init", rng.choice(IMAGES), requests={CPU: rng.choice((100, 2500))}),) if rng.random() < 0.15 else ()
+    )
+    return Pod(
+        ObjectMeta(name=f"p{i:03d}", uid=f"uid-{i}", annotations=annotations),
+        PodSpec(
+            containers=(Container("c", rng.choice(IMAGES), requests=requests, ports=ports),),
+            init_containers=init,
+            node_name=rng.choice(node_names) if rng.random() < 0.03 else "",
+            node_selector=node_selector,
+            affinity=affinity,
+            tolerations=tolerations,
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class Case:
+    nodes: list[Node]
+    pods: list[Pod]
+    pct: int | None
+    config: str
+    batches: list[int]
+
+
+CONFIGS = {
+    "default": "",
+    "most": """
+profiles:
+- schedulerName: default-scheduler
+  plugins:
+    multiPoint:
+      enabled: [{name: GPUFit, weight: 2}]
+  pluginConfig:
+  - name: NodeResourcesFit
+    args:
+      ignoredResourceGroups: [example.com]
+      scoringStrategy:
+        type: MostAllocated
+        resources: [{name: cpu, weight: 2}, {name: memory, weight: 1}, {name: nvidia.com/gpu, weight: 3}]
+  - name: GPUFit
+    args: {mode: spread}
+""",
+    "ratio": """
+profiles:
+- schedulerName: default-scheduler
+  plugins:
+    multiPoint:
+      enabled: [{name: GPUFit}]
+  pluginConfig:
+  - name: NodeResourcesFit
+    args:
+      scoringStrategy:
+        type: RequestedToCapacityRatio
+        resources: [{name: cpu, weight: 1}, {name: memory, weight: 3}, {name: ephemeral-storage, weight: 1}]
+        requestedToCapacityRatio:
+          shape: [{utilization: 0, score: 10}, {utilization: 40, score: 3}, {utilization: 100, score: 7}]
+  - name: NodeResourcesBalancedAllocation
+    args:
+      resources: [{name: cpu, weight: 1}, {name: memory, weight: 1}, {name: ephemeral-storage, weight: 1}]
+""",
+}
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> Case:
+    rng = random.Random(draw(st.integers(0, 2**32)))
+    nodes = [random_node(rng, i) for i in range(draw(st.integers(1, 40)))]
+    names = [n.name for n in nodes]
+    pods = [random_pod(rng, i, names) for i in range(draw(st.integers(1, 40)))]
+    pct = draw(st.sampled_from((None, 100, 1, 30)))
+    batches = draw(st.lists(st.integers(1, 12), min_size=1, max_size=6))
+    return Case(nodes, pods, pct, draw(st.sampled_from(sorted(CONFIGS))), batches)
+
+
+def _config(name: str):
+    registry = in_tree_registry()
+    text = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n" + CONFIGS[name]
+    return registry, load_config(text, registry=registry).profiles[0]
+
+
+NODEWISE = {cls.name: cls for cls in nodewise.ALL_PLUGINS}
+
+
+def reference(case: Case) -> list[tuple]:
+    return [(r.pod.name, r.node, r.message, r.gpu_devices) for r in _reference_results(case)]
+
+
+def vectorized(case: Case, batches: list[int]) -> list[tuple]:
+    registry, profile = _config(case.config)
+    table = NodeTable(seed=7, capacity=8)
+    table.add_nodes(case.nodes)
+    scheduler = Scheduler(
+        Framework.from_profile(profile, registry, percentage_of_nodes_to_score=case.pct), table, seed=7
+    )
+    out, i, b = [], 0, 0
+    while i < len(case.pods):
+        size = batches[b % len(batches)]
+        out += [(r.pod.name, r.node, r.message, r.gpu_devices) for r in scheduler.schedule(case.pods[i : i + size])]
+        i, b = i + size, b + 1
+    return out
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_vectorized_equals_reference_one_by_one(case: Case) -> None:
+    assert vectorized(case, [1]) == reference(case)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_batches_equal_one_by_one(case: Case) -> None:
+    assert vectorized(case, case.batches) == vectorized(case, [1])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_explain_matches_reference_detail(case: Case) -> None:
+    """With every node scored, explain shows the reference's per-node reasons and scores."""
+    case = Case(case.nodes, case.pods[:6], 100, case.config, [1])
+    registry, profile = _config(case.config)
+    table = NodeTable(seed=7)
+    table.add_nodes(case.nodes)
+    scheduler = Scheduler(Framework.from_profile(profile, registry, percentage_of_nodes_to_score=100), table, seed=7)
+    got = [scheduler.schedule([p], explain=True)[0] for p in case.pods]
+    ref_profile_results = _reference_results(case)
+    for mine, ref in zip(got, ref_profile_results, strict=True):
+        assert mine.node == ref.node
+        rejected = {n: e.filter for n, e in mine.explain.items() if e.filter != "ok"}
+        assert rejected == ref.filter_reasons
+        if ref.total and len(ref.total) > 1:
+            for node, per_plugin in ref.scores.items():
+                assert {p: (s.raw, s.normalized, s.weighted) for p, s in mine.explain[node].scores.items()} == {
+                    p: tuple(s) for p, s in per_plugin.items()
+                }
+            assert {n: e.total for n, e in mine.explain.items() if e.total is not None} == ref.total
+
+
+def _reference_results(case: Case) -> list:
+    """The nodewise plugins of the same profile, run by the reference scheduler."""
+    _, profile = _config(case.config)
+    instances: dict[str, object] = {}
+
+    def at(point: ExtensionPoint) -> tuple:
+        return tuple(
+            instances.setdefault(r.name, NODEWISE[r.name](profile.plugin_args.get(r.name)))
+            for r in profile.plugins.get(point, ())
+        )
+
+    weights = {r.name: r.weight for r in profile.plugins[ExtensionPoint.SCORE]}
+    ref_profile = ReferenceProfile(
+        pre_filter=at(ExtensionPoint.PRE_FILTER),
+        filter=at(ExtensionPoint.FILTER),
+        pre_score=at(ExtensionPoint.PRE_SCORE),
+        score=tuple((p, weights[p.name]) for p in at(ExtensionPoint.SCORE)),
+        reserve=at(ExtensionPoint.RESERVE),
+        percentage_of_nodes_to_score=case.pct,
+    )
+    infos = [NodeInfo(n) for n in case.nodes]
+    return ReferenceScheduler(ref_profile, seed=7).schedule_all(case.pods, infos)
+
+
+def test_placed_pods_never_overcommit() -> None:
+    rng = random.Random(11)
+    nodes = [random_node(rng, i) for i in range(30)]
+    pods = [random_pod(rng, i, [n.name for n in nodes]) for i in range(300)]
+    case = Case(nodes, [p for p in pods if not p.spec.node_name], 100, "ratio", [7])
+    placed = vectorized(case, case.batches)
+    by_node: dict[str, NodeInfo] = {n.name: NodeInfo(n) for n in nodes}
+    pods_by_name = {p.name: p for p in case.pods}
+    for name, node, _msg, devices in placed:
+        if node:
+            by_node[node].add_pod(PodInfo.of(pods_by_name[name], devices))
+    assert any(node for _, node, _, _ in placed) and any(node is None for _, node, _, _ in placed)
+    for info in by_node.values():
+        for resource, used in info.requested.items():
+            assert used <= info.allocatable.get(resource, 0), (info.name, resource)
+        assert len(info.pods) <= info.allocatable[PODS]
+        assert all(free >= 0 for free in info.gpu_free_memory), info.name
