@@ -190,3 +190,23 @@ def make_pod(rng: random.Random, i: int, *, gpu_fraction: float = 0.2, prefix: s
 def make_pods(n: int, *, seed: int = 1, gpu_fraction: float = 0.2, prefix: str = "pod") -> list[Pod]:
     rng = random.Random(seed)
     return [make_pod(rng, i, gpu_fraction=gpu_fraction, prefix=prefix) for i in range(n)]
+
+
+def make_replicas(templates: int, replicas: int, *, seed: int = 1, gpu_fraction: float = 0.2) -> list[Pod]:
+    """`templates` random pod templates, each stamped out `replicas` times (as a ReplicaSet or a
+    Job does): same spec, own name and uid. Interleaved, as several controllers would submit."""
+    bases = make_pods(templates, seed=seed, gpu_fraction=gpu_fraction, prefix="tmpl")
+    pods = []
+    for r in range(replicas):
+        for t, base in enumerate(bases):
+            name = f"rs{t:03d}-{r:05d}"
+            meta = ObjectMeta(
+                name=name,
+                namespace=base.metadata.namespace,
+                uid=f"uid-{name}",
+                labels=base.metadata.labels,
+                annotations=base.metadata.annotations,
+                creation_timestamp=base.metadata.creation_timestamp,
+            )
+            pods.append(Pod(meta, base.spec))
+    return pods

@@ -29,6 +29,7 @@ from kubus.api.manifests import (
     DEFAULT_SCHEDULER_NAME,
     Manifests,
     load_manifests,
+    parse_manifests,
     parse_node,
     parse_pod,
 )
@@ -129,6 +130,7 @@ __all__ = [
     "format_gpu_devices",
     "load_manifests",
     "milli_value",
+    "parse_manifests",
     "parse_node",
     "parse_node_gpus",
     "parse_pod",

@@ -8,7 +8,7 @@ from collections.abc import Iterator, Sequence
 class ManifestError(Exception):
     """A manifest the user wrote is wrong. `str()` is one line, e.g.::
 
-        pods.yaml: Pod default/web-1: spec.priority: expected an integer, got string "high"
+        pods.yaml: Pod default/web-1: spec.containers[0].resources.requests.cpu: quantity "abc" is not valid
 
     Attributes:
         source: the file name as given, or "<stdin>".

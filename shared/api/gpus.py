@@ -34,7 +34,8 @@ Pods
 - `kubus.io/gpu-model: "NVIDIA-H100-80GB-HBM3"` (or a comma-separated list of acceptable
   models) restricts either kind of request to those models, by exact string match.
 - `kubus.io/gpu-devices: "0,3"` records the indices of the devices a bound pod holds. kubus
-  writes it at bind time; it is read for pods that already carry `spec.nodeName`.
+  writes it at bind time (`format_gpu_devices`); it is read for pods that already carry
+  `spec.nodeName`, and must then list exactly as many devices as the pod asks for.
 
 Annotation values are strings (quote numbers in YAML: `kubus.io/gpu-count: "2"`).
 `kubus.io/gpu-count` without `kubus.io/gpu-memory`, with `nvidia.com/gpu`, or a
@@ -44,8 +45,10 @@ Annotation values are strings (quote numbers in YAML: `kubus.io/gpu-count: "2"`)
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import orjson
@@ -112,6 +115,11 @@ def _type_name(value: object) -> str:
     return type(value).__name__
 
 
+def _quote(text: str) -> str:
+    """Double-quoted with JSON escapes, so that a message stays on one line."""
+    return json.dumps(text, ensure_ascii=False)
+
+
 def _describe(value: object) -> str:
     """`integer -1`, `string "0"`, `boolean true`: a JSON value as a message shows it."""
     if isinstance(value, bool):
@@ -119,15 +127,17 @@ def _describe(value: object) -> str:
     if isinstance(value, int | float):
         return f"{_type_name(value)} {value}"
     if isinstance(value, str):
-        return f'string "{value}"'
+        return f"string {_quote(value)}"
     return _type_name(value)
 
 
+@lru_cache(maxsize=1024)
 def parse_node_gpus(annotation_value: str) -> tuple[GPUDevice, ...]:
     """The devices listed in a node's `kubus.io/gpus` annotation, sorted by index.
 
     Raises ValueError with a one-line reason (naming the list item) when the value is not a
-    JSON list of device objects as the module docstring describes.
+    JSON list of device objects as the module docstring describes. Results are cached (they
+    are immutable): the nodes of a pool share one annotation value.
     """
     try:
         raw = orjson.loads(annotation_value)
@@ -150,7 +160,7 @@ def parse_node_gpus(annotation_value: str) -> tuple[GPUDevice, ...]:
         if device.uuid:
             if device.uuid in seen_uuids:
                 raise ValueError(
-                    f'uuid "{device.uuid}" appears twice (indices {seen_uuids[device.uuid]} '
+                    f"uuid {_quote(device.uuid)} appears twice (indices {seen_uuids[device.uuid]} "
                     f"and {device.index})"
                 )
             seen_uuids[device.uuid] = device.index
@@ -164,7 +174,7 @@ def _parse_device(item: Any, position: int) -> GPUDevice:
     unknown = [k for k in item if k not in _DEVICE_KEYS]
     if unknown:
         raise ValueError(
-            f'{where}: unknown field "{unknown[0]}" (known: {", ".join(_DEVICE_KEYS)})'
+            f"{where}: unknown field {_quote(unknown[0])} (known: {', '.join(_DEVICE_KEYS)})"
         )
     for key in ("index", "model", "memory"):
         if item.get(key) is None:
@@ -215,7 +225,7 @@ def _models(raw: str) -> tuple[str, ...]:
     if not all(models):
         raise GPUAnnotationError(
             GPU_MODEL_ANNOTATION,
-            f'"{raw}" is not a comma-separated list of GPU models (an entry is empty)',
+            f"{_quote(raw)} is not a comma-separated list of GPU models (an entry is empty)",
         )
     return models
 
@@ -224,7 +234,7 @@ def _count(raw: str) -> int:
     text = raw.strip()
     if not text.isdigit() or not text.isascii() or int(text) < 1:
         raise GPUAnnotationError(
-            GPU_COUNT_ANNOTATION, f'"{raw}" is not a whole number of GPUs (1 or more)'
+            GPU_COUNT_ANNOTATION, f"{_quote(raw)} is not a whole number of GPUs (1 or more)"
         )
     return int(text)
 
@@ -293,7 +303,7 @@ def pod_gpu_devices(pod: Pod) -> tuple[int, ...]:
     if not all(p.isdigit() and p.isascii() for p in parts):
         raise GPUAnnotationError(
             GPU_DEVICES_ANNOTATION,
-            f'"{raw}" is not a comma-separated list of GPU indices (such as "0,3")',
+            f'{_quote(raw)} is not a comma-separated list of GPU indices (such as "0,3")',
         )
     indices = sorted(int(p) for p in parts)
     for a, b in itertools.pairwise(indices):

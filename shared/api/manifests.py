@@ -5,15 +5,21 @@ Input is YAML or JSON, one or many documents (`---`), each a `v1` `Pod` or `Node
 not read are ignored, as kube ignores them; fields it reads must have the right type and a valid
 value, otherwise the load fails with a ManifestError naming the file, the object and the field::
 
-  pods.yaml: Pod default/web: spec.containers[0].resources.requests.cpu: quantity "abc" is not valid
+    pods.yaml: Pod default/web-1: spec.containers[0].resources.requests.cpu: quantity "abc" is not valid
 
-`load_manifests` reports every bad object of a file at once (ManifestErrors), the first problem
-of each. Validation follows the API server where scheduling depends on it: quantities, enums
-(taint effects, toleration and selector operators, preemptionPolicy, whenUnsatisfiable), the
-rules on selector values (In/NotIn need values, Exists/DoesNotExist take none, Gt/Lt take one
+`load_manifests` (a file, standard input or text) and `parse_manifests` (text only) report
+every bad object of the input at once (ManifestErrors), the first problem of each; `parse_pod`
+and `parse_node` read one decoded object.
+
+Validation follows the API server where scheduling depends on it: quantities, enums (taint
+effects, toleration and selector operators, preemptionPolicy, whenUnsatisfiable), the rules on
+selector values (In/NotIn need values, Exists/DoesNotExist take none, Gt/Lt take one
 integer, matchFields only `metadata.name` with one value), tolerations (Exists takes no value,
 an empty key needs Exists, tolerationSeconds only with NoExecute), names (RFC 1123), label keys
-and values, requests not above limits, whole numbers for extended resources, and kubus's own
+and values, container resource names (cpu, memory, ephemeral-storage, hugepages-*, or a
+domain-qualified extended resource: "cpus" is a typo, not a resource), requests not above
+limits (equal for extended resources and hugepages), whole numbers for extended resources,
+ports (1-65535, TCP/UDP/SCTP, a valid hostIP), one RFC 3339 time format, and kubus's own
 `kubus.io/gpu*` annotations (see kubus.api.gpus). Two objects of the same kind and name in one
 load are an error.
 
@@ -35,6 +41,13 @@ object:
   keys such as hostname anti-affinity rely on it).
 - Node `status.conditions`: a node without a Ready condition is ready.
 
+No taints are derived from conditions or from `spec.unschedulable` (kube's node lifecycle
+controller adds `node.kubernetes.io/not-ready` and `.../unschedulable` taints): kubus's plugins
+read `NodeStatus.ready` and `NodeSpec.unschedulable` directly.
+
+Exactness: quantities are converted to integers per field (see kubus.api.quantity), so a request
+finer than 1m CPU or 1 byte is rounded up where it is written.
+
 Deliberate leniencies: a missing `apiVersion` is accepted (a present one must be `v1`), and an
 extended resource such as `nvidia.com/gpu` may be given in requests alone (kube insists on a
 limit; if both are given they must be equal, as in kube).
@@ -43,6 +56,7 @@ limit; if both are given they must be equal, as in kube).
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import re
 import sys
@@ -52,6 +66,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import Enum
 from fractions import Fraction
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
@@ -108,6 +123,7 @@ __all__ = [
     "DEFAULT_SCHEDULER_NAME",
     "Manifests",
     "load_manifests",
+    "parse_manifests",
     "parse_node",
     "parse_pod",
 ]
@@ -133,7 +149,7 @@ _POD_RESOURCES = frozenset({CPU, MEMORY, EPHEMERAL_STORAGE})
 _BaseLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-class _Loader(_BaseLoader):  # type: ignore[misc, valid-type]
+class _Loader(_BaseLoader):  # type: ignore[misc]
     pass
 
 
@@ -174,6 +190,7 @@ def _dns_subdomain_error(text: str) -> str | None:
     return None
 
 
+@lru_cache(maxsize=4096)
 def _qualified_name_error(text: str) -> str | None:
     """IsQualifiedName: an optional DNS subdomain prefix and '/', then a name of <= 63 chars."""
     prefix, slash, name = text.rpartition("/")
@@ -194,6 +211,7 @@ def _qualified_name_error(text: str) -> str | None:
     return None
 
 
+@lru_cache(maxsize=4096)
 def _label_value_error(text: str) -> str | None:
     if len(text) > 63:
         return "must be no more than 63 characters"
@@ -206,7 +224,8 @@ def _label_value_error(text: str) -> str | None:
 
 
 def _quote(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    """Double-quoted with JSON escapes, so that a message stays on one line."""
+    return json.dumps(text, ensure_ascii=False)
 
 
 def _shown(value: Any) -> str:
@@ -237,6 +256,8 @@ def _key_path(base: str, key: str) -> str:
     """`base.key` for a plain identifier, `base[key]` otherwise (kube's field.Path.Key)."""
     if _PLAIN_KEY.fullmatch(key):
         return f"{base}.{key}" if base else key
+    if not key.isprintable():
+        key = _quote(key)[1:-1]
     return f"{base}[{key}]"
 
 
@@ -252,6 +273,23 @@ def _is_integer_resource(name: str) -> bool:
 def _is_overcommit_forbidden(name: str) -> bool:
     """kube's !IsOvercommitAllowed: extended resources and hugepages need request == limit."""
     return _is_integer_resource(name) or name.startswith("hugepages-")
+
+
+@lru_cache(maxsize=4096, typed=True)
+def _resource_quantity(kind: str, raw: str | int | float) -> tuple[int, Fraction]:
+    """(base units, exact value) of a quantity; `kind` is "cpu" (milli-CPU), the name of an
+    extended resource (whole numbers only), or "" (anything else). Cached: a cluster file
+    repeats the same few quantities thousands of times."""
+    shown = raw.strip() if isinstance(raw, str) else repr(raw)
+    exact = parse_quantity(shown if isinstance(raw, str) else raw)
+    if exact < 0:
+        raise ValueError(f"quantity {_quote(shown)} must not be negative")
+    if kind and kind != CPU and exact.denominator != 1:
+        raise ValueError(f"quantity {_quote(shown)} must be a whole number for {kind}")
+    base = milli_value(exact) if kind == CPU else value(exact)
+    if base > MAX_INT64:
+        raise ValueError(f"quantity {_quote(shown)} is too large")
+    return base, exact
 
 
 class _Reader:
@@ -373,19 +411,11 @@ class _Reader:
         """(base units, exact value) of one resource quantity; rejects negatives and > int64."""
         if raw is None or isinstance(raw, bool) or not isinstance(raw, str | int | float):
             self.fail(path, f"expected a quantity (string or number), got {_describe(raw)}")
-        shown = raw.strip() if isinstance(raw, str) else repr(raw)
+        kind = name if name == CPU or _is_integer_resource(name) else ""
         try:
-            exact = parse_quantity(shown if isinstance(raw, str) else raw)
+            return _resource_quantity(kind, raw)
         except ValueError as e:
             self.fail(path, str(e))
-        if exact < 0:
-            self.fail(path, f"quantity {_quote(shown)} must not be negative")
-        if _is_integer_resource(name) and exact.denominator != 1:
-            self.fail(path, f"quantity {_quote(shown)} must be a whole number for {name}")
-        base = milli_value(exact) if name == CPU else value(exact)
-        if base > MAX_INT64:
-            self.fail(path, f"quantity {_quote(shown)} is too large")
-        return base, exact
 
     def resources(
         self, value: Any, path: str, *, pod: bool = False
@@ -401,10 +431,10 @@ class _Reader:
             item_path = _key_path(path, name)
             if not name:
                 self.fail(path, "resource names must be non-empty")
-            if "/" in name:
-                if problem := _qualified_name_error(name):
-                    self.fail(item_path, f"resource name {_quote(name)} is not valid: {problem}")
-            elif pod and name not in _POD_RESOURCES and not name.startswith("hugepages-"):
+            if problem := _qualified_name_error(name):
+                self.fail(item_path, f"resource name {_quote(name)} is not valid: {problem}")
+            standard = name in _POD_RESOURCES or name.startswith("hugepages-")
+            if pod and "/" not in name and not standard:
                 self.fail(
                     item_path,
                     f"{_quote(name)} is not a resource a pod can request (cpu, memory, "
@@ -456,14 +486,14 @@ def _object_label(kind: str, obj: Mapping[str, Any], where: str, namespaced: boo
     if not isinstance(meta, dict):
         return where
     name = meta.get("name")
-    if not isinstance(name, str) or not name:
+    if not isinstance(name, str) or not name or not name.isprintable():
         return where
     if not namespaced:
         return f"{kind} {name}"
     namespace = meta.get("namespace")
     if namespace is None or namespace == "":
         namespace = "default"
-    if not isinstance(namespace, str):
+    if not isinstance(namespace, str) or not namespace.isprintable():
         return f"{kind} {name}"
     return f"{kind} {namespace}/{name}"
 
@@ -1214,6 +1244,7 @@ def _read(path_or_text: str | bytes | os.PathLike[str], source: str | None) -> t
         data, name = sys.stdin.buffer.read(), source or STDIN
     elif isinstance(path_or_text, os.PathLike) or (
         isinstance(path_or_text, str)
+        and path_or_text.strip()
         and "\n" not in path_or_text
         and path_or_text.lstrip()[:1] not in ("{", "[")
     ):
@@ -1235,8 +1266,9 @@ def load_manifests(
 ) -> Manifests:
     """Read Pods and Nodes from a manifest file or text (YAML or JSON, multi-document, Lists).
 
-    The argument is a path (a `pathlib.Path`, or a one-line string), "-" for standard input, or
-    the manifest text itself (bytes, or a string with a newline or starting with `{` or `[`).
+    The argument is a path (a `pathlib.Path`, or a non-blank one-line string), "-" for standard
+    input, or the manifest text itself (bytes, or a string that has a newline, starts with `{`
+    or `[`, or is blank).
     `source` names the input in errors; by default the path as given, or "<stdin>".
 
     Raises ManifestError for the first problem when only one object is bad, ManifestErrors
@@ -1244,7 +1276,15 @@ def load_manifests(
     anything else for bad input.
     """
     text, name = _read(path_or_text, source)
-    collector = _Collector(name)
+    return parse_manifests(text, source=name)
+
+
+def parse_manifests(text: str | bytes, *, source: str = STDIN) -> Manifests:
+    """Like `load_manifests`, for manifest text that is never taken for a path (what a client
+    published on the bus, what was read from standard input)."""
+    if isinstance(text, bytes):
+        text, source = _read(text, source)
+    collector = _Collector(source)
     _documents(text, collector)
     if len(collector.errors) == 1:
         raise collector.errors[0]

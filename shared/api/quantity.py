@@ -30,6 +30,7 @@ else (memory and storage in bytes, pods, extended resources such as `nvidia.com/
 
 from __future__ import annotations
 
+import json
 import math
 from fractions import Fraction
 from functools import lru_cache
@@ -57,7 +58,8 @@ def _invalid(text: str, detail: str = "") -> ValueError:
 
 
 def _quote(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    """Double-quoted with JSON escapes, so that a message stays on one line."""
+    return json.dumps(text, ensure_ascii=False)
 
 
 def _scan(text: str) -> tuple[bool, str, str, str]:

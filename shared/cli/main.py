@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _read_manifests(paths: Sequence[str]) -> Manifests:
     pods, nodes = [], []
     for path in paths:
-        m = load_manifests(sys.stdin.read(), source="<stdin>") if path == "-" else load_manifests(path)
+        m = load_manifests(path)
         pods.extend(m.pods)
         nodes.extend(m.nodes)
     return Manifests(pods=pods, nodes=nodes)
@@ -77,6 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "simulate":
             return _simulate(args)
     except (ManifestError, ConfigError, BackendUnavailable, OSError) as e:
-        sys.stderr.write(f"error: {e}\n")
+        for line in str(e).splitlines():
+            sys.stderr.write(f"error: {line}\n")
         return EXIT_USAGE
     return EXIT_USAGE

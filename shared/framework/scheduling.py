@@ -101,6 +101,8 @@ class _PodClass:
     narrowed_by: tuple[str, ...] = ()
     """PreFilter plugins that limited the pod to some nodes (sorted)."""
     scored: bool = False
+    dirty: list[int] = field(default_factory=list)
+    """Rows placements touched since this class last decided: stale until `_refresh_rows`."""
     diagnosis: tuple[int, str, dict[str, int]] | None = None
     """(table.version, message, reasons) of the last failure, reused until the table changes."""
 
@@ -133,13 +135,16 @@ class Scheduler:
             cls = classes.get(key)
             if cls is None:
                 cls = classes[key] = self._evaluate(pod)
+            elif cls.dirty:
+                self._refresh_rows(cls)
             remaining[key] -= 1
             result = self._decide(cls, pod, explain)
             results.append(result)
             if result.node is not None:
                 row = self.table.row_of[result.node]
-                live = [c for k, c in classes.items() if remaining[k] > 0]
-                self._refresh_row(live, row)
+                for k, other in classes.items():
+                    if remaining[k] > 0:
+                        other.dirty.append(row)
         return results
 
     # ---- one class: PreFilter, Filter, PreScore, Score over all rows --------------------------
@@ -220,31 +225,29 @@ class Scheduler:
 
     # ---- after a placement: recompute one row --------------------------------------------------
 
-    def _refresh_row(self, classes: list[_PodClass], row: int) -> None:
-        view = self.table.view()
-        xp = view.xp
-        rows = xp.asarray([row])
-        for cls in classes:
-            if not cls.status.is_success or not bool(cls.static_pass[row]):
+    def _refresh_rows(self, cls: _PodClass) -> None:
+        """Recompute the rows placements touched since the class last decided, in one call per
+        placement-sensitive plugin (not one per placement)."""
+        table = self.table
+        rows_h = np.unique(np.asarray(cls.dirty, dtype=np.intp))
+        cls.dirty.clear()
+        if not cls.status.is_success:
+            return
+        view = table.view()
+        rows = table.backend.asarray(rows_h)
+        ok = cls.static_pass[rows]
+        for plugin in cls.sensitive_filters:
+            ok = ok & plugin.filter(cls.state, cls.pod, view, rows).passed
+        cls.feasible[rows] = ok
+        if not cls.scored:
+            return
+        for term in cls.terms:
+            if not term.sensitive:
                 continue
-            ok = True
-            for plugin in cls.sensitive_filters:
-                if not bool(plugin.filter(cls.state, cls.pod, view, rows).passed[0]):
-                    ok = False
-                    break
-            cls.feasible[row] = ok
-            if not cls.scored:
-                continue
-            base_delta = 0
-            for term in cls.terms:
-                if not term.sensitive:
-                    continue
-                new = int(term.plugin.score(cls.state, cls.pod, view, rows)[0])
-                if not term.normalizes:
-                    base_delta += (new - int(term.raw[row])) * term.weight
-                term.raw[row] = new
-            if base_delta:
-                cls.base[row] += base_delta
+            new = term.plugin.score(cls.state, cls.pod, view, rows)
+            if not term.normalizes:
+                cls.base[rows] += (new - term.raw[rows]) * term.weight
+            term.raw[rows] = new
 
     # ---- one pod -----------------------------------------------------------------------------
 

@@ -146,41 +146,40 @@ def _resource_score(
     return scorer(view.xp, (alloc, req), weights)
 
 
-def _weighted_mean(
-    xp: Any, alloc: list[Any], per_resource: list[Any], weights: list[int], *, positive_only: bool = False
-) -> Any:
+def _weighted_mean(xp: Any, alloc: list[Any], scores: list[Any], weights: list[int]) -> Any:
+    """kube's `nodeScore / weightSum` over the resources the node has (allocatable != 0).
+
+    The common case, every node having every resource, takes no masks at all.
+    """
     n = alloc[0].shape[0] if alloc else 0
     total = xp.zeros(n, dtype=xp.int64)
-    weight_sum = xp.zeros(n, dtype=xp.int64)
-    for a, s, w in zip(alloc, per_resource, weights, strict=True):
-        counted = a != 0
-        if positive_only:
-            counted &= s > 0
-        total += xp.where(counted, s * w, 0)
-        weight_sum += xp.where(counted, w, 0)
-    return total, weight_sum
+    weight_sum: Any = 0
+    for a, s, w in zip(alloc, scores, weights, strict=True):
+        if bool(a.all()):
+            total += s * w
+            weight_sum = weight_sum + w
+        else:
+            has = a != 0
+            total += xp.where(has, s * w, 0)
+            weight_sum = weight_sum + has * w
+    if isinstance(weight_sum, int):
+        return total // weight_sum if weight_sum else total * 0
+    return xp.where(weight_sum == 0, 0, total // xp.maximum(weight_sum, 1))
 
 
 def _least_allocated(xp: Any, cols: tuple[list[Any], list[Any]], weights: list[int]) -> Any:
+    """((allocatable - requested) * 100) / allocatable per resource, 0 when over capacity."""
     alloc, req = cols
-    scores = []
-    for a, r in zip(alloc, req, strict=True):
-        safe = xp.where(a == 0, 1, a)
-        s = (a - r) * MAX_NODE_SCORE // safe
-        scores.append(xp.where((a == 0) | (r > a), 0, s))
-    total, wsum = _weighted_mean(xp, alloc, scores, weights)
-    return xp.where(wsum == 0, 0, total // xp.where(wsum == 0, 1, wsum))
+    # floor division of a negative (over capacity) gives a negative: clamping makes it 0
+    scores = [xp.maximum((a - r) * MAX_NODE_SCORE // xp.maximum(a, 1), 0) for a, r in zip(alloc, req, strict=True)]
+    return _weighted_mean(xp, alloc, scores, weights)
 
 
 def _most_allocated(xp: Any, cols: tuple[list[Any], list[Any]], weights: list[int]) -> Any:
+    """(min(requested, allocatable) * 100) / allocatable per resource."""
     alloc, req = cols
-    scores = []
-    for a, r in zip(alloc, req, strict=True):
-        safe = xp.where(a == 0, 1, a)
-        s = xp.minimum(r, a) * MAX_NODE_SCORE // safe
-        scores.append(xp.where(a == 0, 0, s))
-    total, wsum = _weighted_mean(xp, alloc, scores, weights)
-    return xp.where(wsum == 0, 0, total // xp.where(wsum == 0, 1, wsum))
+    scores = [xp.minimum(r, a) * MAX_NODE_SCORE // xp.maximum(a, 1) for a, r in zip(alloc, req, strict=True)]
+    return _weighted_mean(xp, alloc, scores, weights)
 
 
 def _requested_to_capacity_ratio(shape: tuple[tuple[int, int], ...]) -> Callable[[Any, Any, Any], Any]:
@@ -204,13 +203,16 @@ def _requested_to_capacity_ratio(shape: tuple[tuple[int, int], ...]) -> Callable
 
     def scorer(xp: Any, cols: tuple[list[Any], list[Any]], weights: list[int]) -> Any:
         alloc, req = cols
-        scores = []
-        for a, r in zip(alloc, req, strict=True):
-            safe = xp.where(a == 0, 1, a)
-            util = xp.where((a == 0) | (r > a), MAX_UTILIZATION, r * MAX_UTILIZATION // safe)
-            scores.append(broken_linear(xp, util))
-        total, wsum = _weighted_mean(xp, alloc, scores, weights, positive_only=True)
-        mean = total.astype(xp.float64) / xp.where(wsum == 0, 1, wsum).astype(xp.float64)
+        n = alloc[0].shape[0] if alloc else 0
+        total = xp.zeros(n, dtype=xp.int64)
+        wsum = xp.zeros(n, dtype=xp.int64)
+        for a, r, w in zip(alloc, req, weights, strict=True):
+            util = xp.where((a == 0) | (r > a), MAX_UTILIZATION, r * MAX_UTILIZATION // xp.maximum(a, 1))
+            score = broken_linear(xp, util)
+            counted = (a != 0) & (score > 0)  # kube counts only positive resource scores
+            total += xp.where(counted, score * w, 0)
+            wsum += xp.where(counted, w, 0)
+        mean = total.astype(xp.float64) / xp.maximum(wsum, 1).astype(xp.float64)
         return xp.where(wsum == 0, 0, xp.floor(mean + 0.5).astype(xp.int64))  # Go math.Round, x >= 0
 
     return scorer

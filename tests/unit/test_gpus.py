@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from kubus.api.gpus import (
     GPU_COUNT_ANNOTATION,
     GPU_DEVICES_ANNOTATION,
@@ -253,3 +257,24 @@ def test_format_gpu_devices_round_trips() -> None:
 )
 def test_gpu_request_accepts(request_: GPURequest, device: GPUDevice, accepted: bool) -> None:
     assert request_.accepts(device) is accepted
+
+
+device_values = st.none() | st.booleans() | st.integers(-5, 2**65) | st.floats() | st.text(
+    max_size=6) | st.sampled_from(["40Gi", "1", "-1Gi", "A100", "GPU-1"]) | st.lists(
+    st.integers(), max_size=2)
+devices = st.lists(
+    st.dictionaries(st.sampled_from(["index", "uuid", "model", "memory", "healthy", "x"]),
+                    device_values, max_size=6),
+    max_size=4,
+)
+
+
+@given(devices)
+def test_fuzzed_gpu_annotations_raise_only_value_errors(items: list[dict[str, object]]) -> None:
+    try:
+        parsed = parse_node_gpus(json.dumps(items))
+    except ValueError as e:
+        assert "\n" not in str(e)
+    else:
+        assert [d.index for d in parsed] == list(range(len(parsed)))
+        assert all(d.memory > 0 and d.model for d in parsed)

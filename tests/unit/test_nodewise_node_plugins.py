@@ -104,9 +104,7 @@ def port_pod(*specs: str) -> Pod:
     ports = []
     for s in specs:
         proto, ip, port = s.split("/")
-        ports.append(
-            ContainerPort(container_port=int(port), host_port=int(port), protocol=proto, host_ip=ip)
-        )
+        ports.append(ContainerPort(container_port=int(port), host_port=int(port), protocol=proto, host_ip=ip))
     return pod(containers=(Container(name="c", ports=tuple(ports)),))
 
 
@@ -172,9 +170,7 @@ def test_node_ports(name: str, p: Pod, existing: list[str], ok: bool) -> None:
     want = (
         Status.success()
         if ok
-        else Status(
-            Code.UNSCHEDULABLE, ("node(s) didn't have free ports for the requested pod ports",)
-        )
+        else Status(Code.UNSCHEDULABLE, ("node(s) didn't have free ports for the requested pod ports",))
     )
     assert got == want
 
@@ -282,13 +278,9 @@ FILTER = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("name", "tolerations", "taints", "untolerated"), FILTER, ids=[t[0] for t in FILTER]
-)
+@pytest.mark.parametrize(("name", "tolerations", "taints", "untolerated"), FILTER, ids=[t[0] for t in FILTER])
 def test_taint_toleration_filter(name, tolerations, taints, untolerated) -> None:
-    got = TaintToleration().filter(
-        CycleState(), pod(tolerations=tolerations), info(node(taints=taints))
-    )
+    got = TaintToleration().filter(CycleState(), pod(tolerations=tolerations), info(node(taints=taints)))
     if untolerated is None:
         assert got.is_success
     else:
@@ -338,9 +330,7 @@ SCORE = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("name", "tolerations", "taint_sets", "want"), SCORE, ids=[t[0] for t in SCORE]
-)
+@pytest.mark.parametrize(("name", "tolerations", "taint_sets", "want"), SCORE, ids=[t[0] for t in SCORE])
 def test_taint_toleration_score(name, tolerations, taint_sets, want) -> None:
     plugin, state, p = TaintToleration(), CycleState(), pod(tolerations=tolerations)
     nodes = [info(node(f"node{i}", taints=ts)) for i, ts in enumerate(taint_sets)]
@@ -365,16 +355,10 @@ NODE_40_300_2000 = images(
     (("gcr.io/2000:latest",), 2000),
 )
 NODE_250_10 = images((("gcr.io/250:latest",), 250), (("gcr.io/10:latest", "gcr.io/10:v1"), 10))
-NODE_600_40_900 = images(
-    (("gcr.io/600:latest",), 600), (("gcr.io/40:latest",), 40), (("gcr.io/900:latest",), 900)
-)
-NODE_300_600_900 = images(
-    (("gcr.io/300:latest",), 300), (("gcr.io/600:latest",), 600), (("gcr.io/900:latest",), 900)
-)
+NODE_600_40_900 = images((("gcr.io/600:latest",), 600), (("gcr.io/40:latest",), 40), (("gcr.io/900:latest",), 900))
+NODE_300_600_900 = images((("gcr.io/300:latest",), 300), (("gcr.io/600:latest",), 600), (("gcr.io/900:latest",), 900))
 NODE_4000_30 = images((("gcr.io/4000:latest",), 4000), (("gcr.io/30:latest",), 30))
-NODE_20_30_40 = images(
-    (("gcr.io/20:latest",), 20), (("gcr.io/30:latest",), 30), (("gcr.io/40:latest",), 40)
-)
+NODE_20_30_40 = images((("gcr.io/20:latest",), 20), (("gcr.io/30:latest",), 30), (("gcr.io/40:latest",), 40))
 
 
 def image_pod(*names: str, init: tuple[str, ...] = ()) -> Pod:
@@ -430,9 +414,7 @@ LOCALITY = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("name", "p", "node_images", "want"), LOCALITY, ids=[t[0] for t in LOCALITY]
-)
+@pytest.mark.parametrize(("name", "p", "node_images", "want"), LOCALITY, ids=[t[0] for t in LOCALITY])
 @pytest.mark.parametrize("via_snapshot", [True, False])
 def test_image_locality(name, p, node_images, want, via_snapshot) -> None:
     nodes = [info(node(f"node{i}", images=imgs)) for i, imgs in enumerate(node_images)]

@@ -303,9 +303,7 @@ ENOUGH = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("name", "p", "existing", "code", "reasons"), ENOUGH, ids=[t[0] for t in ENOUGH]
-)
+@pytest.mark.parametrize(("name", "p", "existing", "code", "reasons"), ENOUGH, ids=[t[0] for t in ENOUGH])
 def test_fit_filter(name, p, existing, code, reasons) -> None:
     ni = info(node_res("n", _FIT_NODE), *(pod(e) for e in existing))
     plugin = NodeResourcesFit()
@@ -439,12 +437,8 @@ def test_fit_score_strategies(prescore: bool) -> None:
     """fit_test.go TestFitScore (with and without PreScore)."""
     nodes = lambda: two_nodes(4000, 10000, 6000, 10000, [req(2000, 4000)], [req(1000, 2000)])  # noqa: E731
     big, small = pod(req(3000, 5000)), pod(req(1000, 2000))
-    assert scores(
-        fit("RequestedToCapacityRatio", shape=[(0, 10), (100, 0)]), big, nodes(), prescore
-    ) == [10, 32]
-    assert scores(
-        fit("RequestedToCapacityRatio", shape=[(0, 0), (100, 10)]), big, nodes(), prescore
-    ) == [95, 68]
+    assert scores(fit("RequestedToCapacityRatio", shape=[(0, 10), (100, 0)]), big, nodes(), prescore) == [10, 32]
+    assert scores(fit("RequestedToCapacityRatio", shape=[(0, 0), (100, 10)]), big, nodes(), prescore) == [95, 68]
     assert scores(fit("MostAllocated"), small, nodes(), prescore) == [67, 36]
     assert scores(fit("LeastAllocated"), small, nodes(), prescore) == [32, 63]
 
@@ -580,9 +574,7 @@ LEAST = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("name", "p", "nodes", "resources", "want"), LEAST, ids=[t[0] for t in LEAST]
-)
+@pytest.mark.parametrize(("name", "p", "nodes", "resources", "want"), LEAST, ids=[t[0] for t in LEAST])
 def test_least_allocated(name, p, nodes, resources, want) -> None:
     assert scores(fit("LeastAllocated", resources), p, nodes) == want
 
@@ -680,9 +672,7 @@ MOST = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("name", "p", "nodes", "resources", "want"), MOST, ids=[t[0] for t in MOST]
-)
+@pytest.mark.parametrize(("name", "p", "nodes", "resources", "want"), MOST, ids=[t[0] for t in MOST])
 def test_most_allocated(name, p, nodes, resources, want) -> None:
     assert scores(fit("MostAllocated", resources), p, nodes) == want
 

@@ -6,8 +6,9 @@ plugins in `kubus.plugins` are tested against, the baseline of the benchmark, an
 a kube-style plugin (it plugs into the vectorized framework through
 `kubus.framework.adapter`). `ReferenceScheduler` runs them as kube's schedule_one.go does.
 
-Plugin shape: a class with `name: ClassVar[str]`, constructed as `Plugin(args=None,
-handle=None)` (args: the plugin's args dataclass, or None for kube's defaults), with any of
+Plugin shape (the Protocols of `kubus.plugins.nodewise.interface`): a class with
+`name: ClassVar[str]`, constructed as `Plugin(args=None, handle=None)` (args: the plugin's args
+dataclass, or None for kube's defaults), with any of
 
     pre_filter(state, pod, nodes) -> (frozenset[str] | None, Status)
     filter(state, pod, node_info) -> Status
@@ -15,6 +16,10 @@ handle=None)` (args: the plugin's args dataclass, or None for kube's defaults), 
     score(state, pod, node_info) -> int
     normalize_score(state, pod, scores: dict[str, int]) -> None      (in place)
     reserve(state, pod, node_info) -> Status / unreserve(state, pod, node_info)
+
+A plugin that needs every node of the cycle (kube reaches them through its framework handle)
+reads them from the cycle state under SNAPSHOT_STATE_KEY, which the scheduler writes before
+PreFilter (ImageLocality does, for the spread of images).
 """
 
 from __future__ import annotations
@@ -24,6 +29,14 @@ from kubus.plugins.nodewise.balanced_allocation import NodeResourcesBalancedAllo
 from kubus.plugins.nodewise.default_binder import DefaultBinder
 from kubus.plugins.nodewise.gpu_fit import GPU_DEVICES_STATE_KEY, GPUFit, pick_gpu_devices
 from kubus.plugins.nodewise.image_locality import ImageLocality
+from kubus.plugins.nodewise.interface import (
+    FilterPlugin,
+    NormalizeScorePlugin,
+    PreFilterPlugin,
+    PreScorePlugin,
+    ReservePlugin,
+    ScorePlugin,
+)
 from kubus.plugins.nodewise.node_affinity import NodeAffinity
 from kubus.plugins.nodewise.node_name import NodeName
 from kubus.plugins.nodewise.node_ports import NodePorts
@@ -62,6 +75,7 @@ __all__ = [
     "GPU_DEVICES_STATE_KEY",
     "SNAPSHOT_STATE_KEY",
     "DefaultBinder",
+    "FilterPlugin",
     "GPUFit",
     "ImageLocality",
     "NodeAffinity",
@@ -70,13 +84,18 @@ __all__ = [
     "NodeResourcesBalancedAllocation",
     "NodeResourcesFit",
     "NodeUnschedulable",
+    "NormalizeScorePlugin",
     "PluginScore",
+    "PreFilterPlugin",
+    "PreScorePlugin",
     "PrioritySort",
     "QueuedPodInfo",
     "ReferenceProfile",
     "ReferenceResult",
     "ReferenceScheduler",
+    "ReservePlugin",
     "SchedulingGates",
+    "ScorePlugin",
     "TaintToleration",
     "fit_error_message",
     "num_feasible_nodes_to_find",

@@ -67,9 +67,7 @@ class ResourceAllocationScorer:
                 out.append(requests.get(r.name, 0))
         return out
 
-    def allocatable_request(
-        self, node_info: NodeInfo, resource: str, pod_request: int
-    ) -> tuple[int, int]:
+    def allocatable_request(self, node_info: NodeInfo, resource: str, pod_request: int) -> tuple[int, int]:
         """calculateResourceAllocatableRequest: (allocatable, requested including the pod)."""
         alloc = node_info.allocatable
         if pod_request == 0 and is_scalar_resource_name(resource):
@@ -78,14 +76,10 @@ class ResourceAllocationScorer:
             node_cpu = node_info.requested[CPU] if self.use_requested else node_info.non_zero_cpu
             return alloc.get(CPU, 0), node_cpu + pod_request
         if resource == MEMORY:
-            node_mem = (
-                node_info.requested[MEMORY] if self.use_requested else node_info.non_zero_memory
-            )
+            node_mem = node_info.requested[MEMORY] if self.use_requested else node_info.non_zero_memory
             return alloc.get(MEMORY, 0), node_mem + pod_request
         if resource == EPHEMERAL_STORAGE:
-            return alloc.get(EPHEMERAL_STORAGE, 0), node_info.requested[
-                EPHEMERAL_STORAGE
-            ] + pod_request
+            return alloc.get(EPHEMERAL_STORAGE, 0), node_info.requested[EPHEMERAL_STORAGE] + pod_request
         if is_scalar_resource_name(resource) and resource in alloc:
             return alloc[resource], node_info.requested[resource] + pod_request
         return 0, 0

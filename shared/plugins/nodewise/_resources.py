@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from kubus.api.objects import CPU, EPHEMERAL_STORAGE, MEMORY, PODS
 
@@ -56,6 +57,7 @@ def is_native_resource(name: str) -> bool:
     return "/" not in name or is_prefixed_native_resource(name)
 
 
+@lru_cache(maxsize=4096)
 def is_extended_resource_name(name: str) -> bool:
     """v1helper.IsExtendedResourceName: a qualified `domain/name` outside kubernetes.io."""
     if is_native_resource(name) or name.startswith(REQUESTS_PREFIX):
@@ -71,6 +73,7 @@ def is_attachable_volume_resource_name(name: str) -> bool:
     return name.startswith(ATTACHABLE_VOLUMES_PREFIX)
 
 
+@lru_cache(maxsize=4096)
 def is_scalar_resource_name(name: str) -> bool:
     """schedutil.IsScalarResourceName: the names kube keeps in Resource.ScalarResources."""
     return (

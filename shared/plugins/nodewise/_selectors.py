@@ -56,11 +56,7 @@ def requirement_errors(req: NodeSelectorRequirement) -> list[str]:
     elif op in (_OP.GT, _OP.LT):
         if len(vals) != 1:
             errs.append("for 'Gt', 'Lt' operators, exactly one value is required")
-        errs.extend(
-            "for 'Gt', 'Lt' operators, the value must be an integer"
-            for v in vals
-            if parse_int64(v) is None
-        )
+        errs.extend("for 'Gt', 'Lt' operators, the value must be an integer" for v in vals if parse_int64(v) is None)
     else:
         errs.append(f"unsupported operator {op!r}")
     errs.extend(f"invalid label value {v!r}" for v in vals if not is_valid_label_value(v))
@@ -129,9 +125,7 @@ class ParsedTerm:
         # kube only knows metadata.name, and skips field requirements for a nameless node
         fields = {"metadata.name": node_name} if node_name else {}
         return not (
-            self.term.match_fields
-            and fields
-            and not all(_field_matches(r, fields) for r in self.term.match_fields)
+            self.term.match_fields and fields and not all(_field_matches(r, fields) for r in self.term.match_fields)
         )
 
 
@@ -147,9 +141,7 @@ class LazyNodeSelector:
 
     @classmethod
     def parse(cls, selector: NodeSelector) -> LazyNodeSelector:
-        return cls(
-            tuple(ParsedTerm.parse(t) for t in selector.node_selector_terms if not is_empty_term(t))
-        )
+        return cls(tuple(ParsedTerm.parse(t) for t in selector.node_selector_terms if not is_empty_term(t)))
 
     @property
     def errors(self) -> tuple[str, ...]:

@@ -58,9 +58,7 @@ class NodeResourcesBalancedAllocation:
     def __init__(self, args: Any = None, handle: Any = None) -> None:
         """NodeResourcesBalancedAllocationArgs (`resources`), or None: cpu and memory."""
         resources = resource_weights(getattr(args, "resources", None))
-        self.scorer = ResourceAllocationScorer(
-            self.name, resources, balanced_resource_scorer, use_requested=True
-        )
+        self.scorer = ResourceAllocationScorer(self.name, resources, balanced_resource_scorer, use_requested=True)
 
     def pre_score(self, state: CycleState, pod: Pod, nodes: Sequence[NodeInfo]) -> Status:
         requests = self.scorer.pod_request_list(pod)

@@ -63,9 +63,7 @@ def eligible_gpu_devices(request: GPURequest, node_info: NodeInfo) -> list[int]:
     return out
 
 
-def pick_gpu_devices(
-    request: GPURequest, node_info: NodeInfo, mode: str = BINPACK
-) -> tuple[int, ...]:
+def pick_gpu_devices(request: GPURequest, node_info: NodeInfo, mode: str = BINPACK) -> tuple[int, ...]:
     """The devices the pod gets on this node, sorted by index.
 
     The eligible devices ordered by (free memory, index) for binpack, (-free memory, index) for

@@ -53,9 +53,7 @@ class RequiredNodeAffinity:
 
     def matches(self, node_info: NodeInfo) -> bool:
         labels = node_info.node.metadata.labels
-        if self.node_selector is not None and not labels_selector_matches(
-            self.node_selector, labels
-        ):
+        if self.node_selector is not None and not labels_selector_matches(self.node_selector, labels):
             return False
         if self.affinity is not None:
             return self.affinity.matches(labels, node_info.name)
@@ -94,8 +92,7 @@ class NodeAffinity:
                 sel = LazyNodeSelector.parse(added.required)
                 if sel.errors:
                     raise ValueError(
-                        "parsing addedAffinity.requiredDuringSchedulingIgnoredDuringExecution: "
-                        + "; ".join(sel.errors)
+                        "parsing addedAffinity.requiredDuringSchedulingIgnoredDuringExecution: " + "; ".join(sel.errors)
                     )
                 self.added_node_selector = sel
             if added.preferred:

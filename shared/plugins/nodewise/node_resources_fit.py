@@ -63,12 +63,7 @@ def fits_request(
     allowed = allocatable.allowed_pod_number
     if used_pods + 1 > allowed:
         out.append(InsufficientResource("pods", "Too many pods", 1, used_pods, allowed))
-    if (
-        request.milli_cpu == 0
-        and request.memory == 0
-        and request.ephemeral_storage == 0
-        and not request.scalar
-    ):
+    if request.milli_cpu == 0 and request.memory == 0 and request.ephemeral_storage == 0 and not request.scalar:
         return out
     for name, want, have, cap in (
         ("cpu", request.milli_cpu, requested.milli_cpu, allocatable.milli_cpu),
@@ -81,9 +76,7 @@ def fits_request(
         ),
     ):
         if want > 0 and want > cap - have:
-            out.append(
-                InsufficientResource(name, f"Insufficient {name}", want, have, cap, want > cap)
-            )
+            out.append(InsufficientResource(name, f"Insufficient {name}", want, have, cap, want > cap))
     for name in sorted(request.scalar):
         want = request.scalar[name]
         if want == 0:
@@ -94,9 +87,7 @@ def fits_request(
                 continue
         have, cap = requested.scalar.get(name, 0), allocatable.scalar.get(name, 0)
         if want > cap - have:
-            out.append(
-                InsufficientResource(name, f"Insufficient {name}", want, have, cap, want > cap)
-            )
+            out.append(InsufficientResource(name, f"Insufficient {name}", want, have, cap, want > cap))
     return out
 
 
@@ -160,9 +151,7 @@ def scaled_utilization(requested: int, capacity: int, maximum: int) -> int:
     return requested * maximum // capacity
 
 
-def requested_to_capacity_ratio_scorer(
-    weights: Sequence[int], shape: Sequence[tuple[int, int]]
-) -> Scorer:
+def requested_to_capacity_ratio_scorer(weights: Sequence[int], shape: Sequence[tuple[int, int]]) -> Scorer:
     """`shape` in the config's units (score 0..10); scaled to 0..100 as kube does."""
     scale = go_div(MAX_NODE_SCORE, MAX_CUSTOM_PRIORITY_SCORE)
     raw = broken_linear_function([(u, s * scale) for u, s in shape])
@@ -208,9 +197,7 @@ class NodeResourcesFit:
         """NodeResourcesFitArgs (or None for kube's defaults: LeastAllocated on cpu and memory).
         Raises ValueError for an unknown strategy or a RequestedToCapacityRatio without shape."""
         self.ignored_resources = frozenset(getattr(args, "ignored_resources", None) or ())
-        self.ignored_resource_groups = frozenset(
-            getattr(args, "ignored_resource_groups", None) or ()
-        )
+        self.ignored_resource_groups = frozenset(getattr(args, "ignored_resource_groups", None) or ())
         strategy = getattr(args, "scoring_strategy", None)
         kind = _strategy_type(strategy)
         resources = resource_weights(getattr(strategy, "resources", None))
@@ -235,19 +222,11 @@ class NodeResourcesFit:
     def filter(self, state: CycleState, pod: Pod, node_info: NodeInfo) -> Status:
         request = state.get(PRE_FILTER_STATE_KEY)
         if request is None:
-            return Status.error(
-                f'error reading "{PRE_FILTER_STATE_KEY}" from cycleState: not found'
-            )
-        insufficient = fits_request(
-            request, node_info, self.ignored_resources, self.ignored_resource_groups
-        )
+            return Status.error(f'error reading "{PRE_FILTER_STATE_KEY}" from cycleState: not found')
+        insufficient = fits_request(request, node_info, self.ignored_resources, self.ignored_resource_groups)
         if not insufficient:
             return Status.success()
-        code = (
-            Code.UNSCHEDULABLE_AND_UNRESOLVABLE
-            if any(r.unresolvable for r in insufficient)
-            else Code.UNSCHEDULABLE
-        )
+        code = Code.UNSCHEDULABLE_AND_UNRESOLVABLE if any(r.unresolvable for r in insufficient) else Code.UNSCHEDULABLE
         return Status(code, tuple(r.reason for r in insufficient))
 
     def pre_score(self, state: CycleState, pod: Pod, nodes: Sequence[NodeInfo]) -> Status:

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from kubus.api.objects import Pod
 from kubus.framework.cycle_state import CycleState
@@ -41,6 +41,15 @@ from kubus.framework.tiebreak import node_tie_hash, pod_tie_hash, tie_key
 from kubus.plugins.nodewise._normalize import MAX_NODE_SCORE, MIN_NODE_SCORE
 from kubus.plugins.nodewise._snapshot import SNAPSHOT_STATE_KEY
 from kubus.plugins.nodewise.gpu_fit import GPU_DEVICES_STATE_KEY
+from kubus.plugins.nodewise.interface import (
+    FilterPlugin,
+    NormalizeScorePlugin,
+    Plugin,
+    PreFilterPlugin,
+    PreScorePlugin,
+    ReservePlugin,
+    ScorePlugin,
+)
 
 NO_NODE_AVAILABLE_MSG = "0/{} nodes are available"
 ERR_NO_NODES_AVAILABLE = "no nodes available to schedule pods"
@@ -115,19 +124,19 @@ class PluginScore(NamedTuple):
 class ReferenceProfile:
     """The plugins of one profile, in the order they run at each extension point."""
 
-    pre_filter: Sequence[Any] = ()
-    filter: Sequence[Any] = ()
-    pre_score: Sequence[Any] = ()
-    score: Sequence[tuple[Any, int]] = ()
+    pre_filter: Sequence[PreFilterPlugin] = ()
+    filter: Sequence[FilterPlugin] = ()
+    pre_score: Sequence[PreScorePlugin] = ()
+    score: Sequence[tuple[ScorePlugin, int]] = ()
     """(plugin, weight) pairs."""
-    reserve: Sequence[Any] = ()
+    reserve: Sequence[ReservePlugin] = ()
     percentage_of_nodes_to_score: int | None = None
     """None: the scheduler's global value (itself None: kube's adaptive percentage)."""
 
     @classmethod
     def of(
         cls,
-        plugins: Sequence[Any],
+        plugins: Sequence[Plugin],
         weights: Mapping[str, int] | None = None,
         percentage_of_nodes_to_score: int | None = None,
     ) -> ReferenceProfile:
@@ -135,15 +144,12 @@ class ReferenceProfile:
         weights by plugin name (default 1)."""
         weights = weights or {}
 
-        def at(method: str) -> tuple[Any, ...]:
-            return tuple(p for p in plugins if callable(getattr(p, method, None)))
-
         return cls(
-            pre_filter=at("pre_filter"),
-            filter=at("filter"),
-            pre_score=at("pre_score"),
-            score=tuple((p, weights.get(p.name, 1)) for p in at("score")),
-            reserve=at("reserve"),
+            pre_filter=[p for p in plugins if isinstance(p, PreFilterPlugin)],
+            filter=[p for p in plugins if isinstance(p, FilterPlugin)],
+            pre_score=[p for p in plugins if isinstance(p, PreScorePlugin)],
+            score=[(p, weights.get(p.name, 1)) for p in plugins if isinstance(p, ScorePlugin)],
+            reserve=[p for p in plugins if isinstance(p, ReservePlugin)],
             percentage_of_nodes_to_score=percentage_of_nodes_to_score,
         )
 
@@ -154,7 +160,9 @@ class ReferenceResult:
     node: str | None
     """The chosen node; None when the pod was not scheduled."""
     status: Status
-    """Success; Unschedulable / UnschedulableAndUnresolvable (FitError); or Error."""
+    """Success; Unschedulable for a FitError (the Reserve plugin's code when Reserve rejected);
+    UnschedulableAndUnresolvable when there are no nodes; or Error. `plugin` names the PreFilter
+    or Reserve plugin that rejected the pod, if one did."""
     message: str = ""
     """kube's FitError text ("0/N nodes are available: ..."), or the error's."""
     filter_reasons: dict[str, str] = field(default_factory=dict)
@@ -190,9 +198,7 @@ class ReferenceScheduler:
 
     # ---- public ------------------------------------------------------------------------------
 
-    def schedule_all(
-        self, pods: Sequence[Pod], node_infos: Sequence[NodeInfo]
-    ) -> list[ReferenceResult]:
+    def schedule_all(self, pods: Sequence[Pod], node_infos: Sequence[NodeInfo]) -> list[ReferenceResult]:
         """Schedule pods in order, adding each placed pod (with its GPU devices) to its
         NodeInfo so the pods after it see it. Mutates `node_infos`."""
         by_name = {info.name: info for info in node_infos}
@@ -217,12 +223,13 @@ class ReferenceScheduler:
         if not status.is_success:
             if not status.is_rejected:
                 return ReferenceResult(pod, None, status, status.message())
-            # every node gets the PreFilter status; the message names it once
+            # every node gets the PreFilter status; the message names it once. Like any
+            # FitError, the pod's status is Unschedulable (the per-node statuses keep the code)
             message = fit_error_message(n_all, {}, status, status.message())
             return ReferenceResult(
                 pod,
                 None,
-                Status(status.code, (message,), status.plugin),
+                Status(Code.UNSCHEDULABLE, (message,), status.plugin),
                 message,
                 filter_reasons={info.name: plugin_reason(status) for info in node_infos},
                 reasons=reason_histogram(n_all, {}, status),
@@ -238,21 +245,15 @@ class ReferenceScheduler:
                 (f"node(s) didn't satisfy plugin(s) {go_list(sorted(narrowing))}",),
                 ", ".join(sorted(narrowing)),
             )
-            filter_reasons = {
-                i.name: plugin_reason(absent) for i in node_infos if i.name not in allowed
-            }
+            filter_reasons = {i.name: plugin_reason(absent) for i in node_infos if i.name not in allowed}
 
         feasible, statuses, error = self._find_nodes_that_pass_filters(state, pod, nodes)
-        self.next_start_node_index = (
-            self.next_start_node_index + len(feasible) + len(statuses)
-        ) % n_all
+        self.next_start_node_index = (self.next_start_node_index + len(feasible) + len(statuses)) % n_all
         filter_reasons.update((name, plugin_reason(s)) for name, s in statuses.items())
         evaluated = len(feasible) + len(statuses)
         names = tuple(info.name for info in feasible)
         if error is not None:
-            return ReferenceResult(
-                pod, None, error, error.message(), filter_reasons, evaluated=evaluated
-            )
+            return ReferenceResult(pod, None, error, error.message(), filter_reasons, evaluated=evaluated)
         if not feasible:
             message = fit_error_message(n_all, statuses, absent)
             return ReferenceResult(
@@ -354,7 +355,7 @@ class ReferenceScheduler:
         for plugin in self.profile.filter:
             if plugin.name in state.skip_filter_plugins:
                 continue
-            status = plugin.filter(state, pod, node_info)
+            status: Status = plugin.filter(state, pod, node_info)
             if not status.is_success:
                 if not status.is_rejected:
                     error = f'running "{plugin.name}" filter plugin: {status.message()}'
@@ -402,13 +403,13 @@ class ReferenceScheduler:
         if not self.profile.score:
             total.update((info.name, 1) for info in nodes)
             return None
-        for plugin in self.profile.pre_score:
-            status = plugin.pre_score(state, pod, nodes)
+        for pre in self.profile.pre_score:
+            status = pre.pre_score(state, pod, nodes)
             if status.is_skip:
-                state.skip_score_plugins.add(plugin.name)
+                state.skip_score_plugins.add(pre.name)
             elif not status.is_success:
-                error = f'running PreScore plugin "{plugin.name}": {status.message()}'
-                return Status(Code.ERROR, (error,), plugin.name)
+                error = f'running PreScore plugin "{pre.name}": {status.message()}'
+                return Status(Code.ERROR, (error,), pre.name)
         for info in nodes:
             scores[info.name] = {}
             total[info.name] = 0
@@ -417,9 +418,8 @@ class ReferenceScheduler:
                 continue
             raw = {info.name: int(plugin.score(state, pod, info)) for info in nodes}
             normalized = dict(raw)
-            normalize = getattr(plugin, "normalize_score", None)
-            if callable(normalize):
-                normalize(state, pod, normalized)
+            if isinstance(plugin, NormalizeScorePlugin):
+                plugin.normalize_score(state, pod, normalized)
             for name, score in normalized.items():
                 if not MIN_NODE_SCORE <= score <= MAX_NODE_SCORE:
                     error = (
@@ -431,9 +431,7 @@ class ReferenceScheduler:
                 total[name] += score * weight
         return None
 
-    def _select_host(
-        self, pod: Pod, nodes: Sequence[NodeInfo], total: Mapping[str, int]
-    ) -> NodeInfo:
+    def _select_host(self, pod: Pod, nodes: Sequence[NodeInfo], total: Mapping[str, int]) -> NodeInfo:
         pod_hash = pod_tie_hash(self.seed, pod.metadata.uid or pod.key)
         return max(
             nodes,
@@ -445,7 +443,7 @@ class ReferenceScheduler:
 
     def _reserve(self, state: CycleState, pod: Pod, node_info: NodeInfo) -> Status:
         for plugin in self.profile.reserve:
-            status = plugin.reserve(state, pod, node_info)
+            status: Status = plugin.reserve(state, pod, node_info)
             if not status.is_success:
                 for undo in reversed(self.profile.reserve):
                     unreserve = getattr(undo, "unreserve", None)

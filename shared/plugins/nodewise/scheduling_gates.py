@@ -23,6 +23,4 @@ class SchedulingGates:
         gates = pod.spec.scheduling_gates
         if not gates:
             return Status.success()
-        return Status.unschedulable(
-            f"waiting for scheduling gates: [{' '.join(gates)}]", resolvable=False
-        )
+        return Status.unschedulable(f"waiting for scheduling gates: [{' '.join(gates)}]", resolvable=False)

@@ -35,19 +35,14 @@ def do_not_schedule_taint(taint: Taint) -> bool:
 
 def tolerations_prefer_no_schedule(tolerations: Sequence[Toleration]) -> tuple[Toleration, ...]:
     """getAllTolerationPreferNoSchedule: tolerations with no effect or PreferNoSchedule."""
-    return tuple(
-        t for t in tolerations if t.effect is None or t.effect is TaintEffect.PREFER_NO_SCHEDULE
-    )
+    return tuple(t for t in tolerations if t.effect is None or t.effect is TaintEffect.PREFER_NO_SCHEDULE)
 
 
-def count_intolerable_taints_prefer_no_schedule(
-    taints: Sequence[Taint], tolerations: Sequence[Toleration]
-) -> int:
+def count_intolerable_taints_prefer_no_schedule(taints: Sequence[Taint], tolerations: Sequence[Toleration]) -> int:
     return sum(
         1
         for taint in taints
-        if taint.effect is TaintEffect.PREFER_NO_SCHEDULE
-        and not tolerations_tolerate_taint(tolerations, taint)
+        if taint.effect is TaintEffect.PREFER_NO_SCHEDULE and not tolerations_tolerate_taint(tolerations, taint)
     )
 
 
@@ -58,16 +53,12 @@ class TaintToleration:
         pass
 
     def filter(self, state: CycleState, pod: Pod, node_info: NodeInfo) -> Status:
-        taint = find_matching_untolerated_taint(
-            node_info.node.spec.taints, pod.spec.tolerations, do_not_schedule_taint
-        )
+        taint = find_matching_untolerated_taint(node_info.node.spec.taints, pod.spec.tolerations, do_not_schedule_taint)
         if taint is None:
             return Status.success()
         return Status.unschedulable(untolerated_taint_reason(taint), resolvable=False)
 
     def pre_score(self, state: CycleState, pod: Pod, nodes: Sequence[NodeInfo]) -> Status:
-        if not nodes:
-            return Status.success()
         state.write(PRE_SCORE_STATE_KEY, tolerations_prefer_no_schedule(pod.spec.tolerations))
         return Status.success()
 

@@ -1,0 +1,1 @@
+"""The message bus: subject and stream names, NATS connection helpers."""
