@@ -23,13 +23,12 @@ from dataclasses import dataclass
 
 from kubus.framework.config import default_config
 from kubus.framework.nodeinfo import NodeInfo
-from kubus.framework.registry import ExtensionPoint
 from kubus.framework.runtime import Framework
 from kubus.framework.scheduling import Scheduler
 from kubus.kernels.backend import select_backend
 from kubus.kernels.node_table import NodeTable
-from kubus.plugins import in_tree_registry, nodewise
-from kubus.plugins.nodewise import ReferenceProfile, ReferenceScheduler
+from kubus.plugins import in_tree_registry
+from kubus.plugins.nodewise import ReferenceScheduler, reference_profile
 from kubus.synthetic import make_nodes, make_pods, make_replicas
 
 
@@ -55,25 +54,7 @@ def _scheduler(nodes: list, pct: int | None, backend_name: str) -> Scheduler:
 
 def _reference(nodes: list, pct: int | None) -> tuple[ReferenceScheduler, list[NodeInfo]]:
     profile = default_config(registry=in_tree_registry()).profiles[0]
-    classes = {cls.name: cls for cls in nodewise.ALL_PLUGINS}
-    instances: dict[str, object] = {}
-
-    def at(point: ExtensionPoint) -> tuple:
-        return tuple(
-            instances.setdefault(r.name, classes[r.name](profile.plugin_args.get(r.name)))
-            for r in profile.plugins[point]
-        )
-
-    weights = {r.name: r.weight for r in profile.plugins[ExtensionPoint.SCORE]}
-    ref = ReferenceProfile(
-        pre_filter=at(ExtensionPoint.PRE_FILTER),
-        filter=at(ExtensionPoint.FILTER),
-        pre_score=at(ExtensionPoint.PRE_SCORE),
-        score=tuple((p, weights[p.name]) for p in at(ExtensionPoint.SCORE)),
-        reserve=at(ExtensionPoint.RESERVE),
-        percentage_of_nodes_to_score=pct,
-    )
-    return ReferenceScheduler(ref, seed=1), [NodeInfo(n) for n in nodes]
+    return ReferenceScheduler(reference_profile(profile, pct), seed=1), [NodeInfo(n) for n in nodes]
 
 
 def _timed(fn) -> tuple[float, object]:

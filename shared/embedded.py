@@ -34,6 +34,8 @@ from typing import Self
 import nats
 import nats.errors
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
 __all__ = [
     "EmbeddedServers",
@@ -402,13 +404,17 @@ class EmbeddedServers:
             return
 
     async def _wait_redis(self, port: int, deadline: float) -> None:
-        client = aioredis.Redis(host=HOST, port=port, socket_connect_timeout=1, socket_timeout=1)
+        pid = self._redis.proc.pid if self._redis.proc else 0
+        client = aioredis.Redis(
+            host=HOST, port=port, socket_connect_timeout=0.5, socket_timeout=0.5, retry=Retry(NoBackoff(), 0)
+        )
         try:
             while True:
                 if self._redis.exited() is not None:
                     raise self._redis.failure("exited during startup")
                 try:
-                    if await client.ping():
+                    # Our server, not another one that already held the port: compare the pid.
+                    if await client.ping() and (await client.info("server")).get("process_id") == pid:
                         return
                 except (OSError, aioredis.RedisError):
                     pass

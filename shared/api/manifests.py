@@ -81,6 +81,7 @@ from kubus.api.gpus import (
     pod_gpu_devices,
     pod_gpu_request,
 )
+from kubus.api.names import dns1123_label_error, dns1123_subdomain_error, label_value_error, qualified_name_error
 from kubus.api.objects import (
     CPU,
     EPHEMERAL_STORAGE,
@@ -158,69 +159,9 @@ _Loader.yaml_implicit_resolvers = {
     for first, resolvers in _BaseLoader.yaml_implicit_resolvers.items()
 }
 
-# --- Name rules (k8s.io/apimachinery/pkg/util/validation) ---------------------------------------
-_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
-_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 _PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 
 _E = TypeVar("_E", bound=Enum)
-
-
-def _dns_label_error(text: str) -> str | None:
-    if len(text) > 63:
-        return "must be no more than 63 characters"
-    if not _DNS1123_LABEL.fullmatch(text):
-        return (
-            "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or "
-            "'-', and must start and end with an alphanumeric character"
-        )
-    return None
-
-
-def _dns_subdomain_error(text: str) -> str | None:
-    if len(text) > 253:
-        return "must be no more than 253 characters"
-    if not _DNS1123_SUBDOMAIN.fullmatch(text):
-        return (
-            "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, "
-            "'-' or '.', and must start and end with an alphanumeric character"
-        )
-    return None
-
-
-@lru_cache(maxsize=4096)
-def _qualified_name_error(text: str) -> str | None:
-    """IsQualifiedName: an optional DNS subdomain prefix and '/', then a name of <= 63 chars."""
-    prefix, slash, name = text.rpartition("/")
-    if slash:
-        if not prefix:
-            return "prefix part must be non-empty"
-        if _dns_subdomain_error(prefix):
-            return f"prefix part {_dns_subdomain_error(prefix)}"
-    if not name:
-        return "name part must be non-empty"
-    if len(name) > 63:
-        return "name part must be no more than 63 characters"
-    if not _QUALIFIED_NAME.fullmatch(name):
-        return (
-            "name part must consist of alphanumeric characters, '-', '_' or '.', and must start "
-            "and end with an alphanumeric character"
-        )
-    return None
-
-
-@lru_cache(maxsize=4096)
-def _label_value_error(text: str) -> str | None:
-    if len(text) > 63:
-        return "must be no more than 63 characters"
-    if not _LABEL_VALUE.fullmatch(text):
-        return (
-            "a valid label must be an empty string or consist of alphanumeric characters, '-', "
-            "'_' or '.', and must start and end with an alphanumeric character"
-        )
-    return None
 
 
 def _quote(text: str) -> str:
@@ -431,7 +372,7 @@ class _Reader:
             item_path = _key_path(path, name)
             if not name:
                 self.fail(path, "resource names must be non-empty")
-            if problem := _qualified_name_error(name):
+            if problem := qualified_name_error(name):
                 self.fail(item_path, f"resource name {_quote(name)} is not valid: {problem}")
             standard = name in _POD_RESOURCES or name.startswith("hugepages-")
             if pod and "/" not in name and not standard:
@@ -506,19 +447,19 @@ def _metadata(r: _Reader, raw: Any, kind: str, namespaced: bool) -> ObjectMeta:
     if not name:
         hint = " (generateName is not supported)" if meta.get("generateName") else ""
         r.fail("metadata.name", f"is required{hint}")
-    if problem := _dns_subdomain_error(name):
+    if problem := dns1123_subdomain_error(name):
         r.fail("metadata.name", f"{_quote(name)} is not a valid name: {problem}")
     namespace = ""
     if namespaced:
         namespace = r.string(meta.get("namespace"), "metadata.namespace") or "default"
-        if problem := _dns_label_error(namespace):
+        if problem := dns1123_label_error(namespace):
             r.fail("metadata.namespace", f"{_quote(namespace)} is not a valid namespace: {problem}")
     uid = r.string(meta.get("uid"), "metadata.uid") or _uid(kind, namespace, name)
     labels = r.string_map(
-        meta.get("labels"), "metadata.labels", _qualified_name_error, _label_value_error
+        meta.get("labels"), "metadata.labels", qualified_name_error, label_value_error
     )
     annotations = r.string_map(
-        meta.get("annotations"), "metadata.annotations", _qualified_name_error
+        meta.get("annotations"), "metadata.annotations", qualified_name_error
     )
     created = r.timestamp(meta.get("creationTimestamp"), "metadata.creationTimestamp")
     return ObjectMeta(
@@ -570,7 +511,7 @@ def _node_selector_requirement(
                 "must be only one value when `operator` is 'In' or 'NotIn' for node field selector",
             )
     else:
-        if problem := _qualified_name_error(key):
+        if problem := qualified_name_error(key):
             r.fail(f"{path}.key", f"{_quote(key)} is not a valid label key: {problem}")
         _check_values(r, op, values, f"{path}.values")
     return NodeSelectorRequirement(key=key, operator=op, values=values)
@@ -628,8 +569,8 @@ def _label_selector(r: _Reader, raw: Any, path: str) -> LabelSelector | None:
     match_labels = r.string_map(
         selector.get("matchLabels"),
         f"{path}.matchLabels",
-        _qualified_name_error,
-        _label_value_error,
+        qualified_name_error,
+        label_value_error,
     )
     expressions = []
     expr_path = f"{path}.matchExpressions"
@@ -637,7 +578,7 @@ def _label_selector(r: _Reader, raw: Any, path: str) -> LabelSelector | None:
         item_path = f"{expr_path}[{i}]"
         req = r.mapping(item, item_path)
         key = r.required_string(req.get("key"), f"{item_path}.key")
-        if problem := _qualified_name_error(key):
+        if problem := qualified_name_error(key):
             r.fail(f"{item_path}.key", f"{_quote(key)} is not a valid label key: {problem}")
         if req.get("operator") is None:
             r.fail(f"{item_path}.operator", "is required")
@@ -657,7 +598,7 @@ def _label_selector(r: _Reader, raw: Any, path: str) -> LabelSelector | None:
 def _pod_affinity_term(r: _Reader, raw: Any, path: str) -> PodAffinityTerm:
     term = r.mapping(raw, path)
     topology_key = r.required_string(term.get("topologyKey"), f"{path}.topologyKey")
-    if problem := _qualified_name_error(topology_key):
+    if problem := qualified_name_error(topology_key):
         r.fail(f"{path}.topologyKey", f"{_quote(topology_key)} is not a valid label key: {problem}")
     return PodAffinityTerm(
         topology_key=topology_key,
@@ -667,10 +608,10 @@ def _pod_affinity_term(r: _Reader, raw: Any, path: str) -> PodAffinityTerm:
             r, term.get("namespaceSelector"), f"{path}.namespaceSelector"
         ),
         match_label_keys=r.string_list(
-            term.get("matchLabelKeys"), f"{path}.matchLabelKeys", _qualified_name_error
+            term.get("matchLabelKeys"), f"{path}.matchLabelKeys", qualified_name_error
         ),
         mismatch_label_keys=r.string_list(
-            term.get("mismatchLabelKeys"), f"{path}.mismatchLabelKeys", _qualified_name_error
+            term.get("mismatchLabelKeys"), f"{path}.mismatchLabelKeys", qualified_name_error
         ),
     )
 
@@ -722,7 +663,7 @@ def _affinity(r: _Reader, raw: Any, path: str) -> Affinity | None:
 def _toleration(r: _Reader, raw: Any, path: str) -> Toleration:
     tol = r.mapping(raw, path)
     key = r.string(tol.get("key"), f"{path}.key")
-    if key and (problem := _qualified_name_error(key)):
+    if key and (problem := qualified_name_error(key)):
         r.fail(f"{path}.key", f"{_quote(key)} is not a valid taint key: {problem}")
     op_raw = tol.get("operator")
     operator = (
@@ -735,7 +676,7 @@ def _toleration(r: _Reader, raw: Any, path: str) -> Toleration:
         r.fail(f"{path}.operator", "must be Exists when `key` is empty (to tolerate every taint)")
     if operator is TolerationOperator.EXISTS and value_text:
         r.fail(f"{path}.value", "must be empty when `operator` is 'Exists'")
-    if operator is TolerationOperator.EQUAL and (problem := _label_value_error(value_text)):
+    if operator is TolerationOperator.EQUAL and (problem := label_value_error(value_text)):
         r.fail(f"{path}.value", f"{_quote(value_text)} is not valid: {problem}")
     effect_raw = tol.get("effect")
     effect = (
@@ -760,10 +701,10 @@ def _taints(r: _Reader, raw: Any, path: str) -> tuple[Taint, ...]:
         item_path = f"{path}[{i}]"
         taint = r.mapping(item, item_path)
         key = r.required_string(taint.get("key"), f"{item_path}.key")
-        if problem := _qualified_name_error(key):
+        if problem := qualified_name_error(key):
             r.fail(f"{item_path}.key", f"{_quote(key)} is not a valid taint key: {problem}")
         value_text = r.string(taint.get("value"), f"{item_path}.value")
-        if problem := _label_value_error(value_text):
+        if problem := label_value_error(value_text):
             r.fail(f"{item_path}.value", f"{_quote(value_text)} is not valid: {problem}")
         if taint.get("effect") is None or taint.get("effect") == "":
             r.fail(f"{item_path}.effect", "is required")
@@ -790,7 +731,7 @@ def _topology_spread(r: _Reader, raw: Any, path: str) -> tuple[TopologySpreadCon
         tsc = r.mapping(item, item_path)
         max_skew = r.integer(tsc.get("maxSkew"), f"{item_path}.maxSkew", lo=1, hi=_INT32_MAX)
         topology_key = r.required_string(tsc.get("topologyKey"), f"{item_path}.topologyKey")
-        if problem := _qualified_name_error(topology_key):
+        if problem := qualified_name_error(topology_key):
             r.fail(
                 f"{item_path}.topologyKey",
                 f"{_quote(topology_key)} is not a valid label key: {problem}",
@@ -836,7 +777,7 @@ def _topology_spread(r: _Reader, raw: Any, path: str) -> tuple[TopologySpreadCon
                 node_affinity_policy=policies["nodeAffinityPolicy"],
                 node_taints_policy=policies["nodeTaintsPolicy"],
                 match_label_keys=r.string_list(
-                    tsc.get("matchLabelKeys"), f"{item_path}.matchLabelKeys", _qualified_name_error
+                    tsc.get("matchLabelKeys"), f"{item_path}.matchLabelKeys", qualified_name_error
                 ),
             )
         )
@@ -881,7 +822,7 @@ def _container(r: _Reader, raw: Any, path: str, *, init: bool) -> Container:
     if raw is None:
         r.fail(path, "expected a container, got null")
     name = r.required_string(spec.get("name"), f"{path}.name")
-    if problem := _dns_label_error(name):
+    if problem := dns1123_label_error(name):
         r.fail(f"{path}.name", f"{_quote(name)} is not a valid container name: {problem}")
     resources = r.mapping(spec.get("resources"), f"{path}.resources")
     requests = r.resources(resources.get("requests"), f"{path}.resources.requests", pod=True)
@@ -956,7 +897,7 @@ def _pod_spec(r: _Reader, raw: Any) -> PodSpec:
     if spec.get("preemptionPolicy") is not None:
         preemption = r.enum(spec.get("preemptionPolicy"), "spec.preemptionPolicy", PreemptionPolicy)
     node_name = r.string(spec.get("nodeName"), "spec.nodeName")
-    if node_name and (problem := _dns_subdomain_error(node_name)):
+    if node_name and (problem := dns1123_subdomain_error(node_name)):
         r.fail("spec.nodeName", f"{_quote(node_name)} is not a valid node name: {problem}")
 
     gates = []
@@ -964,7 +905,7 @@ def _pod_spec(r: _Reader, raw: Any) -> PodSpec:
         gate_path = f"spec.schedulingGates[{i}]"
         gate = r.mapping(item, gate_path)
         gate_name = r.required_string(gate.get("name"), f"{gate_path}.name")
-        if problem := _qualified_name_error(gate_name):
+        if problem := qualified_name_error(gate_name):
             r.fail(f"{gate_path}.name", f"{_quote(gate_name)} is not valid: {problem}")
         if gate_name in gates:
             r.fail(f"{gate_path}.name", f"duplicate scheduling gate {_quote(gate_name)}")
@@ -981,7 +922,7 @@ def _pod_spec(r: _Reader, raw: Any) -> PodSpec:
         preemption_policy=preemption,
         node_name=node_name,
         node_selector=r.string_map(
-            spec.get("nodeSelector"), "spec.nodeSelector", _qualified_name_error, _label_value_error
+            spec.get("nodeSelector"), "spec.nodeSelector", qualified_name_error, label_value_error
         ),
         affinity=_affinity(r, spec.get("affinity"), "spec.affinity"),
         tolerations=tuple(

@@ -8,8 +8,10 @@ and gather the answers over all nodes, so both forms share one definition.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 
+from kubus.api.names import is_qualified_name, is_valid_label_value
 from kubus.api.objects import (
     NodeSelector,
     NodeSelectorRequirement,
@@ -49,11 +51,14 @@ def first_untolerated_taint(
     return None
 
 
+_GO_INT = re.compile(r"[+-]?[0-9]+")
+
+
 def _int64(text: str) -> int | None:
-    try:
-        v = int(text, 10)
-    except ValueError:
+    """strconv.ParseInt(text, 10, 64): no spaces, no underscores; None where Go errs."""
+    if _GO_INT.fullmatch(text) is None:
         return None
+    v = int(text, 10)
     return v if -(2**63) <= v < 2**63 else None
 
 
@@ -85,6 +90,8 @@ def requirement_is_valid(req: NodeSelectorRequirement, *, field: bool = False) -
     op, n = req.operator, len(req.values)
     if field:
         return req.key == NODE_NAME_FIELD and op in (SelectorOperator.IN, SelectorOperator.NOT_IN) and n == 1
+    if not is_qualified_name(req.key) or not all(is_valid_label_value(v) for v in req.values):
+        return False
     if op in (SelectorOperator.IN, SelectorOperator.NOT_IN):
         return n > 0
     if op in (SelectorOperator.EXISTS, SelectorOperator.DOES_NOT_EXIST):

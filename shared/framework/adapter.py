@@ -13,12 +13,18 @@ from typing import Any, ClassVar
 
 import numpy as np
 from kubus.api.objects import Pod
-from kubus.framework.cycle_state import CycleState
+from kubus.framework.cycle_state import SNAPSHOT_STATE_KEY, CycleState
 from kubus.framework.interface import FilterResult, Rejection, Rows
 from kubus.framework.nodeinfo import NodeInfo
 from kubus.framework.registry import PluginSpec, extension_points_of
 from kubus.framework.status import Status
 from kubus.kernels.node_table import NodeTable, TableView
+
+
+def _with_snapshot(state: CycleState, table: NodeTable) -> None:
+    """Nodewise plugins find every node of the cycle in the state, as kube's reach its snapshot."""
+    if state.get(SNAPSHOT_STATE_KEY) is None:
+        state.write(SNAPSHOT_STATE_KEY, list(table.node_infos()))
 
 
 def _rows(view: TableView, rows: Rows) -> np.ndarray:
@@ -38,9 +44,11 @@ class NodewisePlugin:
         self.placement_sensitive = getattr(inner, "placement_sensitive", True)
 
     def pre_filter(self, state: CycleState, pod: Pod, table: NodeTable) -> tuple[frozenset[str] | None, Status]:
+        _with_snapshot(state, table)
         return self.inner.pre_filter(state, pod, list(table.node_infos()))
 
     def filter(self, state: CycleState, pod: Pod, view: TableView, rows: Rows) -> FilterResult:
+        _with_snapshot(state, view.table)
         rows_h = _rows(view, rows)
         passed = np.zeros(len(rows_h), dtype=bool)
         by_reason: dict[tuple[str, Any], np.ndarray] = {}
@@ -59,9 +67,11 @@ class NodewisePlugin:
         return FilterResult(xp.asarray(passed), rejections)
 
     def pre_score(self, state: CycleState, pod: Pod, table: NodeTable) -> Status:
+        _with_snapshot(state, table)
         return self.inner.pre_score(state, pod, list(table.node_infos()))
 
     def score(self, state: CycleState, pod: Pod, view: TableView, rows: Rows) -> Any:
+        _with_snapshot(state, view.table)
         infos: list[NodeInfo | None] = view.table.infos
         out = [0 if infos[r] is None else int(self.inner.score(state, pod, infos[r])) for r in _rows(view, rows)]
         return view.xp.asarray(np.array(out, dtype=np.int64))

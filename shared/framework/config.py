@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, TypeAlias
 
 import yaml
+from kubus.api.names import is_qualified_name, is_valid_label_value
 from kubus.api.objects import (
     CPU,
     MEMORY,
@@ -427,19 +428,12 @@ def _int(v: object, path: str, *, maximum: int = _INT32_MAX) -> int:
     return v
 
 
-_QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
-_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 
 
 def _check_qualified_name(v: str, path: str) -> None:
     """kube's IsQualifiedName: [DNS-subdomain prefix '/'] name, name <= 63 characters."""
-    prefix, _, name = v.rpartition("/")
-    ok = bool(name) and len(name) <= 63 and _QUALIFIED_NAME.fullmatch(name) is not None
-    if "/" in v:
-        ok = ok and 0 < len(prefix) <= 253 and _DNS1123_SUBDOMAIN.fullmatch(prefix) is not None
-    if not ok:
+    if not is_qualified_name(v):
         raise _FieldError(
             path,
             f'invalid value "{v}": must be a qualified name: an optional DNS subdomain prefix '
@@ -831,7 +825,7 @@ def _decode_requirement(raw: object, path: str, *, is_field: bool) -> NodeSelect
         if not _INTEGER.fullmatch(values[0]) or not -(2**63) <= int(values[0]) < 2**63:
             raise _FieldError(values_path, "for 'Gt', 'Lt' operators, the value must be an integer")
     for i, v in enumerate(values):
-        if len(v) > 63 or not _LABEL_VALUE.fullmatch(v):
+        if not is_valid_label_value(v):
             raise _FieldError(
                 f"{values_path}[{i}]",
                 f'invalid value "{v}": must be a valid label value: at most 63 alphanumerics, '

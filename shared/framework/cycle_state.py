@@ -4,6 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+GPU_DEVICES_STATE_KEY = "GPUFit/devices"
+"""Where a Reserve plugin leaves the GPU device indices it picked; the scheduler records them on
+the pod's PodInfo (and the binder on the binding)."""
+
+SNAPSHOT_STATE_KEY = "kubus/snapshot"
+"""Every NodeInfo of the cycle's snapshot, for nodewise plugins that look at all nodes (kube's
+SnapshotSharedLister): written by the reference scheduler and by the adapter."""
+
 
 class CycleState:
     """Data plugins write in PreFilter/PreScore and read later in the same cycle.

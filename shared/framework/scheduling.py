@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from kubus.api.objects import Pod
 from kubus.framework.config import num_feasible_nodes_to_find
-from kubus.framework.cycle_state import CycleState
+from kubus.framework.cycle_state import GPU_DEVICES_STATE_KEY, CycleState
 from kubus.framework.interface import ALL_ROWS, FilterResult, is_placement_sensitive
 from kubus.framework.nodeinfo import PodInfo
 from kubus.framework.runtime import Framework
@@ -32,7 +32,6 @@ from kubus.kernels.node_table import NodeTable
 
 NO_NODE_AVAILABLE = "0/{} nodes are available"
 NO_NODES_IN_CLUSTER = "no nodes available to schedule pods"
-GPU_DEVICES_STATE_KEY = "GPUFit/devices"
 
 
 @dataclass(frozen=True, slots=True)
@@ -438,7 +437,9 @@ def fit_error_message(num_nodes: int, reasons: Counter[str] | dict[str, int]) ->
 
 
 def _plugin_reason(plugin: str, reasons: Sequence[str]) -> str:
-    return f"{plugin}: {', '.join(reasons)}"
+    """How a node's rejection reads in explain: "<Plugin>: reason, reason" (no plugin: the reasons)."""
+    text = ", ".join(reasons)
+    return f"{plugin}: {text}" if plugin else text
 
 
 def _go_list(items: Sequence[str]) -> str:

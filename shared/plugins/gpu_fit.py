@@ -14,22 +14,23 @@ from typing import Any, ClassVar
 import numpy as np
 from kubus.api.gpus import GPURequest, pod_gpu_request
 from kubus.api.objects import Pod
-from kubus.framework.cycle_state import CycleState
+from kubus.framework.cycle_state import GPU_DEVICES_STATE_KEY, CycleState
 from kubus.framework.interface import MAX_NODE_SCORE, FilterResult, Rejection, Rows
 from kubus.framework.nodeinfo import NodeInfo
-from kubus.framework.scheduling import GPU_DEVICES_STATE_KEY
 from kubus.framework.status import Status
 from kubus.kernels.node_table import NodeTable, TableView
-from kubus.plugins.nodewise.gpu_fit import pick_gpu_devices
-
-_REQUEST_KEY = "PreFilterGPUFit"
-REASON_NO_GPUS = "node(s) had no GPUs"
-REASON_MODEL = "node(s) didn't have the requested GPU model"
-REASON_HEALTHY = "node(s) didn't have enough healthy GPUs"
-REASON_MEMORY = "node(s) didn't have GPUs with enough memory"
-REASON_FREE_MEMORY = "node(s) didn't have enough free GPU memory"
-REASON_FREE_GPUS = "node(s) didn't have enough free GPUs"
-MODES = ("binpack", "spread")
+from kubus.plugins.nodewise.gpu_fit import (
+    BINPACK,
+    REASON_FREE_GPUS,
+    REASON_FREE_MEMORY,
+    REASON_HEALTHY,
+    REASON_MEMORY,
+    REASON_MODEL,
+    REASON_NO_GPUS,
+    gpu_mode,
+    reserve_gpu_devices,
+)
+from kubus.plugins.nodewise.gpu_fit import PRE_FILTER_STATE_KEY as _REQUEST_KEY
 
 
 class GPUFit:
@@ -37,9 +38,7 @@ class GPUFit:
     placement_sensitive: ClassVar[bool] = True
 
     def __init__(self, args: Any = None, handle: object = None) -> None:
-        self.mode = getattr(args, "mode", None) or "binpack"
-        if self.mode not in MODES:
-            raise ValueError(f"GPUFit mode {self.mode!r} is not one of {', '.join(MODES)}")
+        self.mode = gpu_mode(args)
 
     def pre_filter(self, state: CycleState, pod: Pod, table: NodeTable) -> tuple[None, Status]:
         request = pod_gpu_request(pod)
@@ -106,22 +105,15 @@ class GPUFit:
             eligible = self._devices(view, request, rows)["eligible"]
             # the devices Reserve would pick: by free memory (ascending to binpack, descending to
             # spread), then by index; a stable sort keeps index order among equals
-            key = xp.where(eligible, free if self.mode == "binpack" else -free, xp.iinfo(xp.int64).max)
+            key = xp.where(eligible, free if self.mode == BINPACK else -free, xp.iinfo(xp.int64).max)
             order = xp.argsort(key, axis=1, kind="stable")[:, : request.count]
             taken = xp.take_along_axis(total, order, axis=1).sum(axis=1)
         util = (used + taken) * MAX_NODE_SCORE // xp.where(capacity == 0, 1, capacity)
         util = xp.where(capacity == 0, 0, util)
-        return util if self.mode == "binpack" else MAX_NODE_SCORE - util
+        return util if self.mode == BINPACK else MAX_NODE_SCORE - util
 
     def reserve(self, state: CycleState, pod: Pod, node_info: NodeInfo) -> Status:
-        request: GPURequest | None = state.get(_REQUEST_KEY)
-        if request is None:
-            return Status.success()
-        devices = pick_gpu_devices(request, node_info, self.mode)
-        if len(devices) < request.count:
-            return Status.unschedulable(REASON_FREE_MEMORY if request.shared else REASON_FREE_GPUS)
-        state.write(GPU_DEVICES_STATE_KEY, devices)
-        return Status.success()
+        return reserve_gpu_devices(state, pod, node_info, self.mode)
 
     def unreserve(self, state: CycleState, pod: Pod, node_info: NodeInfo) -> None:
         state.write(GPU_DEVICES_STATE_KEY, ())

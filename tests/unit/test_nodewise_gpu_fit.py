@@ -8,11 +8,10 @@ from dataclasses import dataclass
 import pytest
 from kubus.api.gpus import GPURequest
 from kubus.api.objects import Container, GPUDevice, Node, ObjectMeta, Pod, PodSpec
-from kubus.framework.cycle_state import CycleState
+from kubus.framework.cycle_state import GPU_DEVICES_STATE_KEY, CycleState
 from kubus.framework.nodeinfo import NodeInfo, PodInfo
 from kubus.framework.status import Code, Status
 from kubus.plugins.nodewise.gpu_fit import (
-    GPU_DEVICES_STATE_KEY,
     REASON_FREE_GPUS,
     REASON_FREE_MEMORY,
     REASON_HEALTHY,

@@ -22,10 +22,9 @@ from kubus.api.objects import (
     Toleration,
     TolerationOperator,
 )
-from kubus.framework.cycle_state import CycleState
+from kubus.framework.cycle_state import SNAPSHOT_STATE_KEY, CycleState
 from kubus.framework.nodeinfo import NodeInfo, PodInfo
 from kubus.framework.status import Code, Status
-from kubus.plugins.nodewise._snapshot import SNAPSHOT_STATE_KEY
 from kubus.plugins.nodewise.image_locality import ImageLocality, normalized_image_name
 from kubus.plugins.nodewise.node_name import NodeName
 from kubus.plugins.nodewise.node_ports import NodePorts

@@ -43,12 +43,11 @@ from kubus.api.objects import (
 )
 from kubus.framework.config import load_config
 from kubus.framework.nodeinfo import NodeInfo, PodInfo
-from kubus.framework.registry import ExtensionPoint
 from kubus.framework.runtime import Framework
 from kubus.framework.scheduling import Scheduler
 from kubus.kernels.node_table import NodeTable
-from kubus.plugins import in_tree_registry, nodewise
-from kubus.plugins.nodewise import ReferenceProfile, ReferenceScheduler
+from kubus.plugins import in_tree_registry
+from kubus.plugins.nodewise import ReferenceScheduler, reference_profile
 
 GI = 1024**3
 MODELS = ("H100", "A100", "L4")
@@ -247,9 +246,6 @@ def _config(name: str):
     return registry, load_config(text, registry=registry).profiles[0]
 
 
-NODEWISE = {cls.name: cls for cls in nodewise.ALL_PLUGINS}
-
-
 def reference(case: Case) -> list[tuple]:
     return [(r.pod.name, r.node, r.message, r.gpu_devices) for r in _reference_results(case)]
 
@@ -307,25 +303,8 @@ def test_explain_matches_reference_detail(case: Case) -> None:
 def _reference_results(case: Case) -> list:
     """The nodewise plugins of the same profile, run by the reference scheduler."""
     _, profile = _config(case.config)
-    instances: dict[str, object] = {}
-
-    def at(point: ExtensionPoint) -> tuple:
-        return tuple(
-            instances.setdefault(r.name, NODEWISE[r.name](profile.plugin_args.get(r.name)))
-            for r in profile.plugins.get(point, ())
-        )
-
-    weights = {r.name: r.weight for r in profile.plugins[ExtensionPoint.SCORE]}
-    ref_profile = ReferenceProfile(
-        pre_filter=at(ExtensionPoint.PRE_FILTER),
-        filter=at(ExtensionPoint.FILTER),
-        pre_score=at(ExtensionPoint.PRE_SCORE),
-        score=tuple((p, weights[p.name]) for p in at(ExtensionPoint.SCORE)),
-        reserve=at(ExtensionPoint.RESERVE),
-        percentage_of_nodes_to_score=case.pct,
-    )
     infos = [NodeInfo(n) for n in case.nodes]
-    return ReferenceScheduler(ref_profile, seed=7).schedule_all(case.pods, infos)
+    return ReferenceScheduler(reference_profile(profile, case.pct), seed=7).schedule_all(case.pods, infos)
 
 
 def test_placed_pods_never_overcommit() -> None:

@@ -24,10 +24,11 @@ PreFilter (ImageLocality does, for the spread of images).
 
 from __future__ import annotations
 
-from kubus.plugins.nodewise._snapshot import SNAPSHOT_STATE_KEY
+from kubus.framework.config import ProfileConfig
+from kubus.framework.registry import ExtensionPoint
 from kubus.plugins.nodewise.balanced_allocation import NodeResourcesBalancedAllocation
 from kubus.plugins.nodewise.default_binder import DefaultBinder
-from kubus.plugins.nodewise.gpu_fit import GPU_DEVICES_STATE_KEY, GPUFit, pick_gpu_devices
+from kubus.plugins.nodewise.gpu_fit import GPUFit, pick_gpu_devices, reserve_gpu_devices
 from kubus.plugins.nodewise.image_locality import ImageLocality
 from kubus.plugins.nodewise.interface import (
     FilterPlugin,
@@ -70,10 +71,33 @@ ALL_PLUGINS = (
 )
 """Every nodewise plugin class, in kube's default plugin order (GPUFit after the in-tree ones)."""
 
+
+def reference_profile(profile: ProfileConfig, percentage_of_nodes_to_score: int | None = None) -> ReferenceProfile:
+    """The nodewise plugins of a configured profile (same plugins, order, args and weights), for
+    the reference scheduler. Raises KeyError for a plugin that has no nodewise version."""
+    classes = {cls.name: cls for cls in ALL_PLUGINS}
+    instances: dict[str, object] = {}
+
+    def at(point: ExtensionPoint) -> tuple:
+        return tuple(
+            instances.setdefault(r.name, classes[r.name](profile.plugin_args.get(r.name)))
+            for r in profile.plugins.get(point, ())
+        )
+
+    weights = {r.name: r.weight for r in profile.plugins.get(ExtensionPoint.SCORE, ())}
+    pct = profile.percentage_of_nodes_to_score
+    return ReferenceProfile(
+        pre_filter=at(ExtensionPoint.PRE_FILTER),
+        filter=at(ExtensionPoint.FILTER),
+        pre_score=at(ExtensionPoint.PRE_SCORE),
+        score=tuple((p, weights[p.name]) for p in at(ExtensionPoint.SCORE)),
+        reserve=at(ExtensionPoint.RESERVE),
+        percentage_of_nodes_to_score=pct if pct is not None else percentage_of_nodes_to_score,
+    )
+
+
 __all__ = [
     "ALL_PLUGINS",
-    "GPU_DEVICES_STATE_KEY",
-    "SNAPSHOT_STATE_KEY",
     "DefaultBinder",
     "FilterPlugin",
     "GPUFit",
@@ -100,4 +124,6 @@ __all__ = [
     "fit_error_message",
     "num_feasible_nodes_to_find",
     "pick_gpu_devices",
+    "reference_profile",
+    "reserve_gpu_devices",
 ]

@@ -9,45 +9,17 @@ neither checked by NodeResourcesFit nor scored. These helpers reproduce that, fr
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from kubus.api.names import is_qualified_name
 from kubus.api.objects import CPU, EPHEMERAL_STORAGE, MEMORY, PODS
 
 DEFAULT_NAMESPACE_PREFIX = "kubernetes.io/"
 REQUESTS_PREFIX = "requests."
 HUGEPAGES_PREFIX = "hugepages-"
 ATTACHABLE_VOLUMES_PREFIX = "attachable-volumes-"
-
-_QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
-_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
-
-
-def is_dns1123_subdomain(value: str) -> bool:
-    return len(value) <= 253 and _DNS1123_SUBDOMAIN.fullmatch(value) is not None
-
-
-def is_qualified_name(value: str) -> bool:
-    """validation.IsQualifiedName: `[prefix/]name`, prefix a DNS subdomain, name <= 63 chars."""
-    parts = value.split("/")
-    if len(parts) == 1:
-        name = parts[0]
-    elif len(parts) == 2:
-        prefix, name = parts
-        if not prefix or not is_dns1123_subdomain(prefix):
-            return False
-    else:
-        return False
-    return 0 < len(name) <= 63 and _QUALIFIED_NAME.fullmatch(name) is not None
-
-
-def is_valid_label_value(value: str) -> bool:
-    """validation.IsValidLabelValue: empty, or <= 63 chars of [-A-Za-z0-9_.], alphanumeric ends."""
-    return len(value) <= 63 and _LABEL_VALUE.fullmatch(value) is not None
-
 
 def is_prefixed_native_resource(name: str) -> bool:
     return DEFAULT_NAMESPACE_PREFIX in name

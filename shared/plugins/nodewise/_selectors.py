@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from kubus.api.names import is_qualified_name, is_valid_label_value
 from kubus.api.objects import (
     NodeSelector,
     NodeSelectorRequirement,
@@ -26,7 +27,6 @@ from kubus.api.objects import (
     Toleration,
     TolerationOperator,
 )
-from kubus.plugins.nodewise._resources import is_qualified_name, is_valid_label_value
 
 _OP = SelectorOperator
 _GO_INT = re.compile(r"[+-]?[0-9]+")

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kubus.framework.cycle_state import CycleState
+from kubus.framework.cycle_state import SNAPSHOT_STATE_KEY, CycleState
 from kubus.framework.nodeinfo import NodeInfo
-
-SNAPSHOT_STATE_KEY = "kubus/snapshot"
 
 
 def snapshot_node_infos(state: CycleState, fallback: Sequence[NodeInfo]) -> Sequence[NodeInfo]:

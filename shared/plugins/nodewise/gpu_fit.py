@@ -26,12 +26,11 @@ from typing import Any, ClassVar
 
 from kubus.api.gpus import GPURequest, pod_gpu_request
 from kubus.api.objects import Pod
-from kubus.framework.cycle_state import CycleState
+from kubus.framework.cycle_state import GPU_DEVICES_STATE_KEY, CycleState
 from kubus.framework.nodeinfo import NodeInfo
 from kubus.framework.status import Status
 from kubus.plugins.nodewise._normalize import MAX_NODE_SCORE
 
-GPU_DEVICES_STATE_KEY = "GPUFit/devices"
 PRE_FILTER_STATE_KEY = "PreFilterGPUFit"
 REASON_NO_GPUS = "node(s) had no GPUs"
 REASON_MODEL = "node(s) didn't have the requested GPU model"
@@ -111,17 +110,38 @@ def gpu_utilization_after(request: GPURequest, node_info: NodeInfo, mode: str) -
     return (used + taken) * MAX_NODE_SCORE // total
 
 
+def gpu_mode(args: Any) -> str:
+    """The `mode` of GPUArgs (or None: binpack). Raises ValueError for an unknown mode."""
+    mode = getattr(args, "mode", None) or BINPACK
+    mode = str(getattr(mode, "value", mode))
+    if mode not in MODES:
+        raise ValueError(f"GPUFit mode {mode!r} is not one of {', '.join(MODES)}")
+    return mode
+
+
+def reserve_gpu_devices(state: CycleState, pod: Pod, node_info: NodeInfo, mode: str) -> Status:
+    """GPUFit's Reserve (one node, so the same for the vectorized plugin): pick the devices and
+    record them under GPU_DEVICES_STATE_KEY; nothing to do for a pod without GPUs.
+    Unschedulable when the node no longer has enough."""
+    request = state.get(PRE_FILTER_STATE_KEY)
+    if request is None:
+        request = pod_gpu_request(pod)
+        if request is None:
+            return Status.success()
+    devices = pick_gpu_devices(request, node_info, mode)
+    if len(devices) < request.count:
+        return Status.unschedulable(REASON_FREE_MEMORY if request.shared else REASON_FREE_GPUS)
+    state.write(GPU_DEVICES_STATE_KEY, devices)
+    return Status.success()
+
+
 class GPUFit:
     name: ClassVar[str] = "GPUFit"
 
     def __init__(self, args: Any = None, handle: Any = None) -> None:
         """GPUArgs (`mode`: "binpack" or "spread"), or None: binpack. Raises ValueError for an
         unknown mode."""
-        mode = getattr(args, "mode", None) or BINPACK
-        mode = str(getattr(mode, "value", mode))
-        if mode not in MODES:
-            raise ValueError(f"GPUFit mode {mode!r} is not one of {', '.join(MODES)}")
-        self.mode = mode
+        self.mode = gpu_mode(args)
 
     def pre_filter(
         self, state: CycleState, pod: Pod, nodes: Sequence[NodeInfo]
@@ -155,18 +175,7 @@ class GPUFit:
         return util if self.mode == BINPACK else MAX_NODE_SCORE - util
 
     def reserve(self, state: CycleState, pod: Pod, node_info: NodeInfo) -> Status:
-        """Pick the devices and record them under GPU_DEVICES_STATE_KEY (nothing to do for a pod
-        without GPUs). Unschedulable when the node no longer has enough."""
-        request = state.get(PRE_FILTER_STATE_KEY)
-        if request is None:
-            request = pod_gpu_request(pod)
-            if request is None:
-                return Status.success()
-        devices = pick_gpu_devices(request, node_info, self.mode)
-        if len(devices) < request.count:
-            return Status.unschedulable(REASON_FREE_MEMORY if request.shared else REASON_FREE_GPUS)
-        state.write(GPU_DEVICES_STATE_KEY, devices)
-        return Status.success()
+        return reserve_gpu_devices(state, pod, node_info, self.mode)
 
     def unreserve(self, state: CycleState, pod: Pod, node_info: NodeInfo) -> None:
         """Forget the picked devices. Idempotent."""

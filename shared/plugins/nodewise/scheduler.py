@@ -34,13 +34,11 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from kubus.api.objects import Pod
-from kubus.framework.cycle_state import CycleState
+from kubus.framework.cycle_state import GPU_DEVICES_STATE_KEY, SNAPSHOT_STATE_KEY, CycleState
 from kubus.framework.nodeinfo import NodeInfo, PodInfo
 from kubus.framework.status import Code, Status
 from kubus.framework.tiebreak import node_tie_hash, pod_tie_hash, tie_key
 from kubus.plugins.nodewise._normalize import MAX_NODE_SCORE, MIN_NODE_SCORE
-from kubus.plugins.nodewise._snapshot import SNAPSHOT_STATE_KEY
-from kubus.plugins.nodewise.gpu_fit import GPU_DEVICES_STATE_KEY
 from kubus.plugins.nodewise.interface import (
     FilterPlugin,
     NormalizeScorePlugin,

@@ -1,0 +1,234 @@
+"""Every NATS subject and JetStream stream of kubus, in one place.
+
+Subjects (``<...>`` is one token made safe by `token`):
+
+=====================================  ==========  ==============================================
+subject                                transport   meaning
+=====================================  ==========  ==============================================
+``kubus.pods.submit``                  JetStream   a Pod manifest to schedule (clients → queue)
+``kubus.pods.delete``                  JetStream   delete a pod by namespace/name (clients → queue)
+``kubus.pods.requeue``                 JetStream   a pod handed back with its reason (cycle/binder
+                                                   → queue), after Unreserve or a failed bind
+``kubus.queue.<profile>.pop``          core req    cycle asks its profile's queue for up to B pods
+``kubus.queue.<profile>.done``         core req    cycle reports the outcome of popped pods
+``kubus.bind.<profile>``               JetStream   a reserved pod to bind (cycle → binders, shared
+                                                   work queue per profile)
+``kubus.node.<node>.pods``             JetStream   a bound pod to run on the node (binder → agent)
+``kubus.events.<kind>.<name...>``      JetStream   cluster events (`event_subject`); consumers
+                                                   filter ``kubus.events.>`` or narrower
+=====================================  ==========  ==============================================
+
+Streams are described as data in `STREAMS` (`StreamSpec`); `kubus.bus.connection.ensure_streams`
+creates or updates them. JetStream publishes carry a ``Nats-Msg-Id`` so retries within a
+stream's duplicate window are stored once.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import Enum
+
+__all__ = [
+    "BIND_ALL",
+    "BIND_STREAM",
+    "EVENTS",
+    "EVENTS_STREAM",
+    "MAX_MSG_SIZE",
+    "NODES_STREAM",
+    "NODE_PODS_ALL",
+    "PODS_DELETE",
+    "PODS_REQUEUE",
+    "PODS_STREAM",
+    "PODS_SUBMIT",
+    "PREFIX",
+    "STREAMS",
+    "EventKind",
+    "Retention",
+    "StreamSpec",
+    "bind",
+    "event_filter",
+    "event_subject",
+    "node_pods",
+    "queue_done",
+    "queue_pop",
+    "token",
+    "untoken",
+]
+
+PREFIX = "kubus"
+"""First token of every kubus subject."""
+
+MAX_MSG_SIZE = 1024 * 1024
+"""Largest message any kubus stream accepts, in bytes (1 MiB, NATS' default max_payload)."""
+
+# -- tokens --------------------------------------------------------------------------------------
+
+# NATS forbids '.', '*', '>' and whitespace inside a token; '%' is escaped too so the mapping is
+# reversible. Everything else (letters, digits, '-', '_', '/', ':', non-ASCII) passes unchanged,
+# so the names of Kubernetes objects (DNS labels) read as themselves.
+_UNSAFE = re.compile(r"[%.*>\s]")
+_ESCAPE = re.compile(r"%([0-9A-F]{2})")
+
+
+def token(value: str) -> str:
+    """``value`` as one subject token: ``%``, ``.``, ``*``, ``>`` and ASCII whitespace become
+    ``%XX`` (upper-case hex). Reversed by `untoken`. Raises ValueError for an empty string or
+    for non-ASCII whitespace (it has no two-digit escape)."""
+    if not value:
+        raise ValueError("subject token: empty")
+
+    def escape(match: re.Match[str]) -> str:
+        code = ord(match.group())
+        if code > 0x7F:
+            raise ValueError(f"subject token {value!r}: non-ASCII whitespace {match.group()!r}")
+        return f"%{code:02X}"
+
+    return _UNSAFE.sub(escape, value)
+
+
+def untoken(value: str) -> str:
+    """The string `token` was given: ``%XX`` escapes decoded."""
+    return _ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), value)
+
+
+# -- pods, queue, bind, node ---------------------------------------------------------------------
+
+PODS_SUBMIT = f"{PREFIX}.pods.submit"
+"""A Pod manifest (``apiVersion: v1, kind: Pod``) to schedule; JetStream, stream PODS."""
+PODS_DELETE = f"{PREFIX}.pods.delete"
+"""Delete a pod, by namespace and name; JetStream, stream PODS."""
+PODS_REQUEUE = f"{PREFIX}.pods.requeue"
+"""A pod handed back to the queue with its reason (failed Reserve/Permit/bind); JetStream, stream PODS."""
+
+
+def queue_pop(profile: str) -> str:
+    """``kubus.queue.<profile>.pop``: core NATS request/reply; the cycle asks for up to B pods."""
+    return f"{PREFIX}.queue.{token(profile)}.pop"
+
+
+def queue_done(profile: str) -> str:
+    """``kubus.queue.<profile>.done``: core NATS request/reply; the cycle reports what became of
+    the pods it popped (scheduled, unschedulable with reasons, error), as kube's queue Done."""
+    return f"{PREFIX}.queue.{token(profile)}.done"
+
+
+def bind(profile: str) -> str:
+    """``kubus.bind.<profile>``: a reserved pod to bind; JetStream work queue (stream BIND) that
+    every binder of the profile shares through one durable consumer."""
+    return f"{PREFIX}.bind.{token(profile)}"
+
+
+BIND_ALL = f"{PREFIX}.bind.*"
+"""Every profile's bind subject."""
+
+
+def node_pods(node: str) -> str:
+    """``kubus.node.<node>.pods``: a bound pod for the node's agent; JetStream (stream NODES)."""
+    return f"{PREFIX}.node.{token(node)}.pods"
+
+
+NODE_PODS_ALL = f"{PREFIX}.node.*.pods"
+"""Every node's pod subject (an agent simulating many nodes consumes this)."""
+
+# -- events --------------------------------------------------------------------------------------
+
+EVENTS = f"{PREFIX}.events.>"
+"""Every cluster event; JetStream (stream EVENTS, kept for an hour) so a restarted consumer catches up."""
+
+
+class EventKind(Enum):
+    """What happened; the value is the two subject tokens ``<resource>.<verb>``."""
+
+    NODE_ADDED = "node.added"
+    NODE_UPDATED = "node.updated"
+    NODE_LOST = "node.lost"
+    NODE_DELETED = "node.deleted"
+    POD_ACCEPTED = "pod.accepted"
+    POD_REJECTED = "pod.rejected"
+    POD_RESERVED = "pod.reserved"
+    POD_UNRESERVED = "pod.unreserved"
+    POD_BOUND = "pod.bound"
+    POD_RUNNING = "pod.running"
+    POD_FINISHED = "pod.finished"
+    POD_DELETED = "pod.deleted"
+    POD_UNSCHEDULABLE = "pod.unschedulable"
+
+
+def event_subject(kind: EventKind | str, name: str) -> str:
+    """``kubus.events.<resource>.<verb>.<name>``; a namespaced ``name`` ("ns/pod") becomes two
+    tokens, so ``kubus.events.pod.bound.<ns>.<pod>``; a node name is one token.
+
+    ``kind`` is an `EventKind` or its value. Raises ValueError for an unknown kind or an empty name.
+    """
+    kind = EventKind(kind)
+    return ".".join((PREFIX, "events", kind.value, *(token(part) for part in name.split("/"))))
+
+
+def event_filter(kind: EventKind | str | None = None) -> str:
+    """A subscription filter for every event, or every event of one ``kind``."""
+    if kind is None:
+        return EVENTS
+    return f"{PREFIX}.events.{EventKind(kind).value}.>"
+
+
+# -- streams -------------------------------------------------------------------------------------
+
+
+class Retention(Enum):
+    """JetStream retention policy (values as in the JetStream API)."""
+
+    LIMITS = "limits"
+    """Keep messages until a limit (age, count, bytes) drops them; any number of consumers."""
+    WORK_QUEUE = "workqueue"
+    """A message is removed once acked; consumers must filter disjoint subjects."""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamSpec:
+    """One JetStream stream as kubus wants it; `kubus.bus.connection.ensure_streams` applies it."""
+
+    name: str
+    """Stream name (upper case by convention)."""
+    subjects: tuple[str, ...]
+    """Subjects it captures; no two streams overlap."""
+    retention: Retention
+    """What removes messages."""
+    description: str
+    """What the stream is for."""
+    max_age: float = 0.0
+    """Seconds a message is kept at most; 0 for no limit."""
+    max_msg_size: int = MAX_MSG_SIZE
+    """Largest message accepted, bytes."""
+    duplicate_window: float = 120.0
+    """Seconds within which a repeated ``Nats-Msg-Id`` is stored only once."""
+
+
+PODS_STREAM = StreamSpec(
+    name="KUBUS_PODS",
+    subjects=(f"{PREFIX}.pods.>",),
+    retention=Retention.WORK_QUEUE,
+    description="Pods submitted, deleted and handed back; consumed by the queue service.",
+)
+BIND_STREAM = StreamSpec(
+    name="KUBUS_BIND",
+    subjects=(f"{PREFIX}.bind.>",),
+    retention=Retention.WORK_QUEUE,
+    description="Reserved pods waiting to be bound; one durable consumer per profile shared by its binders.",
+)
+NODES_STREAM = StreamSpec(
+    name="KUBUS_NODES",
+    subjects=(f"{PREFIX}.node.>",),
+    retention=Retention.WORK_QUEUE,
+    description="Bound pods for each node's agent; removed once the agent acks them.",
+)
+EVENTS_STREAM = StreamSpec(
+    name="KUBUS_EVENTS",
+    subjects=(EVENTS,),
+    retention=Retention.LIMITS,
+    description="Cluster events; kept an hour so restarted consumers catch up, then dropped.",
+    max_age=3600.0,
+)
+
+STREAMS: tuple[StreamSpec, ...] = (PODS_STREAM, BIND_STREAM, NODES_STREAM, EVENTS_STREAM)
+"""Every stream kubus uses."""

@@ -1,0 +1,203 @@
+"""How a service reaches NATS and Redis: the settings, their load order, and the clients they make.
+
+Load order, later wins: defaults → YAML file (keys are the field names) → environment
+(``KUBUS_`` + the field name in upper case, e.g. ``KUBUS_NATS_URL``) → overrides (flags).
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import redis.asyncio as aioredis
+import yaml
+
+__all__ = [
+    "ENV_PREFIX",
+    "ConnectionSettings",
+    "SettingsError",
+    "load_settings",
+    "nats_connect_options",
+    "redis_client",
+]
+
+ENV_PREFIX = "KUBUS_"
+
+
+class SettingsError(ValueError):
+    """A settings file, variable or flag is wrong; the message names where and which key."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionSettings:
+    """Where NATS and Redis are and how to authenticate to them. Paths are files on this machine."""
+
+    nats_url: str = "nats://127.0.0.1:4222"
+    """NATS server URL(s), comma-separated for a cluster; ``tls://`` requires TLS."""
+    nats_creds: str | None = None
+    """Path of a NATS credentials file (JWT + NKey seed), as ``nats context`` writes them."""
+    nats_user: str | None = None
+    """NATS user name (user/password authentication)."""
+    nats_password: str | None = None
+    """NATS password for ``nats_user``."""
+    nats_token: str | None = None
+    """NATS authentication token."""
+    nats_tls_ca: str | None = None
+    """Path of the CA bundle (PEM) that verifies the NATS server; setting any nats_tls_* enables TLS."""
+    nats_tls_cert: str | None = None
+    """Path of this client's certificate (PEM) for NATS mutual TLS; needs ``nats_tls_key``."""
+    nats_tls_key: str | None = None
+    """Path of the private key (PEM) of ``nats_tls_cert``."""
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    """Redis URL; ``rediss://`` for TLS. Credentials in the URL work too."""
+    redis_username: str | None = None
+    """Redis ACL user name (``AUTH username password``)."""
+    redis_password: str | None = None
+    """Redis password (``requirepass`` or the ACL user's)."""
+    redis_tls_ca: str | None = None
+    """Path of the CA bundle (PEM) that verifies the Redis server; needs a ``rediss://`` URL."""
+    redis_tls_cert: str | None = None
+    """Path of this client's certificate (PEM) for Redis mutual TLS; needs ``redis_tls_key``."""
+    redis_tls_key: str | None = None
+    """Path of the private key (PEM) of ``redis_tls_cert``."""
+    connect_timeout: float = 5.0
+    """Seconds to wait for each connection attempt to NATS or Redis."""
+
+    def __post_init__(self) -> None:
+        if not self.connect_timeout > 0:
+            raise SettingsError(f"connect_timeout: must be a positive number of seconds, got {self.connect_timeout!r}")
+        for prefix in ("nats", "redis"):
+            cert, key = getattr(self, f"{prefix}_tls_cert"), getattr(self, f"{prefix}_tls_key")
+            if (cert is None) != (key is None):
+                raise SettingsError(f"{prefix}_tls_cert and {prefix}_tls_key: set both or neither")
+
+
+_FIELDS = {f.name: f for f in fields(ConnectionSettings)}
+
+
+def _coerce(name: str, value: Any, source: str) -> Any:
+    """The value converted to the field's type; SettingsError naming ``source`` and ``name`` if it can't be."""
+    if value is None:
+        return None
+    if name == "connect_timeout":
+        if isinstance(value, bool):
+            raise SettingsError(f"{source}: {name}: expected a number of seconds, got {value!r}")
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise SettingsError(f"{source}: {name}: expected a number of seconds, got {value!r}") from None
+    if isinstance(value, str | int) and not isinstance(value, bool):
+        return str(value)
+    raise SettingsError(f"{source}: {name}: expected a string, got {type(value).__name__} {value!r}")
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SettingsError(f"{path}: cannot read settings file: {exc.strerror or exc}") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SettingsError(f"{path}: not valid YAML: {exc}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise SettingsError(f"{path}: expected a mapping of setting names to values, got {type(data).__name__}")
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in _FIELDS:
+            raise SettingsError(f"{path}: unknown key {key!r} (known: {', '.join(_FIELDS)})")
+        values[key] = _coerce(key, value, str(path))
+    return values
+
+
+def load_settings(
+    *,
+    file: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] = os.environ,
+    overrides: Mapping[str, Any] | None = None,
+) -> ConnectionSettings:
+    """Settings from defaults, then ``file`` (YAML), then ``env`` (``KUBUS_<FIELD>``), then ``overrides``.
+
+    Empty environment variables and overrides whose value is None count as unset, so optional
+    flags and optional secrets can be passed through as they are. Raises SettingsError for an
+    unreadable file, an unknown key in the file or in ``overrides``, or a value of the wrong type.
+    """
+    values: dict[str, Any] = {}
+    if file is not None:
+        values.update(_read_file(Path(file)))
+    for name in _FIELDS:
+        var = ENV_PREFIX + name.upper()
+        raw = env.get(var)
+        if raw:
+            values[name] = _coerce(name, raw, f"${var}")
+    for name, value in (overrides or {}).items():
+        if name not in _FIELDS:
+            raise SettingsError(f"override {name!r}: unknown setting (known: {', '.join(_FIELDS)})")
+        if value is not None:
+            values[name] = _coerce(name, value, f"override {name!r}")
+    return ConnectionSettings(**values)
+
+
+def _ssl_context(ca: str | None, cert: str | None, key: str | None) -> ssl.SSLContext:
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca)
+    if cert is not None:
+        context.load_cert_chain(cert, key)
+    return context
+
+
+def nats_connect_options(settings: ConnectionSettings) -> dict[str, Any]:
+    """Keyword arguments for ``nats.connect``: servers, timeout, credentials and TLS.
+
+    A TLS context is made (reading the files now) when any ``nats_tls_*`` is set; otherwise a
+    ``tls://`` URL gets nats-py's default verification. Raises OSError/ssl.SSLError for
+    unreadable certificate files.
+    """
+    options: dict[str, Any] = {
+        "servers": [url.strip() for url in settings.nats_url.split(",") if url.strip()],
+        "connect_timeout": settings.connect_timeout,
+    }
+    if settings.nats_creds:
+        options["user_credentials"] = settings.nats_creds
+    if settings.nats_user is not None:
+        options["user"] = settings.nats_user
+    if settings.nats_password is not None:
+        options["password"] = settings.nats_password
+    if settings.nats_token is not None:
+        options["token"] = settings.nats_token
+    if settings.nats_tls_ca or settings.nats_tls_cert:
+        options["tls"] = _ssl_context(settings.nats_tls_ca, settings.nats_tls_cert, settings.nats_tls_key)
+    return options
+
+
+def redis_client(settings: ConnectionSettings, **kwargs: Any) -> aioredis.Redis:
+    """A redis.asyncio client for ``settings`` (bytes responses unless ``kwargs`` say otherwise).
+
+    No connection is made until the first command. Raises SettingsError when TLS files are
+    set but the URL is not ``rediss://``.
+    """
+    options: dict[str, Any] = {
+        "socket_connect_timeout": settings.connect_timeout,
+        "decode_responses": False,
+    }
+    if settings.redis_username is not None:
+        options["username"] = settings.redis_username
+    if settings.redis_password is not None:
+        options["password"] = settings.redis_password
+    if settings.redis_tls_ca or settings.redis_tls_cert:
+        if urlparse(settings.redis_url).scheme != "rediss":
+            raise SettingsError(
+                f"redis_url: {settings.redis_url!r} is not TLS but redis_tls_* is set; use a rediss:// URL"
+            )
+        options["ssl_ca_certs"] = settings.redis_tls_ca
+        options["ssl_certfile"] = settings.redis_tls_cert
+        options["ssl_keyfile"] = settings.redis_tls_key
+    options.update(kwargs)
+    return aioredis.Redis.from_url(settings.redis_url, **options)
+

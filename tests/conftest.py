@@ -1,0 +1,180 @@
+"""The one source of NATS and Redis servers for every test, and clients isolated per test.
+
+Servers, in this order (session-scoped, started once, only if a test asks for them):
+
+1. ``KUBUS_NATS_URL`` / ``KUBUS_REDIS_URL`` from the environment, each when set;
+2. testcontainers (``nats -js``, ``redis``) when a Docker engine answers;
+3. `kubus.embedded.EmbeddedServers` on free ports in a temporary directory.
+
+Under ``CI=true`` failing to get a server fails the test; elsewhere it skips, visibly.
+
+Fixtures: ``servers`` (the endpoints), ``nats_url``, ``redis_url`` (strings), and per test
+``redis`` (redis.asyncio client, bytes, FLUSHALL first), ``nats`` (connected nats-py client,
+every JetStream stream deleted first, drained after) and ``js`` (its JetStream context). Tests
+using any of them are marked ``integration`` automatically.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+import redis.asyncio as aioredis
+from kubus.embedded import EmbeddedServers
+from nats import connect as nats_connect
+from nats.aio.client import Client as NATS
+from nats.js import JetStreamContext
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+@dataclass(frozen=True, slots=True)
+class ServerEndpoints:
+    """Where the test servers are, and where they came from (env, testcontainers, embedded)."""
+
+    nats_url: str
+    redis_url: str
+    source: str
+
+
+def _unavailable(reason: str) -> None:
+    if IN_CI:
+        pytest.fail(f"no test servers (CI=true makes this a failure): {reason}", pytrace=False)
+    pytest.skip(f"no test servers: {reason}")
+
+
+def _docker_answers() -> bool:
+    """True when a Docker engine answers a ping within a second; quiet and quick otherwise."""
+    host = os.environ.get("DOCKER_HOST", "")
+    if not host:
+        sock = Path("/var/run/docker.sock")
+        if not sock.exists():
+            return False
+        host = f"unix://{sock}"
+    parsed = urlparse(host)
+    try:
+        if parsed.scheme == "unix":
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.settimeout(1)
+                s.connect(parsed.path)
+        elif parsed.scheme in ("tcp", "http", "https"):
+            with socket.create_connection((parsed.hostname or "localhost", parsed.port or 2375), timeout=1):
+                pass
+        else:
+            return False
+        import docker  # testcontainers' own dependency
+
+        return bool(docker.from_env(timeout=2).ping())
+    except Exception:
+        return False
+
+
+@contextlib.contextmanager
+def _containers(need_nats: bool, need_redis: bool) -> Iterator[tuple[str | None, str | None]]:
+    from testcontainers.community.nats import NatsContainer
+    from testcontainers.community.redis import RedisContainer
+
+    with contextlib.ExitStack() as stack:
+        nats_url = redis_url = None
+        if need_nats:
+            nc = stack.enter_context(NatsContainer("nats:2.10", jetstream=True))
+            nats_url = nc.nats_uri()
+        if need_redis:
+            rc = stack.enter_context(RedisContainer("redis:7"))
+            redis_url = f"redis://{rc.get_container_host_ip()}:{rc.get_exposed_port(rc.port)}/0"
+        yield nats_url, redis_url
+
+
+@pytest.fixture(scope="session")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerEndpoints]:
+    """Real NATS (JetStream) and Redis for the whole session; see the module docstring."""
+    env_nats = os.environ.get("KUBUS_NATS_URL") or None
+    env_redis = os.environ.get("KUBUS_REDIS_URL") or None
+    if env_nats and env_redis:
+        yield ServerEndpoints(env_nats, env_redis, "env")
+        return
+    if _docker_answers():
+        try:
+            with _containers(env_nats is None, env_redis is None) as (nats_url, redis_url):
+                yield ServerEndpoints(env_nats or nats_url or "", env_redis or redis_url or "", "testcontainers")
+            return
+        except Exception as exc:  # fall through to embedded servers, which need no Docker
+            print(f"testcontainers failed ({exc!r}); using embedded servers")
+    embedded = EmbeddedServers(tmp_path_factory.mktemp("embedded-servers"))
+    try:
+        embedded.start_sync()
+    except Exception as exc:
+        embedded.stop_sync()
+        _unavailable(f"embedded servers did not start: {exc}")
+    try:
+        yield ServerEndpoints(env_nats or embedded.nats_url, env_redis or embedded.redis_url, "embedded")
+    finally:
+        embedded.stop_sync()
+
+
+@pytest.fixture(scope="session")
+def nats_url(servers: ServerEndpoints) -> str:
+    """URL of the session's NATS server (JetStream enabled)."""
+    return servers.nats_url
+
+
+@pytest.fixture(scope="session")
+def redis_url(servers: ServerEndpoints) -> str:
+    """URL of the session's Redis-compatible server."""
+    return servers.redis_url
+
+
+@pytest.fixture
+async def redis(redis_url: str) -> AsyncIterator[aioredis.Redis]:
+    """A redis.asyncio client (bytes in, bytes out) on an empty database: FLUSHALL first."""
+    client = aioredis.Redis.from_url(redis_url, decode_responses=False)
+    try:
+        await client.flushall()
+    except Exception as exc:
+        await client.aclose()
+        _unavailable(f"redis at {redis_url} does not answer: {exc!r}")
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+@pytest.fixture
+async def nats(nats_url: str) -> AsyncIterator[NATS]:
+    """A connected nats-py client on a JetStream with no streams (all deleted first); drained after."""
+    try:
+        client = await nats_connect(nats_url, name="kubus-test", connect_timeout=5, max_reconnect_attempts=3)
+    except Exception as exc:
+        _unavailable(f"nats at {nats_url} does not answer: {exc!r}")
+    js = client.jetstream()
+    for info in await js.streams_info():
+        await js.delete_stream(info.config.name)
+    try:
+        yield client
+    finally:
+        if not client.is_closed:
+            with contextlib.suppress(Exception):
+                await client.drain()
+            await client.close()
+
+
+@pytest.fixture
+def js(nats: NATS) -> JetStreamContext:
+    """The JetStream context of the ``nats`` fixture's client."""
+    return nats.jetstream()
+
+
+_SERVER_FIXTURES = frozenset({"servers", "nats_url", "redis_url", "nats", "redis", "js"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test that uses a server fixture as ``integration``."""
+    for item in items:
+        if _SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)

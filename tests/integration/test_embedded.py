@@ -1,0 +1,107 @@
+"""Embedded NATS and Valkey servers: they start, answer, keep state across a restart, stop cleanly."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aioredis
+from kubus.embedded import EmbeddedServers, ServerStartError, nats_server_binary, valkey_server_binary
+from nats import connect as nats_connect
+from nats.aio.client import Client as NATS
+from nats.js.api import StorageType, StreamConfig
+
+pytestmark = pytest.mark.integration
+
+
+def test_binaries_come_from_the_python_packages() -> None:
+    assert nats_server_binary().is_file()
+    assert valkey_server_binary().is_file()
+
+
+async def test_fixture_servers_answer(nats: NATS, redis: aioredis.Redis) -> None:
+    assert await redis.ping()
+    await redis.set(b"k", b"v")
+    assert await redis.get(b"k") == b"v"
+    info = await nats.jetstream().account_info()
+    assert info.streams == 0  # the fixture deleted every stream
+    sub = await nats.subscribe("kubus.test.ping")
+    await nats.publish("kubus.test.ping", b"pong")
+    msg = await sub.next_msg(timeout=2)
+    assert msg.data == b"pong"
+
+
+async def test_fixture_isolates_tests(nats: NATS, redis: aioredis.Redis) -> None:
+    # Runs after test_fixture_servers_answer: its key is gone.
+    assert await redis.dbsize() == 0
+    js = nats.jetstream()
+    await js.add_stream(StreamConfig(name="LEFTOVER", subjects=["kubus.test.leftover"]))
+
+
+async def test_fixture_deleted_the_previous_tests_streams(nats: NATS) -> None:
+    assert (await nats.jetstream().account_info()).streams == 0
+
+
+async def test_restart_keeps_redis_data_and_jetstream_messages(tmp_path: Path) -> None:
+    servers = EmbeddedServers(tmp_path)
+    await servers.stop()  # safe before start
+    with pytest.raises(RuntimeError):
+        _ = servers.nats_url
+    async with servers:
+        nats_url, redis_url = servers.nats_url, servers.redis_url
+        assert nats_url.startswith("nats://127.0.0.1:") and redis_url.startswith("redis://127.0.0.1:")
+        r = aioredis.Redis.from_url(redis_url)
+        await r.hset(b"node:n1", mapping={b"cpu": b"4000"})
+        await r.aclose()
+        nc = await nats_connect(nats_url)
+        js = nc.jetstream()
+        await js.add_stream(StreamConfig(name="KEEP", subjects=["kubus.keep.>"], storage=StorageType.FILE))
+        for i in range(3):
+            await js.publish("kubus.keep.x", f"m{i}".encode(), headers={"Nats-Msg-Id": f"id-{i}"})
+        await nc.close()
+    assert not servers.running
+    await servers.stop()  # idempotent
+    assert (tmp_path / "nats.log").stat().st_size > 0 and (tmp_path / "redis.log").exists()
+
+    await servers.start()
+    try:
+        assert (servers.nats_url, servers.redis_url) == (nats_url, redis_url)  # same ports
+        r = aioredis.Redis.from_url(redis_url)
+        assert await r.hgetall(b"node:n1") == {b"cpu": b"4000"}
+        await r.aclose()
+        nc = await nats_connect(nats_url)
+        js = nc.jetstream()
+        info = await js.stream_info("KEEP")
+        assert info.state.messages == 3
+        assert (await js.get_msg("KEEP", 3)).data == b"m2"
+        await nc.close()
+    finally:
+        await servers.stop()
+        await servers.stop()
+
+
+def test_sync_start_and_stop_for_session_fixtures(tmp_path: Path) -> None:
+    servers = EmbeddedServers(tmp_path)
+    servers.start_sync()
+    try:
+        with socket.create_connection(("127.0.0.1", int(servers.redis_url.rsplit(":", 1)[1].split("/")[0])), 2):
+            pass
+    finally:
+        servers.stop_sync()
+    servers.stop_sync()
+
+
+async def test_a_server_that_cannot_start_raises_with_its_log(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        servers = EmbeddedServers(tmp_path, redis_port=port)
+        with pytest.raises(ServerStartError) as caught:
+            await servers.start(timeout=10)
+    message = str(caught.value)
+    assert "valkey-server" in message and "redis.log" in message
+    assert "in use" in message.lower()
+    assert not servers.running
+    await servers.stop()
