@@ -13,7 +13,8 @@ $(BIN)/kubus: pyproject.toml
 
 # Run kubus end to end on the example cluster (embedded, no Docker, no cluster).
 demo: $(BIN)/kubus
-	$(BIN)/kubus simulate -f deploy/examples/cluster.yaml -f deploy/examples/pods.yaml
+	$(BIN)/kubus simulate -f deploy/examples/cluster.yaml -f deploy/examples/pods.yaml \
+		--config deploy/examples/scheduler-config.yaml
 
 # Lint, then every test (unit, integration, e2e; GPU tests skip visibly without a GPU).
 test: $(BIN)/kubus

@@ -200,4 +200,3 @@ def redis_client(settings: ConnectionSettings, **kwargs: Any) -> aioredis.Redis:
         options["ssl_keyfile"] = settings.redis_tls_key
     options.update(kwargs)
     return aioredis.Redis.from_url(settings.redis_url, **options)
-

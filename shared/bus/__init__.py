@@ -1,1 +1,73 @@
-"""The message bus: subject and stream names, NATS connection helpers."""
+"""The message bus: every subject and stream of kubus, and the NATS helpers every service uses.
+
+`kubus.bus.subjects` names things (no I/O); `kubus.bus.connection` connects, ensures the
+streams and publishes durably.
+"""
+
+from kubus.bus.connection import (
+    MSG_ID_HEADER,
+    StreamConfigError,
+    connect_bus,
+    ensure_streams,
+    publish_durable,
+    stream_config,
+)
+from kubus.bus.subjects import (
+    BIND_ALL,
+    BIND_STREAM,
+    EVENTS,
+    EVENTS_STREAM,
+    MAX_MSG_SIZE,
+    NODE_PODS_ALL,
+    NODES_STREAM,
+    PODS_DELETE,
+    PODS_REQUEUE,
+    PODS_STREAM,
+    PODS_SUBMIT,
+    PREFIX,
+    STREAMS,
+    EventKind,
+    Retention,
+    StreamSpec,
+    bind,
+    event_filter,
+    event_subject,
+    node_pods,
+    queue_done,
+    queue_pop,
+    token,
+    untoken,
+)
+
+__all__ = [
+    "BIND_ALL",
+    "BIND_STREAM",
+    "EVENTS",
+    "EVENTS_STREAM",
+    "MAX_MSG_SIZE",
+    "MSG_ID_HEADER",
+    "NODES_STREAM",
+    "NODE_PODS_ALL",
+    "PODS_DELETE",
+    "PODS_REQUEUE",
+    "PODS_STREAM",
+    "PODS_SUBMIT",
+    "PREFIX",
+    "STREAMS",
+    "EventKind",
+    "Retention",
+    "StreamConfigError",
+    "StreamSpec",
+    "bind",
+    "connect_bus",
+    "ensure_streams",
+    "event_filter",
+    "event_subject",
+    "node_pods",
+    "publish_durable",
+    "queue_done",
+    "queue_pop",
+    "stream_config",
+    "token",
+    "untoken",
+]

@@ -64,27 +64,20 @@ MAX_MSG_SIZE = 1024 * 1024
 
 # -- tokens --------------------------------------------------------------------------------------
 
-# NATS forbids '.', '*', '>' and whitespace inside a token; '%' is escaped too so the mapping is
-# reversible. Everything else (letters, digits, '-', '_', '/', ':', non-ASCII) passes unchanged,
-# so the names of Kubernetes objects (DNS labels) read as themselves.
-_UNSAFE = re.compile(r"[%.*>\s]")
+# NATS forbids '.', '*', '>' and whitespace inside a token; control characters and '%' are
+# escaped too, so the mapping is total and reversible. Everything else (letters, digits, '-',
+# '_', '/', ':', non-ASCII) passes unchanged, so Kubernetes names (DNS labels) read as themselves.
+_UNSAFE = re.compile(r"[%.*>\x00-\x20\x7f]")
 _ESCAPE = re.compile(r"%([0-9A-F]{2})")
 
 
 def token(value: str) -> str:
-    """``value`` as one subject token: ``%``, ``.``, ``*``, ``>`` and ASCII whitespace become
-    ``%XX`` (upper-case hex). Reversed by `untoken`. Raises ValueError for an empty string or
-    for non-ASCII whitespace (it has no two-digit escape)."""
+    """``value`` as one subject token: ``%``, ``.``, ``*``, ``>``, spaces and ASCII control
+    characters become ``%XX`` (upper-case hex). Reversed by `untoken`. Raises ValueError for an
+    empty string (an empty token is not a subject)."""
     if not value:
         raise ValueError("subject token: empty")
-
-    def escape(match: re.Match[str]) -> str:
-        code = ord(match.group())
-        if code > 0x7F:
-            raise ValueError(f"subject token {value!r}: non-ASCII whitespace {match.group()!r}")
-        return f"%{code:02X}"
-
-    return _UNSAFE.sub(escape, value)
+    return _UNSAFE.sub(lambda m: f"%{ord(m.group()):02X}", value)
 
 
 def untoken(value: str) -> str:

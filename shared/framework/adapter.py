@@ -43,6 +43,10 @@ class NodewisePlugin:
         self.name = inner.name
         self.placement_sensitive = getattr(inner, "placement_sensitive", True)
 
+    def __getattr__(self, name: str) -> Any:
+        # extension points that see no node (pre_enqueue, less, permit, bind...) pass straight through
+        return getattr(self.inner, name)
+
     def pre_filter(self, state: CycleState, pod: Pod, table: NodeTable) -> tuple[frozenset[str] | None, Status]:
         _with_snapshot(state, table)
         return self.inner.pre_filter(state, pod, list(table.node_infos()))

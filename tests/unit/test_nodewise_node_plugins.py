@@ -25,12 +25,11 @@ from kubus.api.objects import (
 from kubus.framework.cycle_state import SNAPSHOT_STATE_KEY, CycleState
 from kubus.framework.nodeinfo import NodeInfo, PodInfo
 from kubus.framework.status import Code, Status
+from kubus.plugins import PrioritySort, QueuedPodInfo, SchedulingGates
 from kubus.plugins.nodewise.image_locality import ImageLocality, normalized_image_name
 from kubus.plugins.nodewise.node_name import NodeName
 from kubus.plugins.nodewise.node_ports import NodePorts
 from kubus.plugins.nodewise.node_unschedulable import NodeUnschedulable
-from kubus.plugins.nodewise.priority_sort import PrioritySort, QueuedPodInfo
-from kubus.plugins.nodewise.scheduling_gates import SchedulingGates
 from kubus.plugins.nodewise.taint_toleration import TaintToleration
 
 _names = itertools.count()

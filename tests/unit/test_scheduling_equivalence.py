@@ -41,12 +41,14 @@ from kubus.api.objects import (
     Toleration,
     TolerationOperator,
 )
+from kubus.framework.adapter import NodewisePlugin, nodewise_spec
 from kubus.framework.config import load_config
 from kubus.framework.nodeinfo import NodeInfo, PodInfo
+from kubus.framework.registry import Registry
 from kubus.framework.runtime import Framework
 from kubus.framework.scheduling import Scheduler
 from kubus.kernels.node_table import NodeTable
-from kubus.plugins import in_tree_registry
+from kubus.plugins import in_tree_registry, nodewise
 from kubus.plugins.nodewise import ReferenceScheduler, reference_profile
 
 GI = 1024**3
@@ -324,3 +326,20 @@ def test_placed_pods_never_overcommit() -> None:
             assert used <= info.allocatable.get(resource, 0), (info.name, resource)
         assert len(info.pods) <= info.allocatable[PODS]
         assert all(free >= 0 for free in info.gpu_free_memory), info.name
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_nodewise_plugins_through_the_adapter_decide_alike(case: Case) -> None:
+    """Every plugin registered the kube way (one node at a time) through the adapter: same
+    placements and messages as the vectorized plugins."""
+    adapted = Registry(nodewise_spec(cls) for cls in nodewise.ALL_PLUGINS)
+    text = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n" + CONFIGS[case.config]
+    profile = load_config(text, registry=adapted).profiles[0]
+    table = NodeTable(seed=7)
+    table.add_nodes(case.nodes)
+    fw = Framework.from_profile(profile, adapted, percentage_of_nodes_to_score=case.pct)
+    assert all(isinstance(p, NodewisePlugin) for p in fw.filter)
+    scheduler = Scheduler(fw, table, seed=7)
+    got = [(r.pod.name, r.node, r.message, r.gpu_devices) for r in scheduler.schedule(case.pods)]
+    assert got == vectorized(case, [1])

@@ -26,8 +26,10 @@ from __future__ import annotations
 
 from kubus.framework.config import ProfileConfig
 from kubus.framework.registry import ExtensionPoint
+
+# Plugins that look at no node are the same in both forms: one implementation.
+from kubus.plugins.default_binder import DefaultBinder
 from kubus.plugins.nodewise.balanced_allocation import NodeResourcesBalancedAllocation
-from kubus.plugins.nodewise.default_binder import DefaultBinder
 from kubus.plugins.nodewise.gpu_fit import GPUFit, pick_gpu_devices, reserve_gpu_devices
 from kubus.plugins.nodewise.image_locality import ImageLocality
 from kubus.plugins.nodewise.interface import (
@@ -43,7 +45,6 @@ from kubus.plugins.nodewise.node_name import NodeName
 from kubus.plugins.nodewise.node_ports import NodePorts
 from kubus.plugins.nodewise.node_resources_fit import NodeResourcesFit
 from kubus.plugins.nodewise.node_unschedulable import NodeUnschedulable
-from kubus.plugins.nodewise.priority_sort import PrioritySort, QueuedPodInfo
 from kubus.plugins.nodewise.scheduler import (
     PluginScore,
     ReferenceProfile,
@@ -52,8 +53,9 @@ from kubus.plugins.nodewise.scheduler import (
     fit_error_message,
     num_feasible_nodes_to_find,
 )
-from kubus.plugins.nodewise.scheduling_gates import SchedulingGates
 from kubus.plugins.nodewise.taint_toleration import TaintToleration
+from kubus.plugins.priority_sort import PrioritySort, QueuedPodInfo
+from kubus.plugins.scheduling_gates import SchedulingGates
 
 ALL_PLUGINS = (
     SchedulingGates,

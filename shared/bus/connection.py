@@ -1,0 +1,148 @@
+"""Connecting to NATS, making sure kubus' streams exist, and publishing durably."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable, Mapping
+
+import nats.errors
+import nats.js.errors
+from kubus.bus.subjects import STREAMS, Retention, StreamSpec
+from kubus.settings import ConnectionSettings, nats_connect_options
+from nats.aio.client import Client as NATS
+from nats.js import JetStreamContext
+from nats.js.api import PubAck, RetentionPolicy, StorageType, StreamConfig
+
+__all__ = ["MSG_ID_HEADER", "StreamConfigError", "connect_bus", "ensure_streams", "publish_durable", "stream_config"]
+
+MSG_ID_HEADER = "Nats-Msg-Id"
+"""JetStream stores a message once per stream duplicate window for each value of this header."""
+
+_STREAM_NAME_IN_USE = 10058  # JetStream API err_code: a stream of that name exists with another config
+
+_log = logging.getLogger("kubus.bus")
+
+
+class StreamConfigError(RuntimeError):
+    """A stream exists with a configuration that cannot be changed to kubus' (e.g. its retention)."""
+
+
+async def connect_bus(
+    settings: ConnectionSettings, name: str, *, wait: float | None = None, js_timeout: float = 5.0
+) -> tuple[NATS, JetStreamContext]:
+    """Connect to NATS as client ``name`` and return the client and its JetStream context.
+
+    The first connection is retried (every half second, each failure logged) for ``wait``
+    seconds (default: ``settings.connect_timeout``), then ConnectionError names the URL and the
+    last error. Once connected, the client reconnects forever after a lost connection
+    (publishes are buffered meanwhile) and logs disconnects, reconnects and asynchronous errors.
+    """
+
+    async def on_error(exc: Exception) -> None:
+        _log.warning("event=%r client=%s error=%r", "nats error", name, exc)
+
+    async def on_disconnected() -> None:
+        _log.warning("event=%r client=%s", "nats disconnected", name)
+
+    async def on_reconnected() -> None:
+        url = nc.connected_url.geturl() if nc.connected_url else ""
+        _log.info("event=%r client=%s url=%s", "nats reconnected", name, url)
+
+    wait = settings.connect_timeout if wait is None else wait
+    nc = NATS()
+    try:
+        async with asyncio.timeout(wait):
+            await nc.connect(
+                **nats_connect_options(settings),
+                name=name,
+                allow_reconnect=True,
+                max_reconnect_attempts=-1,
+                reconnect_time_wait=0.5,
+                error_cb=on_error,
+                disconnected_cb=on_disconnected,
+                reconnected_cb=on_reconnected,
+            )
+    except TimeoutError as exc:
+        last = nc.last_error
+        await nc.close()
+        raise ConnectionError(f"NATS at {settings.nats_url} did not answer within {wait:g}s: {last!r}") from exc
+    return nc, nc.jetstream(timeout=js_timeout)
+
+
+def stream_config(spec: StreamSpec, *, replicas: int = 1) -> StreamConfig:
+    """The JetStream configuration of ``spec``: file storage, ``replicas`` copies."""
+    return StreamConfig(
+        name=spec.name,
+        description=spec.description,
+        subjects=list(spec.subjects),
+        retention=RetentionPolicy.WORK_QUEUE if spec.retention is Retention.WORK_QUEUE else RetentionPolicy.LIMITS,
+        storage=StorageType.FILE,
+        num_replicas=replicas,
+        max_msg_size=spec.max_msg_size,
+        max_age=spec.max_age,
+        duplicate_window=spec.duplicate_window,
+    )
+
+
+async def ensure_streams(js: JetStreamContext, specs: Iterable[StreamSpec] = STREAMS, *, replicas: int = 1) -> None:
+    """Create every stream of ``specs``, or update it to the spec if it exists with another config.
+
+    Idempotent and safe to run from several services at once (creating an identical stream is a
+    no-op for JetStream). Raises StreamConfigError when an existing stream cannot be changed to
+    the spec (retention or storage differ); JetStream errors otherwise.
+    """
+    for spec in specs:
+        config = stream_config(spec, replicas=replicas)
+        try:
+            await js.add_stream(config)
+        except nats.js.errors.BadRequestError as exc:
+            if exc.err_code != _STREAM_NAME_IN_USE:
+                raise
+            try:
+                await js.update_stream(config)
+            except nats.js.errors.APIError as update_exc:
+                raise StreamConfigError(
+                    f"stream {spec.name}: exists with a configuration that cannot be updated to kubus' "
+                    f"({update_exc.description}); delete it or fix it by hand"
+                ) from update_exc
+            _log.info("event=%r stream=%s", "stream updated", spec.name)
+
+
+async def publish_durable(
+    js: JetStreamContext,
+    subject: str,
+    payload: bytes,
+    msg_id: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+    timeout: float = 2.0,
+    attempts: int = 5,
+    backoff: float = 0.1,
+) -> PubAck:
+    """Publish to JetStream and wait until the message is stored; return the ack.
+
+    ``msg_id`` goes in the ``Nats-Msg-Id`` header, so retrying (here, on a timeout or while
+    JetStream is briefly unavailable, up to ``attempts`` tries with doubling ``backoff``) or
+    publishing the same logical message again within the stream's duplicate window stores it
+    once: ``ack.duplicate`` is then True. Raises the last error when every attempt failed,
+    nats.js.errors.APIError at once for a rejected message (e.g. too large).
+    """
+    all_headers = {**(headers or {}), MSG_ID_HEADER: msg_id}
+    delay = backoff
+    for attempt in range(1, attempts + 1):
+        try:
+            return await js.publish(subject, payload, timeout=timeout, headers=dict(all_headers))
+        except (
+            nats.errors.TimeoutError,
+            nats.js.errors.NoStreamResponseError,
+            nats.js.errors.ServiceUnavailableError,
+        ) as exc:
+            if attempt == attempts:
+                raise
+            _log.warning(
+                "event=%r subject=%s msg_id=%s attempt=%d error=%r", "publish retry", subject, msg_id, attempt, exc
+            )
+            await asyncio.sleep(delay)
+            delay *= 2
+    raise AssertionError("unreachable")
