@@ -1,0 +1,59 @@
+"""kubus.framework: kube-scheduler's framework with vectorized Filter and Score.
+
+Extension-point interfaces, Status, CycleState, NodeInfo, the plugin registry, scheduler
+configuration (KubeSchedulerConfiguration), a profile's instantiated plugins (Framework) and
+the scheduling algorithm (Scheduler).
+"""
+
+from kubus.framework.adapter import NodewisePlugin, nodewise_spec
+from kubus.framework.config import (
+    ConfigError,
+    PluginRef,
+    ProfileConfig,
+    SchedulerConfiguration,
+    default_config,
+    load_config,
+    num_feasible_nodes_to_find,
+)
+from kubus.framework.cycle_state import CycleState
+from kubus.framework.interface import (
+    ALL_ROWS,
+    MAX_NODE_SCORE,
+    FilterResult,
+    Rejection,
+)
+from kubus.framework.nodeinfo import NodeInfo, PodInfo
+from kubus.framework.registry import ExtensionPoint, PluginSpec, Registry, RegistryError
+from kubus.framework.runtime import Framework
+from kubus.framework.scheduling import NodeExplain, ScheduleResult, Scheduler, ScoreDetail
+from kubus.framework.status import Code, Status
+
+__all__ = [
+    "ALL_ROWS",
+    "MAX_NODE_SCORE",
+    "Code",
+    "ConfigError",
+    "CycleState",
+    "ExtensionPoint",
+    "FilterResult",
+    "Framework",
+    "NodeExplain",
+    "NodeInfo",
+    "NodewisePlugin",
+    "PluginRef",
+    "PluginSpec",
+    "PodInfo",
+    "ProfileConfig",
+    "Registry",
+    "RegistryError",
+    "Rejection",
+    "ScheduleResult",
+    "Scheduler",
+    "SchedulerConfiguration",
+    "ScoreDetail",
+    "Status",
+    "default_config",
+    "load_config",
+    "nodewise_spec",
+    "num_feasible_nodes_to_find",
+]

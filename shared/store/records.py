@@ -1,0 +1,529 @@
+"""What kubus stores in Redis: nodes, pods, reservations and pod events, as frozen dataclasses.
+
+Each record knows its own encoding (`kubus.codec` JSON, or the fields of a Redis hash) and how to
+decode it back; the key layout is in `kubus.store.keys`, the atomic changes in
+`kubus.store.scripts`. Quantities are integers in base units (milli-CPU, bytes), as everywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from kubus import codec
+from kubus.api.gpus import GPURequest, format_gpu_devices
+from kubus.api.manifests import parse_pod
+from kubus.api.objects import (
+    CPU,
+    EPHEMERAL_STORAGE,
+    MEMORY,
+    PODS,
+    ContainerImage,
+    GPUDevice,
+    Node,
+    NodeSpec,
+    NodeStatus,
+    ObjectMeta,
+    Pod,
+    Taint,
+    TaintEffect,
+)
+from kubus.framework.nodeinfo import PodInfo
+
+UNREACHABLE_TAINT_KEY = "node.kubernetes.io/unreachable"
+"""The taint kube's node lifecycle controller puts on a node that stopped reporting. A node
+carrying it (or marked with `ClusterState.mark_unreachable`) takes no new reservations."""
+
+
+class PodPhase(StrEnum):
+    """Where an accepted pod is. Exactly one at a time; see `kubus.store.scripts` for the moves."""
+
+    PENDING = "Pending"
+    """Waiting to be scheduled; `reason`/`message` hold the last failure, if any."""
+    RESERVED = "Reserved"
+    """A scheduling cycle reserved room on `node`; not yet bound."""
+    BOUND = "Bound"
+    """Bound to `node` (exactly once in the pod's life)."""
+    RUNNING = "Running"
+    """The node's agent admitted and started it."""
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    DELETED = "Deleted"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (PodPhase.SUCCEEDED, PodPhase.FAILED, PodPhase.DELETED)
+
+    @property
+    def on_node(self) -> bool:
+        """Whether a pod in this phase holds a reservation on its node."""
+        return self in (PodPhase.RESERVED, PodPhase.BOUND, PodPhase.RUNNING)
+
+
+class ReservationState(StrEnum):
+    RESERVED = "reserved"
+    """Held for a pod a cycle placed; `unreserve` gives it back."""
+    BOUND = "bound"
+    """The binder is binding or has bound the pod: only `release` gives it back."""
+
+
+class EventType(StrEnum):
+    NORMAL = "Normal"
+    WARNING = "Warning"
+
+
+def _text(value: Any) -> str:
+    """A Redis reply as str, whether or not the client decodes responses."""
+    if isinstance(value, bytes):
+        return value.decode()
+    return "" if value is None else str(value)
+
+
+def _blob(value: Any) -> bytes | None:
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        return value
+    return str(value).encode()
+
+
+def _str_dict(raw: Mapping[Any, Any]) -> dict[str, Any]:
+    return {_text(k): v for k, v in raw.items()}
+
+
+def _devices(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in text.split(",") if p.strip()) if text else ()
+
+
+# ---- nodes -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRecord:
+    """A node as stored: every field `kubus.api.objects.Node` has, plus bookkeeping.
+
+    `to_node()` rebuilds the Node (with the unreachable taints added when `unreachable`).
+    """
+
+    name: str
+    uid: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    creation_timestamp: float = 0.0
+    unschedulable: bool = False
+    taints: tuple[Taint, ...] = ()
+    capacity: dict[str, int] = field(default_factory=dict)
+    allocatable: dict[str, int] = field(default_factory=dict)
+    images: tuple[ContainerImage, ...] = ()
+    ready: bool = True
+    gpus: tuple[GPUDevice, ...] = ()
+    generation: int = 0
+    """Bumped by every put_node that changed something (and by mark_unreachable)."""
+    heartbeat: float | None = None
+    """Seconds since the epoch of the node's last heartbeat; None when it never sent one."""
+    unreachable: bool = False
+    """The node lifecycle marked the node lost: no new reservations (NODE_GONE)."""
+    manifest: bytes | None = None
+    """The node's manifest as given to put_node (JSON or YAML bytes), for display only."""
+
+    @classmethod
+    def of(cls, node: Node, manifest: bytes | None = None) -> NodeRecord:
+        meta = node.metadata
+        return cls(
+            name=meta.name,
+            uid=meta.uid,
+            labels=dict(meta.labels),
+            annotations=dict(meta.annotations),
+            creation_timestamp=meta.creation_timestamp,
+            unschedulable=node.spec.unschedulable,
+            taints=node.spec.taints,
+            capacity=dict(node.status.capacity),
+            allocatable=dict(node.status.allocatable),
+            images=node.status.images,
+            ready=node.status.ready,
+            gpus=node.gpus,
+            unreachable=any(t.key == UNREACHABLE_TAINT_KEY for t in node.spec.taints),
+            manifest=manifest,
+        )
+
+    def to_node(self) -> Node:
+        """The Node scheduling sees. An unreachable node gets kube's unreachable taints
+        (NoSchedule, NoExecute) if it lacks them, and is not ready."""
+        taints = self.taints
+        if self.unreachable:
+            have = {(t.key, t.effect) for t in taints}
+            taints = taints + tuple(
+                Taint(UNREACHABLE_TAINT_KEY, "", effect)
+                for effect in (TaintEffect.NO_SCHEDULE, TaintEffect.NO_EXECUTE)
+                if (UNREACHABLE_TAINT_KEY, effect) not in have
+            )
+        return Node(
+            metadata=ObjectMeta(
+                name=self.name,
+                namespace="",
+                uid=self.uid,
+                labels=dict(self.labels),
+                annotations=dict(self.annotations),
+                creation_timestamp=self.creation_timestamp,
+            ),
+            spec=NodeSpec(unschedulable=self.unschedulable, taints=taints),
+            status=NodeStatus(
+                capacity=dict(self.capacity),
+                allocatable=dict(self.allocatable),
+                images=self.images,
+                ready=self.ready and not self.unreachable,
+            ),
+            gpus=self.gpus,
+        )
+
+    def encode_static(self) -> bytes:
+        """JSON of the fields that describe the node (not generation, heartbeat, manifest)."""
+        return codec.dumps(
+            {
+                "name": self.name,
+                "uid": self.uid,
+                "labels": self.labels,
+                "annotations": self.annotations,
+                "creation_timestamp": self.creation_timestamp,
+                "unschedulable": self.unschedulable,
+                "taints": [[t.key, t.value, str(t.effect)] for t in self.taints],
+                "capacity": self.capacity,
+                "allocatable": self.allocatable,
+                "images": [[list(i.names), i.size_bytes] for i in self.images],
+                "ready": self.ready,
+                "gpus": [[g.index, g.uuid, g.model, g.memory, g.healthy] for g in self.gpus],
+            }
+        )
+
+    @classmethod
+    def from_hash(cls, raw: Mapping[Any, Any]) -> NodeRecord:
+        """Decode a node info hash (HGETALL). Raises KeyError/ValueError when malformed."""
+        h = _str_dict(raw)
+        d = codec.loads(h["record"])
+        heartbeat = _text(h.get("heartbeat"))
+        return cls(
+            name=d["name"],
+            uid=d["uid"],
+            labels=d["labels"],
+            annotations=d["annotations"],
+            creation_timestamp=float(d["creation_timestamp"]),
+            unschedulable=bool(d["unschedulable"]),
+            taints=tuple(Taint(k, v, TaintEffect(e)) for k, v, e in d["taints"]),
+            capacity={k: int(v) for k, v in d["capacity"].items()},
+            allocatable={k: int(v) for k, v in d["allocatable"].items()},
+            images=tuple(ContainerImage(tuple(n), int(s)) for n, s in d["images"]),
+            ready=bool(d["ready"]),
+            gpus=tuple(GPUDevice(int(i), u, m, int(mem), bool(ok)) for i, u, m, mem, ok in d["gpus"]),
+            generation=int(_text(h.get("generation")) or 0),
+            heartbeat=float(heartbeat) if heartbeat else None,
+            unreachable=_text(h.get("unreachable")) == "1",
+            manifest=_blob(h.get("manifest")),
+        )
+
+
+def node_from_record(record: NodeRecord) -> Node:
+    """The kubus.api Node a NodeRecord describes (see NodeRecord.to_node)."""
+    return record.to_node()
+
+
+# ---- pods --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PodRecord:
+    """An accepted pod: its manifest, where it is (phase, node) and why (reason, message)."""
+
+    uid: str
+    namespace: str
+    name: str
+    profile: str
+    """spec.schedulerName: the scheduler profile that owns the pod."""
+    manifest: bytes
+    """The pod's manifest as submitted (JSON bytes); `pod()` parses it."""
+    phase: PodPhase = PodPhase.PENDING
+    node: str = ""
+    """The node it is reserved on, bound to or ran on; "" while pending."""
+    gpu_devices: tuple[int, ...] = ()
+    attempts: int = 0
+    """Scheduling attempts that failed (transition(..., count_attempt=True))."""
+    reason: str = ""
+    """The last failure's reason ("Unschedulable", "NodeLost", ...); kept after it moves on."""
+    message: str = ""
+    """The last failure's message ("0/5 nodes are available: ...")."""
+    version: int = 0
+    """Bumped by every change; 1 once stored. Compare-and-set on it with transition()."""
+    bindings: int = 0
+    """How many times bind_pod bound it: 0 or 1 (more would be a double binding)."""
+    created_at: float = 0.0
+    updated_at: float = 0.0
+
+    @property
+    def key(self) -> str:
+        """`namespace/name`."""
+        return f"{self.namespace}/{self.name}"
+
+    @classmethod
+    def of(cls, pod: Pod, manifest: bytes, *, now: float = 0.0) -> PodRecord:
+        """A new Pending record for a parsed pod and the manifest it was parsed from."""
+        return cls(
+            uid=pod.metadata.uid,
+            namespace=pod.namespace,
+            name=pod.name,
+            profile=pod.spec.scheduler_name,
+            manifest=manifest,
+            created_at=now,
+            updated_at=now,
+        )
+
+    def pod(self) -> Pod:
+        """Parse the manifest. Raises ManifestError (or a DecodeError) for a bad one."""
+        return parse_pod(codec.loads(self.manifest))
+
+    def to_fields(self) -> dict[str, str | bytes]:
+        """The Redis hash fields of this record."""
+        return {
+            "uid": self.uid,
+            "namespace": self.namespace,
+            "name": self.name,
+            "profile": self.profile,
+            "manifest": self.manifest,
+            "phase": str(self.phase),
+            "node": self.node,
+            "gpu_devices": format_gpu_devices(self.gpu_devices),
+            "attempts": str(self.attempts),
+            "reason": self.reason,
+            "message": self.message,
+            "version": str(self.version),
+            "bindings": str(self.bindings),
+            "created_at": repr(self.created_at),
+            "updated_at": repr(self.updated_at),
+        }
+
+    @classmethod
+    def from_hash(cls, raw: Mapping[Any, Any]) -> PodRecord:
+        """Decode a pod record hash (HGETALL). Raises KeyError/ValueError when malformed."""
+        h = _str_dict(raw)
+        return cls(
+            uid=_text(h["uid"]),
+            namespace=_text(h["namespace"]),
+            name=_text(h["name"]),
+            profile=_text(h["profile"]),
+            manifest=_blob(h.get("manifest")) or b"",
+            phase=PodPhase(_text(h["phase"])),
+            node=_text(h.get("node")),
+            gpu_devices=_devices(_text(h.get("gpu_devices"))),
+            attempts=int(_text(h.get("attempts")) or 0),
+            reason=_text(h.get("reason")),
+            message=_text(h.get("message")),
+            version=int(_text(h.get("version")) or 0),
+            bindings=int(_text(h.get("bindings")) or 0),
+            created_at=float(_text(h.get("created_at")) or 0.0),
+            updated_at=float(_text(h.get("updated_at")) or 0.0),
+        )
+
+
+# ---- reservations ------------------------------------------------------------------------------
+
+_FIRST_RESOURCES = (CPU, MEMORY, EPHEMERAL_STORAGE)
+
+
+def ordered_requests(requests: Mapping[str, int]) -> list[tuple[str, int]]:
+    """kube's check order: cpu, memory, ephemeral-storage, then the rest by name; no `pods`."""
+    first = [(r, requests[r]) for r in _FIRST_RESOURCES if r in requests]
+    rest = sorted((r, q) for r, q in requests.items() if r not in _FIRST_RESOURCES and r != PODS)
+    return first + rest
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """Room a pod holds on a node: what `reserve` checks and accounts, atomically.
+
+    Accounting follows `kubus.framework.nodeinfo` exactly: every resource of `requests` is
+    added to the node's usage, `pods` counts one per reservation, and each device of
+    `gpu_devices` is held with `gpu_memory` bytes (shared) or all of its memory (whole), as
+    `gpu_memory_taken` says. `pod_info()` gives back a PodInfo NodeInfo accounts identically.
+    """
+
+    pod_uid: str
+    pod_key: str
+    """`namespace/name`."""
+    node: str
+    profile: str
+    requests: dict[str, int]
+    """kube's PodRequests (`pod_requests`), without `pods`."""
+    non_zero_cpu: int = 0
+    non_zero_memory: int = 0
+    host_ports: tuple[tuple[str, str, int], ...] = ()
+    """(hostIP, protocol, hostPort) as PodInfo has them."""
+    gpu_devices: tuple[int, ...] = ()
+    """Indices of the node's GPUs the pod holds, sorted."""
+    gpu_memory: int = 0
+    """The GPU request's memory per device: the slice (shared) or the minimum size (whole)."""
+    gpu_shared: bool = False
+    token: int = 0
+    """The fencing token of the cycle that reserved (its lease); 0 = unfenced."""
+    ignored: tuple[str, ...] = ()
+    """Requested resources not to check (NodeResourcesFit's ignoredResources); still counted."""
+    labels: dict[str, str] = field(default_factory=dict)
+    """The pod's labels, for plugins that look at the pods on a node."""
+    reserved_at: float = 0.0
+    state: ReservationState = ReservationState.RESERVED
+    """Not part of the stored JSON: Redis keeps it in the node's bound set."""
+
+    @property
+    def namespace(self) -> str:
+        return self.pod_key.partition("/")[0]
+
+    @property
+    def pod_name(self) -> str:
+        return self.pod_key.partition("/")[2]
+
+    @property
+    def gpu_request(self) -> GPURequest | None:
+        if not self.gpu_devices:
+            return None
+        return GPURequest(count=len(self.gpu_devices), memory=self.gpu_memory, models=(), shared=self.gpu_shared)
+
+    @classmethod
+    def of(
+        cls,
+        pod_info: PodInfo,
+        node: str,
+        *,
+        profile: str | None = None,
+        token: int = 0,
+        ignored: Iterable[str] = (),
+        now: float = 0.0,
+    ) -> Reservation:
+        """The reservation for a pod placed on `node` (pod_info.gpu_devices already picked).
+
+        `profile` defaults to the pod's schedulerName. Raises ValueError when the pod asks for
+        GPUs and the number of picked devices differs from its request, or devices repeat.
+        """
+        pod = pod_info.pod
+        devices = tuple(sorted(pod_info.gpu_devices))
+        gpu = pod_info.gpu
+        if gpu is None:
+            if devices:
+                raise ValueError(f"pod {pod.key} asks for no GPU but holds devices {devices}")
+        elif len(devices) != gpu.count or len(set(devices)) != len(devices):
+            raise ValueError(f"pod {pod.key} asks for {gpu.count} GPU(s), got devices {devices}")
+        return cls(
+            pod_uid=pod.metadata.uid,
+            pod_key=pod.key,
+            node=node,
+            profile=pod.spec.scheduler_name if profile is None else profile,
+            requests={r: q for r, q in pod_info.requests.items() if r != PODS},
+            non_zero_cpu=pod_info.non_zero_cpu,
+            non_zero_memory=pod_info.non_zero_memory,
+            host_ports=tuple(pod_info.host_ports),
+            gpu_devices=devices,
+            gpu_memory=gpu.memory if gpu is not None else 0,
+            gpu_shared=gpu.shared if gpu is not None else False,
+            token=token,
+            ignored=tuple(sorted(set(ignored))),
+            labels=dict(pod.metadata.labels),
+            reserved_at=now,
+        )
+
+    def pod_info(self, pod: Pod | None = None) -> PodInfo:
+        """A PodInfo that NodeInfo accounts exactly as Redis does for this reservation.
+
+        Without `pod`, the Pod in it is a stand-in carrying only name, namespace, uid and
+        labels (enough for every node-level plugin); pass the parsed pod for the real one.
+        """
+        if pod is None:
+            pod = Pod(
+                metadata=ObjectMeta(
+                    name=self.pod_name, namespace=self.namespace, uid=self.pod_uid, labels=dict(self.labels)
+                )
+            )
+        return PodInfo(
+            pod=pod,
+            requests=dict(self.requests),
+            non_zero_cpu=self.non_zero_cpu,
+            non_zero_memory=self.non_zero_memory,
+            host_ports=self.host_ports,
+            gpu=self.gpu_request,
+            gpu_devices=self.gpu_devices,
+        )
+
+    def encode(self) -> bytes:
+        """The JSON the Lua scripts read (requests as ordered pairs; no `state`)."""
+        return codec.dumps(
+            {
+                "pod_uid": self.pod_uid,
+                "pod_key": self.pod_key,
+                "node": self.node,
+                "profile": self.profile,
+                "requests": ordered_requests(self.requests),
+                "non_zero_cpu": self.non_zero_cpu,
+                "non_zero_memory": self.non_zero_memory,
+                "host_ports": [list(p) for p in self.host_ports],
+                "gpu_devices": list(self.gpu_devices),
+                "gpu_memory": self.gpu_memory,
+                "gpu_shared": self.gpu_shared,
+                "token": self.token,
+                "ignored": list(self.ignored),
+                "labels": self.labels,
+                "reserved_at": self.reserved_at,
+            }
+        )
+
+    @classmethod
+    def decode(cls, data: bytes | str, *, bound: bool = False) -> Reservation:
+        """Parse `encode()`'s JSON. Raises ValueError/KeyError when malformed."""
+        d = codec.loads(data)
+        return cls(
+            pod_uid=d["pod_uid"],
+            pod_key=d["pod_key"],
+            node=d["node"],
+            profile=d["profile"],
+            requests={r: int(q) for r, q in d["requests"]},
+            non_zero_cpu=int(d["non_zero_cpu"]),
+            non_zero_memory=int(d["non_zero_memory"]),
+            host_ports=tuple((ip, proto, int(port)) for ip, proto, port in d["host_ports"]),
+            gpu_devices=tuple(int(i) for i in d["gpu_devices"]),
+            gpu_memory=int(d["gpu_memory"]),
+            gpu_shared=bool(d["gpu_shared"]),
+            token=int(d["token"]),
+            ignored=tuple(d["ignored"]),
+            labels=dict(d["labels"]),
+            reserved_at=float(d["reserved_at"]),
+            state=ReservationState.BOUND if bound else ReservationState.RESERVED,
+        )
+
+
+# ---- events ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PodEvent:
+    """One line of a pod's history, as `kubectl describe` shows events."""
+
+    time: float
+    """Seconds since the epoch."""
+    type: EventType
+    reason: str
+    """CamelCase, as kube's: Scheduled, FailedScheduling, Bound, Started, Rejected, ..."""
+    message: str = ""
+    source: str = ""
+    """The service (and replica) that recorded it."""
+
+    def encode(self) -> bytes:
+        return codec.dumps(
+            {"time": self.time, "type": str(self.type), "reason": self.reason, "message": self.message, "source": self.source}
+        )
+
+    @classmethod
+    def decode(cls, data: bytes | str) -> PodEvent:
+        d = codec.loads(data)
+        return cls(
+            time=float(d["time"]),
+            type=EventType(d["type"]),
+            reason=d["reason"],
+            message=d.get("message", ""),
+            source=d.get("source", ""),
+        )
