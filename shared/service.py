@@ -1,0 +1,421 @@
+"""The one lifecycle of every kubus service, its signal handling, and its structured logs.
+
+A service subclasses `Service`, spawns its root tasks in `Service.on_start` and finishes or hands
+back in-flight work in `Service.on_stop`::
+
+    class Binder(Service):
+        async def on_start(self) -> None:
+            # Binds reserved pods; the profile's work queue is shared by every binder replica.
+            self.spawn("bind loop", self._bind_loop)
+
+        async def on_stop(self) -> None:
+            await self._nak_in_flight()
+
+    async def main() -> None:
+        binder = Binder("binder", load_settings())
+        install_signal_handlers(binder)
+        await binder.run()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import json
+import logging
+import signal
+import sys
+from collections.abc import Callable, Coroutine
+from types import TracebackType
+from typing import Any, Protocol, Self, TextIO, TypeVar
+
+import redis.asyncio as aioredis
+from kubus.bus.connection import connect_bus, ensure_streams
+from kubus.settings import ConnectionSettings, redis_client
+from nats.aio.client import Client as NATS
+from nats.js import JetStreamContext
+from prometheus_client import CollectorRegistry
+
+__all__ = [
+    "Service",
+    "ServiceError",
+    "ServiceState",
+    "StructuredLogger",
+    "configure_logging",
+    "install_signal_handlers",
+    "logger",
+]
+
+# -- structured logging --------------------------------------------------------------------------
+
+
+def _logfmt_value(value: Any) -> str:
+    text = value if isinstance(value, str) else str(value)
+    if text and not any(c in text for c in ' ="\\\n\t') and text.isprintable():
+        return text
+    return json.dumps(text, ensure_ascii=False)
+
+
+class StructuredLogger:
+    """Logs one ``event="..." key=value ...`` line per event through a standard `logging.Logger`.
+
+    The fields also travel as ``record.kubus_fields`` (a dict) for handlers that write JSON.
+    """
+
+    __slots__ = ("_context", "logger")
+
+    def __init__(self, logger: logging.Logger, context: dict[str, Any] | None = None) -> None:
+        self.logger = logger
+        self._context = context or {}
+
+    def bind(self, **fields: Any) -> StructuredLogger:
+        """A logger that adds ``fields`` to every line (e.g. ``service="binder"``)."""
+        return StructuredLogger(self.logger, {**self._context, **fields})
+
+    def log(self, level: int, event: str, /, *, exc_info: Any = None, **fields: Any) -> None:
+        """Log ``event`` with ``fields`` at ``level``; nothing is formatted if the level is off."""
+        if not self.logger.isEnabledFor(level):
+            return
+        fields = {**self._context, **fields}
+        line = " ".join([f"event={_logfmt_value(event)}", *(f"{k}={_logfmt_value(v)}" for k, v in fields.items())])
+        self.logger.log(
+            level, line, exc_info=exc_info, extra={"kubus_fields": {"event": event, **fields}}, stacklevel=3
+        )
+
+    def debug(self, event: str, /, **fields: Any) -> None:
+        self.log(logging.DEBUG, event, **fields)
+
+    def info(self, event: str, /, **fields: Any) -> None:
+        self.log(logging.INFO, event, **fields)
+
+    def warning(self, event: str, /, **fields: Any) -> None:
+        self.log(logging.WARNING, event, **fields)
+
+    def error(self, event: str, /, **fields: Any) -> None:
+        self.log(logging.ERROR, event, **fields)
+
+    def exception(self, event: str, /, **fields: Any) -> None:
+        """An error with the traceback of the exception being handled."""
+        self.log(logging.ERROR, event, exc_info=True, **fields)
+
+
+def logger(name: str) -> StructuredLogger:
+    """The structured logger of ``name`` (a standard logger name such as ``"kubus.binder"``)."""
+    return StructuredLogger(logging.getLogger(name))
+
+
+def configure_logging(level: int | str = logging.INFO, *, stream: TextIO | None = None) -> None:
+    """Send every log record to ``stream`` (stderr) as one ``ts=... level=... logger=... event=...`` line.
+
+    For a service's entry point; libraries and tests leave logging configuration alone.
+    """
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(logging.Formatter("ts=%(asctime)s level=%(levelname)s logger=%(name)s %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler], force=True)
+
+
+# -- the service lifecycle ----------------------------------------------------------------------
+
+
+class ServiceState(enum.Enum):
+    """Where a service is in its one-way lifecycle."""
+
+    NEW = "new"
+    STARTING = "starting"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+
+
+class ServiceError(RuntimeError):
+    """A root task of a service died with an exception (its ``__cause__``); the service stopped."""
+
+    def __init__(self, service: str, task: str, error: BaseException) -> None:
+        super().__init__(f"{service}: root task {task!r} failed: {error!r}")
+        self.service = service
+        self.task = task
+        self.error = error
+
+
+class _Unsubscribable(Protocol):
+    async def unsubscribe(self) -> None: ...
+
+
+_S = TypeVar("_S", bound=_Unsubscribable)
+
+
+class Service:
+    """One kubus service: connections, a TaskGroup of named root tasks, an orderly stop.
+
+    ``start()`` connects (NATS + JetStream streams + Redis, when ``settings`` is given; with
+    None, no connection is made, for tests and services that need none), then calls
+    `on_start`, where the subclass spawns its root tasks with `spawn` (each with a one-line
+    comment above it saying why it exists) and registers its work subscriptions with `intake`.
+
+    ``stop()`` runs once, in this order: stop taking work (``stopping`` is set, `intake`
+    subscriptions are unsubscribed) → `on_stop` (finish or hand back in-flight work) → cancel
+    the root tasks → drain NATS → close Redis. When a root task dies with an exception the
+    others are cancelled, the error is logged with its traceback, the service stops and
+    ``run()`` raises ServiceError naming the task. A service runs once: after stop, start()
+    raises RuntimeError.
+    """
+
+    def __init__(self, name: str, settings: ConnectionSettings | None = None, *, streams: bool = True) -> None:
+        self.name = name
+        """Service name: the NATS client name and the logger name ``kubus.<name>``."""
+        self.settings = settings
+        self.log = logger(f"kubus.{name}").bind(service=name)
+        self.metrics = CollectorRegistry()
+        """This service's own Prometheus registry (one per service, so tests stay isolated)."""
+        self.nc: NATS | None = None
+        self.js: JetStreamContext | None = None
+        self.redis: aioredis.Redis | None = None
+        self.stopping = asyncio.Event()
+        """Set when stop() begins: loops that take work check it and stop taking more."""
+        self._ensure_streams = streams
+        self._state = ServiceState.NEW
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._group: asyncio.TaskGroup | None = None
+        self._supervisor: asyncio.Task[None] | None = None
+        self._release_roots = asyncio.Event()
+        self._start_task: asyncio.Task[None] | None = None
+        self._stop_task: asyncio.Task[None] | None = None
+        self._failure_stop: asyncio.Task[None] | None = None
+        self._stopped = asyncio.Event()
+        self._failure: tuple[str, BaseException] | None = None
+        self._on_start_called = False
+        self._intake: list[_Unsubscribable] = []
+
+    # -- what subclasses implement ---------------------------------------------------------------
+
+    async def on_start(self) -> None:
+        """Spawn the root tasks and subscribe. Connections are open; the service is not yet running."""
+
+    async def on_stop(self) -> None:
+        """Finish or hand back in-flight work. Work intake has stopped; root tasks still run;
+        connections are open. Bounded by stop()'s timeout. Runs once, if on_start ran, even partly."""
+
+    # -- what subclasses call ----------------------------------------------------------------------
+
+    def spawn(self, name: str, coro_fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> asyncio.Task[None]:
+        """Run ``coro_fn(*args)`` as a root task named ``"<service>: <name>"``.
+
+        A root task may return (it is done); if it raises, the service stops and run() raises
+        ServiceError naming it. Raises RuntimeError outside start()/running, or for a name in use.
+        """
+        if self._group is None or self._state not in (ServiceState.STARTING, ServiceState.RUNNING):
+            raise RuntimeError(f"{self.name}: spawn({name!r}) outside a starting or running service")
+        if name in self._tasks and not self._tasks[name].done():
+            raise RuntimeError(f"{self.name}: a root task named {name!r} is already running")
+        task = self._group.create_task(self._root(name, coro_fn, args), name=f"{self.name}: {name}")
+        self._tasks[name] = task
+        return task
+
+    def intake(self, subscription: _S) -> _S:
+        """Register a NATS subscription that brings work in; stop() unsubscribes it first. Returns it."""
+        self._intake.append(subscription)
+        return subscription
+
+    @property
+    def state(self) -> ServiceState:
+        return self._state
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect, ensure the streams, call on_start; return once running. Idempotent while running.
+
+        Returns without error if stop() interrupted it. Raises RuntimeError after stop, the
+        connection error if NATS or Redis does not answer (everything opened is closed again),
+        ServiceError if a root task died during start.
+        """
+        if self._state in (ServiceState.STOPPING, ServiceState.STOPPED):
+            raise RuntimeError(f"{self.name}: stopped; a service runs once, make a new one")
+        if self._state is ServiceState.NEW:
+            self._state = ServiceState.STARTING
+            self._start_task = asyncio.create_task(self._start(), name=f"{self.name}: start")
+        assert self._start_task is not None
+        try:
+            await self._start_task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if self._stop_task is None or (current is not None and current.cancelling()):
+                raise  # our caller was cancelled, not the start
+        except Exception:
+            await self.stop()
+            raise
+        if self._failure is not None:
+            raise ServiceError(self.name, *self._failure) from self._failure[1]
+
+    async def _start(self) -> None:
+        self.log.info("service starting")
+        if self.settings is not None:
+            self.nc, self.js = await connect_bus(self.settings, self.name)
+            if self._ensure_streams:
+                await ensure_streams(self.js)
+            self.redis = redis_client(self.settings)
+            await self.redis.ping()
+        group_ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._supervisor = asyncio.create_task(self._supervise(group_ready), name=f"{self.name}: supervisor")
+        await group_ready
+        self._on_start_called = True
+        await self.on_start()
+        if self._state is ServiceState.STARTING:
+            self._state = ServiceState.RUNNING
+            self.log.info("service running", root_tasks=",".join(self._tasks) or "-")
+
+    async def run(self) -> None:
+        """Start if needed and wait until the service has stopped.
+
+        Raises ServiceError (naming the task) if a root task died, the start error if it did not
+        start. Cancelling run() stops the service, then re-raises the cancellation.
+        """
+        try:
+            await self.start()
+            await self._stopped.wait()
+        except asyncio.CancelledError:
+            await asyncio.shield(self.stop())
+            raise
+        if self._failure is not None:
+            raise ServiceError(self.name, *self._failure) from self._failure[1]
+
+    async def stop(self, timeout: float = 10.0) -> None:
+        """Stop in order: intake → on_stop → cancel root tasks → drain NATS → close Redis.
+
+        Idempotent; safe before start(), during start() (the start is cancelled) and from several
+        tasks at once (all wait for the one stop). ``timeout`` (seconds) bounds on_stop and the
+        wait for root tasks; connections are closed regardless. Never raises for a root task's
+        error (run() does); the hook's own errors are logged.
+        """
+        if self._stop_task is None:
+            self._stop_task = asyncio.create_task(self._shutdown(timeout), name=f"{self.name}: stop")
+        await asyncio.shield(self._stop_task)
+
+    async def _shutdown(self, timeout: float) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        if self._state is ServiceState.NEW:
+            self._state = ServiceState.STOPPED
+            self._stopped.set()
+            return
+        self._state = ServiceState.STOPPING
+        self.log.info("service stopping")
+        self.stopping.set()
+        if self._start_task is not None and not self._start_task.done():
+            self._start_task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._start_task
+
+        # 1. Stop taking work.
+        for subscription in self._intake:
+            try:
+                await subscription.unsubscribe()
+            except Exception as exc:
+                self.log.warning("unsubscribe failed", error=repr(exc))
+
+        # 2. Finish or hand back in-flight work.
+        if self._on_start_called:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await self.on_stop()
+            except TimeoutError:
+                self.log.error("on_stop did not finish in time; in-flight work will be redelivered", timeout=timeout)
+            except Exception:
+                self.log.exception("on_stop failed")
+
+        # 3. Cancel the root tasks.
+        if self._supervisor is not None:
+            self._release_roots.set()
+            try:
+                async with asyncio.timeout_at(max(deadline, loop.time() + 1.0)):
+                    await asyncio.shield(self._supervisor)
+            except TimeoutError:
+                stuck = [name for name, task in self._tasks.items() if not task.done()]
+                self.log.error("root tasks ignore cancellation", tasks=",".join(stuck))
+
+        # 4. Drain NATS: deliver what subscriptions hold, flush what was published.
+        if self.nc is not None and not self.nc.is_closed:
+            try:
+                async with asyncio.timeout(max(deadline - loop.time(), 1.0)):
+                    await self.nc.drain()
+            except Exception as exc:
+                self.log.warning("nats drain failed", error=repr(exc))
+            if not self.nc.is_closed:
+                await self.nc.close()
+
+        # 5. Close Redis.
+        if self.redis is not None:
+            try:
+                await self.redis.aclose()
+            except Exception as exc:
+                self.log.warning("redis close failed", error=repr(exc))
+
+        self._state = ServiceState.STOPPED
+        self._stopped.set()
+        self.log.info("service stopped", failed_task=self._failure[0] if self._failure else "-")
+
+    async def _supervise(self, ready: asyncio.Future[None]) -> None:
+        try:
+            async with asyncio.TaskGroup() as group:
+                self._group = group
+                ready.set_result(None)
+                await self._release_roots.wait()
+                for task in self._tasks.values():
+                    task.cancel()
+        except BaseExceptionGroup:
+            pass  # each error was recorded and logged by _root
+        finally:
+            self._group = None
+        if self._failure is not None and not self.stopping.is_set():
+            self._failure_stop = asyncio.create_task(self.stop(), name=f"{self.name}: stop after failure")
+
+    async def _root(self, name: str, coro_fn: Callable[..., Coroutine[Any, Any, Any]], args: tuple[Any, ...]) -> None:
+        try:
+            await coro_fn(*args)
+        except Exception as exc:
+            if self._failure is None and not self.stopping.is_set():
+                self._failure = (name, exc)
+                self.log.log(logging.CRITICAL, "root task died, stopping service", task=name, error=repr(exc),
+                             exc_info=exc)  # fmt: skip
+            else:
+                self.log.exception("root task failed while stopping", task=name)
+            raise
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+
+def install_signal_handlers(
+    service: Service, signals: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT)
+) -> Callable[[], None]:
+    """Make SIGTERM and SIGINT call ``service.stop()`` in the running loop; returns an uninstaller.
+
+    Call from inside the loop (Unix only). A repeated signal while stopping is logged and ignored.
+    """
+    loop = asyncio.get_running_loop()
+    pending: set[asyncio.Task[None]] = set()
+
+    def handle(sig: signal.Signals) -> None:
+        if service.stopping.is_set():
+            service.log.warning("signal received while stopping", signal=sig.name)
+            return
+        service.log.info("signal received, stopping", signal=sig.name)
+        task = loop.create_task(service.stop(), name=f"{service.name}: stop on {sig.name}")
+        pending.add(task)
+        task.add_done_callback(pending.discard)
+
+    for sig in signals:
+        loop.add_signal_handler(sig, handle, sig)
+
+    def uninstall() -> None:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+
+    return uninstall
