@@ -1,0 +1,240 @@
+"""The messages services exchange on the bus: frozen, slotted dataclasses, JSON on the wire.
+
+Every message is encoded with `encode` and read back with `decode(Type, data)`, which checks the
+shape (an object, the right fields, the right types) and raises MessageError with a one-line
+reason for anything else: garbage on a subject never crashes a consumer. Pod manifests travel as
+the JSON of the pod object (`manifest`), so every hop can re-parse them with
+`kubus.api.manifests.parse_manifests` and the same validation.
+
+Flow (see `kubus.bus.subjects`):
+    client  -> kubus.pods.submit        raw manifest bytes (YAML or JSON), not a message here
+    client  -> kubus.pods.delete        PodDeletion
+    cycle   -> kubus.queue.<p>.pop      PopRequest  -> PopReply(QueuedPod...)
+    cycle   -> kubus.queue.<p>.done     Outcomes    -> empty reply (ack)
+    cycle   -> kubus.bind.<p>           BindRequest (JetStream, msg id = uid)
+    binder  -> kubus.pods.requeue       Outcomes (a failed bind hands the pod back)
+    binder  -> kubus.node.<n>.pods      NodeAssignment (JetStream, msg id = uid)
+    anyone  -> kubus.events.<kind>...   ClusterEvent
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, TypeVar
+
+from kubus import codec
+
+T = TypeVar("T")
+
+
+class MessageError(ValueError):
+    """A message that is not what its subject carries; str() says what is wrong in one line."""
+
+
+class OutcomeKind(StrEnum):
+    RESERVED = "reserved"
+    """Reserved on `node` in Redis and handed to the binders."""
+    UNSCHEDULABLE = "unschedulable"
+    """No node fits now; `message` is kube's summary, `plugins` the rejecting plugins."""
+    ERROR = "error"
+    """Scheduling failed for a reason other than fit (a plugin error, a Redis failure)."""
+    BIND_FAILED = "bind_failed"
+    """The binder could not bind; the reservation was released."""
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedPod:
+    """A pod the queue hands to its profile's cycle."""
+
+    uid: str
+    key: str
+    """namespace/name"""
+    manifest: bytes
+    """The pod as JSON (what `parse_manifests` reads)."""
+    attempts: int = 0
+    """Scheduling attempts before this one."""
+
+
+@dataclass(frozen=True, slots=True)
+class PopRequest:
+    max_pods: int = 256
+    """Hand out at most this many pods."""
+    wait_ms: int = 200
+    """Wait up to this long for a first pod when the activeQ is empty."""
+    holder: str = ""
+    """The cycle replica asking (its lease holder id), for logs and in-flight tracking."""
+    fencing_token: int = 0
+    """The asker's lease token: the queue refuses a stale holder once it saw a newer token."""
+
+
+@dataclass(frozen=True, slots=True)
+class PopReply:
+    pods: tuple[QueuedPod, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What became of one popped pod."""
+
+    uid: str
+    kind: OutcomeKind
+    node: str = ""
+    message: str = ""
+    plugins: tuple[str, ...] = ()
+    """The plugins that rejected the pod (for QueueingHints: which events can help it)."""
+    gpu_devices: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Outcomes:
+    outcomes: tuple[Outcome, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class BindRequest:
+    """A pod reserved on a node, for the binders of its profile."""
+
+    uid: str
+    key: str
+    profile: str
+    node: str
+    manifest: bytes
+    gpu_devices: tuple[int, ...] = ()
+    fencing_token: int = 0
+    """The reserving cycle's lease token."""
+    reserved_at: float = 0.0
+    """Seconds since the epoch, for submit->bound latency."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeAssignment:
+    """A pod bound to a node, for that node's agent."""
+
+    uid: str
+    key: str
+    node: str
+    manifest: bytes
+    gpu_devices: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PodDeletion:
+    namespace: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterEvent:
+    """Something changed in the cluster. `kind` is a `kubus.bus.subjects.EventKind` value."""
+
+    kind: str
+    name: str
+    """Node name, or namespace/name of a pod."""
+    node: str = ""
+    at: float = 0.0
+    reason: str = ""
+    message: str = ""
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+def encode(message: Any) -> bytes:
+    """JSON bytes of a message dataclass (bytes fields as UTF-8 text)."""
+    return codec.dumps(_plain(message))
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def decode(cls: type[T], data: bytes | str) -> T:
+    """Read a message of type `cls`. Raises MessageError for malformed data of any kind."""
+    try:
+        raw = codec.loads(data)
+    except (codec.DecodeError, UnicodeDecodeError) as e:
+        raise MessageError(f"{cls.__name__}: not JSON: {e}") from None
+    return _build(cls, raw, cls.__name__)
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _build(cls: type[T], raw: Any, where: str) -> T:
+    if not isinstance(raw, dict):
+        raise MessageError(f"{where}: expected an object, got {type(raw).__name__}")
+    hints = _HINTS.get(cls)
+    if hints is None:
+        hints = _HINTS[cls] = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(raw) - names)
+    if unknown:
+        raise MessageError(f"{where}: unknown field {unknown[0]!r}")
+    values = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if f.name not in raw:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise MessageError(f"{where}: missing field {f.name!r}")
+            continue
+        values[f.name] = _value(hints[f.name], raw[f.name], f"{where}.{f.name}")
+    return cls(**values)
+
+
+def _value(hint: Any, v: Any, where: str) -> Any:
+    origin = typing.get_origin(hint)
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, v, where)
+    if isinstance(hint, type) and issubclass(hint, StrEnum):
+        try:
+            return hint(v)
+        except ValueError:
+            raise MessageError(f"{where}: unknown value {v!r}") from None
+    if hint is bytes:
+        if not isinstance(v, str):
+            raise MessageError(f"{where}: expected a string")
+        return v.encode("utf-8")
+    if hint is float:
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise MessageError(f"{where}: expected a number")
+        return float(v)
+    if hint in (int, str, bool):
+        if not isinstance(v, hint) or (hint is int and isinstance(v, bool)):
+            raise MessageError(f"{where}: expected {hint.__name__}")
+        return v
+    if origin is tuple:
+        if not isinstance(v, list):
+            raise MessageError(f"{where}: expected a list")
+        item = typing.get_args(hint)[0]
+        return tuple(_value(item, x, f"{where}[{i}]") for i, x in enumerate(v))
+    if origin is dict or hint is dict:
+        if not isinstance(v, dict):
+            raise MessageError(f"{where}: expected an object")
+        return v
+    if origin in (typing.Union, types.UnionType):
+        raise MessageError(f"{where}: unsupported type {hint}")  # no optional fields on the wire
+    raise MessageError(f"{where}: unsupported type {hint}")
+
+
+__all__ = [
+    "BindRequest",
+    "ClusterEvent",
+    "MessageError",
+    "NodeAssignment",
+    "Outcome",
+    "OutcomeKind",
+    "Outcomes",
+    "PodDeletion",
+    "PopReply",
+    "PopRequest",
+    "QueuedPod",
+    "decode",
+    "encode",
+]

@@ -1,0 +1,73 @@
+"""Wire messages round-trip, and garbage is a MessageError, never anything else."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from kubus.bus.messages import (
+    BindRequest,
+    ClusterEvent,
+    MessageError,
+    NodeAssignment,
+    Outcome,
+    OutcomeKind,
+    Outcomes,
+    PodDeletion,
+    PopReply,
+    PopRequest,
+    QueuedPod,
+    decode,
+    encode,
+)
+
+SAMPLES = [
+    PopRequest(64, 100, "cycle-a", 7),
+    PopReply((QueuedPod("u1", "ns/p", b'{"kind": "Pod"}', 2), QueuedPod("u2", "ns/q", b"{}"))),
+    Outcomes(
+        (
+            Outcome("u1", OutcomeKind.RESERVED, "n1", gpu_devices=(0, 3)),
+            Outcome("u2", OutcomeKind.UNSCHEDULABLE, message="0/3 nodes are available", plugins=("NodeResourcesFit",)),
+        )
+    ),
+    BindRequest("u1", "ns/p", "default-scheduler", "n1", b'{"a": 1}', (1,), 9, 1700000000.5),
+    NodeAssignment("u1", "ns/p", "n1", b"{}", ()),
+    PodDeletion("ns", "p"),
+    ClusterEvent("node.added", "n1", "n1", 1.0, "Registered", "", {"gpus": 8}),
+]
+
+
+@pytest.mark.parametrize("message", SAMPLES, ids=lambda m: type(m).__name__)
+def test_round_trip(message: object) -> None:
+    assert decode(type(message), encode(message)) == message
+
+
+@pytest.mark.parametrize(
+    ("data", "error"),
+    [
+        (b"\xff\xfe", "PopRequest: not JSON"),
+        (b"[1, 2]", "PopRequest: expected an object, got list"),
+        (b'{"max_pods": "many"}', "PopRequest.max_pods: expected int"),
+        (b'{"max_pods": true}', "PopRequest.max_pods: expected int"),
+        (b'{"bogus": 1}', "PopRequest: unknown field 'bogus'"),
+    ],
+)
+def test_malformed_messages_say_what_is_wrong(data: bytes, error: str) -> None:
+    with pytest.raises(MessageError, match="^" + error.replace("(", r"\(").replace(")", r"\)")):
+        decode(PopRequest, data)
+
+
+def test_missing_required_field_and_bad_enum() -> None:
+    with pytest.raises(MessageError, match="Outcome: missing field 'kind'"):
+        decode(Outcome, b'{"uid": "u"}')
+    with pytest.raises(MessageError, match=r"Outcomes.outcomes\[0\].kind: unknown value 'lost'"):
+        decode(Outcomes, b'{"outcomes": [{"uid": "u", "kind": "lost"}]}')
+
+
+@given(st.binary(max_size=200) | st.text(max_size=200).map(str.encode))
+def test_garbage_is_only_ever_a_message_error(data: bytes) -> None:
+    for cls in (PopRequest, PopReply, Outcomes, BindRequest, NodeAssignment, PodDeletion, ClusterEvent):
+        with contextlib.suppress(MessageError):
+            decode(cls, data)
