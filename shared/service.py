@@ -32,10 +32,10 @@ from typing import Any, Protocol, Self, TextIO, TypeVar
 
 import redis.asyncio as aioredis
 from kubus.bus.connection import connect_bus, ensure_streams
+from kubus.metrics import Metrics
 from kubus.settings import ConnectionSettings, redis_client
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
-from prometheus_client import CollectorRegistry
 
 __all__ = [
     "Service",
@@ -75,29 +75,33 @@ class StructuredLogger:
 
     def log(self, level: int, event: str, /, *, exc_info: Any = None, **fields: Any) -> None:
         """Log ``event`` with ``fields`` at ``level``; nothing is formatted if the level is off."""
+        self._emit(level, event, exc_info, fields)
+
+    def debug(self, event: str, /, **fields: Any) -> None:
+        self._emit(logging.DEBUG, event, None, fields)
+
+    def info(self, event: str, /, **fields: Any) -> None:
+        self._emit(logging.INFO, event, None, fields)
+
+    def warning(self, event: str, /, **fields: Any) -> None:
+        self._emit(logging.WARNING, event, None, fields)
+
+    def error(self, event: str, /, **fields: Any) -> None:
+        self._emit(logging.ERROR, event, None, fields)
+
+    def exception(self, event: str, /, **fields: Any) -> None:
+        """An error with the traceback of the exception being handled."""
+        self._emit(logging.ERROR, event, True, fields)
+
+    def _emit(self, level: int, event: str, exc_info: Any, fields: dict[str, Any]) -> None:
         if not self.logger.isEnabledFor(level):
             return
         fields = {**self._context, **fields}
         line = " ".join([f"event={_logfmt_value(event)}", *(f"{k}={_logfmt_value(v)}" for k, v in fields.items())])
+        # stacklevel 3: the record names the caller of info()/log(), not this module.
         self.logger.log(
             level, line, exc_info=exc_info, extra={"kubus_fields": {"event": event, **fields}}, stacklevel=3
         )
-
-    def debug(self, event: str, /, **fields: Any) -> None:
-        self.log(logging.DEBUG, event, **fields)
-
-    def info(self, event: str, /, **fields: Any) -> None:
-        self.log(logging.INFO, event, **fields)
-
-    def warning(self, event: str, /, **fields: Any) -> None:
-        self.log(logging.WARNING, event, **fields)
-
-    def error(self, event: str, /, **fields: Any) -> None:
-        self.log(logging.ERROR, event, **fields)
-
-    def exception(self, event: str, /, **fields: Any) -> None:
-        """An error with the traceback of the exception being handled."""
-        self.log(logging.ERROR, event, exc_info=True, **fields)
 
 
 def logger(name: str) -> StructuredLogger:
@@ -166,8 +170,8 @@ class Service:
         """Service name: the NATS client name and the logger name ``kubus.<name>``."""
         self.settings = settings
         self.log = logger(f"kubus.{name}").bind(service=name)
-        self.metrics = CollectorRegistry()
-        """This service's own Prometheus registry (one per service, so tests stay isolated)."""
+        self.metrics = Metrics()
+        """This service's metrics, in its own Prometheus registry (so tests stay isolated)."""
         self.nc: NATS | None = None
         self.js: JetStreamContext | None = None
         self.redis: aioredis.Redis | None = None
@@ -246,6 +250,7 @@ class Service:
             await self.stop()
             raise
         if self._failure is not None:
+            await self.stop()
             raise ServiceError(self.name, *self._failure) from self._failure[1]
 
     async def _start(self) -> None:
@@ -261,6 +266,9 @@ class Service:
         await group_ready
         self._on_start_called = True
         await self.on_start()
+        if self.nc is not None:
+            # A round trip: the server has every subscription on_start made before start() returns.
+            await self.nc.flush()
         if self._state is ServiceState.STARTING:
             self._state = ServiceState.RUNNING
             self.log.info("service running", root_tasks=",".join(self._tasks) or "-")

@@ -7,6 +7,7 @@ Servers, in this order (session-scoped, started once, only if a test asks for th
 3. `kubus.embedded.EmbeddedServers` on free ports in a temporary directory.
 
 Under ``CI=true`` failing to get a server fails the test; elsewhere it skips, visibly.
+Tests wipe the servers (FLUSHALL, every stream deleted): never point ``KUBUS_*_URL`` at data you keep.
 
 Fixtures: ``servers`` (the endpoints), ``nats_url``, ``redis_url`` (strings), and per test
 ``redis`` (redis.asyncio client, bytes, FLUSHALL first), ``nats`` (connected nats-py client,

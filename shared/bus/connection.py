@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Iterable, Mapping
 
@@ -43,7 +44,10 @@ async def connect_bus(
         _log.warning("event=%r client=%s error=%r", "nats error", name, exc)
 
     async def on_disconnected() -> None:
-        _log.warning("event=%r client=%s", "nats disconnected", name)
+        if nc.is_closed:  # our own close() or drain(), not a lost connection
+            _log.debug("event=%r client=%s", "nats closed", name)
+        else:
+            _log.warning("event=%r client=%s", "nats disconnected", name)
 
     async def on_reconnected() -> None:
         url = nc.connected_url.geturl() if nc.connected_url else ""
@@ -67,6 +71,11 @@ async def connect_bus(
         last = nc.last_error
         await nc.close()
         raise ConnectionError(f"NATS at {settings.nats_url} did not answer within {wait:g}s: {last!r}") from exc
+    except BaseException:
+        # Cancelled (a stop during start) or refused (bad credentials): no client left reconnecting.
+        with contextlib.suppress(Exception):
+            await nc.close()
+        raise
     return nc, nc.jetstream(timeout=js_timeout)
 
 

@@ -25,7 +25,7 @@ from kubus.framework.interface import (
 from kubus.framework.nodeinfo import NodeInfo, PodInfo
 from kubus.framework.registry import ExtensionPoint, PluginSpec, Registry, RegistryError
 from kubus.framework.runtime import Framework
-from kubus.framework.scheduling import NodeExplain, ScheduleResult, Scheduler, ScoreDetail
+from kubus.framework.scheduling import NodeExplain, Scheduler, ScheduleResult, ScoreDetail
 from kubus.framework.status import Code, Status
 
 __all__ = [

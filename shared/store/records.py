@@ -7,6 +7,7 @@ decode it back; the key layout is in `kubus.store.keys`, the atomic changes in
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -364,6 +365,10 @@ class Reservation:
     gpu_shared: bool = False
     token: int = 0
     """The fencing token of the cycle that reserved (its lease); 0 = unfenced."""
+    attempt: str = ""
+    """Which scheduling attempt made it (unique per attempt): reserve is idempotent for the same
+    attempt, refuses another attempt's second reservation of the pod on the node, and
+    unreserve/mark_bound can insist on it, so racing duplicates never undo each other's work."""
     ignored: tuple[str, ...] = ()
     """Requested resources not to check (NodeResourcesFit's ignoredResources); still counted."""
     labels: dict[str, str] = field(default_factory=dict)
@@ -394,12 +399,14 @@ class Reservation:
         *,
         profile: str | None = None,
         token: int = 0,
+        attempt: str | None = None,
         ignored: Iterable[str] = (),
         now: float = 0.0,
     ) -> Reservation:
         """The reservation for a pod placed on `node` (pod_info.gpu_devices already picked).
 
-        `profile` defaults to the pod's schedulerName. Raises ValueError when the pod asks for
+        `profile` defaults to the pod's schedulerName, `attempt` to a fresh random id (retry a
+        reserve with the same Reservation object to stay idempotent). Raises ValueError when the pod asks for
         GPUs and the number of picked devices differs from its request, or devices repeat.
         """
         pod = pod_info.pod
@@ -423,6 +430,7 @@ class Reservation:
             gpu_memory=gpu.memory if gpu is not None else 0,
             gpu_shared=gpu.shared if gpu is not None else False,
             token=token,
+            attempt=uuid.uuid4().hex if attempt is None else attempt,
             ignored=tuple(sorted(set(ignored))),
             labels=dict(pod.metadata.labels),
             reserved_at=now,
@@ -466,6 +474,7 @@ class Reservation:
                 "gpu_memory": self.gpu_memory,
                 "gpu_shared": self.gpu_shared,
                 "token": self.token,
+                "attempt": self.attempt,
                 "ignored": list(self.ignored),
                 "labels": self.labels,
                 "reserved_at": self.reserved_at,
@@ -489,6 +498,7 @@ class Reservation:
             gpu_memory=int(d["gpu_memory"]),
             gpu_shared=bool(d["gpu_shared"]),
             token=int(d["token"]),
+            attempt=d.get("attempt", ""),
             ignored=tuple(d["ignored"]),
             labels=dict(d["labels"]),
             reserved_at=float(d["reserved_at"]),
@@ -514,7 +524,13 @@ class PodEvent:
 
     def encode(self) -> bytes:
         return codec.dumps(
-            {"time": self.time, "type": str(self.type), "reason": self.reason, "message": self.message, "source": self.source}
+            {
+                "time": self.time,
+                "type": str(self.type),
+                "reason": self.reason,
+                "message": self.message,
+                "source": self.source,
+            }
         )
 
     @classmethod

@@ -30,13 +30,17 @@ RESERVE      ARGV: pod uid, reservation JSON (`Reservation.encode`). Checks, for
              gpu_memory, a whole GPU needs no holder and total memory >= gpu_memory ("gpu 3
              busy", "gpu 3 too small"); no host port collides, as kube's NodePorts rules say
              ("host port TCP/80 in use"). Then adds the usage and records the reservation.
-             -> OK 'reserved' | OK 'already reserved' (the pod holds one here: idempotent retry,
-             nothing checked or changed) | CONFLICT reason... (nothing changed) | NODE_GONE
+             -> OK 'reserved' | OK 'already reserved' (the pod holds one here from the same
+             attempt: an idempotent retry, nothing checked or changed) | CONFLICT reason...
+             (nothing changed; 'pod already reserved here by another attempt' when the pod
+             holds one here from a different `attempt`) | NODE_GONE
              'node not found' / 'node unreachable' | FENCED reason (the reservation's token is
              older than one this profile already used on this node: a deposed leader).
-UNRESERVE    ARGV: pod uid. Gives a *reserved* reservation back.
-             -> OK | NOOP (none: idempotent) | BOUND (the pod is being bound: use RELEASE).
-MARK_BOUND   ARGV: pod uid. reserved -> bound. -> OK | ALREADY | NOT_FOUND (no reservation).
+UNRESERVE    ARGV: pod uid, attempt ('' = any). Gives a *reserved* reservation back.
+             -> OK | NOOP (none: idempotent) | BOUND (the pod is being bound: use RELEASE) |
+             CONFLICT (held by another attempt: not yours to give back).
+MARK_BOUND   ARGV: pod uid, attempt ('' = any). reserved -> bound.
+             -> OK | ALREADY | NOT_FOUND (no reservation) | CONFLICT (another attempt's).
 RELEASE      ARGV: pod uid. The pod finished or was deleted: gives any reservation back.
              -> OK | NOOP.
 
@@ -137,8 +141,11 @@ local function account(info, usage, r, sign)
 end
 """
 
-_POD_LIB = r"""
-local PHASES = {'Pending', 'Reserved', 'Bound', 'Running', 'Succeeded', 'Failed', 'Deleted'}
+_POD_LIB = (
+    "local PHASES = {"
+    + ", ".join(f"'{p}'" for p in PHASES)
+    + "}\n"
+    + r"""
 -- With index keys (single Redis): move the uid between the phase and pending sets.
 local function index_move(uid, old, new)
   if #KEYS < 10 then return end
@@ -153,6 +160,7 @@ local function set_fields(key, argv, first)
   for i = first, #argv, 2 do redis.call('HSET', key, argv[i], argv[i + 1]) end
 end
 """
+)
 
 PUT_NODE = (
     _LIB
@@ -238,8 +246,12 @@ local info, usage, resv, fences = KEYS[1], KEYS[2], KEYS[3], KEYS[5]
 local uid = ARGV[1]
 if redis.call('EXISTS', info) == 0 then return {'NODE_GONE', 'node not found'} end
 if redis.call('HGET', info, 'unreachable') == '1' then return {'NODE_GONE', 'node unreachable'} end
-if redis.call('HEXISTS', resv, uid) == 1 then return {'OK', 'already reserved'} end
 local r = cjson.decode(ARGV[2])
+local held = redis.call('HGET', resv, uid)
+if held then
+  if cjson.decode(held).attempt == r.attempt then return {'OK', 'already reserved'} end
+  return {'CONFLICT', 'pod already reserved here by another attempt'}
+end
 local token = tonumber(r.token) or 0
 local seen = 0
 if token > 0 then
@@ -313,15 +325,19 @@ UNRESERVE = (
     + r"""
 local j = redis.call('HGET', KEYS[3], ARGV[1])
 if not j then return {'NOOP'} end
+local r = cjson.decode(j)
+if ARGV[2] ~= '' and r.attempt ~= ARGV[2] then return {'CONFLICT'} end
 if redis.call('SISMEMBER', KEYS[4], ARGV[1]) == 1 then return {'BOUND'} end
-account(KEYS[1], KEYS[2], cjson.decode(j), -1)
+account(KEYS[1], KEYS[2], r, -1)
 redis.call('HDEL', KEYS[3], ARGV[1])
 return {'OK'}
 """
 )
 
 MARK_BOUND = r"""
-if redis.call('HEXISTS', KEYS[3], ARGV[1]) == 0 then return {'NOT_FOUND'} end
+local j = redis.call('HGET', KEYS[3], ARGV[1])
+if not j then return {'NOT_FOUND'} end
+if ARGV[2] ~= '' and cjson.decode(j).attempt ~= ARGV[2] then return {'CONFLICT'} end
 if redis.call('SADD', KEYS[4], ARGV[1]) == 0 then return {'ALREADY'} end
 return {'OK'}
 """

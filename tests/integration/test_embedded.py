@@ -7,10 +7,13 @@ from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
+from kubus.bus import PODS_STREAM, PODS_SUBMIT, connect_bus, ensure_streams, publish_durable
 from kubus.embedded import EmbeddedServers, ServerStartError, nats_server_binary, valkey_server_binary
+from kubus.settings import ConnectionSettings
 from nats import connect as nats_connect
 from nats.aio.client import Client as NATS
 from nats.js.api import StorageType, StreamConfig
+from support import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -105,3 +108,25 @@ async def test_a_server_that_cannot_start_raises_with_its_log(tmp_path: Path) ->
     assert "in use" in message.lower()
     assert not servers.running
     await servers.stop()
+
+
+async def test_a_bus_client_reconnects_after_a_restart(tmp_path: Path) -> None:
+    servers = EmbeddedServers(tmp_path)
+    await servers.start()
+    nc, js = await connect_bus(ConnectionSettings(nats_url=servers.nats_url), "kubus-test-restart")
+    try:
+        await ensure_streams(js, [PODS_STREAM])
+        await publish_durable(js, PODS_SUBMIT, b"before", "uid-1/1")
+        await servers.stop()
+        await servers.start()
+
+        def reconnected() -> None:
+            assert nc.is_connected
+
+        await eventually(reconnected)
+        ack = await publish_durable(js, PODS_SUBMIT, b"after", "uid-2/1")
+        assert ack.seq == 2  # the stream and its first message survived
+        assert (await publish_durable(js, PODS_SUBMIT, b"before", "uid-1/1")).duplicate  # so did the dedup window
+    finally:
+        await nc.close()
+        await servers.stop()

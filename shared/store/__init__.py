@@ -1,0 +1,58 @@
+"""kubus.store: the shared state in Redis (nodes, pods, reservations, bindings, leases).
+
+- `kubus.store.keys`: the key layout (hash-tagged per node, per pod, per lease) and escaping.
+- `kubus.store.records`: NodeRecord, PodRecord, Reservation, PodEvent and their encodings.
+- `kubus.store.scripts`: the Lua scripts (each atomic change is one) and their return codes.
+- `kubus.store.cluster_state`: ClusterState, the async API every service uses.
+- `kubus.store.invariants`: check_invariants, no overcommit / no loss / no double binding.
+"""
+
+from kubus.store.cluster_state import (
+    ClusterState,
+    GPUUsage,
+    Lease,
+    NodeUsage,
+    PodWrite,
+    PutNodeResult,
+    ReserveResult,
+    node_info_of,
+)
+from kubus.store.invariants import check_invariants
+from kubus.store.keys import DEFAULT_PREFIX, Keys
+from kubus.store.records import (
+    UNREACHABLE_TAINT_KEY,
+    EventType,
+    NodeRecord,
+    PodEvent,
+    PodPhase,
+    PodRecord,
+    Reservation,
+    ReservationState,
+    node_from_record,
+)
+from kubus.store.scripts import Scripts, StoreCode
+
+__all__ = [
+    "DEFAULT_PREFIX",
+    "UNREACHABLE_TAINT_KEY",
+    "ClusterState",
+    "EventType",
+    "GPUUsage",
+    "Keys",
+    "Lease",
+    "NodeRecord",
+    "NodeUsage",
+    "PodEvent",
+    "PodPhase",
+    "PodRecord",
+    "PodWrite",
+    "PutNodeResult",
+    "Reservation",
+    "ReservationState",
+    "ReserveResult",
+    "Scripts",
+    "StoreCode",
+    "check_invariants",
+    "node_from_record",
+    "node_info_of",
+]

@@ -1,0 +1,663 @@
+"""ClusterState: the shared state of kubus in Redis, behind one async API.
+
+Nodes (allocatable, labels, taints, GPUs), pods and their phase, reservations, bindings, pod
+events and leader leases. Every change that must be atomic is one Lua script
+(`kubus.store.scripts`, which documents each return code); reads are plain commands, pipelined.
+
+The protocol the services follow, so that neither invariant (`kubus.store.invariants`) breaks
+and every step can be retried:
+
+- queue:  put_pod (insert if absent) -> Pending.
+- cycle:  reserve(node, Reservation) -> OK, then transition(uid, RESERVED, node=...,
+          expected_phases={PENDING}); if that CAS fails (a duplicate delivery won elsewhere),
+          unreserve. On CONFLICT/NODE_GONE/FENCED: transition(uid, PENDING, reason=...).
+- binder: mark_bound(node, uid) (after which only release gives the room back), then
+          bind_pod(uid, node, devices) -> OK or ALREADY. On a failure before bind_pod:
+          release + transition(PENDING). A bound pod stays bound for life.
+- agent:  transition(RUNNING), then transition(SUCCEEDED | FAILED) and release(node, uid).
+- delete: transition(DELETED) and release(node, uid).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from kubus import codec
+from kubus.api.gpus import format_gpu_devices
+from kubus.api.objects import Node
+from kubus.framework.nodeinfo import NodeInfo
+from kubus.store.keys import DEFAULT_PREFIX, PHASES, Keys
+from kubus.store.records import (
+    NodeRecord,
+    PodEvent,
+    PodPhase,
+    PodRecord,
+    Reservation,
+    ReservationState,
+    _text,
+)
+from kubus.store.scripts import Scripts, StoreCode
+
+_MAX_LUA_INT = 2**53
+"""Quantities the scripts compare are doubles in Lua: exact up to here (see scripts.py)."""
+
+_BATCH = 500
+"""Commands per pipeline round trip in bulk reads."""
+
+
+@dataclass(frozen=True, slots=True)
+class PutNodeResult:
+    changed: bool
+    """False when the node was stored exactly like this already (generation unchanged)."""
+    generation: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReserveResult:
+    code: StoreCode
+    """OK, CONFLICT, NODE_GONE or FENCED."""
+    reasons: tuple[str, ...] = ()
+    """Why not (CONFLICT: every shortfall, "Insufficient cpu", "gpu 3 busy", ...)."""
+    already: bool = False
+    """OK because the pod already held a reservation on this node (an idempotent retry)."""
+
+    @property
+    def ok(self) -> bool:
+        return self.code is StoreCode.OK
+
+    @property
+    def reason(self) -> str:
+        return ", ".join(self.reasons)
+
+
+@dataclass(frozen=True, slots=True)
+class PodWrite:
+    """What put_pod, transition and bind_pod did."""
+
+    code: StoreCode
+    version: int = 0
+    """The new version (OK), else the current one (0 when NOT_FOUND)."""
+    phase: PodPhase | None = None
+    """The phase before the change (OK), else the current phase."""
+
+    @property
+    def ok(self) -> bool:
+        return self.code is StoreCode.OK
+
+
+@dataclass(frozen=True, slots=True)
+class GPUUsage:
+    index: int
+    memory: int
+    """Total device memory, bytes."""
+    used: int
+    """Memory held by reservations (a whole-GPU holder holds all of it)."""
+    healthy: bool
+    holders: tuple[str, ...]
+    """Uids of the pods holding the device."""
+    exclusive: bool
+    """Held whole by one pod."""
+
+    @property
+    def free(self) -> int:
+        return self.memory - self.used
+
+
+@dataclass(frozen=True, slots=True)
+class NodeUsage:
+    """What the reservations on one node hold, as Redis accounts it."""
+
+    node: str
+    requested: dict[str, int]
+    """Sum of the reservations' requests per resource (zero sums omitted)."""
+    pods: int
+    gpus: tuple[GPUUsage, ...]
+    host_ports: dict[tuple[str, int, str], int]
+    """(protocol, port, hostIP) -> reservations using it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    name: str
+    holder: str
+    token: int
+    ttl_ms: int
+    """Milliseconds left before it lapses (as Redis reported it)."""
+
+
+def _code(reply: Any) -> StoreCode:
+    return StoreCode(_text(reply))
+
+
+class ClusterState:
+    """The shared state of the cluster in Redis (a `redis.asyncio.Redis`, or a RedisCluster with
+    `cluster=True`). Safe to share between tasks; processes each build their own.
+
+    With `cluster=False` (a single Redis) the indexes change in the same script as the records;
+    with `cluster=True` they are updated right after (see `kubus.store.keys`). The client may
+    or may not decode responses.
+    """
+
+    def __init__(
+        self,
+        redis: Any,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        cluster: bool = False,
+        event_cap: int = 100,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.redis = redis
+        self.keys = Keys(prefix)
+        self.cluster = cluster
+        self.event_cap = event_cap
+        """Events kept per pod; older ones are dropped."""
+        self.clock = clock
+        self.scripts = Scripts(redis)
+        self._profiles: OrderedDict[str, str] = OrderedDict()
+
+    # ---- helpers -------------------------------------------------------------------------------
+
+    async def _run(self, script: Any, keys: Sequence[str], args: Sequence[Any]) -> list[Any]:
+        reply = await script(keys=list(keys), args=list(args))
+        return list(reply) if isinstance(reply, list | tuple) else [reply]
+
+    def _node_keys(self, node: str) -> list[str]:
+        keys = self.keys.node_keys(node)
+        if not self.cluster:
+            keys.append(self.keys.nodes_index())
+        return keys
+
+    def _pod_keys(self, uid: str, profile: str) -> list[str]:
+        keys = [self.keys.pod_record(uid)]
+        if not self.cluster:
+            keys += [self.keys.pod_keys_index(), *self.keys.phase_indexes(), self.keys.pending_index(profile)]
+        return keys
+
+    def _remember_profile(self, uid: str, profile: str) -> None:
+        self._profiles[uid] = profile
+        self._profiles.move_to_end(uid)
+        if len(self._profiles) > 65536:
+            self._profiles.popitem(last=False)
+
+    async def _profile_of(self, uid: str) -> str:
+        profile = self._profiles.get(uid)
+        if profile is None:
+            profile = _text(await self.redis.hget(self.keys.pod_record(uid), "profile"))
+            if profile:
+                self._remember_profile(uid, profile)
+        return profile
+
+    def _pipeline(self) -> Any:
+        """A pipeline for bulk reads: MULTI/EXEC on a single Redis (a consistent snapshot),
+        plain batching on a cluster."""
+        return self.redis.pipeline(transaction=not self.cluster)
+
+    async def _fix_indexes(self, uid: str, old: str | None, new: str, profile: str, key: str | None = None) -> None:
+        """Cluster mode: move the uid between index sets after a script changed its phase."""
+        pipe = self.redis.pipeline(transaction=True)  # every index key is in the {idx} slot
+        if old and old != new:
+            pipe.srem(self.keys.phase_index(old), uid)
+        pipe.sadd(self.keys.phase_index(new), uid)
+        pending = self.keys.pending_index(profile)
+        if new == PodPhase.PENDING:
+            pipe.sadd(pending, uid)
+        else:
+            pipe.srem(pending, uid)
+        if key is not None:
+            pipe.hset(self.keys.pod_keys_index(), key, uid)
+        await pipe.execute()
+
+    # ---- nodes ---------------------------------------------------------------------------------
+
+    async def put_node(self, node: Node, manifest: bytes | None = None) -> PutNodeResult:
+        """Add or replace a node (its reservations and heartbeat stay). Atomic; idempotent: a
+        node stored exactly like this already is left alone (changed=False)."""
+        record = NodeRecord.of(node, manifest)
+        shape = {
+            "alloc": [[r, min(q, _MAX_LUA_INT)] for r, q in sorted(record.allocatable.items())],
+            "gpus": [[min(g.memory, _MAX_LUA_INT), g.healthy] for g in record.gpus],
+            "unreachable": record.unreachable,
+        }
+        reply = await self._run(
+            self.scripts.put_node,
+            self._node_keys(record.name),
+            [record.name, record.encode_static(), manifest or b"", codec.dumps(shape)],
+        )
+        if self.cluster:
+            await self.redis.sadd(self.keys.nodes_index(), record.name)
+        return PutNodeResult(changed=_code(reply[0]) is StoreCode.OK, generation=int(_text(reply[1])))
+
+    async def get_node(self, name: str) -> NodeRecord | None:
+        raw = await self.redis.hgetall(self.keys.node_info(name))
+        return NodeRecord.from_hash(raw) if raw else None
+
+    async def node_names(self) -> list[str]:
+        """Names of all nodes (from the index), sorted."""
+        return sorted(_text(n) for n in await self.redis.smembers(self.keys.nodes_index()))
+
+    async def list_nodes(self) -> list[NodeRecord]:
+        """Every node, sorted by name."""
+        names = await self.node_names()
+        out: list[NodeRecord] = []
+        for start in range(0, len(names), _BATCH):
+            pipe = self._pipeline()
+            for name in names[start : start + _BATCH]:
+                pipe.hgetall(self.keys.node_info(name))
+            out += [NodeRecord.from_hash(raw) for raw in await pipe.execute() if raw]
+        return out
+
+    async def delete_node(self, name: str) -> list[Reservation]:
+        """Remove a node with its usage and reservations, atomically. Idempotent.
+
+        Returns the reservations it dropped: their pods lost their node, and the caller moves
+        them on (a reserved pod back to Pending, a bound one to Failed).
+        """
+        reply = await self._run(self.scripts.delete_node, self._node_keys(name), [name])
+        if self.cluster:
+            await self.redis.srem(self.keys.nodes_index(), name)
+        return [Reservation.decode(j) for j in reply[1:]]
+
+    async def heartbeat(self, name: str, at: float | None = None) -> bool:
+        """Record the node's heartbeat time (seconds since the epoch; default now). False when
+        the node is unknown (a heartbeat never creates one)."""
+        at = self.clock() if at is None else at
+        reply = await self._run(self.scripts.heartbeat, self.keys.node_keys(name), [repr(float(at))])
+        return _code(reply[0]) is StoreCode.OK
+
+    async def mark_unreachable(self, name: str, unreachable: bool = True) -> bool:
+        """Mark the node lost (reserve answers NODE_GONE; `to_node` adds the unreachable
+        taints) or back. False when the node is unknown. Idempotent."""
+        reply = await self._run(self.scripts.mark_unreachable, self.keys.node_keys(name), ["1" if unreachable else "0"])
+        return _code(reply[0]) is not StoreCode.NOT_FOUND
+
+    async def reservations(self, name: str) -> list[Reservation]:
+        """The reservations on a node (with their state), sorted by pod key."""
+        pipe = self._pipeline()
+        pipe.hvals(self.keys.node_reservations(name))
+        pipe.smembers(self.keys.node_bound(name))
+        values, bound = await pipe.execute()
+        return _reservations(values, bound)
+
+    async def node_usage(self, name: str) -> NodeUsage | None:
+        """What the node's reservations hold, per resource, GPU and host port; None for an
+        unknown node."""
+        pipe = self._pipeline()
+        pipe.hgetall(self.keys.node_info(name))
+        pipe.hgetall(self.keys.node_usage(name))
+        pipe.hvals(self.keys.node_reservations(name))
+        pipe.smembers(self.keys.node_bound(name))
+        info, usage, values, bound = await pipe.execute()
+        if not info:
+            return None
+        record = NodeRecord.from_hash(info)
+        return _node_usage(record, {_text(k): int(_text(v)) for k, v in usage.items()}, _reservations(values, bound))
+
+    # ---- reservations --------------------------------------------------------------------------
+
+    async def reserve(self, node: str, reservation: Reservation) -> ReserveResult:
+        """Reserve room for a pod on a node, atomically, or say why not (see RESERVE in
+        kubus.store.scripts). Idempotent: a pod that holds a reservation here gets OK again.
+        Raises ValueError when `reservation.node` names another node."""
+        if reservation.node != node:
+            if reservation.node:
+                raise ValueError(f"reservation of {reservation.pod_key} is for node {reservation.node!r}, not {node!r}")
+            reservation = replace(reservation, node=node)
+        reply = await self._run(
+            self.scripts.reserve, self.keys.node_keys(node), [reservation.pod_uid, reservation.encode()]
+        )
+        code = _code(reply[0])
+        details = tuple(_text(r) for r in reply[1:])
+        if code is StoreCode.OK:
+            return ReserveResult(code, already=details == ("already reserved",))
+        return ReserveResult(code, details)
+
+    async def unreserve(self, node: str, uid: str, attempt: str | None = None) -> StoreCode:
+        """Give back a reserved (not bound) reservation, only if `attempt` made it (when given).
+        OK, NOOP (none), BOUND (refused: bound) or CONFLICT (refused: another attempt's)."""
+        reply = await self._run(self.scripts.unreserve, self.keys.node_keys(node), [uid, attempt or ""])
+        return _code(reply[0])
+
+    async def mark_bound(self, node: str, uid: str, attempt: str | None = None) -> StoreCode:
+        """Mark the reservation bound: OK, ALREADY, NOT_FOUND (the reservation is gone) or
+        CONFLICT (it is another attempt's, when `attempt` is given)."""
+        reply = await self._run(self.scripts.mark_bound, self.keys.node_keys(node), [uid, attempt or ""])
+        return _code(reply[0])
+
+    async def release(self, node: str, uid: str) -> StoreCode:
+        """Give back the pod's reservation, bound or not (finished or deleted). OK or NOOP."""
+        return _code((await self._run(self.scripts.release, self.keys.node_keys(node), [uid]))[0])
+
+    # ---- pods ----------------------------------------------------------------------------------
+
+    async def put_pod(self, record: PodRecord) -> bool:
+        """Store a newly accepted pod unless one with its uid exists (submissions arrive at least
+        once). True when stored now. The record is stored with version 1."""
+        record = replace(record, version=1)
+        fields = record.to_fields()
+        args: list[Any] = [record.uid, record.key, record.profile]
+        for name, value in fields.items():
+            args += [name, value]
+        reply = await self._run(self.scripts.put_pod, self._pod_keys(record.uid, record.profile), args)
+        code = _code(reply[0])
+        profile = _text(reply[3])
+        self._remember_profile(record.uid, profile)
+        if self.cluster:
+            phase = _text(reply[2])
+            await self._fix_indexes(record.uid, None, phase, profile, record.key if code is StoreCode.OK else None)
+        return code is StoreCode.OK
+
+    async def get_pod(self, uid: str) -> PodRecord | None:
+        raw = await self.redis.hgetall(self.keys.pod_record(uid))
+        return PodRecord.from_hash(raw) if raw else None
+
+    async def get_pods(self, uids: Iterable[str]) -> list[PodRecord | None]:
+        """The records of these uids, in order (None where there is none)."""
+        uids = list(uids)
+        out: list[PodRecord | None] = []
+        for start in range(0, len(uids), _BATCH):
+            pipe = self.redis.pipeline(transaction=False)
+            for uid in uids[start : start + _BATCH]:
+                pipe.hgetall(self.keys.pod_record(uid))
+            out += [PodRecord.from_hash(raw) if raw else None for raw in await pipe.execute()]
+        return out
+
+    async def find_pod(self, namespace: str, name: str) -> PodRecord | None:
+        """The newest pod stored under namespace/name, or None."""
+        uid = await self.redis.hget(self.keys.pod_keys_index(), f"{namespace}/{name}")
+        return None if uid is None else await self.get_pod(_text(uid))
+
+    async def pod_uids_in_phase(self, phase: PodPhase, *, profile: str | None = None) -> set[str]:
+        """Uids in a phase, from the index (Pending by profile when given)."""
+        if phase is PodPhase.PENDING and profile is not None:
+            key = self.keys.pending_index(profile)
+        else:
+            key = self.keys.phase_index(str(phase))
+        return {_text(u) for u in await self.redis.smembers(key)}
+
+    async def pods_in_phase(self, phase: PodPhase, *, profile: str | None = None) -> list[PodRecord]:
+        """The pods in a phase (of one profile when given), sorted by creation then key. Read
+        from the index and checked against the records, so a stale index entry is skipped."""
+        uids = sorted(await self.pod_uids_in_phase(phase, profile=profile))
+        pods = [
+            p
+            for p in await self.get_pods(uids)
+            if p is not None and p.phase is phase and (profile is None or p.profile == profile)
+        ]
+        pods.sort(key=lambda p: (p.created_at, p.key, p.uid))
+        return pods
+
+    async def _pod_script(self, script: Any, uid: str, args: Callable[[str], list[Any]]) -> PodWrite:
+        profile = await self._profile_of(uid)
+        reply = await self._run(script, self._pod_keys(uid, profile), args(profile))
+        code = _code(reply[0])
+        if code is StoreCode.PROFILE:  # our cached profile was wrong (cannot be, but be safe)
+            profile = _text(reply[1])
+            self._remember_profile(uid, profile)
+            reply = await self._run(script, self._pod_keys(uid, profile), args(profile))
+            code = _code(reply[0])
+        if code is StoreCode.NOT_FOUND:
+            self._profiles.pop(uid, None)
+            return PodWrite(code)
+        if code is StoreCode.PROFILE:
+            raise RuntimeError(f"pod {uid}: profile changed under us ({_text(reply[1])!r})")
+        return PodWrite(code, int(_text(reply[1]) or 0), PodPhase(_text(reply[2])))
+
+    async def transition(
+        self,
+        uid: str,
+        phase: PodPhase,
+        *,
+        expected_version: int | None = None,
+        expected_phases: Iterable[PodPhase] | None = None,
+        node: str | None = None,
+        gpu_devices: Sequence[int] | None = None,
+        reason: str | None = None,
+        message: str | None = None,
+        count_attempt: bool = False,
+    ) -> PodWrite:
+        """Move a pod to `phase`, atomically, if it is at `expected_version` and in one of
+        `expected_phases` (either may be None: any), and the move is allowed (see TRANSITION
+        in kubus.store.scripts). Returns OK, ALREADY, CONFLICT, GONE or NOT_FOUND.
+
+        PENDING clears node and devices; RESERVED needs `node`. `reason`/`message` record the
+        last failure (kept when None). `count_attempt` adds one to `attempts`. Raises
+        ValueError for BOUND (use bind_pod) or RESERVED without a node.
+        """
+        phase = PodPhase(phase)
+        if phase is PodPhase.BOUND:
+            raise ValueError("a pod is bound with bind_pod, not transition")
+        if phase is PodPhase.RESERVED and not node:
+            raise ValueError(f"pod {uid}: Reserved needs the node")
+        fields: dict[str, Any] = {}
+        if phase is PodPhase.PENDING:
+            fields["node"] = ""
+            fields["gpu_devices"] = ""
+        else:
+            if node is not None:
+                fields["node"] = node
+            if gpu_devices is not None:
+                fields["gpu_devices"] = format_gpu_devices(list(gpu_devices))
+        if reason is not None:
+            fields["reason"] = reason
+        if message is not None:
+            fields["message"] = message
+        expected = ",".join(str(PodPhase(p)) for p in expected_phases) if expected_phases is not None else ""
+        if expected_phases is not None and not expected:
+            return PodWrite(StoreCode.CONFLICT)  # no phase is acceptable
+        now = repr(float(self.clock()))
+
+        def args(profile: str) -> list[Any]:
+            out: list[Any] = [
+                str(phase),
+                "" if expected_version is None else str(expected_version),
+                expected,
+                profile,
+                now,
+                "1" if count_attempt else "0",
+            ]
+            for name, value in fields.items():
+                out += [name, value]
+            return out
+
+        result = await self._pod_script(self.scripts.transition, uid, args)
+        if self.cluster and result.ok:
+            await self._fix_indexes(uid, str(result.phase), str(phase), await self._profile_of(uid))
+        return result
+
+    async def bind_pod(
+        self, uid: str, node: str, devices: Sequence[int] = (), *, expected_version: int | None = None
+    ) -> PodWrite:
+        """Bind the pod to the node, exactly once (see BIND_POD in kubus.store.scripts): OK,
+        ALREADY (bound to this node before: an idempotent retry), CONFLICT (bound or reserved
+        elsewhere, or not at `expected_version`), GONE (deleted) or NOT_FOUND."""
+        now = repr(float(self.clock()))
+        devices_text = format_gpu_devices(list(devices))
+        expected = "" if expected_version is None else str(expected_version)
+        result = await self._pod_script(
+            self.scripts.bind_pod, uid, lambda profile: [node, devices_text, profile, now, expected]
+        )
+        if self.cluster and result.ok:
+            await self._fix_indexes(uid, str(result.phase), str(PodPhase.BOUND), await self._profile_of(uid))
+        return result
+
+    async def append_event(self, uid: str, event: PodEvent) -> None:
+        """Add an event to the pod's history, keeping the newest `event_cap`."""
+        key = self.keys.pod_events(uid)
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.rpush(key, event.encode())
+        pipe.ltrim(key, -self.event_cap, -1)
+        await pipe.execute()
+
+    async def events(self, uid: str) -> list[PodEvent]:
+        """The pod's events, oldest first."""
+        return [PodEvent.decode(e) for e in await self.redis.lrange(self.keys.pod_events(uid), 0, -1)]
+
+    # ---- leases --------------------------------------------------------------------------------
+
+    async def acquire_lease(self, name: str, holder: str, ttl_ms: int) -> int | None:
+        """Take or renew the lease for `ttl_ms` milliseconds. Returns the fencing token while
+        `holder` holds it (the same token on renewal, a larger one on every new acquisition),
+        None when someone else does. Raises ValueError for ttl_ms < 1 or an empty holder."""
+        if ttl_ms < 1:
+            raise ValueError(f"lease ttl must be at least 1 ms, got {ttl_ms}")
+        if not holder:
+            raise ValueError("lease holder must be non-empty")
+        reply = await self.scripts.acquire_lease(
+            keys=[self.keys.lease_holder(name), self.keys.lease_fence(name)], args=[holder, int(ttl_ms)]
+        )
+        return None if reply is None else int(_text(reply))
+
+    async def release_lease(self, name: str, holder: str) -> bool:
+        """Give the lease up, if `holder` holds it. True when released."""
+        reply = await self.scripts.release_lease(
+            keys=[self.keys.lease_holder(name), self.keys.lease_fence(name)], args=[holder]
+        )
+        return int(reply) == 1
+
+    async def get_lease(self, name: str) -> Lease | None:
+        """Who holds the lease now, or None."""
+        key = self.keys.lease_holder(name)
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hmget(key, "holder", "token")
+        pipe.pttl(key)
+        (holder, token), ttl = await pipe.execute()
+        if holder is None:
+            return None
+        return Lease(name, _text(holder), int(_text(token)), int(ttl))
+
+    # ---- snapshots -----------------------------------------------------------------------------
+
+    async def load_snapshot(self) -> list[tuple[Node, list[Reservation]]]:
+        """Every node with the reservations on it, sorted by node name: what a scheduling cycle
+        rebuilds its node table from after a restart (see `node_info_of`). Each node is read
+        consistently with its reservations."""
+        names = await self.node_names()
+        out: list[tuple[Node, list[Reservation]]] = []
+        for start in range(0, len(names), _BATCH):
+            pipe = self._pipeline()
+            for name in names[start : start + _BATCH]:
+                pipe.hgetall(self.keys.node_info(name))
+                pipe.hvals(self.keys.node_reservations(name))
+                pipe.smembers(self.keys.node_bound(name))
+            replies = await pipe.execute()
+            for i in range(0, len(replies), 3):
+                info, values, bound = replies[i : i + 3]
+                if info:
+                    out.append((NodeRecord.from_hash(info).to_node(), _reservations(values, bound)))
+        return out
+
+    async def repair_indexes(self) -> list[str]:
+        """Rebuild the indexes from the records (after a crash on Redis Cluster, or drift).
+        Returns what it fixed, one line each; empty when the indexes were right."""
+        k = self.keys
+        fixes: list[str] = []
+        node_names = {k.node_of_info_key(_text(key)) async for key in self.redis.scan_iter(match=k.node_info_pattern())}
+        indexed = {_text(n) for n in await self.redis.smembers(k.nodes_index())}
+        for name in sorted(node_names - indexed):
+            await self.redis.sadd(k.nodes_index(), name)
+            fixes.append(f"nodes index: added {name}")
+        for name in sorted(indexed - node_names):
+            await self.redis.srem(k.nodes_index(), name)
+            fixes.append(f"nodes index: removed {name}")
+
+        pods = await _all_pods(self)
+        want_phase: dict[str, set[str]] = {p: set() for p in PHASES}
+        want_pending: dict[str, set[str]] = {}
+        for pod in pods:
+            want_phase[str(pod.phase)].add(pod.uid)
+            if pod.phase is PodPhase.PENDING:
+                want_pending.setdefault(pod.profile, set()).add(pod.uid)
+        for phase in PHASES:
+            fixes += await _sync_set(self, k.phase_index(phase), want_phase[phase], f"phase index {phase}")
+        pending_keys = {_text(key) async for key in self.redis.scan_iter(match=k.pending_index_pattern())}
+        for profile in want_pending:
+            pending_keys.add(k.pending_index(profile))
+        for key in sorted(pending_keys):
+            profile = k.profile_of_pending_index(key)
+            fixes += await _sync_set(self, key, want_pending.get(profile, set()), f"pending index {profile}")
+
+        by_key: dict[str, PodRecord] = {}
+        for pod in pods:
+            best = by_key.get(pod.key)
+            if best is None or (pod.created_at, pod.uid) > (best.created_at, best.uid):
+                by_key[pod.key] = pod
+        current = {_text(a): _text(b) for a, b in (await self.redis.hgetall(k.pod_keys_index())).items()}
+        uids = {p.uid: p for p in pods}
+        for key, pod in sorted(by_key.items()):
+            have = uids.get(current.get(key, ""))
+            if have is None or have.key != key:
+                await self.redis.hset(k.pod_keys_index(), key, pod.uid)
+                fixes.append(f"pod-keys index: {key} -> {pod.uid}")
+        for key in sorted(set(current) - set(by_key)):
+            await self.redis.hdel(k.pod_keys_index(), key)
+            fixes.append(f"pod-keys index: removed {key}")
+        return fixes
+
+
+async def _sync_set(state: ClusterState, key: str, want: set[str], label: str) -> list[str]:
+    have = {_text(u) for u in await state.redis.smembers(key)}
+    fixes = []
+    if want - have:
+        await state.redis.sadd(key, *sorted(want - have))
+        fixes += [f"{label}: added {u}" for u in sorted(want - have)]
+    if have - want:
+        await state.redis.srem(key, *sorted(have - want))
+        fixes += [f"{label}: removed {u}" for u in sorted(have - want)]
+    return fixes
+
+
+async def _all_pods(state: ClusterState) -> list[PodRecord]:
+    """Every pod record, found by SCAN (not by the indexes)."""
+    pattern = state.keys.pod_record_pattern()
+    uids = [state.keys.pod_of_record_key(_text(k)) async for k in state.redis.scan_iter(match=pattern, count=1000)]
+    return [p for p in await state.get_pods(sorted(uids)) if p is not None]
+
+
+def _reservations(values: Iterable[Any], bound: Iterable[Any]) -> list[Reservation]:
+    bound_uids = {_text(u) for u in bound}
+    out = []
+    for j in values:
+        r = Reservation.decode(j)
+        out.append(replace(r, state=ReservationState.BOUND) if r.pod_uid in bound_uids else r)
+    out.sort(key=lambda r: (r.pod_key, r.pod_uid))
+    return out
+
+
+def _node_usage(record: NodeRecord, usage: dict[str, int], reservations: list[Reservation]) -> NodeUsage:
+    requested = {f[2:]: v for f, v in usage.items() if f.startswith("r:")}
+    ports: dict[tuple[str, int, str], int] = {}
+    for f, v in usage.items():
+        parts = f.split(":", 3)
+        if parts[0] == "p" and len(parts) == 4:
+            ports[(parts[1], int(parts[2]), parts[3])] = v
+    holders: dict[int, list[str]] = {}
+    exclusive: dict[int, bool] = {}
+    for r in reservations:
+        for d in r.gpu_devices:
+            holders.setdefault(d, []).append(r.pod_uid)
+            exclusive[d] = exclusive.get(d, False) or not r.gpu_shared
+    gpus = tuple(
+        GPUUsage(
+            index=g.index,
+            memory=g.memory,
+            used=usage.get(f"g:{g.index}:used", 0),
+            healthy=g.healthy,
+            holders=tuple(sorted(holders.get(g.index, []))),
+            exclusive=exclusive.get(g.index, False),
+        )
+        for g in record.gpus
+    )
+    return NodeUsage(record.name, requested, usage.get("pods", 0), gpus, ports)
+
+
+def node_info_of(node: Node, reservations: Iterable[Reservation]) -> NodeInfo:
+    """A NodeInfo with the node's reservations accounted, exactly as Redis accounts them."""
+    info = NodeInfo(node)
+    for r in reservations:
+        info.add_pod(r.pod_info())
+    return info

@@ -1,0 +1,192 @@
+"""The bus against a real NATS: subjects, streams ensured idempotently, durable publish, services connecting."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import redis.asyncio as aioredis
+from kubus.bus import (
+    BIND_STREAM,
+    EVENTS_STREAM,
+    MAX_MSG_SIZE,
+    NODES_STREAM,
+    PODS_DELETE,
+    PODS_REQUEUE,
+    PODS_STREAM,
+    PODS_SUBMIT,
+    STREAMS,
+    EventKind,
+    StreamConfigError,
+    bind,
+    connect_bus,
+    ensure_streams,
+    event_filter,
+    event_subject,
+    node_pods,
+    publish_durable,
+    queue_done,
+    queue_pop,
+    token,
+    untoken,
+)
+from kubus.service import Service, ServiceState
+from kubus.settings import ConnectionSettings
+from nats.aio.client import Client as NATS
+from nats.js import JetStreamContext
+from nats.js.api import RetentionPolicy, StorageType, StreamConfig
+from nats.js.errors import NoStreamResponseError
+
+# -- subjects (no server needed) -------------------------------------------------------------------
+
+
+def test_subject_names() -> None:
+    assert PODS_SUBMIT == "kubus.pods.submit"
+    assert PODS_DELETE == "kubus.pods.delete"
+    assert queue_pop("default-scheduler") == "kubus.queue.default-scheduler.pop"
+    assert queue_done("gpu") == "kubus.queue.gpu.done"
+    assert bind("gpu") == "kubus.bind.gpu"
+    assert node_pods("node-1") == "kubus.node.node-1.pods"
+    assert event_subject(EventKind.NODE_ADDED, "n1") == "kubus.events.node.added.n1"
+    assert event_subject("pod.bound", "ns/web-0") == "kubus.events.pod.bound.ns.web-0"
+    assert event_filter() == "kubus.events.>"
+    assert event_filter(EventKind.POD_BOUND) == "kubus.events.pod.bound.>"
+
+
+@pytest.mark.parametrize("raw", ["a.b", "*", ">", "with space", "tab\there", "100%", "ünïcode", "a/b:c", "x\x7f"])
+def test_tokens_are_safe_and_reversible(raw: str) -> None:
+    escaped = token(raw)
+    assert not any(c in escaped for c in ".*> \t\x7f")
+    assert untoken(escaped) == raw
+
+
+def test_bad_tokens_and_kinds() -> None:
+    with pytest.raises(ValueError):
+        token("")
+    with pytest.raises(ValueError):
+        event_subject("pod.exploded", "ns/p")
+    assert node_pods("gpu.node-1") == "kubus.node.gpu%2Enode-1.pods"
+
+
+def test_stream_subjects_do_not_overlap_and_cover_every_subject() -> None:
+    captured = {spec.name: spec.subjects for spec in STREAMS}
+    assert captured[PODS_STREAM.name] == ("kubus.pods.>",)
+    for subject, stream in [
+        (PODS_SUBMIT, PODS_STREAM),
+        (PODS_DELETE, PODS_STREAM),
+        (PODS_REQUEUE, PODS_STREAM),
+        (bind("p"), BIND_STREAM),
+        (node_pods("n"), NODES_STREAM),
+        (event_subject("node.added", "n"), EVENTS_STREAM),
+    ]:
+        owners = [spec for spec in STREAMS if any(_matches(f, subject) for f in spec.subjects)]
+        assert owners == [stream], subject
+    assert not any(_matches(f, queue_pop("p")) for spec in STREAMS for f in spec.subjects)  # core request/reply
+
+
+def _matches(pattern: str, subject: str) -> bool:
+    p, s = pattern.split("."), subject.split(".")
+    for i, part in enumerate(p):
+        if part == ">":
+            return len(s) > i
+        if i >= len(s) or (part != "*" and part != s[i]):
+            return False
+    return len(p) == len(s)
+
+
+# -- against NATS ------------------------------------------------------------------------------------
+
+
+async def test_connect_bus_and_ensure_streams_idempotently(nats_url: str, js: JetStreamContext) -> None:
+    nc, bus_js = await connect_bus(ConnectionSettings(nats_url=nats_url), "kubus-test-bus")
+    try:
+        await ensure_streams(bus_js)
+        await ensure_streams(bus_js)  # again: no error, no change
+        await asyncio.gather(ensure_streams(bus_js), ensure_streams(js))  # concurrently from two clients
+        names = sorted(info.config.name for info in await js.streams_info())
+        assert names == sorted(spec.name for spec in STREAMS)
+        for spec in STREAMS:
+            config = (await js.stream_info(spec.name)).config
+            assert config.subjects == list(spec.subjects)
+            assert config.storage == StorageType.FILE
+            assert config.max_msg_size == MAX_MSG_SIZE
+            assert config.duplicate_window == spec.duplicate_window
+        assert (await js.stream_info(PODS_STREAM.name)).config.retention == RetentionPolicy.WORK_QUEUE
+        assert (await js.stream_info(BIND_STREAM.name)).config.retention == RetentionPolicy.WORK_QUEUE
+        assert (await js.stream_info(EVENTS_STREAM.name)).config.retention == RetentionPolicy.LIMITS
+        assert (await js.stream_info(EVENTS_STREAM.name)).config.max_age == 3600
+    finally:
+        await nc.close()
+
+
+async def test_ensure_streams_updates_a_drifted_stream_and_refuses_an_impossible_change(js: JetStreamContext) -> None:
+    await js.add_stream(StreamConfig(name=EVENTS_STREAM.name, subjects=list(EVENTS_STREAM.subjects), max_age=60))
+    await ensure_streams(js, [EVENTS_STREAM])
+    assert (await js.stream_info(EVENTS_STREAM.name)).config.max_age == 3600
+
+    await js.add_stream(StreamConfig(name=PODS_STREAM.name, subjects=list(PODS_STREAM.subjects)))  # limits retention
+    with pytest.raises(StreamConfigError, match=PODS_STREAM.name):
+        await ensure_streams(js, [PODS_STREAM])
+
+
+async def test_publish_durable_stores_a_message_once_per_msg_id(js: JetStreamContext) -> None:
+    await ensure_streams(js)
+    first = await publish_durable(js, PODS_SUBMIT, b"pod-a", "uid-a/1")
+    again = await publish_durable(js, PODS_SUBMIT, b"pod-a", "uid-a/1")
+    other = await publish_durable(js, PODS_SUBMIT, b"pod-b", "uid-b/1", headers={"Kubus-Kind": "Pod"})
+    assert (first.duplicate, again.duplicate, other.duplicate) in [(None, True, None), (False, True, False)]
+    assert again.seq == first.seq
+    assert (await js.stream_info(PODS_STREAM.name)).state.messages == 2
+    stored = await js.get_msg(PODS_STREAM.name, other.seq)
+    assert stored.data == b"pod-b"
+    assert stored.headers is not None and stored.headers["Kubus-Kind"] == "Pod"
+    assert stored.headers["Nats-Msg-Id"] == "uid-b/1"
+
+
+async def test_work_queue_removes_acked_messages(js: JetStreamContext) -> None:
+    await ensure_streams(js)
+    await publish_durable(js, bind("gpu"), b"reserved", "uid-1/1")
+    sub = await js.pull_subscribe(bind("gpu"), durable="binder-gpu", stream=BIND_STREAM.name)
+    [msg] = await sub.fetch(1, timeout=2)
+    await msg.ack_sync()
+    assert (await js.stream_info(BIND_STREAM.name)).state.messages == 0
+
+
+async def test_publish_durable_retries_until_the_stream_exists(js: JetStreamContext) -> None:
+    with pytest.raises(NoStreamResponseError):
+        await publish_durable(js, PODS_SUBMIT, b"x", "uid-x/1", attempts=2, backoff=0.01)
+
+    publishing = asyncio.create_task(publish_durable(js, PODS_SUBMIT, b"y", "uid-y/1", attempts=20, backoff=0.02))
+    await asyncio.sleep(0.05)  # let the first attempts fail: no stream yet
+    await ensure_streams(js, [PODS_STREAM])
+    ack = await asyncio.wait_for(publishing, 10)
+    assert ack.stream == PODS_STREAM.name
+
+
+async def test_connect_bus_to_nothing_is_a_clear_error() -> None:
+    with pytest.raises(ConnectionError, match=r"nats://127\.0\.0\.1:1"):
+        await connect_bus(ConnectionSettings(nats_url="nats://127.0.0.1:1"), "nobody", wait=0.3)
+
+
+async def test_a_service_connects_ensures_streams_and_closes(
+    nats_url: str, redis_url: str, nats: NATS, redis: aioredis.Redis
+) -> None:
+    class Pinger(Service):
+        async def on_start(self) -> None:
+            assert self.nc is not None and self.redis is not None
+            sub = self.intake(await self.nc.subscribe("kubus.test.ping", cb=self._pong))
+            assert sub is not None
+
+        async def _pong(self, msg) -> None:  # type: ignore[no-untyped-def]
+            assert self.redis is not None
+            await self.redis.incr(b"pings")
+            await msg.respond(b"pong")
+
+    service = Pinger("pinger", ConnectionSettings(nats_url=nats_url, redis_url=redis_url))
+    async with service:
+        reply = await nats.request("kubus.test.ping", b"", timeout=2)
+        assert reply.data == b"pong"
+        assert await redis.get(b"pings") == b"1"
+        assert len(await nats.jetstream().streams_info()) == len(STREAMS)
+    assert service.state is ServiceState.STOPPED
+    assert service.nc is not None and service.nc.is_closed

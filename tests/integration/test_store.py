@@ -1,0 +1,619 @@
+"""kubus.store against a real Redis-compatible server: every script, its return codes, its
+idempotency under retries, leases, snapshots and the invariant checker."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from kubus import codec
+from kubus.api.manifests import parse_node, parse_pod
+from kubus.api.objects import Node, Pod
+from kubus.framework.nodeinfo import PodInfo
+from kubus.store import (
+    ClusterState,
+    EventType,
+    PodEvent,
+    PodPhase,
+    PodRecord,
+    Reservation,
+    ReservationState,
+    StoreCode,
+    check_invariants,
+    node_info_of,
+)
+from support import eventually
+
+GI = 1024**3
+
+
+# ---- building blocks ---------------------------------------------------------------------------
+
+
+def make_node(
+    name: str,
+    *,
+    cpu: str = "4",
+    memory: str = "8Gi",
+    pods: int = 10,
+    gpus: list[dict[str, Any]] | None = None,
+    extra: dict[str, Any] | None = None,
+    taints: list[dict[str, str]] | None = None,
+) -> Node:
+    meta: dict[str, Any] = {"name": name, "labels": {"zone": "a"}}
+    if gpus is not None:
+        meta["annotations"] = {"kubus.io/gpus": codec.dumps(gpus).decode()}
+    return parse_node(
+        {
+            "kind": "Node",
+            "metadata": meta,
+            "spec": {"taints": taints or []},
+            "status": {"capacity": {"cpu": cpu, "memory": memory, "pods": pods, **(extra or {})}},
+        }
+    )
+
+
+def h100s(n: int, *, unhealthy: tuple[int, ...] = ()) -> list[dict[str, Any]]:
+    return [
+        {"index": i, "model": "H100", "memory": "80Gi", "uuid": f"GPU-{i}", "healthy": i not in unhealthy}
+        for i in range(n)
+    ]
+
+
+def make_pod(
+    name: str,
+    *,
+    cpu: str = "1",
+    memory: str = "1Gi",
+    whole_gpus: int = 0,
+    gpu_memory: str | None = None,
+    gpu_count: int | None = None,
+    host_port: int | None = None,
+    host_ip: str | None = None,
+    extra: dict[str, Any] | None = None,
+    profile: str = "default-scheduler",
+) -> tuple[Pod, bytes]:
+    requests: dict[str, Any] = {"cpu": cpu, "memory": memory, **(extra or {})}
+    if whole_gpus:
+        requests["nvidia.com/gpu"] = whole_gpus
+    annotations = {}
+    if gpu_memory:
+        annotations["kubus.io/gpu-memory"] = gpu_memory
+    if gpu_count:
+        annotations["kubus.io/gpu-count"] = str(gpu_count)
+    container: dict[str, Any] = {"name": "c", "image": "busybox", "resources": {"requests": requests}}
+    if host_port:
+        port: dict[str, Any] = {"containerPort": 8080, "hostPort": host_port}
+        if host_ip:
+            port["hostIP"] = host_ip
+        container["ports"] = [port]
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}", "annotations": annotations},
+        "spec": {"schedulerName": profile, "containers": [container]},
+    }
+    return parse_pod(manifest), codec.dumps(manifest)
+
+
+def reservation(pod: Pod, node: str, devices: tuple[int, ...] = (), **kw: Any) -> Reservation:
+    return Reservation.of(PodInfo.of(pod).placed_on(devices), node, **kw)
+
+
+async def submit(state: ClusterState, pod: Pod, manifest: bytes) -> PodRecord:
+    record = PodRecord.of(pod, manifest, now=state.clock())
+    assert await state.put_pod(record)
+    return record
+
+
+async def place(state: ClusterState, pod: Pod, node: str, devices: tuple[int, ...] = ()) -> None:
+    """The cycle's and the binder's steps for one pod, asserting each succeeds."""
+    uid = pod.metadata.uid
+    result = await state.reserve(node, reservation(pod, node, devices))
+    assert result.ok, result
+    assert (await state.transition(uid, PodPhase.RESERVED, node=node, expected_phases={PodPhase.PENDING})).ok
+    assert await state.mark_bound(node, uid) is StoreCode.OK
+    assert (await state.bind_pod(uid, node, devices)).ok
+
+
+@pytest.fixture
+def state(redis: aioredis.Redis) -> ClusterState:
+    return ClusterState(redis)
+
+
+async def usage(state: ClusterState, node: str) -> dict[str, int]:
+    raw = await state.redis.hgetall(state.keys.node_usage(node))
+    return {k.decode(): int(v) for k, v in raw.items()}
+
+
+# ---- nodes -------------------------------------------------------------------------------------
+
+
+async def test_nodes_put_get_list_delete(state: ClusterState) -> None:
+    n1, n2 = make_node("n1"), make_node("n2", gpus=h100s(2))
+    first = await state.put_node(n1, b'{"kind": "Node"}')
+    assert (first.changed, first.generation) == (True, 1)
+    assert (await state.put_node(n1, b'{"kind": "Node"}')) == first.__class__(False, 1)  # unchanged: NOOP
+    await state.put_node(n2)
+    got = await state.get_node("n1")
+    assert got is not None and got.to_node() == n1 and got.manifest == b'{"kind": "Node"}'
+    assert [r.to_node() for r in await state.list_nodes()] == [n1, n2]
+    assert await state.node_names() == ["n1", "n2"]
+    assert await state.get_node("nope") is None
+
+    assert await state.heartbeat("n1", 100.5)
+    assert not await state.heartbeat("ghost", 1.0)  # never creates a node
+    assert await state.get_node("ghost") is None
+    bigger = make_node("n1", cpu="8")
+    assert (await state.put_node(bigger)).generation == 2
+    got = await state.get_node("n1")
+    assert got is not None and got.heartbeat == 100.5 and got.to_node() == bigger and got.manifest is None
+
+    assert await state.delete_node("n1") == []
+    assert await state.delete_node("n1") == []  # idempotent
+    assert await state.node_names() == ["n2"]
+    assert await check_invariants(state) == []
+
+
+async def test_odd_names_work_end_to_end(state: ClusterState) -> None:
+    # Kubernetes would reject these names; the store must still keep them apart.
+    node = make_node("n1")
+    odd = Node(metadata=node.metadata.__class__(name="a}{b:c*", namespace=""), spec=node.spec, status=node.status)
+    await state.put_node(odd)
+    pod, manifest = make_pod("p")
+    await submit(state, pod, manifest)
+    assert (await state.reserve("a}{b:c*", reservation(pod, "a}{b:c*"))).ok
+    assert await state.node_names() == ["a}{b:c*"]
+    assert (await state.reservations("a}{b:c*"))[0].pod_uid == "uid-p"
+
+
+# ---- reserve and friends -----------------------------------------------------------------------
+
+
+async def test_reserve_checks_every_resource_and_changes_nothing_on_conflict(state: ClusterState) -> None:
+    await state.put_node(make_node("n1", cpu="2", memory="4Gi", pods=3, extra={"example.com/fpga": 1}))
+    a, _ = make_pod("a", cpu="1500m", memory="1Gi", extra={"example.com/fpga": 1})
+    r = await state.reserve("n1", reservation(a, "n1"))
+    assert (r.code, r.already) == (StoreCode.OK, False)
+    before = await usage(state, "n1")
+    assert before == {"r:cpu": 1500, "r:memory": GI, "r:example.com/fpga": 1, "pods": 1}
+
+    b, _ = make_pod("b", cpu="1", memory="4Gi", extra={"example.com/fpga": 1})
+    r = await state.reserve("n1", reservation(b, "n1"))
+    assert r.code is StoreCode.CONFLICT
+    assert r.reasons == ("Insufficient cpu", "Insufficient memory", "Insufficient example.com/fpga")
+    assert r.reason == "Insufficient cpu, Insufficient memory, Insufficient example.com/fpga"
+    assert await usage(state, "n1") == before
+
+    c, _ = make_pod("c", cpu="100m", memory="1Mi", extra={"example.com/other": 1})
+    r = await state.reserve("n1", reservation(c, "n1"))
+    assert r.reasons == ("Insufficient example.com/other",)  # a resource the node lacks entirely
+    r = await state.reserve("n1", reservation(c, "n1", ignored=["example.com/other"]))
+    assert r.ok  # NodeResourcesFit's ignoredResources: not checked, still counted
+    assert (await usage(state, "n1"))["r:example.com/other"] == 1
+
+    d, _ = make_pod("d", cpu="0", memory="0")
+    assert (await state.reserve("n1", reservation(d, "n1"))).ok  # third pod
+    e, _ = make_pod("e", cpu="0", memory="0")
+    assert (await state.reserve("n1", reservation(e, "n1"))).reasons == ("Too many pods",)
+
+
+async def test_reserve_is_idempotent_and_node_gone(state: ClusterState) -> None:
+    pod, _ = make_pod("p", cpu="3")
+    res = reservation(pod, "n1")
+    assert (await state.reserve("n1", res)).code is StoreCode.NODE_GONE
+    assert (await state.reserve("n1", res)).reasons == ("node not found",)
+    await state.put_node(make_node("n1", cpu="4"))
+    assert (await state.reserve("n1", res)).ok
+    again = await state.reserve("n1", res)  # a retry after a lost reply
+    assert again.ok and again.already
+    assert (await usage(state, "n1"))["r:cpu"] == 3000  # counted once
+
+    assert await state.mark_unreachable("n1")
+    other, _ = make_pod("q", cpu="100m")
+    r = await state.reserve("n1", reservation(other, "n1"))
+    assert (r.code, r.reasons) == (StoreCode.NODE_GONE, ("node unreachable",))
+    node = await state.get_node("n1")
+    assert node is not None and node.unreachable and node.generation == 2
+    assert any(t.key == "node.kubernetes.io/unreachable" for t in node.to_node().spec.taints)
+    assert await state.mark_unreachable("n1", False)
+    assert (await state.reserve("n1", reservation(other, "n1"))).ok
+    assert not await state.mark_unreachable("ghost")
+    with pytest.raises(ValueError):
+        await state.reserve("n2", res)
+
+
+async def test_unreserve_mark_bound_release(state: ClusterState) -> None:
+    await state.put_node(make_node("n1"))
+    pod, _ = make_pod("p", cpu="2")
+    uid = pod.metadata.uid
+    assert await state.unreserve("n1", uid) is StoreCode.NOOP
+    assert await state.mark_bound("n1", uid) is StoreCode.NOT_FOUND
+    assert await state.release("n1", uid) is StoreCode.NOOP
+
+    assert (await state.reserve("n1", reservation(pod, "n1"))).ok
+    assert await state.unreserve("n1", uid) is StoreCode.OK
+    assert await state.unreserve("n1", uid) is StoreCode.NOOP  # retry
+    assert await usage(state, "n1") == {}
+
+    assert (await state.reserve("n1", reservation(pod, "n1"))).ok
+    assert await state.mark_bound("n1", uid) is StoreCode.OK
+    assert await state.mark_bound("n1", uid) is StoreCode.ALREADY
+    [held] = await state.reservations("n1")
+    assert held.state is ReservationState.BOUND
+    assert await state.unreserve("n1", uid) is StoreCode.BOUND  # a bound pod keeps its room
+    assert (await usage(state, "n1"))["r:cpu"] == 2000
+    assert await state.release("n1", uid) is StoreCode.OK
+    assert await state.release("n1", uid) is StoreCode.NOOP
+    assert await usage(state, "n1") == {}
+    assert await state.reservations("n1") == []
+    # released and reserved again: the bound mark does not linger
+    assert (await state.reserve("n1", reservation(pod, "n1"))).ok
+    assert (await state.reservations("n1"))[0].state is ReservationState.RESERVED
+
+
+async def test_whole_and_shared_gpus(state: ClusterState) -> None:
+    await state.put_node(make_node("g1", gpus=h100s(3, unhealthy=(2,)), memory="64Gi", cpu="16"))
+    whole, _ = make_pod("whole", whole_gpus=1)
+    shared1, _ = make_pod("shared1", gpu_memory="50Gi")
+    shared2, _ = make_pod("shared2", gpu_memory="30Gi")
+    shared3, _ = make_pod("shared3", gpu_memory="1Gi")
+
+    assert (await state.reserve("g1", reservation(whole, "g1", (0,)))).ok
+    assert (await state.reserve("g1", reservation(shared1, "g1", (0,)))).reasons == (
+        f"gpu 0 busy (0 bytes free, {50 * GI} wanted)",
+    )
+    assert (await state.reserve("g1", reservation(shared1, "g1", (1,)))).ok
+    assert (await state.reserve("g1", reservation(shared2, "g1", (1,)))).ok  # 80Gi exactly
+    assert (await state.reserve("g1", reservation(shared3, "g1", (1,)))).code is StoreCode.CONFLICT
+    whole2, _ = make_pod("whole2", whole_gpus=1)
+    assert (await state.reserve("g1", reservation(whole2, "g1", (1,)))).reasons == ("gpu 1 busy",)
+    assert (await state.reserve("g1", reservation(whole2, "g1", (2,)))).reasons == ("gpu 2 unhealthy",)
+    assert (await state.reserve("g1", reservation(whole2, "g1", (7,)))).reasons == ("gpu 7 does not exist",)
+    big, _ = make_pod("big", whole_gpus=1)
+    big_res = Reservation.of(
+        PodInfo.of(big).placed_on((2,)), "g1", now=0.0
+    )  # a whole GPU of at least 100Gi (kubus.io/gpu-memory with nvidia.com/gpu)
+    from dataclasses import replace
+
+    big_res = replace(big_res, gpu_memory=100 * GI, gpu_devices=(0,))
+    assert "gpu 0 busy" in (await state.reserve("g1", big_res)).reasons
+
+    u = await state.node_usage("g1")
+    assert u is not None
+    assert [(g.used, g.holders, g.exclusive) for g in u.gpus] == [
+        (80 * GI, ("uid-whole",), True),
+        (80 * GI, ("uid-shared1", "uid-shared2"), False),
+        (0, (), False),
+    ]
+    assert u.requested["nvidia.com/gpu"] == 1 and u.pods == 3
+
+    # the snapshot rebuilds a NodeInfo that agrees with what Redis enforces
+    [(node, reservations)] = await state.load_snapshot()
+    info = node_info_of(node, reservations)
+    assert info.gpu_free_memory == [g.free for g in u.gpus]
+    assert info.gpu_pod_count == [len(g.holders) for g in u.gpus]
+    assert {k: v for k, v in info.requested.items() if v} == u.requested
+
+    # the node's GPUs change: usage follows (a whole GPU takes all of its new memory)
+    smaller = [{**g, "memory": "40Gi"} for g in h100s(2)]
+    await state.put_node(make_node("g1", gpus=smaller, memory="64Gi", cpu="16"))
+    u = await state.node_usage("g1")
+    assert u is not None and [g.used for g in u.gpus] == [40 * GI, 80 * GI]
+    assert "node g1: gpu 1 overcommitted" in " ".join(await _node_violations(state))
+    assert await state.release("g1", "uid-shared2") is StoreCode.OK
+    assert await state.release("g1", "uid-whole") is StoreCode.OK
+    u = await state.node_usage("g1")
+    assert u is not None and [g.used for g in u.gpus] == [0, 50 * GI]
+
+
+async def _node_violations(state: ClusterState) -> list[str]:
+    return [v for v in await check_invariants(state) if v.startswith("node ")]
+
+
+async def test_shared_slices_on_several_devices(state: ClusterState) -> None:
+    await state.put_node(make_node("g1", gpus=h100s(4), cpu="16", memory="64Gi"))
+    pod, _ = make_pod("multi", gpu_memory="10Gi", gpu_count=3)
+    assert (await state.reserve("g1", reservation(pod, "g1", (0, 2, 3)))).ok
+    u = await state.node_usage("g1")
+    assert u is not None and [g.used for g in u.gpus] == [10 * GI, 0, 10 * GI, 10 * GI]
+    assert await state.release("g1", pod.metadata.uid) is StoreCode.OK
+    assert await usage(state, "g1") == {}
+
+
+async def test_host_ports_follow_kube_rules(state: ClusterState) -> None:
+    await state.put_node(make_node("n1", cpu="8"))
+    a, _ = make_pod("a", host_port=80, host_ip="10.0.0.1")
+    b, _ = make_pod("b", host_port=80, host_ip="10.0.0.2")
+    c, _ = make_pod("c", host_port=80)  # 0.0.0.0 conflicts with every IP
+    d, _ = make_pod("d", host_port=81)
+    assert (await state.reserve("n1", reservation(a, "n1"))).ok
+    assert (await state.reserve("n1", reservation(b, "n1"))).ok
+    assert (await state.reserve("n1", reservation(c, "n1"))).reasons == ("host port TCP/80 in use",)
+    assert (await state.reserve("n1", reservation(d, "n1"))).ok
+    e, _ = make_pod("e", host_port=81, host_ip="10.0.0.9")
+    assert (await state.reserve("n1", reservation(e, "n1"))).reasons == ("host port TCP/81 in use",)
+    u = await state.node_usage("n1")
+    assert u is not None and u.host_ports[("TCP", 80, "10.0.0.1")] == 1
+    for uid in ("uid-a", "uid-b", "uid-d"):
+        assert await state.unreserve("n1", uid) is StoreCode.OK
+    assert await usage(state, "n1") == {}
+
+
+async def test_fencing_tokens_stop_a_deposed_leader(state: ClusterState) -> None:
+    await state.put_node(make_node("n1", cpu="8"))
+    new, _ = make_pod("new")
+    old, _ = make_pod("old")
+    assert (await state.reserve("n1", reservation(new, "n1", token=5))).ok
+    r = await state.reserve("n1", reservation(old, "n1", token=3))
+    assert r.code is StoreCode.FENCED and "older than 5" in r.reason
+    assert (await state.reserve("n1", reservation(old, "n1", token=0))).ok  # unfenced writers pass
+    other, _ = make_pod("other", profile="gpu-scheduler")
+    assert (await state.reserve("n1", reservation(other, "n1", token=1))).ok  # per profile
+
+
+async def test_delete_node_hands_back_its_reservations(state: ClusterState) -> None:
+    await state.put_node(make_node("n1"))
+    pod, manifest = make_pod("p")
+    await submit(state, pod, manifest)
+    await place(state, pod, "n1")
+    [dropped] = await state.delete_node("n1")
+    assert dropped.pod_uid == "uid-p"
+    assert any("without a reservation" in v for v in await check_invariants(state))
+    assert (await state.transition("uid-p", PodPhase.FAILED, reason="NodeLost")).ok
+    assert await check_invariants(state) == []
+
+
+# ---- pods --------------------------------------------------------------------------------------
+
+
+async def test_put_pod_is_insert_if_absent(state: ClusterState) -> None:
+    pod, manifest = make_pod("web", profile="gpu-scheduler")
+    record = PodRecord.of(pod, manifest, now=5.0)
+    assert await state.put_pod(record)
+    assert not await state.put_pod(record)  # at-least-once submission
+    got = await state.get_pod("uid-web")
+    assert got is not None and got.version == 1 and got.phase is PodPhase.PENDING and got.pod() == pod
+    assert await state.find_pod("default", "web") == got
+    assert await state.find_pod("default", "nope") is None
+    assert [p.uid for p in await state.pods_in_phase(PodPhase.PENDING)] == ["uid-web"]
+    assert [p.uid for p in await state.pods_in_phase(PodPhase.PENDING, profile="gpu-scheduler")] == ["uid-web"]
+    assert await state.pods_in_phase(PodPhase.PENDING, profile="default-scheduler") == []
+    assert await state.get_pods(["uid-web", "nope"]) == [got, None]
+
+
+async def test_transition_is_compare_and_set(state: ClusterState) -> None:
+    await state.put_node(make_node("n1"))
+    pod, manifest = make_pod("p")
+    await submit(state, pod, manifest)
+    uid = "uid-p"
+    w = await state.transition(
+        uid, PodPhase.PENDING, reason="Unschedulable", message="0/1 nodes are available", count_attempt=True
+    )
+    assert (w.code, w.version, w.phase) == (StoreCode.OK, 2, PodPhase.PENDING)
+    stale = await state.transition(uid, PodPhase.RESERVED, node="n1", expected_version=1)
+    assert (stale.code, stale.version, stale.phase) == (StoreCode.CONFLICT, 2, PodPhase.PENDING)
+    assert (await state.transition(uid, PodPhase.RESERVED, node="n1", expected_phases=[PodPhase.RESERVED])).code is (
+        StoreCode.CONFLICT
+    )
+    assert (await state.transition(uid, PodPhase.RESERVED, node="n1", expected_version=2)).ok
+    got = await state.get_pod(uid)
+    assert got is not None
+    assert (got.phase, got.node, got.attempts, got.reason, got.version) == (
+        PodPhase.RESERVED,
+        "n1",
+        1,
+        "Unschedulable",
+        3,
+    )
+    assert (await state.transition(uid, PodPhase.RUNNING)).code is StoreCode.CONFLICT  # not bound yet
+    back = await state.transition(uid, PodPhase.PENDING, reason="Conflict", count_attempt=True)
+    assert back.ok and back.phase is PodPhase.RESERVED
+    got = await state.get_pod(uid)
+    assert got is not None and (got.node, got.attempts, got.reason) == ("", 2, "Conflict")
+    with pytest.raises(ValueError):
+        await state.transition(uid, PodPhase.BOUND, node="n1")
+    with pytest.raises(ValueError):
+        await state.transition(uid, PodPhase.RESERVED)
+    assert (await state.transition("ghost", PodPhase.PENDING)).code is StoreCode.NOT_FOUND
+
+
+async def test_bound_is_for_life_and_exactly_once(state: ClusterState) -> None:
+    await state.put_node(make_node("n1"))
+    await state.put_node(make_node("n2"))
+    pod, manifest = make_pod("p")
+    await submit(state, pod, manifest)
+    uid = "uid-p"
+    assert (await state.transition(uid, PodPhase.RESERVED, node="n1")).ok
+    assert (await state.bind_pod(uid, "n2")).code is StoreCode.CONFLICT  # reserved elsewhere
+    assert (await state.bind_pod(uid, "n1", expected_version=1)).code is StoreCode.CONFLICT
+    w = await state.bind_pod(uid, "n1", expected_version=2)
+    assert (w.code, w.version, w.phase) == (StoreCode.OK, 3, PodPhase.RESERVED)
+    assert (await state.bind_pod(uid, "n1")).code is StoreCode.ALREADY
+    assert (await state.bind_pod(uid, "n2")).code is StoreCode.CONFLICT
+    for phase in (PodPhase.PENDING, PodPhase.RESERVED):
+        assert (await state.transition(uid, phase, node="n2")).code is StoreCode.CONFLICT
+    assert (await state.transition(uid, PodPhase.RUNNING)).ok
+    assert (await state.transition(uid, PodPhase.RUNNING)).code is StoreCode.ALREADY
+    assert (await state.bind_pod(uid, "n1")).code is StoreCode.ALREADY
+    assert (await state.transition(uid, PodPhase.SUCCEEDED)).ok
+    assert (await state.transition(uid, PodPhase.SUCCEEDED)).code is StoreCode.ALREADY
+    assert (await state.transition(uid, PodPhase.FAILED)).code is StoreCode.CONFLICT
+    assert (await state.transition(uid, PodPhase.DELETED)).ok
+    assert (await state.transition(uid, PodPhase.DELETED)).code is StoreCode.ALREADY
+    assert (await state.transition(uid, PodPhase.PENDING)).code is StoreCode.GONE
+    assert (await state.bind_pod(uid, "n1")).code is StoreCode.GONE
+    assert (await state.bind_pod("ghost", "n1")).code is StoreCode.NOT_FOUND
+    got = await state.get_pod(uid)
+    assert got is not None and got.bindings == 1
+
+    # a pending pod binds directly (the binder found no cycle reservation step to wait for)
+    q, qm = make_pod("q")
+    await submit(state, q, qm)
+    assert (await state.bind_pod("uid-q", "n2", (1, 0))).ok
+    got = await state.get_pod("uid-q")
+    assert got is not None and got.gpu_devices == (0, 1) and got.phase is PodPhase.BOUND
+
+
+async def test_full_lifecycle_keeps_the_invariants(state: ClusterState) -> None:
+    await state.put_node(make_node("n1", gpus=h100s(2), cpu="8", memory="32Gi"))
+    pods = [make_pod(f"p{i}", gpu_memory="30Gi") for i in range(4)]
+    for pod, manifest in pods:
+        await submit(state, pod, manifest)
+    for i, (pod, _) in enumerate(pods):
+        await place(state, pod, "n1", (i // 2,))
+        assert await check_invariants(state) == []
+    assert (await state.transition("uid-p0", PodPhase.RUNNING)).ok
+    assert (await state.transition("uid-p0", PodPhase.SUCCEEDED)).ok
+    # finished but not yet released: a leaked reservation
+    assert any("which is Succeeded" in v for v in await check_invariants(state))
+    assert await state.release("n1", "uid-p0") is StoreCode.OK
+    assert await check_invariants(state) == []
+    assert [p.uid for p in await state.pods_in_phase(PodPhase.BOUND)] == ["uid-p1", "uid-p2", "uid-p3"]
+
+
+async def test_events_are_capped_newest_last(redis: aioredis.Redis) -> None:
+    state = ClusterState(redis, event_cap=3)
+    for i in range(5):
+        await state.append_event("u1", PodEvent(float(i), EventType.NORMAL, "Scheduled", f"m{i}", "cycle"))
+    assert [e.message for e in await state.events("u1")] == ["m2", "m3", "m4"]
+    assert await state.events("nobody") == []
+
+
+# ---- leases ------------------------------------------------------------------------------------
+
+
+async def test_lease_fencing_and_hand_over(state: ClusterState) -> None:
+    t1 = await state.acquire_lease("cycle/default", "replica-a", 200)
+    assert t1 == 1
+    assert await state.acquire_lease("cycle/default", "replica-b", 200) is None
+    assert await state.acquire_lease("cycle/default", "replica-a", 200) == t1  # renewal keeps the token
+    lease = await state.get_lease("cycle/default")
+    assert lease is not None and (lease.holder, lease.token) == ("replica-a", 1) and 0 < lease.ttl_ms <= 200
+    assert not await state.release_lease("cycle/default", "replica-b")
+
+    async def b_takes_over() -> int:
+        token = await state.acquire_lease("cycle/default", "replica-b", 5000)
+        assert token is not None
+        return token
+
+    t2 = await eventually(b_takes_over, timeout=3)  # a stops renewing: the lease lapses
+    assert t2 > t1
+    assert await state.acquire_lease("cycle/default", "replica-a", 200) is None
+    assert await state.release_lease("cycle/default", "replica-b")
+    assert await state.get_lease("cycle/default") is None
+    t3 = await state.acquire_lease("cycle/default", "replica-a", 200)
+    assert t3 is not None and t3 > t2
+    assert await state.acquire_lease("other", "replica-a", 200) == 1  # counters are per lease
+    with pytest.raises(ValueError):
+        await state.acquire_lease("x", "a", 0)
+
+
+# ---- snapshots, invariants, cluster mode -------------------------------------------------------
+
+
+async def test_snapshot_after_restart_matches_redis(redis: aioredis.Redis, redis_url: str) -> None:
+    state = ClusterState(redis)
+    await state.put_node(make_node("n1", gpus=h100s(2), cpu="8", memory="32Gi"))
+    await state.put_node(make_node("n2", cpu="2"))
+    specs = [("a", "n1", (0,), "10Gi"), ("b", "n1", (0,), "20Gi"), ("c", "n1", (1,), "5Gi"), ("d", "n2", (), None)]
+    for name, node, devices, mem in specs:
+        pod, manifest = make_pod(name, gpu_memory=mem, host_port=9000 if name == "d" else None)
+        await submit(state, pod, manifest)
+        await place(state, pod, node, devices)
+
+    fresh = aioredis.Redis.from_url(redis_url, decode_responses=True)  # another process, decoding
+    try:
+        restarted = ClusterState(fresh)
+        snapshot = await restarted.load_snapshot()
+        assert [n.name for n, _ in snapshot] == ["n1", "n2"]
+        for node, reservations in snapshot:
+            info = node_info_of(node, reservations)
+            u = await restarted.node_usage(node.name)
+            assert u is not None
+            assert {k: v for k, v in info.requested.items() if v} == u.requested
+            assert len(info.pods) == u.pods
+            assert info.gpu_free_memory == [g.free for g in u.gpus]
+            assert all(r.state is ReservationState.BOUND for r in reservations)
+        assert await check_invariants(restarted) == []
+        got = await restarted.get_node("n1")
+        assert got is not None and got.to_node() == make_node("n1", gpus=h100s(2), cpu="8", memory="32Gi")
+    finally:
+        await fresh.aclose()
+
+
+async def test_invariants_catch_corruption(state: ClusterState) -> None:
+    await state.put_node(make_node("n1", cpu="2"))
+    pod, manifest = make_pod("p", cpu="1")
+    await submit(state, pod, manifest)
+    await place(state, pod, "n1")
+    assert await check_invariants(state) == []
+    k = state.keys
+
+    await state.redis.hincrby(k.node_usage("n1"), "r:cpu", 5)
+    assert await check_invariants(state) == ["node n1: usage r:cpu is 1005, reservations add up to 1000"]
+    await state.redis.hincrby(k.node_usage("n1"), "r:cpu", -5)
+
+    # a reservation written behind the script's back, overcommitting, for a pod that does not exist
+    ghost, _ = make_pod("ghost", cpu="1500m")
+    await state.redis.hset(k.node_reservations("n1"), "uid-ghost", reservation(ghost, "n1").encode())
+    found = await check_invariants(state)
+    assert "node n1: overcommitted cpu: reservations request 2500, allocatable 2000" in found
+    assert "node n1: reservation of pod default/ghost (uid-ghost) whose pod does not exist" in found
+    assert "node n1: usage r:cpu is 1000, reservations add up to 2500" in found
+    await state.redis.hdel(k.node_reservations("n1"), "uid-ghost")
+
+    await state.redis.hset(k.pod_record("uid-p"), "bindings", "2")
+    await state.redis.sadd(k.phase_index("Pending"), "uid-p")
+    found = await check_invariants(state)
+    assert "pod default/p (uid-p): bound 2 times" in found
+    assert "pod default/p (uid-p): phase Bound, but in phase index(es) ['Pending', 'Bound']" in found
+
+    await state.redis.hset(k.pod_record("uid-p"), "bindings", "1")
+    await state.redis.srem(k.phase_index("Pending"), "uid-p")
+    assert await check_invariants(state) == []
+    await state.redis.srem(k.nodes_index(), "n1")
+    assert await check_invariants(state) == ["nodes index: node n1 missing"]
+    assert await state.repair_indexes() == ["nodes index: added n1"]
+    assert await state.repair_indexes() == []
+
+
+async def test_cluster_mode_keeps_indexes_outside_the_scripts(redis: aioredis.Redis) -> None:
+    state = ClusterState(redis, cluster=True)
+    await state.put_node(make_node("n1"))
+    pods = [make_pod(f"p{i}", profile="batch") for i in range(3)]
+    for pod, manifest in pods:
+        await submit(state, pod, manifest)
+    await place(state, pods[0][0], "n1")
+    assert (await state.transition("uid-p1", PodPhase.RESERVED, node="n1")).ok
+    assert (await state.reserve("n1", reservation(pods[1][0], "n1"))).ok
+    assert await check_invariants(state) == []
+    assert await state.pod_uids_in_phase(PodPhase.PENDING, profile="batch") == {"uid-p2"}
+    assert await state.node_names() == ["n1"]
+
+    # a crash between a script and its index update, then the repair
+    await state.redis.delete(state.keys.pending_index("batch"), state.keys.nodes_index())
+    await state.redis.hdel(state.keys.pod_keys_index(), "default/p2")
+    assert len(await check_invariants(state)) == 3
+    assert sorted(await state.repair_indexes()) == [
+        "nodes index: added n1",
+        "pending index batch: added uid-p2",
+        "pod-keys index: default/p2 -> uid-p2",
+    ]
+    assert await check_invariants(state) == []
+
+
+async def test_concurrent_retries_of_one_bind_bind_once(state: ClusterState) -> None:
+    await state.put_node(make_node("n1"))
+    pod, manifest = make_pod("p")
+    await submit(state, pod, manifest)
+    assert (await state.reserve("n1", reservation(pod, "n1"))).ok
+    assert (await state.transition("uid-p", PodPhase.RESERVED, node="n1")).ok
+    results = await asyncio.gather(*(state.bind_pod("uid-p", "n1") for _ in range(20)))
+    assert sorted(r.code for r in results).count(StoreCode.OK) == 1
+    assert {r.code for r in results} == {StoreCode.OK, StoreCode.ALREADY}
+    marks = await asyncio.gather(*(state.mark_bound("n1", "uid-p") for _ in range(20)))
+    assert marks.count(StoreCode.OK) == 1
+    assert await check_invariants(state) == []
