@@ -106,6 +106,9 @@ class BindRequest:
     gpu_devices: tuple[int, ...] = ()
     fencing_token: int = 0
     """The reserving cycle's lease token."""
+    attempt: int = 0
+    """The pod record's version after its Pending -> Reserved transition (see docs/services.md):
+    every later step is conditional on it."""
     reserved_at: float = 0.0
     """Seconds since the epoch, for submit->bound latency."""
 
@@ -119,6 +122,7 @@ class NodeAssignment:
     node: str
     manifest: bytes
     gpu_devices: tuple[int, ...] = ()
+    attempt: int = 0
 
 
 @dataclass(frozen=True, slots=True)

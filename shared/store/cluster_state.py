@@ -530,6 +530,65 @@ class ClusterState:
             return None
         return Lease(name, _text(holder), int(_text(token)), int(ttl))
 
+    # ---- recovery ------------------------------------------------------------------------------
+
+    async def reconcile(self, *, grace_s: float = 30.0) -> list[str]:
+        """Repair what a crash between two steps of the protocol leaves behind; one line per fix.
+
+        - A reservation whose pod is missing, not on a node, or on another node gives its room
+          back: at once when the pod finished or was deleted, after `grace_s` seconds otherwise
+          (the attempt may still be between reserve and its transition). A reserved one goes
+          by compare-and-delete on its attempt, so a newer reservation is never touched.
+        - A pod Reserved on a node where it holds no reservation, untouched for `grace_s`,
+          goes back to Pending (compare-and-set on its version).
+        Bound or running pods without a reservation are reported by check_invariants, not
+        changed here: their room cannot be reclaimed safely.
+        """
+        now = self.clock()
+        fixes: list[str] = []
+        held: set[tuple[str, str]] = set()
+        for name in await self.node_names():
+            reservations = await self.reservations(name)
+            pods = await self.get_pods(r.pod_uid for r in reservations)
+            for r, pod in zip(reservations, pods, strict=True):
+                held.add((name, r.pod_uid))
+                if pod is not None and pod.phase.on_node and pod.node == name:
+                    continue
+                finished = pod is not None and pod.phase.terminal
+                if not finished and now - r.reserved_at < grace_s:
+                    continue
+                why = "no pod" if pod is None else f"pod {pod.phase} on {pod.node or 'no node'}"
+                if r.state is ReservationState.BOUND or finished:
+                    code = await self.release(name, r.pod_uid)
+                else:
+                    code = await self.unreserve(name, r.pod_uid, r.attempt)
+                if code is StoreCode.OK:
+                    held.discard((name, r.pod_uid))
+                    fixes.append(f"node {name}: gave back the reservation of {r.pod_key} ({r.pod_uid}): {why}")
+        for pod in await self.pods_in_phase(PodPhase.RESERVED):
+            if (pod.node, pod.uid) in held or now - pod.updated_at < grace_s:
+                continue
+            if await self.reservation(pod.node, pod.uid) is not None:
+                continue  # reserved since we listed the node
+            w = await self.transition(
+                pod.uid,
+                PodPhase.PENDING,
+                expected_version=pod.version,
+                reason="ReservationLost",
+                message=f"its reservation on node {pod.node} is gone",
+            )
+            if w.ok:
+                fixes.append(f"pod {pod.key} ({pod.uid}): Reserved on {pod.node} with no reservation, back to Pending")
+        return fixes
+
+    async def reservation(self, node: str, uid: str) -> Reservation | None:
+        """The pod's reservation on the node, or None."""
+        pipe = self._pipeline()
+        pipe.hget(self.keys.node_reservations(node), uid)
+        pipe.sismember(self.keys.node_bound(node), uid)
+        value, bound = await pipe.execute()
+        return None if value is None else Reservation.decode(value, bound=bool(bound))
+
     # ---- snapshots -----------------------------------------------------------------------------
 
     async def load_snapshot(self) -> list[tuple[Node, list[Reservation]]]:

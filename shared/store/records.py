@@ -7,6 +7,7 @@ decode it back; the key layout is in `kubus.store.keys`, the atomic changes in
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -401,12 +402,13 @@ class Reservation:
         token: int = 0,
         attempt: str | None = None,
         ignored: Iterable[str] = (),
-        now: float = 0.0,
+        now: float | None = None,
     ) -> Reservation:
         """The reservation for a pod placed on `node` (pod_info.gpu_devices already picked).
 
         `profile` defaults to the pod's schedulerName, `attempt` to a fresh random id (retry a
-        reserve with the same Reservation object to stay idempotent). Raises ValueError when the pod asks for
+        reserve with the same Reservation object to stay idempotent), `now` to the wall clock.
+        Raises ValueError when the pod asks for
         GPUs and the number of picked devices differs from its request, or devices repeat.
         """
         pod = pod_info.pod
@@ -433,7 +435,7 @@ class Reservation:
             attempt=uuid.uuid4().hex if attempt is None else attempt,
             ignored=tuple(sorted(set(ignored))),
             labels=dict(pod.metadata.labels),
-            reserved_at=now,
+            reserved_at=time.time() if now is None else now,
         )
 
     def pod_info(self, pod: Pod | None = None) -> PodInfo:

@@ -272,14 +272,6 @@ async def test_whole_and_shared_gpus(state: ClusterState) -> None:
     assert (await state.reserve("g1", reservation(whole2, "g1", (1,)))).reasons == ("gpu 1 busy",)
     assert (await state.reserve("g1", reservation(whole2, "g1", (2,)))).reasons == ("gpu 2 unhealthy",)
     assert (await state.reserve("g1", reservation(whole2, "g1", (7,)))).reasons == ("gpu 7 does not exist",)
-    big, _ = make_pod("big", whole_gpus=1)
-    big_res = Reservation.of(
-        PodInfo.of(big).placed_on((2,)), "g1", now=0.0
-    )  # a whole GPU of at least 100Gi (kubus.io/gpu-memory with nvidia.com/gpu)
-    from dataclasses import replace
-
-    big_res = replace(big_res, gpu_memory=100 * GI, gpu_devices=(0,))
-    assert "gpu 0 busy" in (await state.reserve("g1", big_res)).reasons
 
     u = await state.node_usage("g1")
     assert u is not None
@@ -311,6 +303,66 @@ async def test_whole_and_shared_gpus(state: ClusterState) -> None:
 
 async def _node_violations(state: ClusterState) -> list[str]:
     return [v for v in await check_invariants(state) if v.startswith("node ")]
+
+
+async def test_whole_gpu_with_a_minimum_memory(state: ClusterState) -> None:
+    await state.put_node(make_node("g1", gpus=h100s(1), cpu="16", memory="64Gi"))
+    big, _ = make_pod("big", whole_gpus=1, gpu_memory="100Gi")  # a whole GPU of at least 100Gi
+    assert (await state.reserve("g1", reservation(big, "g1", (0,)))).reasons == ("gpu 0 too small",)
+    fits, _ = make_pod("fits", whole_gpus=1, gpu_memory="80Gi")
+    assert (await state.reserve("g1", reservation(fits, "g1", (0,)))).ok
+    assert (await usage(state, "g1"))["g:0:used"] == 80 * GI  # all of it, not the 80Gi asked
+
+
+async def test_attempts_keep_racing_duplicates_apart(state: ClusterState) -> None:
+    await state.put_node(make_node("n1"))
+    pod, _ = make_pod("p")
+    first = reservation(pod, "n1", attempt="attempt-1")
+    second = reservation(pod, "n1", attempt="attempt-2")
+    assert (await state.reserve("n1", first)).ok
+    r = await state.reserve("n1", second)
+    assert (r.code, r.reasons) == (StoreCode.CONFLICT, ("pod already reserved here by another attempt",))
+    assert (await state.reserve("n1", first)).already
+    assert await state.unreserve("n1", "uid-p", "attempt-2") is StoreCode.CONFLICT  # not yours
+    assert await state.mark_bound("n1", "uid-p", "attempt-2") is StoreCode.CONFLICT
+    assert len(await state.reservations("n1")) == 1
+    assert await state.mark_bound("n1", "uid-p", "attempt-1") is StoreCode.OK
+    assert await state.unreserve("n1", "uid-p", "attempt-1") is StoreCode.BOUND
+    assert await state.release("n1", "uid-p") is StoreCode.OK
+
+
+async def test_reconcile_cleans_up_after_crashes(redis: aioredis.Redis) -> None:
+    now = [900.0]
+    state = ClusterState(redis, clock=lambda: now[0])
+    await state.put_node(make_node("n1"))
+    pods = {name: make_pod(name) for name in ("orphan", "young", "done", "lost", "fine")}
+    for pod, manifest in pods.values():
+        await submit(state, pod, manifest)
+    # crashed between reserve and the Reserved transition
+    assert (await state.reserve("n1", reservation(pods["orphan"][0], "n1", now=900.0))).ok
+    # still in flight: too young to touch
+    assert (await state.reserve("n1", reservation(pods["young"][0], "n1", now=995.0))).ok
+    # finished, but the agent crashed before releasing
+    await place(state, pods["done"][0], "n1")
+    assert (await state.transition("uid-done", PodPhase.SUCCEEDED)).ok
+    # Reserved, but its reservation vanished (binder released, then crashed)
+    assert (await state.transition("uid-lost", PodPhase.RESERVED, node="n1")).ok
+    await place(state, pods["fine"][0], "n1")
+
+    now[0] = 1000.0
+    fixes = await state.reconcile(grace_s=30)
+    assert fixes == [
+        "node n1: gave back the reservation of default/done (uid-done): pod Succeeded on n1",
+        "node n1: gave back the reservation of default/orphan (uid-orphan): pod Pending on no node",
+        "pod default/lost (uid-lost): Reserved on n1 with no reservation, back to Pending",
+    ]
+    assert [r.pod_uid for r in await state.reservations("n1")] == ["uid-fine", "uid-young"]
+    assert await state.reconcile(grace_s=30) == []
+    lost = await state.get_pod("uid-lost")
+    assert lost is not None and (lost.phase, lost.reason) == (PodPhase.PENDING, "ReservationLost")
+    now[0] = 2000.0
+    assert len(await state.reconcile(grace_s=30)) == 1  # the young one grew old
+    assert await check_invariants(state) == []
 
 
 async def test_shared_slices_on_several_devices(state: ClusterState) -> None:

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from kubus import codec
 from kubus.api.manifests import parse_node, parse_pod
 from kubus.framework.nodeinfo import NodeInfo, PodInfo
+from kubus.plugins.nodewise.gpu_fit import pick_gpu_devices
 from kubus.store import (
     EventType,
     Keys,
@@ -109,7 +110,12 @@ def test_pod_record_fields_round_trip() -> None:
     raw = codec.dumps(manifest)
     pod = parse_pod(manifest)
     record = PodRecord.of(pod, raw, now=10.0)
-    assert (record.key, record.profile, record.phase, record.uid) == ("shop/web", "gpu-scheduler", PodPhase.PENDING, "u-1")
+    assert (record.key, record.profile, record.phase, record.uid) == (
+        "shop/web",
+        "gpu-scheduler",
+        PodPhase.PENDING,
+        "u-1",
+    )
     stored = {k.encode(): v if isinstance(v, bytes) else v.encode() for k, v in record.to_fields().items()}
     assert PodRecord.from_hash(stored) == record
     assert PodRecord.from_hash(record.to_fields()) == record  # a decoding client gives str
@@ -119,8 +125,6 @@ def test_pod_record_fields_round_trip() -> None:
 def test_reservation_accounts_like_nodeinfo() -> None:
     nodes = make_nodes(8, seed=2, gpu_fraction=1.0)
     pods = make_pods(60, seed=3, gpu_fraction=0.6)
-    from kubus.plugins.nodewise.gpu_fit import pick_gpu_devices
-
     for node in nodes:
         direct = NodeInfo(node)
         reservations = []
