@@ -10,6 +10,7 @@
 from kubus.store.cluster_state import (
     ClusterState,
     GPUUsage,
+    HeartbeatResult,
     Lease,
     NodeUsage,
     PodWrite,
@@ -38,6 +39,7 @@ __all__ = [
     "ClusterState",
     "EventType",
     "GPUUsage",
+    "HeartbeatResult",
     "Keys",
     "Lease",
     "NodeRecord",

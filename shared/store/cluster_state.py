@@ -4,18 +4,21 @@ Nodes (allocatable, labels, taints, GPUs), pods and their phase, reservations, b
 events and leader leases. Every change that must be atomic is one Lua script
 (`kubus.store.scripts`, which documents each return code); reads are plain commands, pipelined.
 
-The protocol the services follow, so that neither invariant (`kubus.store.invariants`) breaks
-and every step can be retried:
+The protocol the services follow (docs/services.md has the whole contract), so that neither
+invariant (`kubus.store.invariants`) breaks and every step can be retried. An attempt id is the
+pod record's version right after its Pending -> Reserved transition; every later step names it.
 
 - queue:  put_pod (insert if absent) -> Pending.
-- cycle:  reserve(node, Reservation) -> OK, then transition(uid, RESERVED, node=...,
-          expected_phases={PENDING}); if that CAS fails (a duplicate delivery won elsewhere),
-          unreserve. On CONFLICT/NODE_GONE/FENCED: transition(uid, PENDING, reason=...).
-- binder: mark_bound(node, uid) (after which only release gives the room back), then
-          bind_pod(uid, node, devices) -> OK or ALREADY. On a failure before bind_pod:
-          release + transition(PENDING). A bound pod stays bound for life.
-- agent:  transition(RUNNING), then transition(SUCCEEDED | FAILED) and release(node, uid).
-- delete: transition(DELETED) and release(node, uid).
+- cycle:  v = transition(uid, RESERVED, node=n, expected_phases={PENDING}, count_attempt=True)
+          .version; then reserve(n, Reservation.of(..., attempt=str(v), token=lease token)).
+          On CONFLICT/NODE_GONE/FENCED: transition(uid, PENDING, expected_version=v, reason=...).
+- binder: mark_bound(n, uid, attempt) (NOT_FOUND: the attempt was abandoned, drop it), then
+          bind_pod(uid, n, devices, expected_version=v) -> OK or ALREADY. Backing out after
+          mark_bound takes release(n, uid, attempt): unreserve answers BOUND by then.
+          A bound pod stays bound for life.
+- agent:  transition(RUNNING), then transition(SUCCEEDED | FAILED) and release(n, uid).
+- delete: transition(DELETED) and release(n, uid).
+- janitor: reconcile(grace_s, reserved_timeout_s) repairs what a crash between steps left.
 """
 
 from __future__ import annotations
@@ -54,6 +57,15 @@ class PutNodeResult:
     changed: bool
     """False when the node was stored exactly like this already (generation unchanged)."""
     generation: int
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatResult:
+    found: bool
+    """False for an unknown node (nothing recorded)."""
+    revived: bool = False
+    """The node was marked unreachable and is not any more (its generation was bumped)."""
+    generation: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,12 +274,15 @@ class ClusterState:
             await self.redis.srem(self.keys.nodes_index(), name)
         return [Reservation.decode(j) for j in reply[1:]]
 
-    async def heartbeat(self, name: str, at: float | None = None) -> bool:
-        """Record the node's heartbeat time (seconds since the epoch; default now). False when
-        the node is unknown (a heartbeat never creates one)."""
+    async def heartbeat(self, name: str, at: float | None = None) -> HeartbeatResult:
+        """Record the node's heartbeat time (seconds since the epoch; default now); a node
+        marked unreachable becomes reachable again (`revived`: publish node.updated). A
+        heartbeat never creates a node (`found` False)."""
         at = self.clock() if at is None else at
         reply = await self._run(self.scripts.heartbeat, self.keys.node_keys(name), [repr(float(at))])
-        return _code(reply[0]) is StoreCode.OK
+        if _code(reply[0]) is StoreCode.NOT_FOUND:
+            return HeartbeatResult(found=False)
+        return HeartbeatResult(found=True, revived=_text(reply[1]) == "revived", generation=int(_text(reply[2])))
 
     async def mark_unreachable(self, name: str, unreachable: bool = True) -> bool:
         """Mark the node lost (reserve answers NODE_GONE; `to_node` adds the unreachable
@@ -328,9 +343,12 @@ class ClusterState:
         reply = await self._run(self.scripts.mark_bound, self.keys.node_keys(node), [uid, attempt or ""])
         return _code(reply[0])
 
-    async def release(self, node: str, uid: str) -> StoreCode:
-        """Give back the pod's reservation, bound or not (finished or deleted). OK or NOOP."""
-        return _code((await self._run(self.scripts.release, self.keys.node_keys(node), [uid]))[0])
+    async def release(self, node: str, uid: str, attempt: str | None = None) -> StoreCode:
+        """Give back the pod's reservation, bound or not: the pod finished or was deleted, or
+        (with its `attempt`) a binder backs out after mark_bound. OK, NOOP or CONFLICT (the
+        reservation is another attempt's)."""
+        reply = await self._run(self.scripts.release, self.keys.node_keys(node), [uid, attempt or ""])
+        return _code(reply[0])
 
     # ---- pods ----------------------------------------------------------------------------------
 
@@ -532,15 +550,18 @@ class ClusterState:
 
     # ---- recovery ------------------------------------------------------------------------------
 
-    async def reconcile(self, *, grace_s: float = 30.0) -> list[str]:
+    async def reconcile(self, *, grace_s: float = 30.0, reserved_timeout_s: float | None = None) -> list[str]:
         """Repair what a crash between two steps of the protocol leaves behind; one line per fix.
 
         - A reservation whose pod is missing, not on a node, or on another node gives its room
           back: at once when the pod finished or was deleted, after `grace_s` seconds otherwise
-          (the attempt may still be between reserve and its transition). A reserved one goes
-          by compare-and-delete on its attempt, so a newer reservation is never touched.
+          (the attempt may still be between two steps). A reserved one goes by
+          compare-and-delete on its attempt, so a newer reservation is never touched.
         - A pod Reserved on a node where it holds no reservation, untouched for `grace_s`,
-          goes back to Pending (compare-and-set on its version).
+          goes back to Pending (compare-and-set on its version), reason ReservationLost.
+        - With `reserved_timeout_s`: a pod Reserved that long whose reservation no binder has
+          marked bound (its BindRequest was never sent) gives the room back (on its attempt)
+          and goes back to Pending, reason ReservationTimeout.
         Bound or running pods without a reservation are reported by check_invariants, not
         changed here: their room cannot be reclaimed safely.
         """
@@ -566,19 +587,28 @@ class ClusterState:
                     held.discard((name, r.pod_uid))
                     fixes.append(f"node {name}: gave back the reservation of {r.pod_key} ({r.pod_uid}): {why}")
         for pod in await self.pods_in_phase(PodPhase.RESERVED):
-            if (pod.node, pod.uid) in held or now - pod.updated_at < grace_s:
-                continue
-            if await self.reservation(pod.node, pod.uid) is not None:
-                continue  # reserved since we listed the node
+            age = now - pod.updated_at
+            if (pod.node, pod.uid) in held:
+                if reserved_timeout_s is None or age < reserved_timeout_s:
+                    continue
+                r = await self.reservation(pod.node, pod.uid)
+                if r is not None:
+                    if r.state is ReservationState.BOUND or await self.unreserve(pod.node, pod.uid, r.attempt) not in (
+                        StoreCode.OK,
+                        StoreCode.NOOP,
+                    ):
+                        continue  # a binder has it now
+                    fixes.append(f"node {pod.node}: gave back the reservation of {pod.key} ({pod.uid}): never bound")
+                reason, message = "ReservationTimeout", f"not bound on node {pod.node} within {reserved_timeout_s}s"
+            else:
+                if age < grace_s or await self.reservation(pod.node, pod.uid) is not None:
+                    continue  # too young, or reserved since we listed the node
+                reason, message = "ReservationLost", f"its reservation on node {pod.node} is gone"
             w = await self.transition(
-                pod.uid,
-                PodPhase.PENDING,
-                expected_version=pod.version,
-                reason="ReservationLost",
-                message=f"its reservation on node {pod.node} is gone",
+                pod.uid, PodPhase.PENDING, expected_version=pod.version, reason=reason, message=message
             )
             if w.ok:
-                fixes.append(f"pod {pod.key} ({pod.uid}): Reserved on {pod.node} with no reservation, back to Pending")
+                fixes.append(f"pod {pod.key} ({pod.uid}): Reserved on {pod.node}, {reason}, back to Pending")
         return fixes
 
     async def reservation(self, node: str, uid: str) -> Reservation | None:

@@ -19,8 +19,8 @@ No loss, no double binding
     index exactly when Pending; the node and pod-key indexes point at existing records.
 
 Meant for tests and operators: it reads the whole state, so it is O(cluster). Run it when the
-system is quiet; a step between two scripts (say reserve, then the Reserved transition) is
-seen as a violation while it is in flight.
+system is quiet; a step between two scripts (say the Reserved transition, then reserve) is
+seen as a violation while it is in flight (see ClusterState.reconcile for the repairs).
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def _check_node(node: _Node, pods: dict[str, PodRecord], out: list[str]) -> None
         return
     record = NodeRecord.from_hash(node.info)
     alloc = {f[2:]: int(v) for f, v in node.info.items() if f.startswith("a:")}
-    if alloc != {r: q for r, q in record.allocatable.items() if q < 2**53}:
+    if alloc != {r: min(q, 2**53) for r, q in record.allocatable.items()}:
         out.append(f"{where}: allocatable fields {alloc} disagree with its record {record.allocatable}")
 
     for uid in node.misfiled:

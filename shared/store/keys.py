@@ -79,9 +79,10 @@ class Keys:
     __slots__ = ("prefix",)
 
     def __init__(self, prefix: str = DEFAULT_PREFIX) -> None:
-        """Raises ValueError for a prefix with a brace (it would become the hash tag) or empty."""
-        if not prefix or "{" in prefix or "}" in prefix:
-            raise ValueError(f"key prefix {prefix!r} must be non-empty and contain no braces")
+        """Raises ValueError for an empty prefix, or one with a brace (it would become the hash
+        tag) or a glob character (SCAN patterns are built on it)."""
+        if not prefix or set(prefix) & set("{}*?[]\\"):
+            raise ValueError(f"key prefix {prefix!r} must be non-empty, without braces or glob characters")
         self.prefix = prefix
 
     # ---- nodes ---------------------------------------------------------------------------------

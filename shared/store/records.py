@@ -249,7 +249,7 @@ class PodRecord:
     """The node it is reserved on, bound to or ran on; "" while pending."""
     gpu_devices: tuple[int, ...] = ()
     attempts: int = 0
-    """Scheduling attempts that failed (transition(..., count_attempt=True))."""
+    """Scheduling attempts so far: each transition(..., count_attempt=True) adds one."""
     reason: str = ""
     """The last failure's reason ("Unschedulable", "NodeLost", ...); kept after it moves on."""
     message: str = ""

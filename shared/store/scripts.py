@@ -19,7 +19,9 @@ PUT_NODE     ARGV: name, record JSON, manifest ('' = none), shape JSON {alloc, g
              changed: generation not bumped).
 DELETE_NODE  ARGV: name. Drops the node, its usage and its reservations.
              -> OK json... (the reservations it dropped) | NOOP (no such node).
-HEARTBEAT    ARGV: time. -> OK | NOT_FOUND (a heartbeat never creates a node).
+HEARTBEAT    ARGV: time. A node marked unreachable is reachable again (generation + 1).
+             -> OK 'recorded' generation | OK 'revived' generation | NOT_FOUND (a heartbeat
+             never creates a node).
 MARK_UNREACHABLE ARGV: '1' or '0'. -> OK generation | NOOP generation | NOT_FOUND.
 RESERVE      ARGV: pod uid, reservation JSON (`Reservation.encode`). Checks, for a new
              reservation, against the node's allocatable and usage: one more pod fits
@@ -33,16 +35,18 @@ RESERVE      ARGV: pod uid, reservation JSON (`Reservation.encode`). Checks, for
              -> OK 'reserved' | OK 'already reserved' (the pod holds one here from the same
              attempt: an idempotent retry, nothing checked or changed) | CONFLICT reason...
              (nothing changed; 'pod already reserved here by another attempt' when the pod
-             holds one here from a different `attempt`) | NODE_GONE
-             'node not found' / 'node unreachable' | FENCED reason (the reservation's token is
-             older than one this profile already used on this node: a deposed leader).
+             holds one here from a different `attempt`) | NODE_GONE 'node not found' / 'node
+             unreachable' (a retry that already holds its reservation still gets OK) | FENCED
+             reason (the reservation's token is older than one this profile already used on
+             this node: a deposed leader).
 UNRESERVE    ARGV: pod uid, attempt ('' = any). Gives a *reserved* reservation back.
              -> OK | NOOP (none: idempotent) | BOUND (the pod is being bound: use RELEASE) |
              CONFLICT (held by another attempt: not yours to give back).
 MARK_BOUND   ARGV: pod uid, attempt ('' = any). reserved -> bound.
              -> OK | ALREADY | NOT_FOUND (no reservation) | CONFLICT (another attempt's).
-RELEASE      ARGV: pod uid. The pod finished or was deleted: gives any reservation back.
-             -> OK | NOOP.
+RELEASE      ARGV: pod uid, attempt ('' = any). Gives the reservation back, bound or not:
+             the pod finished or was deleted, or the binder backs out of its own attempt.
+             -> OK | NOOP | CONFLICT (another attempt's, when `attempt` is given).
 
 Pod scripts (KEYS = record [, pod-keys index, 7 phase indexes in PHASES order, pending index
 of the pod's profile])
@@ -222,11 +226,19 @@ for _, j in ipairs(removed) do out[#out + 1] = j end
 return out
 """
 
-HEARTBEAT = r"""
+HEARTBEAT = (
+    _LIB
+    + r"""
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOT_FOUND'} end
 redis.call('HSET', KEYS[1], 'heartbeat', ARGV[1])
-return {'OK'}
+local gen = num(redis.call('HGET', KEYS[1], 'generation'))
+if redis.call('HGET', KEYS[1], 'unreachable') == '1' then
+  redis.call('HSET', KEYS[1], 'unreachable', '0', 'generation', int(gen + 1))
+  return {'OK', 'revived', int(gen + 1)}
+end
+return {'OK', 'recorded', int(gen)}
 """
+)
 
 MARK_UNREACHABLE = (
     _LIB
@@ -245,13 +257,13 @@ RESERVE = (
 local info, usage, resv, fences = KEYS[1], KEYS[2], KEYS[3], KEYS[5]
 local uid = ARGV[1]
 if redis.call('EXISTS', info) == 0 then return {'NODE_GONE', 'node not found'} end
-if redis.call('HGET', info, 'unreachable') == '1' then return {'NODE_GONE', 'node unreachable'} end
 local r = cjson.decode(ARGV[2])
 local held = redis.call('HGET', resv, uid)
 if held then
   if cjson.decode(held).attempt == r.attempt then return {'OK', 'already reserved'} end
   return {'CONFLICT', 'pod already reserved here by another attempt'}
 end
+if redis.call('HGET', info, 'unreachable') == '1' then return {'NODE_GONE', 'node unreachable'} end
 local token = tonumber(r.token) or 0
 local seen = 0
 if token > 0 then
@@ -346,9 +358,14 @@ RELEASE = (
     _LIB
     + r"""
 local j = redis.call('HGET', KEYS[3], ARGV[1])
+if not j then
+  redis.call('SREM', KEYS[4], ARGV[1])
+  return {'NOOP'}
+end
+local r = cjson.decode(j)
+if ARGV[2] ~= '' and r.attempt ~= ARGV[2] then return {'CONFLICT'} end
 redis.call('SREM', KEYS[4], ARGV[1])
-if not j then return {'NOOP'} end
-account(KEYS[1], KEYS[2], cjson.decode(j), -1)
+account(KEYS[1], KEYS[2], r, -1)
 redis.call('HDEL', KEYS[3], ARGV[1])
 return {'OK'}
 """

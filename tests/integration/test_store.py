@@ -15,6 +15,7 @@ from kubus.framework.nodeinfo import PodInfo
 from kubus.store import (
     ClusterState,
     EventType,
+    HeartbeatResult,
     PodEvent,
     PodPhase,
     PodRecord,
@@ -143,8 +144,8 @@ async def test_nodes_put_get_list_delete(state: ClusterState) -> None:
     assert await state.node_names() == ["n1", "n2"]
     assert await state.get_node("nope") is None
 
-    assert await state.heartbeat("n1", 100.5)
-    assert not await state.heartbeat("ghost", 1.0)  # never creates a node
+    assert await state.heartbeat("n1", 100.5) == HeartbeatResult(found=True, revived=False, generation=1)
+    assert not (await state.heartbeat("ghost", 1.0)).found  # never creates a node
     assert await state.get_node("ghost") is None
     bigger = make_node("n1", cpu="8")
     assert (await state.put_node(bigger)).generation == 2
@@ -215,11 +216,17 @@ async def test_reserve_is_idempotent_and_node_gone(state: ClusterState) -> None:
     other, _ = make_pod("q", cpu="100m")
     r = await state.reserve("n1", reservation(other, "n1"))
     assert (r.code, r.reasons) == (StoreCode.NODE_GONE, ("node unreachable",))
+    assert (await state.reserve("n1", res)).already  # what it holds it still holds
     node = await state.get_node("n1")
     assert node is not None and node.unreachable and node.generation == 2
     assert any(t.key == "node.kubernetes.io/unreachable" for t in node.to_node().spec.taints)
     assert await state.mark_unreachable("n1", False)
     assert (await state.reserve("n1", reservation(other, "n1"))).ok
+    assert await state.mark_unreachable("n1")
+    assert await state.heartbeat("n1") == HeartbeatResult(found=True, revived=True, generation=5)
+    assert await state.heartbeat("n1") == HeartbeatResult(found=True, revived=False, generation=5)
+    node = await state.get_node("n1")
+    assert node is not None and not node.unreachable
     assert not await state.mark_unreachable("ghost")
     with pytest.raises(ValueError):
         await state.reserve("n2", res)
@@ -328,7 +335,10 @@ async def test_attempts_keep_racing_duplicates_apart(state: ClusterState) -> Non
     assert len(await state.reservations("n1")) == 1
     assert await state.mark_bound("n1", "uid-p", "attempt-1") is StoreCode.OK
     assert await state.unreserve("n1", "uid-p", "attempt-1") is StoreCode.BOUND
-    assert await state.release("n1", "uid-p") is StoreCode.OK
+    assert await state.release("n1", "uid-p", "attempt-2") is StoreCode.CONFLICT
+    assert await state.release("n1", "uid-p", "attempt-1") is StoreCode.OK  # the binder backs out
+    assert await state.release("n1", "uid-p", "attempt-1") is StoreCode.NOOP
+    assert await state.reservations("n1") == []
 
 
 async def test_reconcile_cleans_up_after_crashes(redis: aioredis.Redis) -> None:
@@ -354,7 +364,7 @@ async def test_reconcile_cleans_up_after_crashes(redis: aioredis.Redis) -> None:
     assert fixes == [
         "node n1: gave back the reservation of default/done (uid-done): pod Succeeded on n1",
         "node n1: gave back the reservation of default/orphan (uid-orphan): pod Pending on no node",
-        "pod default/lost (uid-lost): Reserved on n1 with no reservation, back to Pending",
+        "pod default/lost (uid-lost): Reserved on n1, ReservationLost, back to Pending",
     ]
     assert [r.pod_uid for r in await state.reservations("n1")] == ["uid-fine", "uid-young"]
     assert await state.reconcile(grace_s=30) == []
@@ -362,6 +372,27 @@ async def test_reconcile_cleans_up_after_crashes(redis: aioredis.Redis) -> None:
     assert lost is not None and (lost.phase, lost.reason) == (PodPhase.PENDING, "ReservationLost")
     now[0] = 2000.0
     assert len(await state.reconcile(grace_s=30)) == 1  # the young one grew old
+    assert await check_invariants(state) == []
+
+    # the cycle reserved, then died before sending the BindRequest
+    stuck, stuck_manifest = make_pod("stuck")
+    await submit(state, stuck, stuck_manifest)
+    claim = await state.transition("uid-stuck", PodPhase.RESERVED, node="n1", count_attempt=True)
+    assert (await state.reserve("n1", reservation(stuck, "n1", attempt=str(claim.version)))).ok
+    assert await state.reconcile(grace_s=30, reserved_timeout_s=60) == []
+    now[0] = 2100.0
+    assert await state.reconcile(grace_s=30) == []  # no timeout asked for
+    assert await state.reconcile(grace_s=30, reserved_timeout_s=60) == [
+        "node n1: gave back the reservation of default/stuck (uid-stuck): never bound",
+        "pod default/stuck (uid-stuck): Reserved on n1, ReservationTimeout, back to Pending",
+    ]
+    # once a binder marked it bound, the reservation is the binder's: never timed out
+    claim = await state.transition("uid-stuck", PodPhase.RESERVED, node="n1", count_attempt=True)
+    assert (await state.reserve("n1", reservation(stuck, "n1", attempt=str(claim.version)))).ok
+    assert await state.mark_bound("n1", "uid-stuck", str(claim.version)) is StoreCode.OK
+    now[0] = 3000.0
+    assert await state.reconcile(grace_s=30, reserved_timeout_s=60) == []
+    assert (await state.bind_pod("uid-stuck", "n1", expected_version=claim.version)).ok
     assert await check_invariants(state) == []
 
 

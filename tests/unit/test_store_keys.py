@@ -72,7 +72,7 @@ def test_indexes_share_one_slot_apart_from_records() -> None:
 
 def test_prefix_separates_and_is_validated() -> None:
     assert Keys("other").node_info("n") != KEYS.node_info("n")
-    for bad in ("", "a{b", "x}"):
+    for bad in ("", "a{b", "x}", "k*", "a?"):
         with pytest.raises(ValueError):
             Keys(bad)
 
