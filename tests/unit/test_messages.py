@@ -32,7 +32,9 @@ SAMPLES = [
             Outcome("u2", OutcomeKind.UNSCHEDULABLE, message="0/3 nodes are available", plugins=("NodeResourcesFit",)),
         )
     ),
-    BindRequest("u1", "ns/p", "default-scheduler", "n1", b'{"a": 1}', (1,), fencing_token=9, attempt=4, reserved_at=1.5e9),
+    BindRequest(
+        "u1", "ns/p", "default-scheduler", "n1", b'{"a": 1}', (1,), fencing_token=9, attempt=4, reserved_at=1.5e9
+    ),
     NodeAssignment("u1", "ns/p", "n1", b"{}", ()),
     PodDeletion("ns", "p"),
     ClusterEvent("node.added", "n1", "n1", 1.0, "Registered", "", {"gpus": 8}),
