@@ -21,6 +21,7 @@ REQUESTS_PREFIX = "requests."
 HUGEPAGES_PREFIX = "hugepages-"
 ATTACHABLE_VOLUMES_PREFIX = "attachable-volumes-"
 
+
 def is_prefixed_native_resource(name: str) -> bool:
     return DEFAULT_NAMESPACE_PREFIX in name
 
