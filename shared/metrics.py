@@ -83,6 +83,13 @@ class Metrics:
             registry=r,
         )
         self.nodes = Gauge("kubus_nodes", "Nodes known, by state (ready, unreachable).", ("state",), registry=r)
+        self.pods_running = Gauge("kubus_pods_running", "Pods running on the nodes of this agent.", registry=r)
+        self.pod_admissions = Counter(
+            "kubus_pod_admissions_total",
+            "Pods a node agent was assigned, by the result (admitted, rejected, dropped).",
+            ("result",),
+            registry=r,
+        )
 
     def exposition(self) -> bytes:
         """The text exposition format of every metric (what /metrics serves)."""

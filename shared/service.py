@@ -31,11 +31,12 @@ from types import TracebackType
 from typing import Any, Protocol, Self, TextIO, TypeVar
 
 import redis.asyncio as aioredis
+from nats.aio.client import Client as NATS
+from nats.js import JetStreamContext
+
 from kubus.bus.connection import connect_bus, ensure_streams
 from kubus.metrics import Metrics
 from kubus.settings import ConnectionSettings, redis_client
-from nats.aio.client import Client as NATS
-from nats.js import JetStreamContext
 
 __all__ = [
     "Service",

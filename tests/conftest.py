@@ -27,12 +27,18 @@ from urllib.parse import urlparse
 
 import pytest
 import redis.asyncio as aioredis
-from kubus.embedded import EmbeddedServers
+from hypothesis import HealthCheck, settings
 from nats import connect as nats_connect
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
+from kubus.embedded import EmbeddedServers
+
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+# Timing is not correctness: on a shared, noisy machine example generation and runs may be slow.
+settings.register_profile("kubus", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("kubus")
 
 
 @dataclass(frozen=True, slots=True)

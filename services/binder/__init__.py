@@ -1,5 +1,9 @@
 """kubus.binder: the binding-cycle service (WaitOnPermit, PreBind, Bind, PostBind).
 
-The service itself arrives with the services issue; this package exists so the layout,
-the import names and the packaging are fixed from the start.
+Run it with ``python -m kubus.binder``; any number of replicas share the work. The protocol it
+follows is in `kubus.binder.service` and docs/services.md (step 5).
 """
+
+from kubus.binder.service import AllowAll, BinderOptions, BinderService, BindResult, PermitGate, is_transient
+
+__all__ = ["AllowAll", "BindResult", "BinderOptions", "BinderService", "PermitGate", "is_transient"]

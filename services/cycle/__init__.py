@@ -1,5 +1,12 @@
-"""kubus.cycle: the scheduling-cycle service, one per profile.
+"""kubus.cycle: the scheduling-cycle service, one active replica per profile.
 
-The service itself arrives with the services issue; this package exists so the layout,
-the import names and the packaging are fixed from the start.
+Run it with ``python -m kubus.cycle --profile NAME [--config SCHED.yaml]``. The protocol it
+follows is in `kubus.cycle.service` and docs/services.md (steps 3 and 4); the node table it
+keeps equal to Redis in `kubus.cycle.snapshot`; its lease in `kubus.cycle.leadership`.
 """
+
+from kubus.cycle.leadership import Leadership, lease_name
+from kubus.cycle.service import CycleOptions, CycleService
+from kubus.cycle.snapshot import NodeSnapshot, PlacedPod, SyncStats
+
+__all__ = ["CycleOptions", "CycleService", "Leadership", "NodeSnapshot", "PlacedPod", "SyncStats", "lease_name"]

@@ -52,6 +52,7 @@ from functools import lru_cache
 from typing import Any
 
 import orjson
+
 from kubus.api.objects import NVIDIA_GPU, GPUDevice, Pod
 from kubus.api.quantity import to_base_units
 from kubus.api.requests import pod_requests

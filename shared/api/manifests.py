@@ -72,6 +72,7 @@ from typing import Any, NoReturn, TypeVar
 
 import orjson
 import yaml
+
 from kubus.api.errors import ManifestError, ManifestErrors
 from kubus.api.gpus import (
     GPU_DEVICES_ANNOTATION,

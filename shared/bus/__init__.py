@@ -1,7 +1,7 @@
 """The message bus: every subject and stream of kubus, and the NATS helpers every service uses.
 
 `kubus.bus.subjects` names things (no I/O); `kubus.bus.connection` connects, ensures the
-streams and publishes durably.
+streams and publishes durably; `kubus.bus.consumers` makes the durable pull consumers services share.
 """
 
 from kubus.bus.connection import (
@@ -12,6 +12,7 @@ from kubus.bus.connection import (
     publish_durable,
     stream_config,
 )
+from kubus.bus.consumers import ConsumerConflictError, consumer_name, ensure_pull_consumer, redelivery_delay
 from kubus.bus.subjects import (
     BIND_ALL,
     BIND_STREAM,
@@ -54,12 +55,15 @@ __all__ = [
     "PODS_SUBMIT",
     "PREFIX",
     "STREAMS",
+    "ConsumerConflictError",
     "EventKind",
     "Retention",
     "StreamConfigError",
     "StreamSpec",
     "bind",
     "connect_bus",
+    "consumer_name",
+    "ensure_pull_consumer",
     "ensure_streams",
     "event_filter",
     "event_subject",
@@ -67,6 +71,7 @@ __all__ = [
     "publish_durable",
     "queue_done",
     "queue_pop",
+    "redelivery_delay",
     "stream_config",
     "token",
     "untoken",

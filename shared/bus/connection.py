@@ -9,11 +9,12 @@ from collections.abc import Iterable, Mapping
 
 import nats.errors
 import nats.js.errors
-from kubus.bus.subjects import STREAMS, Retention, StreamSpec
-from kubus.settings import ConnectionSettings, nats_connect_options
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 from nats.js.api import PubAck, RetentionPolicy, StorageType, StreamConfig
+
+from kubus.bus.subjects import STREAMS, Retention, StreamSpec
+from kubus.settings import ConnectionSettings, nats_connect_options
 
 __all__ = ["MSG_ID_HEADER", "StreamConfigError", "connect_bus", "ensure_streams", "publish_durable", "stream_config"]
 

@@ -87,6 +87,10 @@ class Outcome:
     plugins: tuple[str, ...] = ()
     """The plugins that rejected the pod (for QueueingHints: which events can help it)."""
     gpu_devices: tuple[int, ...] = ()
+    attempt: int = 0
+    """The attempt the outcome is about (see BindRequest.attempt), when there was one; 0 when
+    none or unknown. A pod handed back on kubus.pods.requeue with it goes back to Pending only if
+    it is still at that attempt (compare-and-set), so a stale hand-back undoes nothing newer."""
 
 
 @dataclass(frozen=True, slots=True)

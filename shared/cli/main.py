@@ -5,19 +5,31 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from kubus import codec
 from kubus.api.errors import ManifestError
 from kubus.api.manifests import Manifests, load_manifests
+from kubus.cli.commands import add_cluster_commands, run_cluster_command
+from kubus.cli.connect import Unreachable, UsageError
 from kubus.framework.config import ConfigError, default_config, load_config
 from kubus.kernels.backend import BackendUnavailable, select_backend
 from kubus.plugins import in_tree_registry
+from kubus.settings import SettingsError
 
 EXIT_USAGE = 2
+EXIT_UNREACHABLE = 1
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line on stderr (and exit 2), like every other mistake."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kubus", description="Kubernetes scheduling framework on a message bus.")
+    parser = _Parser(prog="kubus", description="Kubernetes scheduling framework on a message bus.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sim = sub.add_parser(
         "simulate",
@@ -42,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument(
         "--backend", choices=("auto", "numpy", "cupy"), help="array backend (default: $KUBUS_BACKEND or auto)"
     )
+    add_cluster_commands(sub)
     return parser
 
 
@@ -76,8 +89,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "simulate":
             return _simulate(args)
-    except (ManifestError, ConfigError, BackendUnavailable, OSError) as e:
+        return run_cluster_command(args)
+    except Unreachable as e:
+        sys.stderr.write(f"error: {e}\n")
+        return EXIT_UNREACHABLE
+    except (ManifestError, ConfigError, BackendUnavailable, SettingsError, UsageError, OSError) as e:
         for line in str(e).splitlines():
             sys.stderr.write(f"error: {line}\n")
         return EXIT_USAGE
-    return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import numpy as np
+
 from kubus.api.objects import Pod
 from kubus.framework.cycle_state import SNAPSHOT_STATE_KEY, CycleState
 from kubus.framework.interface import FilterResult, Rejection, Rows

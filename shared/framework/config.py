@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, TypeAlias
 
 import yaml
+
 from kubus.api.names import is_qualified_name, is_valid_label_value
 from kubus.api.objects import (
     CPU,

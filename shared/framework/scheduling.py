@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
 from kubus.api.objects import Pod
 from kubus.framework.config import num_feasible_nodes_to_find
 from kubus.framework.cycle_state import GPU_DEVICES_STATE_KEY, CycleState
@@ -64,6 +65,10 @@ class ScheduleResult:
     """Reason -> number of nodes rejected for it (the histogram behind `message`)."""
     gpu_devices: tuple[int, ...] = ()
     explain: dict[str, NodeExplain] | None = None
+    plugins: tuple[str, ...] = ()
+    """The plugins that rejected the pod (sorted): the filter plugins that rejected some node, the
+    PreFilter plugin that rejected it, or the Reserve plugin that failed; empty when placed (and
+    for an empty cluster). The queue's QueueingHints key on them."""
 
     @property
     def scheduled(self) -> bool:
@@ -102,8 +107,8 @@ class _PodClass:
     scored: bool = False
     dirty: list[int] = field(default_factory=list)
     """Rows placements touched since this class last decided: stale until `_refresh_rows`."""
-    diagnosis: tuple[int, str, dict[str, int]] | None = None
-    """(table.version, message, reasons) of the last failure, reused until the table changes."""
+    diagnosis: tuple[int, str, dict[str, int], tuple[str, ...]] | None = None
+    """(table.version, message, reasons, plugins) of the last failure, reused until the table changes."""
 
 
 class Scheduler:
@@ -171,7 +176,8 @@ class Scheduler:
                         if len(narrowing) == 1
                         else f"node(s) didn't satisfy plugin(s) {_go_list(sorted(narrowing))} simultaneously"
                     )
-                    return _PodClass(pod, state, Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (msg,)))
+                    status = Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (msg,))
+                    return _PodClass(pod, state, status, narrowed_by=tuple(sorted(narrowing)))
         candidates = view.valid.copy()
         if allowed is not None:
             mask = np.zeros(table.rows, dtype=bool)
@@ -304,7 +310,9 @@ class Scheduler:
             if not status.is_success:
                 for undo in self.framework.reserve:
                     undo.unreserve(state, pod, node_info)
-                return ScheduleResult(pod, None, status.with_plugin(plugin.name), status.message())
+                return ScheduleResult(
+                    pod, None, status.with_plugin(plugin.name), status.message(), plugins=(plugin.name,)
+                )
         devices = tuple(state.get(GPU_DEVICES_STATE_KEY, ()))
         table.assume(PodInfo.of(pod, devices), best)
         return ScheduleResult(
@@ -344,7 +352,7 @@ class Scheduler:
         n = len(self.table)
         status = cls.status
         if not status.is_success and status.code is Code.ERROR:
-            return ScheduleResult(pod, None, status, status.message())
+            return ScheduleResult(pod, None, status, status.message(), plugins=_plugins_of(status))
         if not status.is_success:
             # PreFilter rejected the pod: every node gets that status, the message names it once.
             message = f"{NO_NODE_AVAILABLE.format(n)}: {status.message()}."
@@ -358,12 +366,13 @@ class Scheduler:
                 message,
                 {r: n for r in status.reasons},
                 explain=per_node if explain else None,
+                plugins=_plugins_of(status) or cls.narrowed_by,
             )
         per_node: dict[str, NodeExplain] = {}
         if cls.diagnosis is None or cls.diagnosis[0] != self.table.version or explain:
-            message, reasons = self._diagnose(cls, per_node if explain else None)
-            cls.diagnosis = (self.table.version, message, reasons)
-        _, message, reasons = cls.diagnosis
+            message, reasons, plugins = self._diagnose(cls, per_node if explain else None)
+            cls.diagnosis = (self.table.version, message, reasons, plugins)
+        _, message, reasons, plugins = cls.diagnosis
         return ScheduleResult(
             pod,
             None,
@@ -371,21 +380,27 @@ class Scheduler:
             message,
             dict(reasons),
             explain=per_node if explain else None,
+            plugins=plugins,
         )
 
-    def _diagnose(self, cls: _PodClass, per_node: dict[str, NodeExplain] | None) -> tuple[str, dict[str, int]]:
+    def _diagnose(
+        self, cls: _PodClass, per_node: dict[str, NodeExplain] | None
+    ) -> tuple[str, dict[str, int], tuple[str, ...]]:
         """Run the filters over every candidate node and attribute each rejection to the first
-        plugin that rejected the node, as kube's RunFilterPlugins stops at the first failure."""
+        plugin that rejected the node, as kube's RunFilterPlugins stops at the first failure.
+        Returns the message, the reason histogram and the plugins that rejected some node."""
         table, backend = self.table, self.table.backend
         view = table.view()
         alive = backend.to_host(cls.candidates).copy()
         reasons: Counter[str] = Counter()
         node_reasons: dict[int, str] = {}
+        plugins: set[str] = set()
         if cls.narrowed_by:
             # kube gives nodes a PreFilter result left out one status of their own
             reason = f"node(s) didn't satisfy plugin(s) {_go_list(cls.narrowed_by)}"
             left_out = table.valid_rows()[~alive[table.valid_rows()]]
             if len(left_out):
+                plugins.update(cls.narrowed_by)
                 reasons[reason] += len(left_out)
                 text = _plugin_reason(", ".join(cls.narrowed_by), [reason])
                 node_reasons.update((int(r), text) for r in left_out)
@@ -396,6 +411,7 @@ class Scheduler:
             passed = backend.to_host(res.passed)
             rejected = alive & ~passed
             if rejected.any():
+                plugins.add(plugin.name)
                 per_row: dict[int, list[str]] = {}
                 for rej in res.rejections:
                     hit = rejected & backend.to_host(rej.mask)
@@ -413,7 +429,7 @@ class Scheduler:
             for r in table.valid_rows():
                 name = table.infos[r].name
                 per_node[name] = NodeExplain(node_reasons.get(int(r), "ok"))
-        return message, dict(reasons)
+        return message, dict(reasons), tuple(sorted(plugins))
 
     def _explain_success(
         self, cls: _PodClass, details: dict[str, dict[str, ScoreDetail]], totals: dict[int, int] | None
@@ -440,6 +456,10 @@ def _plugin_reason(plugin: str, reasons: Sequence[str]) -> str:
     """How a node's rejection reads in explain: "<Plugin>: reason, reason" (no plugin: the reasons)."""
     text = ", ".join(reasons)
     return f"{plugin}: {text}" if plugin else text
+
+
+def _plugins_of(status: Status) -> tuple[str, ...]:
+    return (status.plugin,) if status.plugin else ()
 
 
 def _go_list(items: Sequence[str]) -> str:

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
+
 from kubus.api.objects import CPU, EPHEMERAL_STORAGE, MEMORY, PODS, Node
 from kubus.framework.nodeinfo import NodeInfo, PodInfo
 from kubus.framework.tiebreak import node_tie_hash

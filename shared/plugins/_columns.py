@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+
 from kubus.api.matching import requirement_matches, term_is_valid
 from kubus.api.objects import NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, SelectorOperator
 from kubus.framework.interface import Rows

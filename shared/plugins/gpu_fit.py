@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import numpy as np
+
 from kubus.api.gpus import GPURequest, pod_gpu_request
 from kubus.api.objects import Pod
 from kubus.framework.cycle_state import GPU_DEVICES_STATE_KEY, CycleState

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import numpy as np
+
 from kubus.api.objects import Pod
 from kubus.framework.cycle_state import CycleState
 from kubus.framework.interface import MAX_NODE_SCORE, Rows

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 import numpy as np
+
 from kubus.api.objects import Pod
 from kubus.framework.cycle_state import CycleState
 from kubus.framework.interface import FilterResult, Rows

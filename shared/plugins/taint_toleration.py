@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import numpy as np
+
 from kubus.api.matching import first_untolerated_taint, tolerated
 from kubus.api.objects import Pod, Taint, TaintEffect
 from kubus.framework.cycle_state import CycleState

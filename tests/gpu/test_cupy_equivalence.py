@@ -7,6 +7,7 @@ visibly, elsewhere.
 from __future__ import annotations
 
 import pytest
+
 from kubus.framework.config import default_config
 from kubus.framework.runtime import Framework
 from kubus.framework.scheduling import Scheduler

@@ -6,6 +6,11 @@ import asyncio
 
 import pytest
 import redis.asyncio as aioredis
+from nats.aio.client import Client as NATS
+from nats.js import JetStreamContext
+from nats.js.api import RetentionPolicy, StorageType, StreamConfig
+from nats.js.errors import NoStreamResponseError
+
 from kubus.bus import (
     BIND_STREAM,
     EVENTS_STREAM,
@@ -32,10 +37,6 @@ from kubus.bus import (
 )
 from kubus.service import Service, ServiceState
 from kubus.settings import ConnectionSettings
-from nats.aio.client import Client as NATS
-from nats.js import JetStreamContext
-from nats.js.api import RetentionPolicy, StorageType, StreamConfig
-from nats.js.errors import NoStreamResponseError
 
 # -- subjects (no server needed) -------------------------------------------------------------------
 

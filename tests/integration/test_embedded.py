@@ -7,13 +7,14 @@ from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
-from kubus.bus import PODS_STREAM, PODS_SUBMIT, connect_bus, ensure_streams, publish_durable
-from kubus.embedded import EmbeddedServers, ServerStartError, nats_server_binary, valkey_server_binary
-from kubus.settings import ConnectionSettings
 from nats import connect as nats_connect
 from nats.aio.client import Client as NATS
 from nats.js.api import StorageType, StreamConfig
 from support import eventually
+
+from kubus.bus import PODS_STREAM, PODS_SUBMIT, connect_bus, ensure_streams, publish_durable
+from kubus.embedded import EmbeddedServers, ServerStartError, nats_server_binary, valkey_server_binary
+from kubus.settings import ConnectionSettings
 
 pytestmark = pytest.mark.integration
 

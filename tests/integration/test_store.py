@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
+from support import eventually
+
 from kubus import codec
 from kubus.api.manifests import parse_node, parse_pod
 from kubus.api.objects import Node, Pod
@@ -25,7 +27,6 @@ from kubus.store import (
     check_invariants,
     node_info_of,
 )
-from support import eventually
 
 GI = 1024**3
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
+
 from kubus import codec
 from kubus.api.manifests import parse_node, parse_pod
 from kubus.api.objects import Node, Pod

@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+
 from kubus.kernels.backend import NUMPY, BackendUnavailable, select_backend
 
 

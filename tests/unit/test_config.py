@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 
 import pytest
 import yaml
+
 from kubus.api.objects import (
     NodeAffinity,
     NodeSelector,

@@ -7,6 +7,7 @@ import json
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from kubus.api.gpus import (
     GPU_COUNT_ANNOTATION,
     GPU_DEVICES_ANNOTATION,

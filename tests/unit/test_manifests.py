@@ -13,8 +13,9 @@ from typing import Any
 import orjson
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from kubus.api import (
     Affinity,
     Container,
@@ -1229,7 +1230,7 @@ def set_path(obj: Any, path: tuple[Any, ...], value: Any) -> None:
     obj[path[-1]] = value
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300)
 @given(path=st.sampled_from(POD_PATHS), value=json_values)
 def test_fuzzed_pods_raise_only_manifest_errors(path: tuple[Any, ...], value: Any) -> None:
     obj = a_pod(containers=[{"name": "c", "resources": {"limits": {"cpu": "1"}}}])
@@ -1240,7 +1241,7 @@ def test_fuzzed_pods_raise_only_manifest_errors(path: tuple[Any, ...], value: An
         assert "\n" not in str(e)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(value=json_values, key=st.sampled_from(
     ["metadata", "spec", "status", "capacity", "allocatable", "taints", "images", "conditions",
      "annotations"]))
@@ -1261,7 +1262,7 @@ def test_fuzzed_nodes_raise_only_manifest_errors(value: Any, key: str) -> None:
         assert "\n" not in str(e)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(st.text(max_size=80))
 def test_fuzzed_text_raises_only_manifest_errors(text: str) -> None:
     try:

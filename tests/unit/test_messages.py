@@ -7,6 +7,7 @@ import contextlib
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from kubus.bus.messages import (
     BindRequest,
     ClusterEvent,

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from kubus.api.objects import CPU, PODS, Node, NodeStatus, ObjectMeta
 from kubus.framework.nodeinfo import PodInfo
 from kubus.kernels.node_table import NodeTable
@@ -54,7 +55,7 @@ def _canonical(table: NodeTable) -> dict:
     return out
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(st.integers(0, 2**32), st.integers(5, 120))
 def test_incremental_updates_equal_a_fresh_build(seed: int, steps: int) -> None:
     rng = random.Random(seed)

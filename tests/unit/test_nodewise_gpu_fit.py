@@ -6,6 +6,7 @@ import itertools
 from dataclasses import dataclass
 
 import pytest
+
 from kubus.api.gpus import GPURequest
 from kubus.api.objects import Container, GPUDevice, Node, ObjectMeta, Pod, PodSpec
 from kubus.framework.cycle_state import GPU_DEVICES_STATE_KEY, CycleState

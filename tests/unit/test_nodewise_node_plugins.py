@@ -7,6 +7,7 @@ import hashlib
 import itertools
 
 import pytest
+
 from kubus.api.objects import (
     Container,
     ContainerImage,

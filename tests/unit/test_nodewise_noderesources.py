@@ -11,6 +11,7 @@ import itertools
 from dataclasses import dataclass, field
 
 import pytest
+
 from kubus.api.objects import Container, Node, NodeStatus, ObjectMeta, Pod, PodSpec
 from kubus.framework.cycle_state import CycleState
 from kubus.framework.nodeinfo import NodeInfo, PodInfo

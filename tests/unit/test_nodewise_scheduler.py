@@ -7,6 +7,7 @@ import itertools
 from collections import Counter
 
 import pytest
+
 from kubus.api.objects import (
     Affinity,
     Container,

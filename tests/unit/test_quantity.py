@@ -7,6 +7,7 @@ from fractions import Fraction as F
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from kubus.api.quantity import MAX_INT64, milli_value, parse_quantity, to_base_units, value
 
 NANO = F(1, 10**9)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
+
 from kubus.framework.registry import (
     ENTRY_POINT_GROUP,
     ExtensionPoint,

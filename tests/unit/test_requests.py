@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from kubus.api.objects import Container, ObjectMeta, Pod, PodSpec
 from kubus.api.requests import (
     DEFAULT_MEMORY_REQUEST,

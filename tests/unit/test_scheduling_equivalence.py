@@ -10,8 +10,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from kubus.api.gpus import GPU_COUNT_ANNOTATION, GPU_MEMORY_ANNOTATION, GPU_MODEL_ANNOTATION
 from kubus.api.objects import (
     CPU,
@@ -267,19 +268,19 @@ def vectorized(case: Case, batches: list[int]) -> list[tuple]:
     return out
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150)
 @given(cases())
 def test_vectorized_equals_reference_one_by_one(case: Case) -> None:
     assert vectorized(case, [1]) == reference(case)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150)
 @given(cases())
 def test_batches_equal_one_by_one(case: Case) -> None:
     assert vectorized(case, case.batches) == vectorized(case, [1])
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60)
 @given(cases())
 def test_explain_matches_reference_detail(case: Case) -> None:
     """With every node scored, explain shows the reference's per-node reasons and scores."""
@@ -328,7 +329,7 @@ def test_placed_pods_never_overcommit() -> None:
         assert all(free >= 0 for free in info.gpu_free_memory), info.name
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40)
 @given(cases())
 def test_nodewise_plugins_through_the_adapter_decide_alike(case: Case) -> None:
     """Every plugin registered the kube way (one node at a time) through the adapter: same

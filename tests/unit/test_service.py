@@ -8,6 +8,7 @@ import os
 import signal
 
 import pytest
+
 from kubus.service import Service, ServiceError, ServiceState, install_signal_handlers, logger
 from kubus.settings import ConnectionSettings
 

@@ -6,6 +6,7 @@ import ssl
 from pathlib import Path
 
 import pytest
+
 from kubus.settings import ConnectionSettings, SettingsError, load_settings, nats_connect_options, redis_client
 
 

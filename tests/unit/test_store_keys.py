@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from redis.crc import key_slot
+
 from kubus import codec
 from kubus.api.manifests import parse_node, parse_pod
 from kubus.framework.nodeinfo import NodeInfo, PodInfo
@@ -24,7 +26,6 @@ from kubus.store import (
 from kubus.store.keys import PHASES, escape, hash_slot_tag, unescape
 from kubus.store.records import UNREACHABLE_TAINT_KEY, ordered_requests
 from kubus.synthetic import make_nodes, make_pods
-from redis.crc import key_slot
 
 KEYS = Keys()
 

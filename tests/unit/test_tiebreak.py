@@ -1,6 +1,7 @@
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
+
 from kubus.framework.tiebreak import mix, node_tie_hash, pod_tie_hash, stable_hash, tie_key, tie_keys
 
 

@@ -1,0 +1,133 @@
+"""Leadership of one profile's scheduling cycle: the lease ``cycle/<profile>`` in Redis.
+
+One replica holds the lease at a time (`ClusterState.acquire_lease`, a fencing token that grows
+with every new holder). `Leadership.keep` renews it every ``renew_interval``; a standby runs the
+same loop and takes the lease once it lapses. A holder counts itself leader only until
+``ttl`` after the start of its last successful renewal, so it stops before Redis lets anybody
+else take over, even when Redis stops answering it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import redis.exceptions
+
+from kubus.service import StructuredLogger
+from kubus.store import ClusterState
+
+__all__ = ["Leadership", "lease_name"]
+
+_REDIS_DOWN = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, ConnectionError, OSError)
+
+
+def lease_name(profile: str) -> str:
+    """The lease of a profile's active cycle."""
+    return f"cycle/{profile}"
+
+
+class Leadership:
+    """Holds (or waits for) one lease. ``token`` is the fencing token while leading, else None.
+
+    ``term`` counts the acquisitions this replica made: a changed term means the replica led
+    with a gap in between, and what it knew of the cluster must be read again.
+    """
+
+    def __init__(
+        self,
+        cluster: ClusterState,
+        name: str,
+        holder: str,
+        *,
+        ttl: float,
+        renew_interval: float,
+        log: StructuredLogger,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        if not 0 < renew_interval < ttl:
+            raise ValueError(f"lease renew interval ({renew_interval}s) must be positive and below its ttl ({ttl}s)")
+        self.cluster = cluster
+        self.name = name
+        self.holder = holder
+        self.ttl = ttl
+        self.renew_interval = renew_interval
+        self.log = log.bind(lease=name, holder=holder)
+        self._clock = clock or asyncio.get_running_loop().time
+        self._token: int | None = None
+        self._valid_until = 0.0
+        self.term = 0
+        self._changed = asyncio.Event()
+
+    @property
+    def token(self) -> int | None:
+        """The fencing token while this replica leads (and its lease has not run out), else None."""
+        if self._token is not None and self._clock() >= self._valid_until:
+            self._lose("lease ran out before it could be renewed")
+        return self._token
+
+    @property
+    def leading(self) -> bool:
+        return self.token is not None
+
+    async def keep(self) -> None:
+        """Take or renew the lease every ``renew_interval``, forever (a root task). Redis being
+        away is logged, and leadership ends when the lease runs out."""
+        ttl_ms = max(1, int(self.ttl * 1000))
+        while True:
+            started = self._clock()
+            try:
+                token = await self.cluster.acquire_lease(self.name, self.holder, ttl_ms)
+            except _REDIS_DOWN as exc:
+                self.log.warning("lease renewal failed", error=repr(exc), leading=self.leading)
+            else:
+                if token is None:
+                    if self._token is not None:
+                        self._lose("another replica holds the lease")
+                else:
+                    self._hold(token, started + self.ttl)
+            await asyncio.sleep(self.renew_interval)
+
+    async def wait(self, stopping: asyncio.Event) -> bool:
+        """Return True once leading, False once ``stopping`` is set."""
+        while not stopping.is_set():
+            if self.leading:
+                return True
+            self._changed.clear()
+            waits = [asyncio.ensure_future(self._changed.wait()), asyncio.ensure_future(stopping.wait())]
+            try:
+                await asyncio.wait(waits, timeout=self.renew_interval, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in waits:
+                    w.cancel()
+        return False
+
+    def step_down(self, why: str) -> None:
+        """Stop leading now (a FENCED reservation said a newer leader exists). The lease loop may
+        take the lease again later, as a new term."""
+        if self._token is not None:
+            self._lose(why)
+
+    async def release(self) -> None:
+        """Give the lease up (a clean stop), so a standby takes over at once. Idempotent."""
+        self._token = None
+        try:
+            released = await self.cluster.release_lease(self.name, self.holder)
+        except _REDIS_DOWN as exc:
+            self.log.warning("lease release failed; it lapses by itself", error=repr(exc))
+            return
+        if released:
+            self.log.info("lease released")
+
+    def _hold(self, token: int, valid_until: float) -> None:
+        if token != self._token:
+            self.term += 1
+            self.log.info("became leader", token=token, term=self.term)
+        self._token = token
+        self._valid_until = valid_until
+        self._changed.set()
+
+    def _lose(self, why: str) -> None:
+        self.log.warning("leadership lost", token=self._token, reason=why)
+        self._token = None
+        self._changed.set()

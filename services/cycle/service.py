@@ -1,0 +1,840 @@
+"""The scheduling cycle of one profile: pop a batch, schedule it, reserve, hand it to the binders.
+
+One active replica per profile holds the lease ``cycle/<profile>`` (`kubus.cycle.leadership`);
+standbys run the same service and take over when the lease lapses. The leader, in a loop
+(docs/services.md, steps 3 and 4):
+
+1. **Node table.** On becoming leader it loads every node and its reservations from Redis
+   (`ClusterState.load_snapshot`) into a `NodeSnapshot`; cluster events (``kubus.events.>``)
+   name the nodes whose rows it reads again before the next batch, and a full resync every
+   ``resync_interval`` heals any event it missed. Its own reservations are assumed locally as
+   it makes them.
+2. **Pop** up to ``batch_size`` pods (`PopRequest` on ``kubus.queue.<profile>.pop``, with the
+   lease's fencing token). Each manifest is parsed; a bad one is an ERROR outcome.
+3. **Schedule** the batch (`Scheduler.schedule`, in a worker thread so the lease keeps being
+   renewed; never two batches at once): each pod sees the placements of the ones before it.
+4. **Reserve** each placed pod, concurrently: ``transition(Pending → Reserved,
+   count_attempt=True)`` (its new version is the attempt id), then the atomic ``reserve`` script
+   with the fencing token. A pod someone else moved (CONFLICT/GONE on the transition: deleted,
+   or reserved by another attempt) is forgotten and skipped; its ERROR outcome says it is no
+   longer Pending, and the queue, finding that in Redis too, drops it. A refused reservation
+   (CONFLICT, NODE_GONE: another profile got there first) goes back to Pending; the rows of
+   every node the batch reserved on are read again from Redis (the other profile's pods there
+   are news to the table), and the refused pods are scheduled once more against the refreshed
+   table; refused again, they are UNSCHEDULABLE with the conflict's reason. FENCED means a newer
+   leader exists: this replica steps down.
+5. **Hand over** each reserved pod: a `BindRequest` on ``kubus.bind.<profile>`` (msg id
+   ``bind/<uid>/<attempt>``), after checking the lease once more; a replica that lost it gives
+   the room back (unreserve, Pending again) and reports an ERROR instead.
+6. **Report** one `Outcomes` message for the batch to ``kubus.queue.<profile>.done``
+   (request/reply, retried): RESERVED with the node and devices, UNSCHEDULABLE with kube's
+   message and the rejecting plugins, ERROR with the error.
+
+Leadership is checked before every batch, after scheduling and before every publish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import nats.errors
+import nats.js.errors
+import redis.exceptions
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+
+from kubus.api.errors import ManifestError
+from kubus.api.manifests import parse_manifests
+from kubus.api.objects import Pod
+from kubus.bus import EVENTS, EventKind, bind, publish_durable, queue_done, queue_pop
+from kubus.bus.messages import (
+    BindRequest,
+    ClusterEvent,
+    MessageError,
+    Outcome,
+    OutcomeKind,
+    Outcomes,
+    PopReply,
+    PopRequest,
+    QueuedPod,
+    decode,
+    encode,
+)
+from kubus.cycle.leadership import Leadership, lease_name
+from kubus.cycle.snapshot import NodeSnapshot
+from kubus.framework.nodeinfo import PodInfo
+from kubus.framework.runtime import Framework
+from kubus.framework.scheduling import Scheduler, ScheduleResult
+from kubus.framework.status import Code
+from kubus.kernels import NodeTable, select_backend
+from kubus.plugins.node_resources_fit import is_extended_resource
+from kubus.service import Service
+from kubus.settings import ConnectionSettings
+from kubus.store import ClusterState, PodPhase, Reservation, StoreCode
+
+__all__ = ["CycleOptions", "CycleService"]
+
+NODE_EVENTS = frozenset(
+    k.value for k in (EventKind.NODE_ADDED, EventKind.NODE_UPDATED, EventKind.NODE_LOST, EventKind.NODE_DELETED)
+)
+"""Events after which the node itself is read again (with its reservations)."""
+POD_EVENTS = frozenset(
+    k.value
+    for k in (
+        EventKind.POD_RESERVED,
+        EventKind.POD_UNRESERVED,
+        EventKind.POD_BOUND,
+        EventKind.POD_FINISHED,
+        EventKind.POD_DELETED,
+    )
+)
+"""Events after which the reservations of the pod's node are read again."""
+
+_TRANSIENT: tuple[type[BaseException], ...] = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    redis.exceptions.BusyLoadingError,
+    redis.exceptions.TryAgainError,
+    nats.errors.TimeoutError,
+    nats.errors.ConnectionClosedError,
+    nats.errors.NoRespondersError,
+    nats.js.errors.ServiceUnavailableError,
+    nats.js.errors.NoStreamResponseError,
+    TimeoutError,
+    ConnectionError,
+    OSError,
+)
+"""Errors that mean Redis or NATS is briefly unreachable, not a bug."""
+
+SCHEDULE_EXTENSION_POINT = "SchedulePod"
+"""`extension_point` label of the whole vectorized algorithm for a batch (PreFilter through
+NormalizeScore and the Reserve plugins), observed once per batch."""
+RESERVE_EXTENSION_POINT = "Reserve"
+"""`extension_point` label of the batch's reservations in Redis (transition + reserve script)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CycleOptions:
+    """How a cycle replica works. Every replica of a profile should use the same values."""
+
+    batch_size: int = 256
+    """Pods popped and scheduled at a time (PopRequest.max_pods)."""
+    pop_wait_ms: int = 200
+    """How long the queue may hold a pop when it has no pod (PopRequest.wait_ms)."""
+    request_timeout: float = 2.0
+    """Seconds a pop (beyond ``pop_wait_ms``) or an outcome report may take before it is retried."""
+    done_attempts: int = 5
+    """Tries of one outcome report; then the queue's in-flight deadline takes over."""
+    lease_ttl: float = 5.0
+    """Seconds the lease lasts without renewal: how long a standby waits after a crash."""
+    renew_interval: float = 1.0
+    """Seconds between lease renewals (a standby's attempts to take it)."""
+    resync_interval: float = 30.0
+    """Seconds between full re-reads of the node table from Redis (heals missed events)."""
+    reserve_concurrency: int = 64
+    """Redis calls in flight at once while reserving a batch."""
+    backend: str = "auto"
+    """Array backend of the node table: auto, numpy or cupy (`kubus.kernels.select_backend`)."""
+    seed: int = 0
+    """Tie-break seed: equal seeds give equal placements."""
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size: must be at least 1, got {self.batch_size}")
+        if self.pop_wait_ms < 0:
+            raise ValueError(f"pop_wait_ms: must not be negative, got {self.pop_wait_ms}")
+        if self.done_attempts < 1:
+            raise ValueError(f"done_attempts: must be at least 1, got {self.done_attempts}")
+        if self.reserve_concurrency < 1:
+            raise ValueError(f"reserve_concurrency: must be at least 1, got {self.reserve_concurrency}")
+        for name in ("request_timeout", "lease_ttl", "renew_interval", "resync_interval"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name}: must be a positive number of seconds, got {getattr(self, name)!r}")
+        if self.renew_interval >= self.lease_ttl:
+            raise ValueError(f"renew_interval ({self.renew_interval}s) must be below lease_ttl ({self.lease_ttl}s)")
+
+
+# ---- one batch ---------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Batch:
+    """The pods of one pop and what became of them."""
+
+    queued: Sequence[QueuedPod]
+    token: int
+    started: float = field(default_factory=time.perf_counter)
+    manifests: dict[str, bytes] = field(default_factory=dict)
+    outcomes: dict[str, Outcome] = field(default_factory=dict)
+    """Uid -> outcome, once decided; reported in pop order."""
+    elapsed: dict[str, float] = field(default_factory=dict)
+    """Uid -> seconds from the batch's start to its outcome."""
+    conflicts: int = 0
+    skipped: set[str] = field(default_factory=set)
+    """Uids of pods that were no longer Pending: not an attempt, not counted as one."""
+    touched: set[str] = field(default_factory=set)
+    """Nodes this batch asked Redis to reserve on."""
+
+    def decide(self, outcome: Outcome) -> None:
+        if outcome.uid not in self.outcomes:
+            self.outcomes[outcome.uid] = outcome
+            self.elapsed[outcome.uid] = time.perf_counter() - self.started
+
+    def error(self, uid: str, message: str) -> None:
+        self.decide(Outcome(uid=uid, kind=OutcomeKind.ERROR, message=message))
+
+    def ordered(self) -> tuple[Outcome, ...]:
+        return tuple(self.outcomes[p.uid] for p in self.queued if p.uid in self.outcomes)
+
+    def count(self, kind: OutcomeKind) -> int:
+        return sum(1 for o in self.outcomes.values() if o.kind is kind)
+
+
+@dataclass(frozen=True, slots=True)
+class _Reserved:
+    result: ScheduleResult
+    node: str
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Refused:
+    result: ScheduleResult
+    node: str
+    code: StoreCode
+    reason: str
+
+
+_Attempt = _Reserved | _Refused | None
+"""What reserving one pod gave: reserved, refused by Redis, or None (decided otherwise)."""
+
+
+# ---- the service -------------------------------------------------------------------------------
+
+
+class CycleService(Service):
+    """The scheduling-cycle service of one profile (``framework.scheduler_name``).
+
+    ``CycleService(settings, framework, options)``; `run()` until stopped. ``holder`` names this
+    replica in the lease (default: host/pid/random). Read-only views for tests and operators:
+    `leading`, `fencing_token`, `table`.
+    """
+
+    def __init__(
+        self,
+        settings: ConnectionSettings | None,
+        framework: Framework,
+        options: CycleOptions | None = None,
+        *,
+        holder: str | None = None,
+        name: str = "cycle",
+    ) -> None:
+        super().__init__(name, settings)
+        self.framework = framework
+        self.profile = framework.scheduler_name
+        self.options = options or CycleOptions()
+        self.holder = holder or f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:8]}"
+        self.log = self.log.bind(profile=self.profile)
+        self.backend = select_backend(self.options.backend)
+        """The node table's array backend (raises here, before connecting, when unavailable)."""
+        self.cluster: ClusterState | None = None
+        self.leadership: Leadership | None = None
+        self.snapshot: NodeSnapshot | None = None
+        """The node table; None until loaded (and after an error that makes it suspect)."""
+        self._scheduler: Scheduler | None = None
+        self._term = 0
+        self._dirty: set[str] = set()
+        self._next_resync = 0.0
+        self._loop_task: asyncio.Task[None] | None = None
+        self._lease_task: asyncio.Task[None] | None = None
+        self._loop_done = asyncio.Event()
+        self._queue_answering = True
+        fit = framework.plugins.get("NodeResourcesFit")
+        self._ignored_resources: frozenset[str] = frozenset(getattr(fit, "ignored_resources", ()) or ())
+        self._ignored_groups: frozenset[str] = frozenset(getattr(fit, "ignored_groups", ()) or ())
+
+    # -- views -----------------------------------------------------------------------------------
+
+    @property
+    def leading(self) -> bool:
+        """Whether this replica holds the profile's lease now."""
+        return self.leadership is not None and self.leadership.leading
+
+    @property
+    def fencing_token(self) -> int | None:
+        """The lease's fencing token while leading, else None."""
+        return None if self.leadership is None else self.leadership.token
+
+    @property
+    def table(self) -> NodeTable | None:
+        """The node table, or None before it is loaded."""
+        return None if self.snapshot is None else self.snapshot.table
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def on_start(self) -> None:
+        assert self.nc is not None and self.redis is not None
+        self.cluster = ClusterState(self.redis)
+        self.leadership = Leadership(
+            self.cluster,
+            lease_name(self.profile),
+            self.holder,
+            ttl=self.options.lease_ttl,
+            renew_interval=self.options.renew_interval,
+            log=self.log,
+        )
+        # Keeps the node table fresh: every cluster event names a node whose row is read again.
+        await self.nc.subscribe(EVENTS, cb=self._on_event)
+        # Takes or renews the lease cycle/<profile>: one active cycle per profile, standbys wait here.
+        self._lease_task = self.spawn("lease", self.leadership.keep)
+        # The scheduling loop: pop a batch, schedule it, reserve, hand it to the binders, report.
+        self._loop_task = self.spawn("scheduling loop", self._scheduling_loop)
+
+    async def on_stop(self) -> None:
+        # The loop finishes the batch in hand (its pods are in flight at the queue) and returns.
+        if self._loop_task is not None and not self._loop_task.done():
+            await self._loop_done.wait()
+        # Stop renewing, then give the lease up so a standby takes over at once.
+        if self._lease_task is not None and not self._lease_task.done():
+            self._lease_task.cancel()
+            await asyncio.wait([self._lease_task])
+        if self.leadership is not None:
+            await self.leadership.release()
+
+    # -- the loop --------------------------------------------------------------------------------
+
+    async def _scheduling_loop(self) -> None:
+        leadership = self._leadership()
+        try:
+            while not self.stopping.is_set():
+                if not await leadership.wait(self.stopping):
+                    break
+                token = leadership.token
+                if token is None:
+                    continue
+                try:
+                    await self._prepare_table()
+                    queued = await self._pop(token)
+                    if queued:
+                        await self._run_batch(_Batch(queued, token))
+                except _TRANSIENT as exc:
+                    self.log.warning("redis or nats unavailable; the node table will be reloaded", error=repr(exc))
+                    self.snapshot = None
+                    await self._pause(0.5)
+        finally:
+            self._loop_done.set()
+
+    async def _prepare_table(self) -> None:
+        """Load the table on a new term (or after an error), resync it when due, and read again
+        the rows events named."""
+        leadership = self._leadership()
+        if self.snapshot is None or self._term != leadership.term:
+            await self._load(fresh=True)
+        elif asyncio.get_running_loop().time() >= self._next_resync:
+            await self._load(fresh=False)
+        await self._refresh()
+
+    async def _load(self, *, fresh: bool) -> None:
+        """Read every node and reservation: a new table (``fresh``), or a diff into the current one."""
+        started = time.perf_counter()
+        term = self._leadership().term
+        self._dirty.clear()  # events from now on are read again after this snapshot
+        entries = await self._store().load_snapshot()
+        if fresh or self.snapshot is None:
+            snapshot = NodeSnapshot(self.backend, seed=self.options.seed)
+            stats = snapshot.load(entries)
+            self.snapshot, self._term = snapshot, term
+            self._scheduler = Scheduler(self.framework, snapshot.table, seed=self.options.seed)
+        else:
+            stats = self.snapshot.load(entries)
+        self._next_resync = asyncio.get_running_loop().time() + self.options.resync_interval
+        table = self.snapshot.table
+        unreachable = self.snapshot.unreachable_nodes()
+        self.metrics.nodes.labels(state="ready").set(len(table) - unreachable)
+        self.metrics.nodes.labels(state="unreachable").set(unreachable)
+        self.log.log(
+            logging.INFO if fresh or stats.changed else logging.DEBUG,
+            "node table loaded" if fresh else "node table resynced",
+            nodes=len(table),
+            pods=len(self.snapshot.placed),
+            unreachable=unreachable,
+            added=stats.nodes_added,
+            updated=stats.nodes_updated,
+            removed=stats.nodes_removed,
+            assumed=stats.pods_assumed,
+            forgotten=stats.pods_forgotten,
+            backend=self.backend.name,
+            seconds=round(time.perf_counter() - started, 4),
+        )
+
+    async def _refresh(self, extra: Iterable[str] = ()) -> None:
+        """Read again, from Redis, the rows events named (and ``extra``)."""
+        names = self._dirty.union(extra)
+        if not names or self.snapshot is None:
+            return
+        self._dirty = set()
+        ordered = sorted(names)
+        try:
+            entries = await self._store().load_snapshot(ordered)
+        except BaseException:
+            self._dirty |= names
+            raise
+        stats = self.snapshot.sync_nodes(ordered, entries)
+        if stats.changed:
+            self.log.debug(
+                "node rows refreshed",
+                nodes=len(ordered),
+                added=stats.nodes_added,
+                updated=stats.nodes_updated,
+                removed=stats.nodes_removed,
+                assumed=stats.pods_assumed,
+                forgotten=stats.pods_forgotten,
+            )
+
+    async def _pop(self, token: int) -> list[QueuedPod]:
+        """Up to batch_size pods from the queue; [] when it has none or does not answer."""
+        request = PopRequest(
+            max_pods=self.options.batch_size,
+            wait_ms=self.options.pop_wait_ms,
+            holder=self.holder,
+            fencing_token=token,
+        )
+        subject = queue_pop(self.profile)
+        try:
+            msg = await self._nats().request(
+                subject, encode(request), timeout=self.options.pop_wait_ms / 1000 + self.options.request_timeout
+            )
+        except nats.errors.NoRespondersError:
+            if self._queue_answering:
+                self.log.warning("the queue does not answer pops; retrying", subject=subject)
+                self._queue_answering = False
+            await self._pause(0.5)
+            return []
+        except nats.errors.TimeoutError:
+            self.log.warning("pop timed out; retrying", subject=subject)
+            return []
+        if not self._queue_answering:
+            self.log.info("the queue answers pops again", subject=subject)
+            self._queue_answering = True
+        try:
+            return list(decode(PopReply, msg.data).pods)
+        except MessageError as exc:
+            self.metrics.rejected_messages.labels(subject=subject).inc()
+            self.log.error("pop reply rejected: not a PopReply", subject=subject, reason=str(exc))
+            return []
+
+    # -- one batch -------------------------------------------------------------------------------
+
+    async def _run_batch(self, batch: _Batch) -> None:
+        """Schedule, reserve, hand over and report one popped batch. Never raises but for
+        cancellation: an unexpected error fails the batch's undecided pods (ERROR) and makes the
+        table be loaded again."""
+        try:
+            await self._refresh()  # events that came while the pop waited
+            pods = self._admit(batch)
+            placed = await self._schedule(batch, pods)
+            refused = await self._reserve_round(batch, placed)
+            if refused:
+                # Another profile got there first: read again the nodes this batch reserved on (the
+                # other profile's pods there are news to the table) and retry the refused pods once.
+                await self._refresh(batch.touched)
+                retried = await self._schedule(batch, [r.result.pod for r in refused])
+                for again in await self._reserve_round(batch, retried):
+                    batch.decide(
+                        Outcome(
+                            uid=_uid(again.result.pod),
+                            kind=OutcomeKind.UNSCHEDULABLE,
+                            message=f"reservation on node {again.node} refused by Redis: {again.reason}",
+                        )
+                    )
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if isinstance(exc, _TRANSIENT):
+                self.log.warning("batch failed: redis or nats unavailable", error=repr(exc))
+            else:
+                self.log.exception("batch failed", error=repr(exc))
+            self.snapshot = None  # placements may be half-assumed: read it all again
+            for pod in batch.queued:
+                batch.error(pod.uid, f"scheduling failed: {exc!r}")
+        await self._report(batch)
+        self._observe(batch)
+
+    def _admit(self, batch: _Batch) -> list[Pod]:
+        """Parse the batch's manifests; a pod that cannot be scheduled as it is gets its outcome."""
+        snapshot = self._snapshot()
+        pods: list[Pod] = []
+        keys: set[str] = set()
+        for queued in batch.queued:
+            if queued.uid in batch.manifests:
+                continue  # the same pod twice in one pop
+            batch.manifests[queued.uid] = queued.manifest
+            try:
+                pod = _parse(queued)
+            except (ManifestError, ValueError) as exc:
+                batch.error(queued.uid, "; ".join(str(exc).splitlines()))
+                continue
+            if pod.key in keys:
+                batch.error(queued.uid, f"pod {pod.key}: twice in one batch (another uid)")
+                continue
+            where = snapshot.placed.get(pod.key)
+            if where is not None:
+                # Redis (as last read) has the pod on a node already: read that node again.
+                self._dirty.add(where.node)
+                batch.error(
+                    queued.uid,
+                    f"pod {pod.key} already holds a reservation on node {where.node} (uid {where.uid}); "
+                    "retry after the node is read again",
+                )
+                continue
+            keys.add(pod.key)
+            pods.append(pod)
+        return pods
+
+    async def _schedule(self, batch: _Batch, pods: list[Pod]) -> list[ScheduleResult]:
+        """Run the algorithm over ``pods`` in a worker thread; decide the ones it could not place.
+        Returns the placed ones (assumed in the table)."""
+        if not pods:
+            return []
+        scheduler, snapshot = self._scheduler, self._snapshot()
+        assert scheduler is not None
+        started = time.perf_counter()
+        status = "Error"
+        try:
+            results = await asyncio.to_thread(scheduler.schedule, pods)
+            status = "Success"
+        finally:
+            self.metrics.extension_point_duration.labels(
+                extension_point=SCHEDULE_EXTENSION_POINT, status=status, profile=self.profile
+            ).observe(time.perf_counter() - started)
+        placed: list[ScheduleResult] = []
+        for result in results:
+            pod = result.pod
+            if result.node is not None:
+                snapshot.placed_by_scheduler(pod.key, _uid(pod), result.node)
+                placed.append(result)
+            elif result.status.code is Code.ERROR:
+                batch.error(_uid(pod), result.message or "scheduling failed")
+            else:
+                batch.decide(
+                    Outcome(
+                        uid=_uid(pod),
+                        kind=OutcomeKind.UNSCHEDULABLE,
+                        message=result.message,
+                        plugins=result.plugins,
+                    )
+                )
+        if placed and not self._still_leading(batch.token):
+            for result in placed:
+                self._forget(result.pod, result.node or "")
+                batch.error(_uid(result.pod), _lost_lease_message(self.profile))
+            return []
+        return placed
+
+    async def _reserve_round(self, batch: _Batch, placed: list[ScheduleResult]) -> list[_Refused]:
+        """Reserve the placed pods in Redis, concurrently, then hand the reserved ones to the
+        binders. Returns the pods Redis refused (CONFLICT / NODE_GONE), already back to Pending
+        and forgotten locally."""
+        if not placed:
+            return []
+        started = time.perf_counter()
+        limit = asyncio.Semaphore(self.options.reserve_concurrency)
+        attempts = await asyncio.gather(*(self._reserve(batch, result, limit) for result in placed))
+        self.metrics.extension_point_duration.labels(
+            extension_point=RESERVE_EXTENSION_POINT, status="Success", profile=self.profile
+        ).observe(time.perf_counter() - started)
+        reserved = [a for a in attempts if isinstance(a, _Reserved)]
+        refused = [a for a in attempts if isinstance(a, _Refused)]
+        if reserved:
+            await asyncio.gather(*(self._hand_over(batch, a, limit) for a in reserved))
+        return refused
+
+    async def _reserve(self, batch: _Batch, result: ScheduleResult, limit: asyncio.Semaphore) -> _Attempt:
+        """docs/services.md 4a and 4b for one pod."""
+        state = self._store()
+        pod, node, devices = result.pod, result.node or "", result.gpu_devices
+        uid = _uid(pod)
+        pod_info = PodInfo.of(pod, devices)
+        if pod_info.gpu is not None and len(devices) != pod_info.gpu.count:
+            self._forget(pod, node)
+            batch.error(
+                uid,
+                f"pod {pod.key} asks for {pod_info.gpu.count} GPU(s) but profile {self.profile!r} picked "
+                f"{len(devices)} device(s) on node {node}: enable the GPUFit plugin to schedule GPU pods",
+            )
+            return None
+        async with limit:
+            try:
+                write = await state.transition(
+                    uid,
+                    PodPhase.RESERVED,
+                    expected_phases={PodPhase.PENDING},
+                    node=node,
+                    gpu_devices=devices,
+                    count_attempt=True,
+                )
+            except _TRANSIENT as exc:
+                self._forget(pod, node)
+                batch.error(uid, f"reserving on node {node} failed: {exc!r}")
+                return None
+            if not write.ok:
+                # Someone else moved the pod (deleted, or reserved by another attempt): not ours.
+                self._forget(pod, node)
+                batch.skipped.add(uid)
+                batch.error(uid, f"not scheduled: the pod is {write.phase or 'gone'} now, no longer Pending")
+                self.log.info(
+                    "pod skipped: no longer Pending",
+                    pod=pod.key,
+                    uid=uid,
+                    code=str(write.code),
+                    phase=str(write.phase or "-"),
+                )
+                return None
+            attempt = write.version
+            try:
+                reservation = Reservation.of(
+                    pod_info,
+                    node,
+                    profile=self.profile,
+                    token=batch.token,
+                    attempt=str(attempt),
+                    ignored=self._ignored(pod_info.requests),
+                )
+                batch.touched.add(node)
+                answer = await state.reserve(node, reservation)
+            except (ValueError, *_TRANSIENT) as exc:
+                self._forget(pod, node)
+                await self._back_to_pending(uid, attempt)
+                batch.error(uid, f"reserving on node {node} failed: {exc!r}")
+                return None
+            if answer.ok:
+                return _Reserved(result, node, attempt)
+            self._forget(pod, node)
+            await self._back_to_pending(uid, attempt)
+            if answer.code is StoreCode.FENCED:
+                self._leadership().step_down(f"reservation fenced on node {node}: {answer.reason}")
+                batch.error(uid, _lost_lease_message(self.profile))
+                return None
+            if answer.code is StoreCode.CONFLICT:
+                batch.conflicts += 1
+                self.metrics.reserve_conflicts.labels(profile=self.profile).inc()
+            self.log.info(
+                "reservation refused", pod=pod.key, uid=uid, node=node, code=str(answer.code), reason=answer.reason
+            )
+            return _Refused(result, node, answer.code, answer.reason)
+
+    async def _hand_over(self, batch: _Batch, reserved: _Reserved, limit: asyncio.Semaphore) -> None:
+        """docs/services.md 4c for one pod: the BindRequest, if this replica still leads."""
+        pod, node, attempt = reserved.result.pod, reserved.node, reserved.attempt
+        uid = _uid(pod)
+        async with limit:
+            if not self._still_leading(batch.token):
+                await self._undo(pod, node, attempt)
+                batch.error(uid, _lost_lease_message(self.profile))
+                return
+            request = BindRequest(
+                uid=uid,
+                key=pod.key,
+                profile=self.profile,
+                node=node,
+                manifest=batch.manifests[uid],
+                gpu_devices=reserved.result.gpu_devices,
+                fencing_token=batch.token,
+                attempt=attempt,
+                reserved_at=time.time(),
+            )
+            try:
+                await publish_durable(self._js(), bind(self.profile), encode(request), f"bind/{uid}/{attempt}")
+            except (nats.js.errors.APIError, *_TRANSIENT) as exc:
+                await self._undo(pod, node, attempt)
+                batch.error(uid, f"handing the pod to the binders failed: {exc!r}")
+                return
+        self.log.debug("pod reserved", pod=pod.key, uid=uid, node=node, attempt=attempt)
+        batch.decide(
+            Outcome(
+                uid=uid,
+                kind=OutcomeKind.RESERVED,
+                node=node,
+                gpu_devices=reserved.result.gpu_devices,
+                attempt=attempt,
+            )
+        )
+
+    async def _undo(self, pod: Pod, node: str, attempt: int) -> None:
+        """Give back this attempt's room and make the pod Pending again (both conditional on the
+        attempt, so a newer attempt is never touched); what fails is left to the janitor."""
+        self._forget(pod, node)
+        try:
+            await self._store().unreserve(node, _uid(pod), str(attempt))
+        except _TRANSIENT as exc:
+            self.log.warning("unreserve failed; the janitor will", pod=pod.key, node=node, error=repr(exc))
+            return
+        await self._back_to_pending(_uid(pod), attempt)
+
+    async def _back_to_pending(self, uid: str, attempt: int) -> None:
+        try:
+            await self._store().transition(
+                uid, PodPhase.PENDING, expected_version=attempt, expected_phases={PodPhase.RESERVED}
+            )
+        except _TRANSIENT as exc:
+            self.log.warning("back to Pending failed; the janitor will", uid=uid, error=repr(exc))
+
+    async def _report(self, batch: _Batch) -> None:
+        """docs/services.md 4d: the batch's outcomes to the queue, retried; then left to the
+        queue's in-flight deadline."""
+        outcomes = batch.ordered()
+        if not outcomes:
+            return
+        subject, data = queue_done(self.profile), encode(Outcomes(outcomes))
+        delay = 0.1
+        for attempt in range(1, self.options.done_attempts + 1):
+            try:
+                await self._nats().request(subject, data, timeout=self.options.request_timeout)
+                return
+            except (nats.errors.NoRespondersError, nats.errors.TimeoutError) as exc:
+                if attempt < self.options.done_attempts:
+                    self.log.warning("outcome report failed; retrying", attempt=attempt, error=repr(exc))
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 2.0)
+            except nats.errors.ConnectionClosedError:
+                break
+        self.log.error(
+            "outcomes not delivered; the queue's in-flight deadline will requeue the pods",
+            subject=subject,
+            pods=len(outcomes),
+        )
+
+    def _observe(self, batch: _Batch) -> None:
+        labels = {
+            OutcomeKind.RESERVED: "scheduled",
+            OutcomeKind.UNSCHEDULABLE: "unschedulable",
+            OutcomeKind.ERROR: "error",
+        }
+        for uid, outcome in batch.outcomes.items():
+            if uid in batch.skipped:
+                continue
+            result = labels.get(outcome.kind, "error")
+            self.metrics.schedule_attempts.labels(result=result, profile=self.profile).inc()
+            self.metrics.scheduling_attempt_duration.labels(result=result, profile=self.profile).observe(
+                batch.elapsed[uid]
+            )
+        self.log.info(
+            "batch scheduled",
+            pods=len(batch.queued),
+            reserved=batch.count(OutcomeKind.RESERVED),
+            unschedulable=batch.count(OutcomeKind.UNSCHEDULABLE),
+            errors=batch.count(OutcomeKind.ERROR),
+            conflicts=batch.conflicts,
+            skipped=len(batch.skipped),
+            token=batch.token,
+            seconds=round(time.perf_counter() - batch.started, 4),
+        )
+
+    # -- events ----------------------------------------------------------------------------------
+
+    async def _on_event(self, msg: Msg) -> None:
+        """Note the node whose row an event changed; it is read again before the next batch."""
+        try:
+            event = decode(ClusterEvent, msg.data)
+        except MessageError as exc:
+            self.metrics.rejected_messages.labels(subject=msg.subject).inc()
+            self.log.warning("event rejected: not a ClusterEvent", subject=msg.subject, reason=str(exc))
+            return
+        if event.kind in NODE_EVENTS:
+            node = event.name or event.node
+        elif event.kind in POD_EVENTS:
+            node = event.node or await self._node_of_pod(event)
+        else:
+            return
+        if node:
+            self._dirty.add(node)
+
+    async def _node_of_pod(self, event: ClusterEvent) -> str:
+        uid = event.data.get("uid")
+        if not isinstance(uid, str) or not uid:
+            return ""
+        try:
+            record = await self._store().get_pod(uid)
+        except _TRANSIENT as exc:
+            self.log.warning("event: cannot look up the pod's node", pod=event.name, error=repr(exc))
+            return ""
+        return record.node if record is not None else ""
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def _ignored(self, requests: dict[str, int]) -> tuple[str, ...]:
+        """The requests NodeResourcesFit ignores (ignoredResources/Groups): Redis skips them too."""
+        return tuple(
+            r
+            for r in requests
+            if is_extended_resource(r) and (r in self._ignored_resources or r.split("/", 1)[0] in self._ignored_groups)
+        )
+
+    def _forget(self, pod: Pod, node: str) -> None:
+        if self.snapshot is not None and node:
+            self.snapshot.forget(pod.key, node)
+
+    def _still_leading(self, token: int) -> bool:
+        return self._leadership().token == token
+
+    async def _pause(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.stopping.wait(), seconds)
+
+    def _store(self) -> ClusterState:
+        if self.cluster is None:
+            raise RuntimeError(f"{self.name}: not started")
+        return self.cluster
+
+    def _leadership(self) -> Leadership:
+        if self.leadership is None:
+            raise RuntimeError(f"{self.name}: not started")
+        return self.leadership
+
+    def _snapshot(self) -> NodeSnapshot:
+        if self.snapshot is None:
+            raise RuntimeError(f"{self.name}: node table not loaded")
+        return self.snapshot
+
+    def _nats(self) -> NATS:
+        if self.nc is None:
+            raise RuntimeError(f"{self.name}: not started")
+        return self.nc
+
+    def _js(self) -> JetStreamContext:
+        if self.js is None:
+            raise RuntimeError(f"{self.name}: not started")
+        return self.js
+
+
+def _uid(pod: Pod) -> str:
+    return pod.metadata.uid
+
+
+def _lost_lease_message(profile: str) -> str:
+    return f"the scheduling cycle lost its lease {lease_name(profile)!r} before the pod was handed to the binders"
+
+
+def _parse(queued: QueuedPod) -> Pod:
+    """The queued manifest as a Pod, with the queue's uid (Redis's identity of the pod).
+    Raises ManifestError or ValueError."""
+    manifests = parse_manifests(queued.manifest, source=f"queued pod {queued.key}")
+    if manifests.nodes or len(manifests.pods) != 1:
+        raise ValueError(
+            f"queued pod {queued.key}: expected one Pod, "
+            f"got {len(manifests.pods)} pod(s) and {len(manifests.nodes)} node(s)"
+        )
+    pod = manifests.pods[0]
+    if pod.metadata.uid != queued.uid:
+        pod = dataclasses.replace(pod, metadata=dataclasses.replace(pod.metadata, uid=queued.uid))
+    return pod

@@ -1,0 +1,154 @@
+"""The cycle's node table kept equal to what Redis holds: nodes and the reservations on them.
+
+`NodeSnapshot` owns a `NodeTable` and an index of where each pod is accounted. It is pure logic
+(no I/O): the service reads Redis (`ClusterState.load_snapshot`) and hands the rows over here,
+between two batches, never while the Scheduler runs. A row is made equal to Redis by a diff:
+only the pods that appeared, left or changed devices are assumed or forgotten, so a refresh of
+a node the cycle itself just reserved on changes nothing.
+
+Unreachable nodes arrive with kube's ``node.kubernetes.io/unreachable`` taints already added
+(`NodeRecord.to_node`), so no plugin sees them as schedulable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from kubus.api.objects import Node
+from kubus.framework.nodeinfo import PodInfo
+from kubus.kernels import NUMPY, Backend, NodeTable
+from kubus.store import UNREACHABLE_TAINT_KEY, Reservation
+
+__all__ = ["NodeSnapshot", "PlacedPod", "SyncStats"]
+
+
+@dataclass(frozen=True, slots=True)
+class PlacedPod:
+    """Where the table accounts a pod, and which incarnation of it (uid)."""
+
+    node: str
+    uid: str
+
+
+@dataclass(slots=True)
+class SyncStats:
+    """What a sync changed; for logs."""
+
+    nodes_added: int = 0
+    nodes_updated: int = 0
+    nodes_removed: int = 0
+    pods_assumed: int = 0
+    pods_forgotten: int = 0
+
+    @property
+    def changed(self) -> bool:
+        return any((self.nodes_added, self.nodes_updated, self.nodes_removed, self.pods_assumed, self.pods_forgotten))
+
+
+class NodeSnapshot:
+    """A NodeTable mirroring Redis, plus ``placed``: pod key -> (node, uid) of every pod in it.
+
+    Not thread-safe; one scheduling loop owns it, and nothing changes it while the Scheduler
+    runs over `table`.
+    """
+
+    def __init__(self, backend: Backend = NUMPY, *, seed: int = 0) -> None:
+        self.table = NodeTable(backend, seed=seed)
+        self.placed: dict[str, PlacedPod] = {}
+        """Pod key (namespace/name) -> where the table accounts it."""
+
+    # ---- from Redis ----------------------------------------------------------------------------
+
+    def load(self, entries: Iterable[tuple[Node, Sequence[Reservation]]]) -> SyncStats:
+        """A full resync: make the table equal to ``entries`` (every node there is, with its
+        reservations); nodes not among them are removed. Idempotent."""
+        stats = SyncStats()
+        seen: set[str] = set()
+        for node, reservations in entries:
+            seen.add(node.name)
+            self._sync(node, reservations, stats)
+        for name in [n for n in self.table.row_of if n not in seen]:
+            self._remove(name, stats)
+        return stats
+
+    def sync_nodes(self, names: Iterable[str], entries: Iterable[tuple[Node, Sequence[Reservation]]]) -> SyncStats:
+        """Make the rows of ``names`` equal to ``entries`` (what Redis has of those nodes); a
+        name without an entry is a node Redis no longer has, and is removed. Idempotent."""
+        stats = SyncStats()
+        found: set[str] = set()
+        for node, reservations in entries:
+            found.add(node.name)
+            self._sync(node, reservations, stats)
+        for name in names:
+            if name not in found and name in self.table:
+                self._remove(name, stats)
+        return stats
+
+    # ---- the cycle's own placements --------------------------------------------------------------
+
+    def placed_by_scheduler(self, key: str, uid: str, node: str) -> None:
+        """Record a placement the Scheduler assumed into the table itself."""
+        self.placed[key] = PlacedPod(node, uid)
+
+    def forget(self, key: str, node: str) -> bool:
+        """Undo a placement (a failed reservation). False when the pod is not on that node."""
+        if node not in self.table or key not in self.table.node_info(node).pods:
+            return False
+        self.table.forget(key, node)
+        if (p := self.placed.get(key)) is not None and p.node == node:
+            del self.placed[key]
+        return True
+
+    # ---- queries -------------------------------------------------------------------------------
+
+    def unreachable_nodes(self) -> int:
+        """Nodes carrying kube's unreachable taint."""
+        return sum(
+            1 for info in self.table.node_infos() if any(t.key == UNREACHABLE_TAINT_KEY for t in info.node.spec.taints)
+        )
+
+    # ---- rows ----------------------------------------------------------------------------------
+
+    def _sync(self, node: Node, reservations: Sequence[Reservation], stats: SyncStats) -> None:
+        table, name = self.table, node.name
+        if name not in table:
+            table.set_node(node)
+            stats.nodes_added += 1
+        elif table.node_info(name).node != node:
+            table.set_node(node)  # keeps the pods; the diff below fixes them
+            stats.nodes_updated += 1
+        info = table.node_info(name)
+        wanted: dict[str, Reservation] = {}
+        for r in reservations:
+            wanted.setdefault(r.pod_key, r)  # one pod per key and node, as NodeInfo keys them
+        for key, pod_info in list(info.pods.items()):
+            r = wanted.get(key)
+            if r is None or not _same(pod_info, r):
+                table.forget(key, name)
+                if (p := self.placed.get(key)) is not None and p.node == name:
+                    del self.placed[key]
+                stats.pods_forgotten += 1
+        for key, r in wanted.items():
+            if key in info.pods:
+                continue
+            moved = self.placed.get(key)
+            if moved is not None and moved.node != name and moved.node in table:
+                # Redis moved the pod (a stale row elsewhere): it is accounted once, here.
+                self.forget(key, moved.node)
+                stats.pods_forgotten += 1
+            table.assume(r.pod_info(), name)
+            self.placed[key] = PlacedPod(name, r.pod_uid)
+            stats.pods_assumed += 1
+
+    def _remove(self, name: str, stats: SyncStats) -> None:
+        info = self.table.remove_node(name)
+        for key in info.pods:
+            if (p := self.placed.get(key)) is not None and p.node == name:
+                del self.placed[key]
+        stats.nodes_removed += 1
+
+
+def _same(pod_info: PodInfo, r: Reservation) -> bool:
+    """Whether the table's pod is the reservation's (same incarnation, same devices)."""
+    return pod_info.pod.metadata.uid == r.pod_uid and tuple(sorted(pod_info.gpu_devices)) == r.gpu_devices

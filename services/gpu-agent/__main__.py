@@ -1,0 +1,125 @@
+"""``python -m kubus.gpu_agent``: run the agent of one node, or simulate many, until SIGTERM/SIGINT.
+
+    python -m kubus.gpu_agent --node NAME [--manifest node.yaml]
+    python -m kubus.gpu_agent --simulate N --template node.yaml [--name-prefix sim-]
+                              [--pod-duration 30] [--pod-duration-jitter 0.5]
+
+``--node`` defaults to ``$NODE_NAME`` (a DaemonSet passes it with the downward API). A
+simulation owns the KUBUS_NODES stream: run it against a NATS without per-node agents.
+Exits 0 after a clean stop, 1 with one line naming the failed task when a root task dies, 2 for
+bad settings, flags or manifests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Sequence
+
+from kubus.api.errors import ManifestError
+from kubus.bus import ConsumerConflictError
+from kubus.gpu_agent.inventory import NodeInventory, load_node_template
+from kubus.gpu_agent.service import AgentOptions, AgentService
+from kubus.metrics import serve_metrics
+from kubus.service import ServiceError, configure_logging, install_signal_handlers
+from kubus.settings import SettingsError, load_settings
+
+_SIMULATED_POD_DURATION = 30.0
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    defaults = AgentOptions()
+    p = argparse.ArgumentParser(
+        prog="python -m kubus.gpu_agent", description="kubus node agent: one real node, or N simulated ones."
+    )
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--node", metavar="NAME", help="run the agent of this node (default $NODE_NAME)")
+    mode.add_argument("--simulate", type=int, metavar="N", help="simulate N nodes cloned from --template")
+    p.add_argument("--manifest", metavar="FILE", help="with --node: the Node manifest (default: this host's facts)")
+    p.add_argument("--template", metavar="FILE", help="with --simulate: the Node manifest every node is cloned from")
+    p.add_argument("--name-prefix", default="sim-", help="with --simulate: node i is <prefix><i:05d> (default sim-)")
+    p.add_argument(
+        "--pod-duration",
+        type=float,
+        metavar="SECONDS",
+        help=f"seconds a pod runs before it succeeds, 0 = until deleted (default: {_SIMULATED_POD_DURATION:g} "
+        "simulated, 0 for a real node)",
+    )
+    p.add_argument(
+        "--pod-duration-jitter",
+        type=float,
+        default=defaults.pod_duration_jitter,
+        metavar="FRACTION",
+        help="each pod runs duration × [1 - f, 1 + f], drawn from its uid (default 0)",
+    )
+    p.add_argument(
+        "--heartbeat-interval",
+        type=float,
+        default=defaults.heartbeat_interval,
+        metavar="SECONDS",
+        help=f"seconds between heartbeats (default {defaults.heartbeat_interval:g})",
+    )
+    p.add_argument("--settings", metavar="FILE", help="connection settings (YAML); see kubus.settings")
+    p.add_argument("--nats", metavar="URL", help="NATS URL (default $KUBUS_NATS_URL or nats://127.0.0.1:4222)")
+    p.add_argument("--redis", metavar="URL", help="Redis URL (default $KUBUS_REDIS_URL or redis://127.0.0.1:6379/0)")
+    p.add_argument("--metrics-port", type=int, default=0, metavar="N", help="serve /metrics on this port (0 = none)")
+    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    args = p.parse_args(argv)
+    if args.simulate is not None:
+        if args.template is None:
+            p.error("--simulate needs --template FILE (the Node every simulated node is cloned from)")
+        if args.manifest is not None:
+            p.error("--manifest goes with --node; a simulation takes --template")
+    else:
+        args.node = args.node or os.environ.get("NODE_NAME")
+        if not args.node:
+            p.error("give --node NAME (or set $NODE_NAME), or --simulate N --template FILE")
+        if args.template is not None:
+            p.error("--template goes with --simulate; a real node takes --manifest")
+    return args
+
+
+def build(args: argparse.Namespace) -> AgentService:
+    """The agent the flags describe (settings loaded, manifests read). Raises SettingsError,
+    ManifestError or ValueError for bad input."""
+    settings = load_settings(file=args.settings, overrides={"nats_url": args.nats, "redis_url": args.redis})
+    duration = args.pod_duration
+    if duration is None:
+        duration = _SIMULATED_POD_DURATION if args.simulate is not None else 0.0
+    options = AgentOptions(
+        heartbeat_interval=args.heartbeat_interval,
+        pod_duration=duration,
+        pod_duration_jitter=args.pod_duration_jitter,
+    )
+    if args.simulate is not None:
+        template = load_node_template(args.template)
+        return AgentService.simulating(settings, template, args.simulate, options, prefix=args.name_prefix)
+    return AgentService.for_node(settings, NodeInventory.discover(args.node, args.manifest), options)
+
+
+async def _run(args: argparse.Namespace) -> int:
+    agent = build(args)
+    if args.metrics_port:
+        serve_metrics(agent.metrics, args.metrics_port)
+    install_signal_handlers(agent)
+    await agent.run()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    configure_logging(args.log_level.upper())
+    try:
+        return asyncio.run(_run(args))
+    except (SettingsError, ManifestError, ValueError) as exc:
+        print(f"kubus.gpu_agent: {exc}", file=sys.stderr)
+        return 2
+    except (ServiceError, ConsumerConflictError, ConnectionError, OSError) as exc:
+        print(f"kubus.gpu_agent: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,83 @@
+"""Durable JetStream pull consumers: created once, shared by every replica that binds to them.
+
+A service that takes work from a stream calls `ensure_pull_consumer` at start: it creates the
+durable consumer with kubus' settings (explicit acks, bounded redeliveries) or brings an
+existing one up to them, and returns a pull subscription bound to it. Every replica of the
+service does the same with the same name and shares the consumer (each message goes to one).
+"""
+
+from __future__ import annotations
+
+import re
+
+import nats.js.errors
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+__all__ = ["ConsumerConflictError", "consumer_name", "ensure_pull_consumer", "redelivery_delay"]
+
+_NOT_UNIQUE_ON_WORK_QUEUE = 10100  # JetStream err_code: filtered consumer not unique on workqueue stream
+_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_-]")
+
+
+class ConsumerConflictError(RuntimeError):
+    """JetStream refused the consumer: on a work-queue stream no two consumers may have
+    overlapping filters, and another consumer's filter overlaps this one's."""
+
+
+def consumer_name(*parts: str) -> str:
+    """A durable consumer name from ``parts`` joined by ``-``: characters JetStream forbids in
+    names (``.``, ``*``, ``>``, path separators, whitespace) and anything else outside
+    ``[A-Za-z0-9_-]`` become ``_``. Distinct inputs may map to one name; callers pass names
+    that are distinct after this mapping (node names are DNS subdomains: only ``.`` changes)."""
+    return "-".join(_UNSAFE_NAME.sub("_", p) for p in parts)
+
+
+async def ensure_pull_consumer(
+    js: JetStreamContext,
+    stream: str,
+    durable: str,
+    filter_subject: str,
+    *,
+    ack_wait: float = 30.0,
+    max_deliver: int = 5,
+    max_ack_pending: int = 10_000,
+    description: str = "",
+) -> JetStreamContext.PullSubscription:
+    """Create (or update to these settings) the durable pull consumer ``durable`` on ``stream``
+    and return a pull subscription bound to it.
+
+    Idempotent, and safe from several replicas at once: creating an identical consumer is a
+    no-op for JetStream, and a differing one is updated (ack_wait, max_deliver, max_ack_pending
+    and the filter can change in place). Raises ConsumerConflictError when the stream is a
+    work queue and another consumer's filter overlaps ``filter_subject`` (the message names
+    both), nats.js.errors.APIError for other refusals.
+    """
+    config = ConsumerConfig(
+        name=durable,
+        durable_name=durable,
+        description=description or None,
+        filter_subject=filter_subject,
+        deliver_policy=DeliverPolicy.ALL,
+        ack_policy=AckPolicy.EXPLICIT,
+        ack_wait=ack_wait,
+        max_deliver=max_deliver,
+        max_ack_pending=max_ack_pending,
+    )
+    try:
+        await js.add_consumer(stream, config)
+    except nats.js.errors.BadRequestError as exc:
+        if exc.err_code != _NOT_UNIQUE_ON_WORK_QUEUE:
+            raise
+        raise ConsumerConflictError(
+            f"stream {stream}: consumer {durable!r} (filter {filter_subject}) overlaps another consumer's "
+            f"filter, and {stream} is a work queue ({exc.description}); list the consumers with "
+            f"`nats consumer ls {stream}` and delete the one that no longer runs"
+        ) from exc
+    return await js.pull_subscribe_bind(durable=durable, stream=stream)
+
+
+def redelivery_delay(num_delivered: int, *, base: float = 0.5, cap: float = 15.0) -> float:
+    """Seconds to wait before a retryable message is delivered again (``nak(delay)``): ``base``
+    after the first delivery, doubling per delivery, at most ``cap``."""
+    return min(cap, base * 2 ** max(0, num_delivered - 1))

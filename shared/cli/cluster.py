@@ -1,0 +1,445 @@
+"""`kubus apply`, `kubus get` and `kubus delete`: the cluster as kubectl users know it.
+
+apply validates every manifest locally first (nothing is published if one is wrong), then
+publishes each pod on its own to ``kubus.pods.submit``; get reads Redis; delete publishes a
+PodDeletion and waits until the queue has recorded it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+import orjson
+import yaml
+
+from kubus import codec
+from kubus.api.errors import ManifestError
+from kubus.api.manifests import parse_manifests, parse_pod
+from kubus.bus.connection import publish_durable
+from kubus.bus.messages import PodDeletion, encode
+from kubus.bus.subjects import MAX_MSG_SIZE, PODS_DELETE, PODS_SUBMIT
+from kubus.cli.connect import UsageError, open_bus, open_state
+from kubus.settings import ConnectionSettings
+from kubus.store.cluster_state import ClusterState, node_info_of
+from kubus.store.records import NodeRecord, PodPhase, PodRecord
+
+__all__ = [
+    "SubmitManifest",
+    "apply",
+    "delete_pod",
+    "format_age",
+    "format_bytes",
+    "format_cpu",
+    "get_nodes",
+    "get_pods",
+    "list_pods",
+    "pod_manifests",
+    "read_pod_manifests",
+    "submit",
+    "write_table",
+]
+
+_PUBLISH_WINDOW = 256
+"""Submissions in flight at once: enough to keep JetStream busy, few enough to stay polite."""
+
+
+# ---- apply -------------------------------------------------------------------------------------
+
+# The same YAML reading as kubus.api.manifests: the safe loader, timestamps left as strings (kube
+# decodes YAML through JSON), so the JSON published is what validation read.
+_BaseLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Loader(_BaseLoader):  # type: ignore[misc]
+    pass
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in _BaseLoader.yaml_implicit_resolvers.items()
+}
+
+_LIST_KINDS = ("List", "PodList", "NodeList")
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitManifest:
+    """One pod to submit: its identity and the JSON bytes published for it."""
+
+    namespace: str
+    name: str
+    data: bytes
+    uid: str = ""
+    """The uid the queue will store the pod under (metadata.uid, or the one kubus derives)."""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def msg_id(self) -> str:
+        """``submit/<ns>/<name>/<sha256 of the bytes>``: the same manifest twice is stored once."""
+        return f"submit/{self.namespace}/{self.name}/{hashlib.sha256(self.data).hexdigest()}"
+
+
+def _objects(text: str) -> list[Any]:
+    """The top-level objects of a manifest text, List items flattened, in order."""
+    stripped = text.lstrip()
+    docs: list[Any]
+    if stripped[:1] in ("{", "["):
+        try:
+            docs = [orjson.loads(text)]
+        except orjson.JSONDecodeError:
+            docs = list(yaml.load_all(text, Loader=_Loader))
+    else:
+        docs = list(yaml.load_all(text, Loader=_Loader))
+    out: list[Any] = []
+    for doc in docs:
+        if isinstance(doc, dict) and doc.get("kind") in _LIST_KINDS and isinstance(doc.get("items"), list):
+            implied = {"PodList": "Pod", "NodeList": "Node"}.get(doc["kind"])
+            for item in doc["items"]:
+                if implied and isinstance(item, dict) and "kind" not in item:
+                    item = {**item, "kind": implied}
+                out.append(item)
+        elif doc is not None:
+            out.append(doc)
+    return out
+
+
+def read_pod_manifests(paths: Sequence[str], stdin: Any = None) -> list[SubmitManifest]:
+    """Read, validate and split manifest files into one JSON manifest per pod, in file order.
+
+    ``-`` reads standard input (once). Raises ManifestError (all of a file's bad objects) for
+    invalid input, UsageError for what apply does not take (a Node, the same pod twice, a pod
+    too large for the bus).
+    """
+    out: list[SubmitManifest] = []
+    seen: dict[str, str] = {}
+    stdin_used = False
+    for path in paths:
+        if path == "-":
+            if stdin_used:
+                raise UsageError("-f -: standard input can be read only once")
+            stdin_used = True
+            source, raw = "<stdin>", (stdin or sys.stdin.buffer).read()
+        else:
+            source = path
+            try:
+                with open(path, "rb") as f:
+                    raw = f.read()
+            except OSError as e:
+                raise ManifestError(path, "", "", f"cannot read the file: {e.strerror or e}") from None
+        manifests = parse_manifests(raw, source=source)  # validates; raises ManifestError(s)
+        if manifests.nodes:
+            raise UsageError(
+                f"{source}: Node {manifests.nodes[0].name}: kubus apply submits pods; nodes join the "
+                "cluster through their gpu-agent"
+            )
+        text = raw.decode("utf-8-sig") if isinstance(raw, bytes) else raw
+        objects = [o for o in _objects(text) if isinstance(o, dict) and o.get("kind", "Pod") == "Pod"]
+        if len(objects) != len(manifests.pods):  # cannot happen: both read the same documents
+            raise UsageError(f"{source}: found {len(manifests.pods)} pods but {len(objects)} Pod objects")
+        for pod, obj in zip(manifests.pods, objects, strict=True):
+            where = f"{source}: Pod {pod.key}"
+            if pod.key in seen:
+                raise UsageError(f"{where}: metadata.name: duplicate: the same pod is already in {seen[pod.key]}")
+            seen[pod.key] = source
+            try:
+                data = codec.dumps(obj)
+            except TypeError as e:
+                raise UsageError(f"{where}: cannot be sent as JSON: {e}") from None
+            if len(data) > MAX_MSG_SIZE:
+                raise UsageError(
+                    f"{where}: the manifest is {len(data)} bytes as JSON; the bus takes at most {MAX_MSG_SIZE}"
+                )
+            out.append(SubmitManifest(pod.namespace, pod.name, data, pod.metadata.uid))
+    return out
+
+
+def pod_manifests(objects: Sequence[dict[str, Any]], source: str = "<generated>") -> list[SubmitManifest]:
+    """Pod manifests given as dicts (a generated workload), validated, ready to submit.
+    Raises ManifestError for an invalid one."""
+    out = []
+    for i, obj in enumerate(objects, start=1):
+        pod = parse_pod(obj, source=source, index=i)
+        out.append(SubmitManifest(pod.namespace, pod.name, codec.dumps(obj), pod.metadata.uid))
+    return out
+
+
+async def submit(
+    js: Any, pods: Sequence[SubmitManifest], *, window: int = _PUBLISH_WINDOW, on_ack: Any = None
+) -> list[bool]:
+    """Publish every pod to ``kubus.pods.submit``, ``window`` at a time; returns, in order,
+    whether each was new (False: JetStream already had this exact manifest, a duplicate).
+    ``on_ack(i, duplicate, monotonic_time)`` is called as each is stored. Raises the first
+    publish error (earlier pods stay submitted: submitting is idempotent, run it again)."""
+    results: list[bool] = [False] * len(pods)
+    it = iter(range(len(pods)))
+
+    async def worker() -> None:
+        for i in it:
+            pod = pods[i]
+            ack = await publish_durable(js, PODS_SUBMIT, pod.data, pod.msg_id)
+            results[i] = not ack.duplicate
+            if on_ack is not None:
+                on_ack(i, bool(ack.duplicate), time.monotonic())
+
+    await asyncio.gather(*(worker() for _ in range(max(1, min(window, len(pods))))))
+    return results
+
+
+async def apply(settings: ConnectionSettings, paths: Sequence[str], out: TextIO, *, quiet: bool = False) -> int:
+    """`kubus apply -f ...`: validate everything, then submit. Exit status 0."""
+    pods = read_pod_manifests(paths)
+    if not pods:
+        raise UsageError(f"no pods in {', '.join(paths)}")
+    async with open_bus(settings) as (_, js):
+        new = await submit(js, pods)
+    for pod, fresh in zip(pods, new, strict=True):
+        if not quiet:
+            out.write(f"pod/{pod.name} {'submitted' if fresh else 'unchanged'}\n")
+    if quiet:
+        out.write(f"{len(pods)} pods submitted ({sum(new)} new)\n")
+    return 0
+
+
+# ---- get ---------------------------------------------------------------------------------------
+
+
+def write_table(rows: Sequence[Sequence[str]], out: TextIO) -> None:
+    """Left-aligned columns three spaces apart, as kubectl prints them; the last one unpadded."""
+    if not rows:
+        return
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    for r in rows:
+        cells = [c.ljust(w) for c, w in zip(r, widths, strict=False)] + [r[-1]]
+        out.write("   ".join(cells).rstrip() + "\n")
+
+
+def format_age(seconds: float) -> str:
+    """kubectl's short duration: 45s, 3m12s, 5m, 2h10m, 3d4h, 12d."""
+    s = max(0, int(seconds))
+    if s < 120:
+        return f"{s}s" if s < 60 else f"{s // 60}m{s % 60}s"
+    m = s // 60
+    if m < 10:
+        return f"{m}m{s % 60}s" if s % 60 else f"{m}m"
+    if m < 180:
+        return f"{m}m" if m < 60 else f"{m // 60}h{m % 60}m" if m % 60 else f"{m // 60}h"
+    h = m // 60
+    if h < 48:
+        return f"{h}h"
+    d = h // 24
+    return f"{d}d{h % 24}h" if d < 8 and h % 24 else f"{d}d"
+
+
+def format_cpu(milli: int) -> str:
+    """Milli-CPU as cores: 95500 -> 95.5, 250 -> 0.25."""
+    return f"{milli / 1000:.2f}".rstrip("0").rstrip(".")
+
+
+def format_bytes(n: int) -> str:
+    """Bytes with a binary suffix: 1073741824000 -> 1000Gi."""
+    for unit, size in (("Ti", 1024**4), ("Gi", 1024**3), ("Mi", 1024**2), ("Ki", 1024)):
+        if abs(n) >= size:
+            v = n / size
+            return f"{v:.1f}".rstrip("0").rstrip(".") + unit
+    return str(n)
+
+
+async def list_pods(state: ClusterState, namespace: str | None) -> list[PodRecord]:
+    """The newest pod of every namespace/name (of one namespace unless None), sorted by key."""
+    index = await state.redis.hgetall(state.keys.pod_keys_index())
+    pairs = sorted((_text(k), _text(v)) for k, v in index.items())
+    if namespace is not None:
+        pairs = [(k, u) for k, u in pairs if k.partition("/")[0] == namespace]
+    return [p for p in await state.get_pods([u for _, u in pairs]) if p is not None]
+
+
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _devices(devices: Sequence[int]) -> str:
+    return ",".join(str(d) for d in devices) if devices else "-"
+
+
+def _pod_json(p: PodRecord, now: float) -> dict[str, Any]:
+    return {
+        "namespace": p.namespace,
+        "name": p.name,
+        "uid": p.uid,
+        "phase": str(p.phase),
+        "node": p.node or None,
+        "gpuDevices": list(p.gpu_devices),
+        "schedulerName": p.profile,
+        "attempts": p.attempts,
+        "reason": p.reason,
+        "message": p.message,
+        "createdAt": p.created_at,
+        "updatedAt": p.updated_at,
+        "ageSeconds": round(now - p.created_at, 3) if p.created_at else None,
+    }
+
+
+async def get_pods(
+    settings: ConnectionSettings, out: TextIO, *, namespace: str | None, output: str, show_deleted: bool = False
+) -> int:
+    """`kubus get pods`: one row per pod (Deleted ones hidden unless ``show_deleted``)."""
+    async with open_state(settings) as state:
+        pods = await list_pods(state, namespace)
+    now = time.time()
+    if not show_deleted:
+        pods = [p for p in pods if p.phase is not PodPhase.DELETED]
+    if output == "json":
+        out.write(codec.dumps({"pods": [_pod_json(p, now) for p in pods]}, pretty=True).decode() + "\n")
+        return 0
+    if not pods:
+        where = "any namespace" if namespace is None else f"namespace {namespace}"
+        sys.stderr.write(f"No pods found in {where}.\n")
+        return 0
+    header = ["NAMESPACE", "NAME", "PHASE", "NODE", "GPUS", "AGE", "REASON"]
+    if output == "wide":
+        header += ["SCHEDULER", "ATTEMPTS", "MESSAGE"]
+    rows = [header]
+    for p in pods:
+        # The reason of the last failure is kept after the pod moves on; show it while it matters.
+        showing_reason = p.phase in (PodPhase.PENDING, PodPhase.FAILED)
+        row = [
+            p.namespace,
+            p.name,
+            str(p.phase),
+            p.node or "<none>",
+            _devices(p.gpu_devices),
+            format_age(now - p.created_at) if p.created_at else "-",
+            (p.reason if showing_reason else "") or "-",
+        ]
+        if output == "wide":
+            row += [p.profile, str(p.attempts), (p.message if showing_reason else "") or "-"]
+        rows.append(row)
+    write_table(rows, out)
+    return 0
+
+
+def _node_status(record: NodeRecord) -> str:
+    if record.unreachable:
+        status = "Unreachable"
+    elif not record.ready:
+        status = "NotReady"
+    else:
+        status = "Ready"
+    if record.unschedulable:
+        status += ",SchedulingDisabled"
+    return status
+
+
+async def get_nodes(settings: ConnectionSettings, out: TextIO, *, output: str) -> int:
+    """`kubus get nodes`: status, requests against allocatable, GPUs in use, pods, age."""
+    async with open_state(settings) as state:
+        records = {r.name: r for r in await state.list_nodes()}
+        snapshot = await state.load_snapshot()
+    now = time.time()
+    rows_json = []
+    rows = [["NAME", "STATUS", "CPU(req/alloc)", "MEMORY(req/alloc)", "GPUS(used/total)", "PODS", "AGE"]]
+    if output == "wide":
+        rows[0] += ["GPU-MEMORY(used/total)", "HEARTBEAT", "TAINTS"]
+    for node, reservations in snapshot:
+        record = records.get(node.name)
+        if record is None:
+            continue
+        info = node_info_of(node, reservations)
+        alloc = record.allocatable
+        gpus_total = len(record.gpus)
+        gpus_used = sum(1 for count in info.gpu_pod_count if count > 0)
+        gpu_mem_total = sum(g.memory for g in record.gpus)
+        gpu_mem_used = gpu_mem_total - sum(info.gpu_free_memory)
+        age = now - record.creation_timestamp if record.creation_timestamp else None
+        heartbeat = now - record.heartbeat if record.heartbeat else None
+        if output == "json":
+            rows_json.append(
+                {
+                    "name": record.name,
+                    "status": _node_status(record),
+                    "requested": dict(info.requested),
+                    "allocatable": dict(alloc),
+                    "pods": len(info.pods),
+                    "gpus": {
+                        "used": gpus_used,
+                        "total": gpus_total,
+                        "memoryUsed": gpu_mem_used,
+                        "memory": gpu_mem_total,
+                    },
+                    "heartbeatAgeSeconds": None if heartbeat is None else round(heartbeat, 3),
+                    "unreachable": record.unreachable,
+                    "unschedulable": record.unschedulable,
+                }
+            )
+            continue
+        row = [
+            record.name,
+            _node_status(record),
+            f"{format_cpu(info.requested.get('cpu', 0))}/{format_cpu(alloc.get('cpu', 0))}",
+            f"{format_bytes(info.requested.get('memory', 0))}/{format_bytes(alloc.get('memory', 0))}",
+            f"{gpus_used}/{gpus_total}",
+            f"{len(info.pods)}/{alloc.get('pods', 0)}",
+            format_age(age) if age is not None else "-",
+        ]
+        if output == "wide":
+            taints = ",".join(
+                f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}" for t in record.taints
+            )
+            row += [
+                f"{format_bytes(gpu_mem_used)}/{format_bytes(gpu_mem_total)}",
+                format_age(heartbeat) + " ago" if heartbeat is not None else "never",
+                taints or "<none>",
+            ]
+        rows.append(row)
+    if output == "json":
+        out.write(codec.dumps({"nodes": rows_json}, pretty=True).decode() + "\n")
+        return 0
+    if len(rows) == 1:
+        sys.stderr.write("No nodes found (start nodes with `kubus up --nodes N`, or run gpu-agents).\n")
+        return 0
+    write_table(rows, out)
+    return 0
+
+
+# ---- delete ------------------------------------------------------------------------------------
+
+
+async def delete_pod(
+    settings: ConnectionSettings, out: TextIO, *, namespace: str, name: str, wait: float | None
+) -> int:
+    """`kubus delete pod NAME`: publish the deletion; unless ``wait`` is None, wait that many
+    seconds for the pod to be recorded Deleted. Raises UsageError for an unknown pod."""
+    async with open_state(settings) as state:
+        pod = await state.find_pod(namespace, name)
+        if pod is None:
+            raise UsageError(f'pod "{name}" not found in namespace "{namespace}"')
+        if pod.phase is PodPhase.DELETED:
+            out.write(f"pod/{name} already deleted\n")
+            return 0
+        async with open_bus(settings) as (_, js):
+            msg_id = f"delete/{namespace}/{name}/{pod.uid}/{time.time_ns()}"
+            await publish_durable(js, PODS_DELETE, encode(PodDeletion(namespace=namespace, name=name)), msg_id)
+        if wait is None:
+            out.write(f"pod/{name} deletion submitted\n")
+            return 0
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            current = await state.get_pod(pod.uid)
+            if current is None or current.phase is PodPhase.DELETED:
+                out.write(f"pod/{name} deleted\n")
+                return 0
+            await asyncio.sleep(0.1)
+    sys.stderr.write(
+        f"error: pod {namespace}/{name}: deletion submitted but not recorded within {wait:g}s "
+        "(is the queue service running?)\n"
+    )
+    return 1

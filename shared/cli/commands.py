@@ -1,0 +1,287 @@
+"""The cluster commands' arguments and dispatch: up, apply, get, describe, delete, bench.
+
+Every command that talks to a cluster takes the same connection options (`add_connection_options`);
+see `kubus.cli.endpoints` for the order in which they, the environment, a settings file and a
+running `kubus up` decide where NATS and Redis are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from typing import Any
+
+import nats.errors
+import redis.exceptions
+
+from kubus.cli.connect import Unreachable, UsageError
+from kubus.cli.endpoints import DEFAULT_DATA_DIR, HOME_ENV, Endpoints, cluster_settings, data_dir, read_endpoints
+from kubus.framework.config import SchedulerConfiguration, default_config, load_config
+from kubus.plugins import in_tree_registry
+from kubus.settings import ConnectionSettings
+
+__all__ = ["add_cluster_commands", "add_connection_options", "run_cluster_command"]
+
+
+def add_connection_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("connection (default: $KUBUS_NATS_URL/$KUBUS_REDIS_URL, else the running `kubus up`)")
+    g.add_argument("--nats", metavar="URL", help="NATS server URL (nats://host:4222; tls://... for TLS)")
+    g.add_argument("--redis", metavar="URL", help="Redis URL (redis://host:6379/0; rediss://... for TLS)")
+    g.add_argument(
+        "--settings",
+        metavar="FILE",
+        help="connection settings YAML (kubus.settings: URLs, NATS creds/user/token, TLS files, Redis auth)",
+    )
+    g.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        help=f"the `kubus up` data dir whose endpoints.json to use (default: ${HOME_ENV}, else ./{DEFAULT_DATA_DIR})",
+    )
+
+
+def _namespace_options(p: argparse.ArgumentParser, *, all_namespaces: bool) -> None:
+    p.add_argument("-n", "--namespace", default=None, help='namespace (default: "default")')
+    if all_namespaces:
+        p.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace")
+
+
+def add_cluster_commands(sub: Any) -> None:
+    """Add up, apply, get, describe, delete and bench to the `kubus` subcommands."""
+    up = sub.add_parser(
+        "up",
+        help="run kubus on this machine: NATS, Redis, every service and simulated GPU nodes",
+        description="Start embedded NATS (JetStream) and Redis-compatible servers (unless --nats and --redis "
+        "are given), then the services as child processes: the queue, one cycle per scheduler profile, binders "
+        "and a gpu-agent simulating --nodes nodes. Runs until Ctrl-C or SIGTERM, then stops everything in order.",
+    )
+    up.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        help=f"servers' data, logs, endpoints.json (default: ${HOME_ENV}, else ./{DEFAULT_DATA_DIR})",
+    )
+    up.add_argument("--nodes", type=int, default=10, metavar="N", help="simulated nodes (default: 10; 0 for none)")
+    up.add_argument(
+        "--node-template",
+        metavar="FILE",
+        help="Node manifest the simulated nodes are made from "
+        "(default: an 8 x H100 node, as deploy/examples/node-template.yaml)",
+    )
+    up.add_argument(
+        "--config",
+        metavar="SCHEDCONFIG",
+        help="KubeSchedulerConfiguration YAML (default: kube's default profile plus GPUFit)",
+    )
+    up.add_argument("--binders", type=int, default=1, metavar="K", help="binder processes (default: 1)")
+    up.add_argument("--nats", metavar="URL", help="use this NATS server instead of an embedded one (needs --redis)")
+    up.add_argument("--redis", metavar="URL", help="use this Redis instead of an embedded one (needs --nats)")
+    up.add_argument("--settings", metavar="FILE", help="connection settings YAML for external servers (creds, TLS)")
+    up.add_argument(
+        "--demo",
+        action="store_true",
+        help="also run a mixed GPU/CPU sample workload, show its progress and a summary, then stop everything",
+    )
+    up.add_argument(
+        "--demo-pods", type=int, default=300, metavar="P", help="pods in the --demo workload (default: 300)"
+    )
+    up.add_argument(
+        "--pod-duration",
+        type=float,
+        metavar="S",
+        help="seconds a simulated pod runs before it succeeds (default: the gpu-agent's; 5 with --demo)",
+    )
+    up.add_argument("--fresh", action="store_true", help="delete the embedded servers' data first (a clean cluster)")
+    up.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    up.add_argument(
+        "--metrics-base",
+        type=int,
+        default=0,
+        metavar="PORT",
+        help="give the services metrics ports PORT, PORT+1, ... (default: 0, no metrics endpoints)",
+    )
+    up.add_argument(
+        "--ready-timeout",
+        type=float,
+        default=120.0,
+        metavar="S",
+        help="seconds to wait for the services and nodes to be ready (default: 120)",
+    )
+
+    apply = sub.add_parser(
+        "apply",
+        help="submit Pod manifests to the cluster",
+        description="Validate every manifest locally (nothing is sent if one is wrong), then publish each pod "
+        "to kubus.pods.submit. The same manifest submitted twice is stored once.",
+    )
+    apply.add_argument(
+        "-f",
+        "--filename",
+        action="append",
+        required=True,
+        metavar="FILE",
+        help="Pod manifests (YAML or JSON, multi-document, List); '-' reads stdin; repeatable",
+    )
+    apply.add_argument("-q", "--quiet", action="store_true", help="one summary line instead of one line per pod")
+    add_connection_options(apply)
+
+    get = sub.add_parser("get", help="list pods or nodes", description="List pods or nodes as Redis has them now.")
+    get.add_argument("resource", choices=("pods", "pod", "po", "nodes", "node", "no"), metavar="{pods,nodes}")
+    _namespace_options(get, all_namespaces=True)
+    get.add_argument("-o", "--output", choices=("table", "wide", "json"), default="table")
+    get.add_argument("--show-deleted", action="store_true", help="include pods that were deleted")
+    add_connection_options(get)
+
+    describe = sub.add_parser(
+        "describe",
+        help="show a pod's state, events, and why it is pending",
+        description="Show a pod's phase, node, GPU devices and events; for a pending pod also the last "
+        "scheduling summary and a per-plugin, per-node breakdown evaluated now against the cluster in Redis.",
+    )
+    describe.add_argument("resource", choices=("pod", "pods", "po"), metavar="pod")
+    describe.add_argument("name")
+    _namespace_options(describe, all_namespaces=False)
+    describe.add_argument(
+        "--config",
+        metavar="SCHEDCONFIG",
+        help="KubeSchedulerConfiguration the cycles run "
+        "(default: the running `kubus up`'s, else kube's default profile)",
+    )
+    describe.add_argument(
+        "--backend", choices=("auto", "numpy", "cupy"), default="numpy", help="array backend (default: numpy)"
+    )
+    add_connection_options(describe)
+
+    delete = sub.add_parser(
+        "delete", help="delete a pod", description="Ask the queue to delete a pod, then wait until it is deleted."
+    )
+    delete.add_argument("resource", choices=("pod", "pods", "po"), metavar="pod")
+    delete.add_argument("name")
+    _namespace_options(delete, all_namespaces=False)
+    delete.add_argument("--no-wait", action="store_true", help="return once the deletion is submitted")
+    delete.add_argument("--timeout", type=float, default=30.0, metavar="S", help="seconds to wait (default: 30)")
+    add_connection_options(delete)
+
+    bench = sub.add_parser(
+        "bench",
+        help="measure the whole system: pods bound per second and submit-to-bound latency",
+        description="Start embedded servers, every service and N simulated nodes; submit P pods as fast as "
+        "possible; report pods bound per second, latency percentiles and time per stage; check the invariants.",
+    )
+    bench.add_argument("--nodes", type=int, default=5000, metavar="N", help="simulated nodes (default: 5000)")
+    bench.add_argument("--pods", type=int, default=10000, metavar="P", help="pods to submit (default: 10000)")
+    bench.add_argument("--batch-size", type=int, default=256, metavar="B", help="pods per cycle batch (default: 256)")
+    bench.add_argument(
+        "--profiles", type=int, default=1, metavar="K", help="scheduler profiles, one cycle each (default: 1)"
+    )
+    bench.add_argument("--binders", type=int, default=1, metavar="K", help="binder processes (default: 1)")
+    bench.add_argument(
+        "--node-template", metavar="FILE", help="Node manifest of the simulated nodes (default: 8 x H100)"
+    )
+    bench.add_argument("--data-dir", metavar="DIR", help="keep servers' data and logs here (default: a temporary dir)")
+    bench.add_argument(
+        "--timeout", type=float, default=600.0, metavar="S", help="give up after S seconds (default: 600)"
+    )
+    bench.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    bench.add_argument("--seed", type=int, default=0, help="seed of the generated workload")
+
+
+def _settings(args: argparse.Namespace) -> tuple[ConnectionSettings, Endpoints | None]:
+    return cluster_settings(nats=args.nats, redis=args.redis, settings_file=args.settings, directory=args.data_dir)
+
+
+def _explicit(args: argparse.Namespace) -> bool:
+    """Whether the user said where the servers are (flags, environment, settings file, kubus up)."""
+    if args.nats or args.redis or args.settings:
+        return True
+    if os.environ.get("KUBUS_NATS_URL") or os.environ.get("KUBUS_REDIS_URL"):
+        return True
+    return read_endpoints(data_dir(args.data_dir)) is not None
+
+
+def _namespace(args: argparse.Namespace) -> str | None:
+    if getattr(args, "all_namespaces", False):
+        if args.namespace:
+            raise UsageError("give -n NAMESPACE or -A, not both")
+        return None
+    return args.namespace or "default"
+
+
+def scheduler_config(path: str | None) -> SchedulerConfiguration:
+    """The KubeSchedulerConfiguration at ``path``, or kube's default. Raises ConfigError."""
+    registry = in_tree_registry()
+    return load_config(path, registry=registry) if path else default_config(registry=registry)
+
+
+def run_cluster_command(args: argparse.Namespace) -> int:
+    """Run a cluster command. Raises UsageError, Unreachable, ManifestError, ConfigError,
+    SettingsError as main() reports them."""
+    if args.command not in ("up", "bench"):
+        # The bus helpers log every failed connection attempt; the command reports the failure
+        # itself, in one line.
+        logging.getLogger("kubus").setLevel(logging.CRITICAL)
+    try:
+        return asyncio.run(_run(args))
+    except Unreachable as exc:
+        if args.command in ("up", "bench") or _explicit(args):
+            raise
+        where = data_dir(args.data_dir)
+        raise Unreachable(
+            f"{exc} (no running `kubus up` recorded in {where}/; start one, or give --nats and --redis)"
+        ) from None
+    except (nats.errors.Error, TimeoutError) as exc:  # the connection was lost mid-command
+        raise Unreachable(f"NATS: {str(exc) or type(exc).__name__}") from None
+    except redis.exceptions.ConnectionError as exc:
+        raise Unreachable(f"Redis: {exc}") from None
+
+
+async def _run(args: argparse.Namespace) -> int:
+    out = sys.stdout
+    if args.command == "up":
+        from kubus.cli.up import run_up
+
+        return await run_up(args)
+    if args.command == "bench":
+        from kubus.cli.bench import run_bench
+
+        return await run_bench(args)
+    settings, recorded = _settings(args)
+    if args.command == "apply":
+        from kubus.cli.cluster import apply
+
+        return await apply(settings, args.filename, out, quiet=args.quiet)
+    if args.command == "get":
+        from kubus.cli.cluster import get_nodes, get_pods
+
+        if args.resource in ("pods", "pod", "po"):
+            return await get_pods(
+                settings, out, namespace=_namespace(args), output=args.output, show_deleted=args.show_deleted
+            )
+        if args.namespace or args.all_namespaces:
+            raise UsageError("nodes have no namespace; drop -n/-A")
+        return await get_nodes(settings, out, output=args.output)
+    if args.command == "describe":
+        from kubus.cli.describe import describe_pod
+        from kubus.kernels.backend import select_backend
+
+        config = scheduler_config(args.config or (recorded.config if recorded else None))
+        return await describe_pod(
+            settings,
+            out,
+            namespace=_namespace(args) or "default",
+            name=args.name,
+            config=config,
+            backend=select_backend(args.backend),
+        )
+    if args.command == "delete":
+        from kubus.cli.cluster import delete_pod
+
+        return await delete_pod(
+            settings,
+            out,
+            namespace=_namespace(args) or "default",
+            name=args.name,
+            wait=None if args.no_wait else args.timeout,
+        )
+    raise UsageError(f"unknown command {args.command!r}")

@@ -1,0 +1,284 @@
+"""The services of one kubus cluster as child processes: started by module name, logged to one
+file each, watched, killed and restarted, stopped in order.
+
+`kubus up`, `kubus bench` and the end-to-end tests start the services exactly the same way,
+through `cluster_services` and `ServiceGroup`: ``<python> -m kubus.<service> ...`` with the
+connection in the environment (``KUBUS_NATS_URL``, ``KUBUS_REDIS_URL``) and, when one is given,
+``--settings FILE`` for credentials and TLS. kubus (the library) never imports a service.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = [
+    "STOP_ORDER",
+    "ServiceGroup",
+    "ServiceProcess",
+    "ServiceSpec",
+    "cluster_services",
+]
+
+_POLL = 0.05
+_TAIL_LINES = 20
+
+STOP_ORDER = ("cycle", "binder", "queue", "gpu-agent")
+"""Roles in the order they are stopped: first the cycles (no new decisions), then the binders
+(finish the binds in flight), the queue, and the node agents last (running pods stay accounted)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceSpec:
+    """One service process to run."""
+
+    name: str
+    """Unique within the cluster: the log file is ``<name>.log`` (``cycle-default-scheduler``)."""
+    role: str
+    """queue, cycle, binder or gpu-agent (see STOP_ORDER)."""
+    module: str
+    """Run as ``python -m <module>`` (``kubus.queue``)."""
+    args: tuple[str, ...] = ()
+
+
+def cluster_services(
+    *,
+    profiles: Sequence[str],
+    config: str | None,
+    nodes: int,
+    node_template: str | None,
+    binders: int = 1,
+    log_level: str = "info",
+    settings_file: str | None = None,
+    metrics_base: int = 0,
+    pod_duration: float | None = None,
+    batch_size: int | None = None,
+) -> list[ServiceSpec]:
+    """The processes of a cluster: one queue, one cycle per profile, ``binders`` binders and,
+    when ``nodes`` > 0, one gpu-agent simulating ``nodes`` nodes from ``node_template``.
+
+    ``metrics_base`` > 0 gives the services consecutive metrics ports from it; 0 turns metrics
+    off (several services on one machine would otherwise fight over one port).
+    """
+    common: list[str] = ["--log-level", log_level]
+    if settings_file:
+        common += ["--settings", settings_file]
+    with_config = ["--config", config] if config else []
+    specs: list[ServiceSpec] = [ServiceSpec("queue", "queue", "kubus.queue", (*with_config,))]
+    for profile in profiles:
+        extra = ["--batch-size", str(batch_size)] if batch_size else []
+        specs.append(
+            ServiceSpec(
+                f"cycle-{_file_safe(profile)}", "cycle", "kubus.cycle", ("--profile", profile, *with_config, *extra)
+            )
+        )
+    for i in range(binders):
+        specs.append(ServiceSpec("binder" if binders == 1 else f"binder-{i}", "binder", "kubus.binder"))
+    if nodes > 0:
+        if not node_template:
+            raise ValueError("simulated nodes need a node template")
+        agent = ["--simulate", str(nodes), "--template", node_template]
+        if pod_duration is not None:
+            agent += ["--pod-duration", f"{pod_duration:g}"]
+        specs.append(ServiceSpec("gpu-agent", "gpu-agent", "kubus.gpu_agent", tuple(agent)))
+    out = []
+    for i, spec in enumerate(specs):
+        port = metrics_base + i if metrics_base > 0 else 0
+        out.append(ServiceSpec(spec.name, spec.role, spec.module, (*spec.args, *common, "--metrics-port", str(port))))
+    return out
+
+
+def _file_safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+
+
+# Children still running when the interpreter exits (an interrupted test, a crash of `kubus up`)
+# are killed, so no orphan keeps scheduling against a cluster nobody watches.
+_live: set[subprocess.Popen[bytes]] = set()
+
+
+@atexit.register
+def _kill_leftovers() -> None:
+    for proc in list(_live):
+        with contextlib.suppress(OSError):
+            proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=2)
+    _live.clear()
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """Linux: the child gets SIGTERM when its parent dies, even by SIGKILL (PR_SET_PDEATHSIG)."""
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+
+
+@dataclass
+class ServiceProcess:
+    """One service child process and its log file (appended to across restarts)."""
+
+    spec: ServiceSpec
+    log_path: Path
+    env: Mapping[str, str]
+    cwd: Path | None = None
+    proc: subprocess.Popen[bytes] | None = None
+    started_at: float = 0.0
+    restarts: int = 0
+    expected_exit: bool = False
+    """Set while we stop or kill it on purpose: its exit is not a failure."""
+    _log_offset: int = 0
+    exits: list[float] = field(default_factory=list)
+    """When it exited unexpectedly (monotonic seconds), for restart throttling."""
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.proc is None else self.proc.pid
+
+    def argv(self) -> list[str]:
+        return [sys.executable, "-m", self.spec.module, *self.spec.args]
+
+    def start(self) -> None:
+        """Start the process (again). Its output goes to the log file, after a header line."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            log.write(f"--- kubus: starting {' '.join(self.argv())} at {time.strftime('%Y-%m-%dT%H:%M:%S')}\n".encode())
+            log.flush()
+            self._log_offset = log.tell()
+            self.proc = subprocess.Popen(
+                self.argv(),
+                cwd=self.cwd,
+                env=dict(self.env),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                # Its own session: a Ctrl-C in the terminal reaches kubus, which stops the services
+                # in order, instead of the terminal signalling every child at once.
+                start_new_session=True,
+                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+            )
+        _live.add(self.proc)
+        self.started_at = time.monotonic()
+        self.expected_exit = False
+
+    def returncode(self) -> int | None:
+        """The exit status if the process has ended, else None (also None before start)."""
+        return None if self.proc is None else self.proc.poll()
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_tail(self, lines: int = _TAIL_LINES) -> str:
+        """The last lines this run of the process wrote."""
+        try:
+            with open(self.log_path, "rb") as log:
+                log.seek(self._log_offset)
+                text = log.read().decode(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would (`kill -9`); the exit is expected. Does not wait."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.expected_exit = True
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
+
+    async def wait(self, timeout: float) -> int | None:
+        """Wait up to ``timeout`` seconds for the process to end; its exit status or None."""
+        deadline = time.monotonic() + timeout
+        while self.running and time.monotonic() < deadline:
+            await asyncio.sleep(_POLL)
+        return self.returncode()
+
+    async def stop(self, timeout: float = 10.0) -> int | None:
+        """SIGTERM, up to ``timeout`` seconds to exit, then SIGKILL. Idempotent; the exit status."""
+        proc = self.proc
+        if proc is None:
+            return None
+        self.expected_exit = True
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+            await self.wait(timeout)
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                while proc.poll() is None:
+                    await asyncio.sleep(_POLL)
+        _live.discard(proc)
+        return proc.returncode
+
+
+class ServiceGroup:
+    """The service processes of one cluster, started together and stopped in STOP_ORDER.
+
+    ``env`` is added to this process's environment for every child (the connection URLs).
+    """
+
+    def __init__(self, specs: Iterable[ServiceSpec], log_dir: Path, env: Mapping[str, str], *,
+                 cwd: Path | None = None) -> None:  # fmt: skip
+        full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **env}
+        self.log_dir = log_dir
+        self.services: dict[str, ServiceProcess] = {}
+        for spec in specs:
+            if spec.name in self.services:
+                raise ValueError(f"two services named {spec.name!r}")
+            self.services[spec.name] = ServiceProcess(spec, log_dir / f"{spec.name}.log", full_env, cwd)
+
+    def __getitem__(self, name: str) -> ServiceProcess:
+        return self.services[name]
+
+    def __iter__(self) -> Iterator[ServiceProcess]:
+        return iter(self.services.values())
+
+    def by_role(self, role: str) -> list[ServiceProcess]:
+        return [s for s in self.services.values() if s.spec.role == role]
+
+    def start(self) -> None:
+        """Start every service that is not running."""
+        for service in self.services.values():
+            if not service.running:
+                service.start()
+
+    def failed(self) -> list[ServiceProcess]:
+        """Services that exited without being asked to (each reported once: it is then marked)."""
+        out = []
+        for service in self.services.values():
+            code = service.returncode()
+            if code is not None and not service.expected_exit:
+                service.expected_exit = True
+                service.exits.append(time.monotonic())
+                out.append(service)
+        return out
+
+    async def stop(self, timeout: float = 10.0) -> dict[str, int | None]:
+        """Stop every service, role by role in STOP_ORDER (a role's replicas together): SIGTERM,
+        then SIGKILL after ``timeout`` seconds. Idempotent. Returns each one's exit status."""
+        codes: dict[str, int | None] = {}
+        roles = [*STOP_ORDER, *sorted({s.spec.role for s in self.services.values()} - set(STOP_ORDER))]
+        for role in roles:
+            group = self.by_role(role)
+            results = await asyncio.gather(*(s.stop(timeout) for s in group))
+            codes.update({s.name: code for s, code in zip(group, results, strict=True)})
+        return codes
+
+    def kill_all(self) -> None:
+        for service in self.services.values():
+            service.kill()

@@ -1,0 +1,214 @@
+"""Following a set of submitted pods through the cluster: phases, timings, a live status line.
+
+Used by `kubus up --demo` and `kubus bench`. The phases come from Redis (the pod records, read
+in pipelined batches), the moments from three sources, the most precise first: the pod.bound
+and pod.running events on the bus (their arrival here), the record's own ``updated_at`` when a
+poll finds it in that very phase, and else the poll that first saw it there. Every time is wall
+clock seconds on this machine, which also runs the services.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from kubus.bus.messages import ClusterEvent, MessageError, decode
+from kubus.bus.subjects import EventKind, event_filter
+from kubus.store.cluster_state import ClusterState
+from kubus.store.records import PodPhase
+
+__all__ = ["PHASE_GROUPS", "LiveLine", "PodTimes", "PodTracker", "percentile", "sleep_or", "status_line"]
+
+_BATCH = 1000
+_FIELDS = ("phase", "node", "created_at", "updated_at", "reason", "message")
+
+PHASE_GROUPS = (
+    ("pending", (PodPhase.PENDING,)),
+    ("reserved", (PodPhase.RESERVED,)),
+    ("bound", (PodPhase.BOUND,)),
+    ("running", (PodPhase.RUNNING,)),
+    ("finished", (PodPhase.SUCCEEDED, PodPhase.FAILED)),
+    ("deleted", (PodPhase.DELETED,)),
+)
+"""How the status line groups phases."""
+
+_PLACED = frozenset({PodPhase.BOUND, PodPhase.RUNNING, PodPhase.SUCCEEDED, PodPhase.FAILED})
+
+
+@dataclass(slots=True)
+class PodTimes:
+    """What is known about one tracked pod (times in seconds since the epoch; 0 = not yet)."""
+
+    key: str
+    uid: str
+    submitted: float = 0.0
+    accepted: float = 0.0
+    """The record's created_at: when the queue stored the pod."""
+    bound: float = 0.0
+    running: float = 0.0
+    phase: PodPhase | None = None
+    """None until the queue has stored the pod."""
+    node: str = ""
+    reason: str = ""
+    message: str = ""
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The q-th percentile (0..100, nearest rank) of ``values``; None when empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(0, min(len(ordered) - 1, math.ceil(q / 100 * len(ordered)) - 1))
+    return ordered[rank]
+
+
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else ("" if v is None else str(v))
+
+
+class PodTracker:
+    """Phases and timings of the pods with the given uids (keyed by namespace/name)."""
+
+    def __init__(self, state: ClusterState, pods: Iterable[tuple[str, str]]) -> None:
+        """``pods``: (namespace/name, uid) of every pod to follow."""
+        self.state = state
+        self.pods: dict[str, PodTimes] = {key: PodTimes(key, uid) for key, uid in pods}
+        self._sub: Any = None
+        self._history: list[tuple[float, int]] = []
+
+    # -- inputs ------------------------------------------------------------------------------------
+
+    def submitted(self, key: str, at: float | None = None) -> None:
+        """Record that the pod was stored by JetStream (its submit ack) at ``at`` (default now)."""
+        self.pods[key].submitted = time.time() if at is None else at
+
+    async def follow_events(self, nc: Any) -> None:
+        """Subscribe (core NATS) to pod events, for bind and start moments as they happen."""
+
+        async def on_event(msg: Any) -> None:
+            now = time.time()
+            try:
+                event = decode(ClusterEvent, msg.data)
+            except MessageError:
+                return
+            pod = self.pods.get(event.name)
+            if pod is None:
+                return
+            if event.kind == EventKind.POD_BOUND.value and not pod.bound:
+                pod.bound = now
+            elif event.kind == EventKind.POD_RUNNING.value and not pod.running:
+                pod.running = now
+
+        self._sub = await nc.subscribe(
+            event_filter().replace(">", "pod.>"), cb=on_event, pending_msgs_limit=1_000_000, pending_bytes_limit=-1
+        )
+
+    async def close(self) -> None:
+        if self._sub is not None:
+            with contextlib.suppress(Exception):
+                await self._sub.unsubscribe()
+            self._sub = None
+
+    async def poll(self, *, skip: frozenset[PodPhase] = frozenset()) -> Counter[PodPhase | None]:
+        """Read the tracked pods' records; returns how many are in each phase (None: not stored
+        yet). Pods last seen in a phase of ``skip`` (one they cannot leave) are not read again."""
+        now = time.time()
+        everything = list(self.pods.values())
+        items = [p for p in everything if p.phase not in skip] if skip else everything
+        keys = self.state.keys
+        for start in range(0, len(items), _BATCH):
+            chunk = items[start : start + _BATCH]
+            pipe = self.state.redis.pipeline(transaction=False)
+            for pod in chunk:
+                pipe.hmget(keys.pod_record(pod.uid), *_FIELDS)
+            for pod, values in zip(chunk, await pipe.execute(), strict=True):
+                phase, node, created, updated, reason, message = (_text(v) for v in values)
+                if not phase:
+                    continue
+                pod.phase = PodPhase(phase)
+                pod.node, pod.reason, pod.message = node, reason, message
+                pod.accepted = pod.accepted or float(created or 0)
+                at = float(updated or 0) or now
+                if pod.phase in _PLACED and not pod.bound:
+                    pod.bound = at if pod.phase is PodPhase.BOUND else now
+                if pod.phase in (PodPhase.RUNNING, PodPhase.SUCCEEDED, PodPhase.FAILED) and not pod.running:
+                    pod.running = at if pod.phase is PodPhase.RUNNING else now
+        counts: Counter[PodPhase | None] = Counter(p.phase for p in everything)
+        self._history.append((time.monotonic(), self.placed()))
+        self._history = self._history[-40:]
+        return counts
+
+    # -- outputs -----------------------------------------------------------------------------------
+
+    def placed(self) -> int:
+        """Pods bound at some point (bound, running or finished now)."""
+        return sum(1 for p in self.pods.values() if p.bound)
+
+    def rate(self, window: float = 3.0) -> float:
+        """Pods bound per second over the last ``window`` seconds of polls."""
+        if len(self._history) < 2:
+            return 0.0
+        t1, n1 = self._history[-1]
+        t0, n0 = next(((t, n) for t, n in self._history if t1 - t <= window), self._history[0])
+        return (n1 - n0) / (t1 - t0) if t1 > t0 else 0.0
+
+    def latencies(self, start: str, end: str, keys: Iterable[str] | None = None) -> list[float]:
+        """Seconds from ``start`` to ``end`` (PodTimes field names) for pods that have both."""
+        pods = self.pods.values() if keys is None else (self.pods[k] for k in keys)
+        out = []
+        for p in pods:
+            a, b = getattr(p, start), getattr(p, end)
+            if a and b:
+                out.append(max(0.0, b - a))
+        return out
+
+
+def status_line(counts: Counter[PodPhase | None], total: int, rate: float, elapsed: float) -> str:
+    """``pending 12  reserved 0  bound 40  running 200  finished 37  |  85.3 pods/s  12s``."""
+    parts = [f"submitted {total - counts.get(None, 0)}/{total}"] if counts.get(None) else []
+    for label, phases in PHASE_GROUPS:
+        n = sum(counts.get(p, 0) for p in phases)
+        if n or label != "deleted":
+            parts.append(f"{label} {n}")
+    return "  ".join(parts) + f"  |  {rate:.1f} pods/s  {elapsed:.0f}s"
+
+
+class LiveLine:
+    """One status line, rewritten in place on a terminal, printed every ``every`` seconds otherwise."""
+
+    def __init__(self, out: TextIO = sys.stdout, every: float = 5.0) -> None:
+        self.out = out
+        self.tty = out.isatty()
+        self.every = every
+        self._last = 0.0
+        self._width = 0
+
+    def show(self, text: str, *, force: bool = False) -> None:
+        if self.tty:
+            self.out.write("\r" + text.ljust(self._width))
+            self._width = len(text)
+            self.out.flush()
+        elif force or time.monotonic() - self._last >= self.every:
+            self.out.write(text + "\n")
+            self.out.flush()
+            self._last = time.monotonic()
+
+    def done(self) -> None:
+        if self.tty and self._width:
+            self.out.write("\n")
+            self.out.flush()
+            self._width = 0
+
+
+async def sleep_or(event: asyncio.Event, seconds: float) -> bool:
+    """Sleep ``seconds`` unless ``event`` is set first; True when it is set."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(event.wait(), seconds)
+    return event.is_set()

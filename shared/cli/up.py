@@ -1,0 +1,359 @@
+"""`kubus up`: the whole system on this machine, as child processes, until Ctrl-C.
+
+Order of things: check the arguments (a mistake stops here, exit 2) → start the embedded NATS
+and Redis-compatible servers (unless external URLs are given) → record the URLs in
+``<data dir>/endpoints.json`` for the other commands → start the services (`kubus.cli.processes`)
+→ wait until every simulated node heartbeats and every profile's cycle holds its lease → run
+(or, with --demo, run the sample workload) → on Ctrl-C/SIGTERM stop the services in order, then
+the servers. A service that exits on its own is reported with the tail of its log and started
+again (five times a minute at most; then kubus up gives up and stops everything, exit 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from kubus.api.manifests import load_manifests
+from kubus.cli.commands import scheduler_config
+from kubus.cli.connect import Unreachable, UsageError, open_state, safe_url
+from kubus.cli.endpoints import Endpoints, data_dir, read_endpoints, remove_endpoints, write_endpoints
+from kubus.cli.processes import ServiceGroup, ServiceProcess, cluster_services
+from kubus.cli.progress import sleep_or
+from kubus.cli.workload import NODE_TEMPLATE, gpu_scheduler_config
+from kubus.embedded import EmbeddedServers, ServerStartError
+from kubus.settings import ConnectionSettings, load_settings
+from kubus.store.cluster_state import ClusterState
+
+__all__ = ["Cluster", "cycle_lease", "run_up", "start_cluster", "wait_ready"]
+
+RESTARTS_PER_MINUTE = 5
+"""A service that exits more often than this is not restarted again: kubus up stops."""
+
+
+def cycle_lease(profile: str) -> str:
+    """The lease a profile's active cycle holds (docs/services.md)."""
+    return f"cycle/{profile}"
+
+
+def _err(text: str) -> None:
+    sys.stderr.write(text.rstrip("\n") + "\n")
+    sys.stderr.flush()
+
+
+def _say(text: str) -> None:
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid <= 0 or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@dataclass
+class Cluster:
+    """A running cluster: its servers (None when external), connection and service processes."""
+
+    directory: Path
+    settings: ConnectionSettings
+    servers: EmbeddedServers | None
+    group: ServiceGroup
+    profiles: tuple[str, ...]
+    nodes: int
+    config: str | None
+
+    async def stop(self, timeout: float = 10.0) -> dict[str, int | None]:
+        """Services in order (SIGTERM, SIGKILL after ``timeout``), then the servers. Idempotent."""
+        codes = await self.group.stop(timeout)
+        if self.servers is not None:
+            await self.servers.stop()
+        return codes
+
+
+def default_config_file(directory: Path, profiles: Sequence[str] = ("default-scheduler",)) -> str:
+    """Write the default configuration of a simulated GPU cluster (kube's default profile plus
+    GPUFit, see `gpu_scheduler_config`) into the data dir; return its absolute path."""
+    directory.mkdir(parents=True, exist_ok=True)
+    target = directory / "scheduler-config.yaml"
+    target.write_text(gpu_scheduler_config(profiles))
+    return str(target.resolve())
+
+
+def check_template(path: str | None, directory: Path, nodes: int) -> str | None:
+    """The absolute path of the node template to simulate from (the built-in one written to the
+    data dir when none is given); None without simulated nodes. Raises UsageError/ManifestError."""
+    if nodes <= 0:
+        return None
+    if path is None:
+        directory.mkdir(parents=True, exist_ok=True)
+        target = directory / "node-template.yaml"
+        target.write_text(NODE_TEMPLATE)
+        return str(target.resolve())
+    manifests = load_manifests(path)
+    if len(manifests.nodes) != 1 or manifests.pods:
+        raise UsageError(
+            f"{path}: a node template is exactly one Node manifest, found "
+            f"{len(manifests.nodes)} Node(s) and {len(manifests.pods)} Pod(s)"
+        )
+    return str(Path(path).resolve())
+
+
+async def start_cluster(
+    directory: Path,
+    *,
+    config: str | None,
+    profiles: Sequence[str],
+    nodes: int,
+    node_template: str | None,
+    binders: int = 1,
+    nats: str | None = None,
+    redis: str | None = None,
+    settings_file: str | None = None,
+    log_level: str = "info",
+    metrics_base: int = 0,
+    pod_duration: float | None = None,
+    batch_size: int | None = None,
+) -> Cluster:
+    """Start servers (embedded unless ``nats`` and ``redis`` are given) and the services.
+    Returns once the processes are started (not yet ready: see `wait_ready`).
+
+    Raises Unreachable when an external server does not answer, ServerStartError when an
+    embedded one does not start (nothing is left running then).
+    """
+    servers: EmbeddedServers | None = None
+    if nats and redis:
+        settings = load_settings(file=settings_file, overrides={"nats_url": nats, "redis_url": redis})
+        async with open_state(settings):
+            pass  # answers, or Unreachable names the URL
+    else:
+        servers = EmbeddedServers(directory)
+        await servers.start()
+        settings = load_settings(
+            file=settings_file, overrides={"nats_url": servers.nats_url, "redis_url": servers.redis_url}
+        )
+    specs = cluster_services(
+        profiles=profiles,
+        config=config,
+        nodes=nodes,
+        node_template=node_template,
+        binders=binders,
+        log_level=log_level,
+        settings_file=str(Path(settings_file).resolve()) if settings_file else None,
+        metrics_base=metrics_base,
+        pod_duration=pod_duration,
+        batch_size=batch_size,
+    )
+    env = {"KUBUS_NATS_URL": settings.nats_url, "KUBUS_REDIS_URL": settings.redis_url}
+    group = ServiceGroup(specs, directory / "logs", env)
+    group.start()
+    return Cluster(directory, settings, servers, group, tuple(profiles), nodes, config)
+
+
+async def wait_ready(
+    cluster: Cluster, state: ClusterState, *, timeout: float, since: float, stop: asyncio.Event | None = None
+) -> list[ServiceProcess]:
+    """Wait until ``cluster.nodes`` nodes have heartbeaten since ``since`` (wall clock) and every
+    profile's cycle holds its lease. Returns [] when ready, the services that exited meanwhile
+    otherwise. Raises TimeoutError after ``timeout`` seconds (the message says what is missing)."""
+    deadline = time.monotonic() + timeout
+    missing = ""
+    while True:
+        failed = cluster.group.failed()
+        if failed:
+            return failed
+        if stop is not None and stop.is_set():
+            return []
+        fresh = (
+            sum(
+                1
+                for r in await state.list_nodes()
+                if r.heartbeat is not None and r.heartbeat >= since - 1 and not r.unreachable
+            )
+            if cluster.nodes
+            else 0
+        )
+        leaderless = [p for p in cluster.profiles if await state.get_lease(cycle_lease(p)) is None]
+        if fresh >= cluster.nodes and not leaderless:
+            return []
+        missing = f"{fresh}/{cluster.nodes} nodes heartbeating"
+        if leaderless:
+            missing += f", no active cycle for {', '.join(leaderless)}"
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"not ready after {timeout:g}s: {missing}")
+        await asyncio.sleep(0.25)
+
+
+def report_exit(service: ServiceProcess, *, restarting: bool) -> None:
+    code = service.returncode()
+    what = f"exited with code {code}" if code is not None and code >= 0 else f"was killed by signal {-(code or 0)}"
+    then = "; starting it again" if restarting else ""
+    tail = service.log_tail() or "(its log is empty)"
+    indented = "\n".join("    " + line for line in tail.splitlines())
+    _err(f"kubus up: service {service.name} {what}{then}. Last lines of {service.log_path}:\n{indented}")
+
+
+async def supervise(cluster: Cluster, stop: asyncio.Event) -> int:
+    """Run until ``stop`` is set (0), restarting services that exit; 1 when one keeps failing."""
+    while not await sleep_or(stop, 0.5):
+        for service in cluster.group.failed():
+            recent = [t for t in service.exits if time.monotonic() - t < 60]
+            if len(recent) > RESTARTS_PER_MINUTE:
+                report_exit(service, restarting=False)
+                _err(f"kubus up: {service.name} exited {len(recent)} times within a minute; giving up")
+                return 1
+            report_exit(service, restarting=True)
+            service.restarts += 1
+            service.start()
+    return 0
+
+
+def _install_signals(stop: asyncio.Event, cluster_ref: list[Cluster]) -> None:
+    loop = asyncio.get_running_loop()
+
+    def on_signal() -> None:
+        if stop.is_set() and cluster_ref:
+            _err("kubus up: second interrupt; killing the services")
+            cluster_ref[0].group.kill_all()
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, on_signal)
+
+
+async def run_up(args: argparse.Namespace) -> int:
+    """`kubus up`; see the module docstring. Raises UsageError (exit 2) and Unreachable (exit 1)."""
+    if args.nodes < 0:
+        raise UsageError(f"--nodes: expected 0 or more, got {args.nodes}")
+    if args.binders < 1:
+        raise UsageError(f"--binders: expected 1 or more, got {args.binders}")
+    if (args.nats is None) != (args.redis is None):
+        raise UsageError("give both --nats and --redis (external servers), or neither (embedded servers)")
+    if args.fresh and args.nats:
+        raise UsageError("--fresh deletes the embedded servers' data; it does not apply to --nats/--redis")
+    if args.demo and args.nodes == 0:
+        raise UsageError("--demo needs simulated nodes (--nodes 1 or more)")
+    if args.pod_duration is not None and args.pod_duration < 0:
+        raise UsageError(f"--pod-duration: expected seconds >= 0, got {args.pod_duration:g}")
+    directory = data_dir(args.data_dir).resolve()
+    running = read_endpoints(directory)
+    if running is not None and _pid_alive(running.pid):
+        raise UsageError(f"kubus up is already running with data dir {directory} (pid {running.pid})")
+    config_path = str(Path(args.config).resolve()) if args.config else default_config_file(directory)
+    config = scheduler_config(config_path)
+    profiles = tuple(p.scheduler_name for p in config.profiles)
+    template = check_template(args.node_template, directory, args.nodes)
+    if args.fresh:
+        for sub in ("nats", "redis", "nats-ports"):
+            shutil.rmtree(directory / sub, ignore_errors=True)
+    pod_duration = args.pod_duration if args.pod_duration is not None else (5.0 if args.demo else None)
+
+    stop = asyncio.Event()
+    cluster_ref: list[Cluster] = []
+    _install_signals(stop, cluster_ref)
+    started = time.time()
+    try:
+        cluster = await start_cluster(
+            directory,
+            config=config_path,
+            profiles=profiles,
+            nodes=args.nodes,
+            node_template=template,
+            binders=args.binders,
+            nats=args.nats,
+            redis=args.redis,
+            settings_file=args.settings,
+            log_level=args.log_level,
+            metrics_base=args.metrics_base,
+            pod_duration=pod_duration,
+        )
+    except ServerStartError as exc:
+        _err(f"kubus up: the embedded servers did not start: {exc}")
+        return 1
+    cluster_ref.append(cluster)
+    embedded = cluster.servers is not None
+    write_endpoints(
+        directory,
+        Endpoints(cluster.settings.nats_url, cluster.settings.redis_url, config_path, os.getpid(), started, embedded),
+    )
+    try:
+        _print_banner(cluster, args)
+        async with open_state(cluster.settings) as state:
+            _say(f"waiting for {args.nodes} nodes and the cycles of {', '.join(profiles)} ...")
+            try:
+                failed = await wait_ready(cluster, state, timeout=args.ready_timeout, since=started, stop=stop)
+            except TimeoutError as exc:
+                _err(f"kubus up: {exc}; see the logs in {directory / 'logs'}")
+                return 1
+            if failed:
+                for service in failed:
+                    report_exit(service, restarting=False)
+                _err("kubus up: a service failed to start; stopping")
+                return 1
+            if stop.is_set():
+                return 0
+            _say(f"ready in {time.time() - started:.1f}s: {args.nodes} nodes, profiles {', '.join(profiles)}")
+            if args.demo:
+                from kubus.cli.demo import run_demo
+
+                return await run_demo(cluster, state, stop, pods=args.demo_pods)
+            _print_try(directory, args)
+            return await supervise(cluster, stop)
+    except Unreachable as exc:
+        _err(f"kubus up: {exc}")
+        return 1
+    finally:
+        _say("kubus up: stopping the services ...")
+        codes = await cluster.stop()
+        remove_endpoints(directory, os.getpid())
+        unclean = {n: c for n, c in codes.items() if c not in (0, None, -signal.SIGTERM)}
+        if unclean:
+            _err("kubus up: " + ", ".join(f"{n} exited with {c}" for n, c in unclean.items()))
+        _say("kubus up: stopped")
+
+
+def _print_banner(cluster: Cluster, args: argparse.Namespace) -> None:
+    d = cluster.directory
+    lines = [f"kubus up: data dir {d}"]
+    if cluster.servers is not None:
+        lines.append(f"  NATS   {cluster.settings.nats_url}   (log {cluster.servers.nats_log})")
+        lines.append(f"  Redis  {cluster.settings.redis_url}   (log {cluster.servers.redis_log})")
+    else:
+        lines.append(f"  NATS   {safe_url(cluster.settings.nats_url)}   (external)")
+        lines.append(f"  Redis  {safe_url(cluster.settings.redis_url)}   (external)")
+    lines.append(f"  services ({len(cluster.group.services)}), one log each in {d / 'logs'}:")
+    for s in cluster.group:
+        lines.append(f"    {s.name:<28} pid {s.pid:<8} {s.log_path.name}")
+    _say("\n".join(lines))
+
+
+def _print_try(directory: Path, args: argparse.Namespace) -> None:
+    home = ""
+    if args.data_dir:
+        home = f"   (other shells: export KUBUS_HOME={directory})\n"
+    _say(
+        "Try:\n"
+        "  kubus apply -f deploy/examples/pods.yaml\n"
+        "  kubus get pods -A\n"
+        "  kubus get nodes\n"
+        "  kubus describe pod too-big-1\n"
+        f"{home}"
+        "Ctrl-C stops everything."
+    )

@@ -1,0 +1,437 @@
+"""The cluster CLI (apply, get, describe, delete), `kubus up` and `kubus bench`, end to end:
+the real services as processes against real NATS and Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from cluster_support import CliResult, StartServices, run_kubus, service_logs
+from nats.js import JetStreamContext
+from nats.js.errors import NotFoundError
+from support import eventually
+
+from kubus.cli.bench import check_invariants_settled
+from kubus.cli.endpoints import Endpoints, cluster_settings, read_endpoints, write_endpoints
+from kubus.cli.workload import NODE_TEMPLATE, impossible_pods, mixed_workload, to_yaml
+from kubus.store import ClusterState, PodPhase
+
+REPO = Path(__file__).resolve().parents[2]
+
+GOOD = """
+apiVersion: v1
+kind: Pod
+metadata: {name: web, namespace: shop}
+spec:
+  containers: [{name: c, image: nginx, resources: {requests: {cpu: 500m, memory: 1Gi}}}]
+---
+apiVersion: v1
+kind: List
+items:
+- kind: Pod
+  apiVersion: v1
+  metadata: {name: train}
+  spec:
+    containers: [{name: c, image: trainer, resources: {limits: {nvidia.com/gpu: "2"}}}]
+- kind: Pod
+  apiVersion: v1
+  metadata: {name: infer, annotations: {kubus.io/gpu-memory: 20Gi}}
+  spec:
+    containers: [{name: c, image: triton}]
+"""
+
+IMPOSSIBLE = """
+apiVersion: v1
+kind: Pod
+metadata: {name: huge}
+spec:
+  containers: [{name: c, image: trainer, resources: {limits: {nvidia.com/gpu: "16"}}}]
+"""
+
+BAD_CPU = """
+apiVersion: v1
+kind: Pod
+metadata: {name: ok}
+spec:
+  containers: [{name: c, image: nginx}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: bad}
+spec:
+  containers: [{name: c, image: nginx, resources: {requests: {cpu: 1.5 cores}}}]
+"""
+
+
+def one_error_line(result: CliResult) -> str:
+    assert result.out == "", result.out
+    lines = result.err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.err
+    assert "Traceback" not in result.err
+    return lines[0]
+
+
+async def stream_messages(js: JetStreamContext, stream: str = "KUBUS_PODS") -> int:
+    try:
+        return (await js.stream_info(stream)).state.messages
+    except NotFoundError:
+        return 0
+
+
+async def pods_by_name(state: ClusterState) -> dict[str, Any]:
+    index = await state.redis.hgetall(state.keys.pod_keys_index())
+    uids = {k.decode(): v.decode() for k, v in index.items()}
+    records = await state.get_pods(uids.values())
+    return {r.key: r for r in records if r is not None}
+
+
+# ---- connection settings -------------------------------------------------------------------------
+
+
+def test_connection_settings_order(tmp_path: Path) -> None:
+    """flags > environment > settings file > `kubus up`'s endpoints.json > defaults."""
+    home = tmp_path / "home"
+    write_endpoints(home, Endpoints("nats://up:1", "redis://up:2/0", pid=1))
+    env = {"KUBUS_HOME": str(home)}
+    s, recorded = cluster_settings(env=env)
+    assert (s.nats_url, s.redis_url) == ("nats://up:1", "redis://up:2/0") and recorded is not None
+    settings_file = tmp_path / "s.yaml"
+    settings_file.write_text("nats_url: nats://file:1\nconnect_timeout: 2\n")
+    s, _ = cluster_settings(env=env, settings_file=str(settings_file))
+    assert (s.nats_url, s.redis_url, s.connect_timeout) == ("nats://file:1", "redis://up:2/0", 2.0)
+    s, _ = cluster_settings(env={**env, "KUBUS_NATS_URL": "nats://env:1"}, settings_file=str(settings_file))
+    assert s.nats_url == "nats://env:1"
+    s, _ = cluster_settings(env={**env, "KUBUS_NATS_URL": "nats://env:1"}, nats="nats://flag:1", redis="redis://f/0")
+    assert (s.nats_url, s.redis_url) == ("nats://flag:1", "redis://f/0")
+    s, _ = cluster_settings(env={}, directory=tmp_path / "nothing")
+    assert s.nats_url == "nats://127.0.0.1:4222"
+    (home / "endpoints.json").write_text("{not json")
+    assert read_endpoints(home) is None
+
+
+async def test_unreachable_servers_are_one_line_naming_the_url_exit_1(tmp_path: Path) -> None:
+    env = {"KUBUS_HOME": str(tmp_path), "KUBUS_CONNECT_TIMEOUT": "1"}
+    pods = tmp_path / "pods.yaml"
+    pods.write_text(GOOD)
+    result = await run_kubus("apply", "-f", str(pods), "--nats", "nats://127.0.0.1:1", env=env)
+    assert result.code == 1
+    assert "nats://127.0.0.1:1" in one_error_line(result)
+    result = await run_kubus("get", "pods", "--redis", "redis://:secret@127.0.0.1:1/0", env=env)
+    assert result.code == 1
+    line = one_error_line(result)
+    assert "redis://:***@127.0.0.1:1/0" in line and "secret" not in line
+
+
+# ---- user mistakes: one line, exit 2, nothing published ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (("get", "deployments"), "invalid choice"),
+        (("get", "nodes", "-n", "x"), "nodes have no namespace"),
+        (("get", "pods", "-n", "x", "-A"), "not both"),
+        (("apply",), "-f/--filename"),
+        (("frobnicate",), "invalid choice"),
+        (("up", "--nodes", "-1"), "--nodes"),
+        (("up", "--nats", "nats://127.0.0.1:4222"), "give both --nats and --redis"),
+        (("bench", "--pods", "0"), "--pods"),
+    ],
+)
+async def test_usage_mistakes_are_one_line_exit_2(tmp_path: Path, args: tuple[str, ...], expected: str) -> None:
+    result = await run_kubus(*args, env={"KUBUS_HOME": str(tmp_path)})
+    assert result.code == 2
+    assert expected in one_error_line(result)
+
+
+async def test_apply_bad_manifest_exits_2_and_publishes_nothing(
+    kubus: Any, js: JetStreamContext, tmp_path: Path
+) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(BAD_CPU)
+    result = await kubus("apply", "-f", str(bad))
+    assert result.code == 2
+    line = one_error_line(result)
+    assert line.startswith(f"error: {bad}: Pod default/bad: spec.containers[0].resources.requests.cpu: ")
+    assert await stream_messages(js) == 0
+    # A good file next to a bad one: still nothing is sent.
+    good = tmp_path / "good.yaml"
+    good.write_text(GOOD)
+    result = await kubus("apply", "-f", str(good), "-f", str(bad))
+    assert result.code == 2 and await stream_messages(js) == 0
+
+
+@pytest.mark.parametrize(
+    ("manifest", "expected"),
+    [
+        ("apiVersion: v1\nkind: Node\nmetadata: {name: n}\nstatus: {allocatable: {cpu: '1'}}\n", "nodes join"),
+        (GOOD + "---\n" + GOOD.split("---")[0], "duplicate"),
+        ("{not yaml: [", "invalid YAML"),
+        ("apiVersion: v1\nkind: Deployment\nmetadata: {name: d}\n", "not supported"),
+        (
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: big, annotations: {junk: '" + "x" * (1100 * 1024) + "'}}\n"
+            "spec: {containers: [{name: c, image: i}]}\n",
+            "the bus takes at most",
+        ),
+    ],
+)
+async def test_apply_refuses_what_it_cannot_submit(
+    kubus: Any, js: JetStreamContext, tmp_path: Path, manifest: str, expected: str
+) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text(manifest)
+    result = await kubus("apply", "-f", str(path))
+    assert result.code == 2
+    assert expected in one_error_line(result)
+    assert await stream_messages(js) == 0
+
+
+async def test_apply_publishes_one_message_per_pod_with_its_msg_id(kubus: Any, js: JetStreamContext) -> None:
+    result = await kubus("apply", "-f", "-", stdin=GOOD.encode())
+    assert result.code == 0, result.err
+    assert result.out.splitlines() == ["pod/web submitted", "pod/train submitted", "pod/infer submitted"]
+    assert await stream_messages(js) == 3
+    # The same manifests again within the duplicate window: stored once.
+    again = await kubus("apply", "-f", "-", stdin=GOOD.encode())
+    assert again.code == 0 and again.out.splitlines()[0] == "pod/web unchanged"
+    assert await stream_messages(js) == 3
+    sub = await js.pull_subscribe("kubus.pods.submit", durable="cli-test")
+    msgs = await sub.fetch(3, timeout=5)
+    ids = sorted(m.headers["Nats-Msg-Id"] for m in msgs)
+    assert ids[0].startswith("submit/default/infer/") and ids[2].startswith("submit/shop/web/")
+    web = next(m for m in msgs if m.headers["Nats-Msg-Id"].startswith("submit/shop/web/"))
+    assert json.loads(web.data)["metadata"] == {"name": "web", "namespace": "shop"}
+
+
+# ---- against the running services -----------------------------------------------------------------
+
+
+async def test_apply_get_describe_delete(
+    services: StartServices, kubus: Any, redis: aioredis.Redis, tmp_path: Path
+) -> None:
+    cluster = await services(nodes=20)
+    state = ClusterState(redis)
+    pods = tmp_path / "pods.yaml"
+    pods.write_text(GOOD + "---\n" + IMPOSSIBLE)
+    result = await kubus("apply", "-f", str(pods))
+    assert result.code == 0, result.err
+    assert len(result.out.splitlines()) == 4
+
+    async def settled() -> dict[str, Any]:
+        by_key = await pods_by_name(state)
+        assert set(by_key) == {"shop/web", "default/train", "default/infer", "default/huge"}
+        for key in ("shop/web", "default/train", "default/infer"):
+            assert by_key[key].phase in (PodPhase.BOUND, PodPhase.RUNNING), by_key[key]
+        assert by_key["default/huge"].phase is PodPhase.PENDING and by_key["default/huge"].message
+        return by_key
+
+    try:
+        by_key = await eventually(settled, timeout=60, interval=0.2)
+    except AssertionError:
+        pytest.fail(f"pods did not settle:\n{service_logs(cluster)}")
+    assert len(by_key["default/train"].gpu_devices) == 2
+
+    table = await kubus("get", "pods", "-A")
+    assert table.code == 0, table.err
+    lines = table.out.splitlines()
+    assert lines[0].split() == ["NAMESPACE", "NAME", "PHASE", "NODE", "GPUS", "AGE", "REASON"]
+    assert len(lines) == 5
+    huge = next(line for line in lines if " huge " in line)
+    assert "Pending" in huge and "<none>" in huge
+    default_only = await kubus("get", "pods")
+    assert "shop" not in default_only.out and len(default_only.out.splitlines()) == 4
+    as_json = json.loads((await kubus("get", "pods", "-n", "shop", "-o", "json")).out)
+    assert [p["name"] for p in as_json["pods"]] == ["web"] and as_json["pods"][0]["node"].startswith("sim-")
+
+    nodes = await kubus("get", "nodes")
+    assert nodes.code == 0, nodes.err
+    node_lines = nodes.out.splitlines()
+    assert node_lines[0].split()[:5] == ["NAME", "STATUS", "CPU(req/alloc)", "MEMORY(req/alloc)", "GPUS(used/total)"]
+    assert len(node_lines) == 21 and all(" Ready " in line for line in node_lines[1:])
+    assert sum(int(line.split()[4].split("/")[0]) for line in node_lines[1:]) == 3  # 2 whole + 1 shared
+
+    described = await kubus("describe", "pod", "huge")
+    assert described.code == 0, described.err
+    text = described.out
+    assert "Phase:" in text and "Pending" in text
+    assert "0/20 nodes are available: 20 Insufficient nvidia.com/gpu." in text, text
+    assert "Why pending" in text
+    breakdown = text.split("Why pending", 1)[1]
+    assert "NodeResourcesFit" in breakdown and "Insufficient nvidia.com/gpu" in breakdown
+    assert "20 " in breakdown and "sim-00000" in breakdown
+    bound = await kubus("describe", "pod", "web", "-n", "shop")
+    assert "Node:" in bound.out and "sim-" in bound.out and "Why pending" not in bound.out
+
+    missing = await kubus("describe", "pod", "nope")
+    assert missing.code == 2 and "not found" in one_error_line(missing)
+
+    deleted = await kubus("delete", "pod", "web", "-n", "shop")
+    assert deleted.code == 0, deleted.err + service_logs(cluster)
+    assert deleted.out.strip() == "pod/web deleted"
+    assert (await state.find_pod("shop", "web")).phase is PodPhase.DELETED  # type: ignore[union-attr]
+    assert "web" not in (await kubus("get", "pods", "-A")).out
+    assert "web" in (await kubus("get", "pods", "-A", "--show-deleted")).out
+    gone = await kubus("delete", "pod", "nope")
+    assert gone.code == 2 and "not found" in one_error_line(gone)
+    assert await check_invariants_settled(state) == []
+
+
+async def test_describe_shows_per_plugin_reasons_grouped(
+    services: StartServices, kubus: Any, redis: aioredis.Redis
+) -> None:
+    """Two kinds of rejection on one pod: nodes full of GPUs and a node selector nobody has."""
+    cluster = await services(nodes=6)
+    state = ClusterState(redis)
+    pods = impossible_pods() + [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"fill-{i}"},
+            "spec": {
+                "nodeSelector": {"kubernetes.io/hostname": f"sim-0000{i}"},
+                "containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "8"}}}],
+            },
+        }
+        for i in range(2)
+    ]
+    result = await kubus("apply", "-f", "-", stdin=to_yaml(pods).encode())
+    assert result.code == 0, result.err
+
+    async def filled() -> None:
+        by_key = await pods_by_name(state)
+        assert by_key["default/fill-0"].phase in (PodPhase.BOUND, PodPhase.RUNNING)
+        assert by_key["default/fill-1"].phase in (PodPhase.BOUND, PodPhase.RUNNING)
+        assert by_key["default/pod-impossible-zone"].message
+
+    try:
+        await eventually(filled, timeout=60, interval=0.2)
+    except AssertionError:
+        pytest.fail(f"pods did not settle:\n{service_logs(cluster)}")
+    text = (await kubus("describe", "pod", "pod-impossible-zone")).out
+    assert "0/6 nodes are available: 6 node(s) didn't match Pod's node affinity/selector." in text, text
+    assert "NodeAffinity" in text
+    huge = (await kubus("describe", "pod", "pod-impossible-16gpus")).out
+    # Every node lacks 16 GPUs: one group, all six nodes.
+    assert "6 Insufficient nvidia.com/gpu" in huge, huge
+
+
+# ---- kubus up, end to end ---------------------------------------------------------------------
+
+
+async def _wait_for_endpoints(home: Path, proc: asyncio.subprocess.Process, timeout: float) -> Endpoints:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        recorded = read_endpoints(home)
+        if recorded is not None and recorded.pid == proc.pid:
+            return recorded
+        assert proc.returncode is None, "kubus up exited"
+        await asyncio.sleep(0.1)
+    raise AssertionError("kubus up wrote no endpoints.json")
+
+
+async def _read_until(stream: asyncio.StreamReader, needle: str, timeout: float) -> str:
+    seen = []
+    async with asyncio.timeout(timeout):
+        while True:
+            line = (await stream.readline()).decode()
+            if not line:
+                raise AssertionError("kubus up closed its output:\n" + "".join(seen))
+            seen.append(line)
+            if needle in line:
+                return "".join(seen)
+
+
+@pytest.mark.slow
+async def test_kubus_up_schedules_2000_pods_on_200_nodes(tmp_path: Path) -> None:
+    """`kubus up --nodes 200` as a user runs it; 2,000 pods through `kubus apply`; every pod ends
+    bound, running or succeeded; the invariants hold in Redis; Ctrl-C stops it cleanly."""
+    home = tmp_path / "home"
+    env = {"KUBUS_HOME": str(home)}
+    started = time.monotonic()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "kubus.cli", "up", "--nodes", "200", "--pod-duration", "0",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env={**os.environ, **env},
+    )  # fmt: skip
+    assert proc.stdout is not None
+    try:
+        banner = await _read_until(proc.stdout, "ready in", timeout=180)
+        assert "logs" in banner and "nats://" in banner
+        recorded = await _wait_for_endpoints(home, proc, 10)
+        workload = tmp_path / "workload.yaml"
+        workload.write_text(to_yaml(mixed_workload(2000, seed=7, namespace="e2e")))
+        applied = await run_kubus("apply", "-f", str(workload), "-q", env=env, timeout=300)
+        assert applied.code == 0, applied.err
+        assert applied.out.strip() == "2000 pods submitted (2000 new)"
+
+        client = aioredis.Redis.from_url(recorded.redis_url)
+        state = ClusterState(client)
+        try:
+
+            async def all_placed() -> None:
+                phases = [p.phase for p in (await pods_by_name(state)).values()]
+                assert len(phases) == 2000
+                assert all(p in (PodPhase.BOUND, PodPhase.RUNNING, PodPhase.SUCCEEDED) for p in phases), {
+                    str(p): phases.count(p) for p in set(phases)
+                }
+
+            await eventually(all_placed, timeout=600, interval=1.0)
+            elapsed = time.monotonic() - started
+
+            async def all_running() -> None:  # quiet: nothing moves while the invariants are read
+                phases = [p.phase for p in (await pods_by_name(state)).values()]
+                assert all(p is PodPhase.RUNNING for p in phases)
+
+            await eventually(all_running, timeout=120, interval=0.5)
+            assert await check_invariants_settled(state) == []
+            listed = await run_kubus("get", "pods", "-n", "e2e", "-o", "json", env=env)
+            assert len(json.loads(listed.out)["pods"]) == 2000
+            print(f"\nkubus up + 2000 pods on 200 nodes: {elapsed:.1f}s")
+        finally:
+            await client.aclose()
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGINT)
+        rest = (await asyncio.wait_for(proc.stdout.read(), 60)).decode()
+        code = await asyncio.wait_for(proc.wait(), 60)
+    assert code == 0, rest
+    assert "kubus up: stopped" in rest
+    assert read_endpoints(home) is None  # removed on exit
+
+
+@pytest.mark.slow
+async def test_kubus_up_demo_runs_and_summarizes(tmp_path: Path) -> None:
+    result = await run_kubus(
+        "up", "--demo", "--nodes", "4", "--demo-pods", "60", "--pod-duration", "1", "--data-dir", str(tmp_path / "d"),
+        env={"KUBUS_HOME": str(tmp_path)}, timeout=300,
+    )  # fmt: skip
+    assert result.code == 0, result.out + result.err
+    out = result.out
+    assert "demo summary" in out and "SUBMIT->BOUND p50" in out
+    assert "demo-impossible-16gpus" in out
+    assert "0/4 nodes are available" in out  # the describe of an impossible pod, before stopping
+    assert "kubus up: stopped" in out
+
+
+@pytest.mark.slow
+async def test_kubus_bench_small(tmp_path: Path) -> None:
+    result = await run_kubus(
+        "bench", "--nodes", "50", "--pods", "300", "-o", "json", env={"KUBUS_HOME": str(tmp_path)}, timeout=400
+    )
+    assert result.code == 0, result.out + result.err
+    report = json.loads(result.out)
+    assert report["bound"] == 300 and report["invariant_violations"] == []
+    assert report["pods_per_second"] > 0 and report["latency"]["p50"] is not None
+
+
+def test_node_template_file_is_the_built_in_one() -> None:
+    from kubus.api.manifests import load_manifests, parse_manifests
+
+    assert load_manifests(REPO / "deploy/examples/node-template.yaml") == parse_manifests(NODE_TEMPLATE)

@@ -1,0 +1,392 @@
+"""The gpu-agent against real NATS and Redis: registration and heartbeats of simulated nodes,
+admission, running and finishing pods, rejections, deletion, restart, and one real node."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from nats.aio.client import Client as NATS
+from nats.js import JetStreamContext
+from support import eventually
+
+from kubus import codec
+from kubus.api.manifests import parse_node, parse_pod
+from kubus.api.objects import Node
+from kubus.bus import EVENTS_STREAM, NODES_STREAM, ConsumerConflictError, event_subject, node_pods
+from kubus.bus.messages import ClusterEvent, NodeAssignment, encode
+from kubus.framework.nodeinfo import PodInfo
+from kubus.gpu_agent import AgentOptions, AgentService, NodeInventory
+from kubus.settings import ConnectionSettings
+from kubus.store import ClusterState, PodPhase, PodRecord, Reservation, StoreCode, check_invariants
+
+_ids = itertools.count()
+
+
+# ---- building blocks ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def settings(nats: NATS, redis: aioredis.Redis, nats_url: str, redis_url: str) -> ConnectionSettings:
+    return ConnectionSettings(nats_url=nats_url, redis_url=redis_url)
+
+
+@pytest.fixture
+def state(redis: aioredis.Redis) -> ClusterState:
+    return ClusterState(redis)
+
+
+def template(*, cpu: str = "4", gpus: int = 2) -> Node:
+    meta: dict[str, Any] = {"name": "template", "labels": {"pool": "sim", "kubernetes.io/hostname": "template"}}
+    if gpus:
+        devices = [{"index": i, "model": "H100", "memory": "80Gi"} for i in range(gpus)]
+        meta["annotations"] = {"kubus.io/gpus": codec.dumps(devices).decode()}
+    return parse_node({"kind": "Node", "metadata": meta, "status": {"capacity": {"cpu": cpu, "memory": "16Gi"}}})
+
+
+def options(**kw: Any) -> AgentOptions:
+    return AgentOptions(**{"heartbeat_interval": 0.1, "fetch_timeout": 0.2, **kw})
+
+
+async def bound_pod(
+    state: ClusterState, name: str, node: str, *, cpu: str = "1", gpus: int = 0, devices: tuple[int, ...] = ()
+) -> NodeAssignment:
+    """A pod as the queue, the cycle and the binder leave it: Bound on `node`, reservation bound."""
+    requests: dict[str, Any] = {"cpu": cpu, "memory": "1Gi"}
+    if gpus:
+        requests["nvidia.com/gpu"] = gpus
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
+        "spec": {"containers": [{"name": "c", "image": "busybox", "resources": {"requests": requests}}]},
+    }
+    pod, manifest = parse_pod(doc), codec.dumps(doc)
+    uid = pod.metadata.uid
+    assert await state.put_pod(PodRecord.of(pod, manifest, now=state.clock()))
+    attempt = (await state.transition(uid, PodPhase.RESERVED, node=node, count_attempt=True)).version
+    assert (
+        await state.reserve(node, Reservation.of(PodInfo.of(pod).placed_on(devices), node, attempt=str(attempt)))
+    ).ok
+    assert await state.mark_bound(node, uid, str(attempt)) is StoreCode.OK
+    assert (await state.bind_pod(uid, node, devices, expected_version=attempt)).ok
+    return NodeAssignment(uid=uid, key=pod.key, node=node, manifest=manifest, gpu_devices=devices, attempt=attempt)
+
+
+async def assign(js: JetStreamContext, assignment: NodeAssignment | bytes, node: str | None = None) -> None:
+    data = assignment if isinstance(assignment, bytes) else encode(assignment)
+    subject = node_pods(node or (assignment.node if isinstance(assignment, NodeAssignment) else "sim-00000"))
+    await js.publish(subject, data, headers={"Nats-Msg-Id": f"test/{next(_ids)}"})
+
+
+async def phase(state: ClusterState, uid: str) -> PodPhase:
+    pod = await state.get_pod(uid)
+    assert pod is not None
+    return pod.phase
+
+
+async def events(js: JetStreamContext, subject: str) -> int:
+    info = await js.stream_info(EVENTS_STREAM.name, subjects_filter=subject)
+    return sum((info.state.subjects or {}).values())
+
+
+async def stream_drained(js: JetStreamContext) -> None:
+    info = await js.stream_info(NODES_STREAM.name)
+    assert info.state.messages == 0, info.state
+
+
+def admissions(agent: AgentService) -> dict[str, float]:
+    out = {}
+    for metric in agent.metrics.pod_admissions.collect():
+        for sample in metric.samples:
+            if sample.name.endswith("_total"):
+                out[sample.labels["result"]] = sample.value
+    return out
+
+
+async def assert_released(state: ClusterState, node: str, uid: str) -> None:
+    assert await state.reservation(node, uid) is None
+    usage = await state.node_usage(node)
+    assert usage is not None and usage.pods == 0 and usage.requested == {}
+    assert all(g.used == 0 for g in usage.gpus)
+
+
+# ---- registration and heartbeats ---------------------------------------------------------------
+
+
+async def test_registers_simulated_nodes_and_heartbeats(
+    settings: ConnectionSettings, state: ClusterState, js: JetStreamContext
+) -> None:
+    agent = AgentService.simulating(settings, template(), 5, options(), prefix="gpu-")
+    async with agent:
+        assert await state.node_names() == [f"gpu-{i:05d}" for i in range(5)]
+        nodes = await state.list_nodes()
+        assert all(n.heartbeat is not None for n in nodes)
+        assert {n.labels["kubernetes.io/hostname"] for n in nodes} == {n.name for n in nodes}
+        assert all(n.labels["pool"] == "sim" and len(n.gpus) == 2 for n in nodes)
+        assert len({n.uid for n in nodes}) == 5
+        assert await events(js, "kubus.events.node.added.>") == 5
+        assert agent.metrics.nodes.labels(state="ready")._value.get() == 5
+
+        first = {n.name: n.heartbeat for n in nodes}
+
+        async def beating() -> None:
+            for n in await state.list_nodes():
+                assert n.heartbeat is not None and n.heartbeat > (first[n.name] or 0)
+
+        await eventually(beating)
+
+        # Lost and found: a node marked unreachable is revived by the next heartbeat; a node
+        # deleted from Redis is registered again.
+        assert await state.mark_unreachable("gpu-00001")
+        await state.delete_node("gpu-00002")
+
+        async def healed() -> None:
+            one, two = await state.get_node("gpu-00001"), await state.get_node("gpu-00002")
+            assert one is not None and not one.unreachable
+            assert two is not None and two.heartbeat is not None
+            assert await events(js, event_subject("node.updated", "gpu-00001")) == 1
+            assert await events(js, event_subject("node.added", "gpu-00002")) == 2
+
+        await eventually(healed)
+
+    # A restart registers the same nodes again: nothing changed, nothing announced.
+    async with AgentService.simulating(settings, template(), 5, options(), prefix="gpu-"):
+        assert await events(js, "kubus.events.node.added.>") == 6
+    assert await check_invariants(state) == []
+
+
+@pytest.mark.slow
+async def test_five_thousand_simulated_nodes_in_one_process(settings: ConnectionSettings, state: ClusterState) -> None:
+    started = time.perf_counter()
+    async with AgentService.simulating(settings, template(), 5000, options(heartbeat_interval=2.0)) as agent:
+        took = time.perf_counter() - started
+        assert len(await state.node_names()) == 5000
+        beats = []
+        for _ in range(2):  # the quicker of two pipelined heartbeats of every node (noise aside)
+            beat = time.perf_counter()
+            await agent._beat()
+            beats.append(time.perf_counter() - beat)
+        beat = min(beats)
+    assert took < 30, f"registering 5000 nodes took {took:.1f}s"
+    assert beat < 2.0, f"one heartbeat of 5000 nodes took {beat:.2f}s, longer than the heartbeat interval"
+
+
+# ---- running pods ------------------------------------------------------------------------------
+
+
+async def test_runs_an_assigned_pod_then_it_succeeds_and_releases(
+    settings: ConnectionSettings, state: ClusterState, js: JetStreamContext
+) -> None:
+    async with AgentService.simulating(settings, template(), 2, options(pod_duration=0.3)) as agent:
+        assignment = await bound_pod(state, "train", "sim-00001", gpus=1, devices=(1,))
+        usage = await state.node_usage("sim-00001")
+        assert usage is not None and usage.gpus[1].used > 0
+        await assign(js, assignment)
+
+        async def running() -> None:
+            assert any(e.reason == "Started" for e in await state.events(assignment.uid))
+            assert await events(js, "kubus.events.pod.running.>") == 1
+
+        await eventually(running)
+
+        async def succeeded() -> None:
+            assert await phase(state, assignment.uid) is PodPhase.SUCCEEDED
+            await assert_released(state, "sim-00001", assignment.uid)
+            assert await events(js, "kubus.events.pod.finished.>") == 1
+            assert agent.running == {}
+
+        await eventually(succeeded)
+        assert [e.reason for e in await state.events(assignment.uid)] == ["Started", "Completed"]
+        assert admissions(agent) == {"admitted": 1.0}
+        assert agent.metrics.pods_running._value.get() == 0
+        await stream_drained(js)
+    assert await check_invariants(state) == []
+
+
+async def test_rejects_an_assignment_without_a_bound_reservation(
+    settings: ConnectionSettings, state: ClusterState, js: JetStreamContext
+) -> None:
+    async with AgentService.simulating(settings, template(), 1, options(pod_duration=0.1)) as agent:
+        assignment = await bound_pod(state, "web", "sim-00000")
+        # The room went back behind the binder's back: no reservation to run it on.
+        assert await state.release("sim-00000", assignment.uid) is StoreCode.OK
+        await assign(js, assignment)
+        # An assignment from another attempt than the reservation's.
+        other = await bound_pod(state, "api", "sim-00000")
+        await assign(js, NodeAssignment(**{**_fields(other), "attempt": other.attempt + 7}))
+        # An assignment for a pod that does not exist.
+        await assign(js, NodeAssignment(uid="ghost", key="default/ghost", node="sim-00000", manifest=b"{}"))
+
+        async def dropped() -> None:
+            assert admissions(agent) == {"dropped": 3.0}
+            await stream_drained(js)
+
+        await eventually(dropped)
+        assert await phase(state, assignment.uid) is PodPhase.BOUND
+        assert await phase(state, other.uid) is PodPhase.BOUND
+        assert agent.running == {}
+        assert await events(js, "kubus.events.pod.running.>") == 0
+
+
+async def test_a_pod_that_does_not_fit_the_real_node_fails(
+    settings: ConnectionSettings, state: ClusterState, js: JetStreamContext
+) -> None:
+    async with AgentService.simulating(settings, template(cpu="4"), 1, options()) as agent:
+        # Redis believes the node is bigger than it is (a stale record): both pods got room.
+        bigger = AgentService.simulating(None, template(cpu="8"), 1).nodes["sim-00000"]
+        await state.put_node(bigger)
+        first = await bound_pod(state, "first", "sim-00000", cpu="3")
+        second = await bound_pod(state, "second", "sim-00000", cpu="3")
+        await assign(js, first)
+
+        async def first_running() -> None:
+            assert await phase(state, first.uid) is PodPhase.RUNNING
+
+        await eventually(first_running)
+        await assign(js, second)
+
+        async def second_failed() -> None:
+            pod = await state.get_pod(second.uid)
+            assert pod is not None and pod.phase is PodPhase.FAILED and pod.reason == "OutOfcpu"
+            assert await state.reservation("sim-00000", second.uid) is None
+            assert [e.reason for e in await state.events(second.uid)] == ["OutOfcpu"]
+            assert await events(js, event_subject("pod.finished", second.key)) == 1
+            assert admissions(agent) == {"admitted": 1.0, "rejected": 1.0}
+
+        await eventually(second_failed)
+        assert set(agent.running) == {first.uid}
+    assert await check_invariants(state) == []
+
+
+async def test_a_restarted_agent_finishes_the_pods_that_were_running(
+    settings: ConnectionSettings, state: ClusterState, js: JetStreamContext
+) -> None:
+    async with AgentService.simulating(settings, template(), 2, options(pod_duration=3600)) as agent:
+        assignments = [await bound_pod(state, f"p{i}", f"sim-0000{i}") for i in range(2)]
+        for assignment in assignments:
+            await assign(js, assignment)
+
+        async def running() -> None:
+            assert len(agent.running) == 2
+            for a in assignments:
+                assert await phase(state, a.uid) is PodPhase.RUNNING
+
+        await eventually(running)
+
+    async with AgentService.simulating(settings, template(), 2, options(pod_duration=0.2)) as agent:
+
+        async def finished() -> None:
+            for a in assignments:
+                assert await phase(state, a.uid) is PodPhase.SUCCEEDED
+                await assert_released(state, a.node, a.uid)
+            assert agent.running == {}
+
+        await eventually(finished)
+    assert await check_invariants(state) == []
+
+
+async def test_a_deleted_pod_stops(settings: ConnectionSettings, state: ClusterState, js: JetStreamContext) -> None:
+    async with AgentService.simulating(settings, template(), 1, options(pod_duration=0)) as agent:
+        assignment = await bound_pod(state, "web", "sim-00000")
+        await assign(js, assignment)
+        await eventually(lambda: _assert(assignment.uid in agent.running))
+        # What the queue does on a delete: Deleted, release, then the event.
+        assert (await state.transition(assignment.uid, PodPhase.DELETED)).ok
+        assert await state.release("sim-00000", assignment.uid) is StoreCode.OK
+        event = ClusterEvent(kind="pod.deleted", name=assignment.key, data={"uid": assignment.uid})
+        await js.publish(event_subject("pod.deleted", assignment.key), encode(event))
+
+        await eventually(lambda: _assert(agent.running == {} and agent.metrics.pods_running._value.get() == 0))
+    await assert_released(state, "sim-00000", assignment.uid)
+    assert await check_invariants(state) == []
+
+
+async def test_a_pod_deleted_while_the_event_was_missed_is_forgotten_by_the_resync(
+    settings: ConnectionSettings, state: ClusterState, js: JetStreamContext
+) -> None:
+    async with AgentService.simulating(settings, template(), 1, options(pod_duration=0, resync_interval=0.2)) as agent:
+        assignment = await bound_pod(state, "web", "sim-00000")
+        await assign(js, assignment)
+        await eventually(lambda: _assert(assignment.uid in agent.running))
+        assert (await state.transition(assignment.uid, PodPhase.DELETED)).ok  # and no pod.deleted event
+        await eventually(lambda: _assert(agent.running == {}))
+    await assert_released(state, "sim-00000", assignment.uid)
+    assert await check_invariants(state) == []
+
+
+async def test_a_bound_pod_whose_assignment_never_came_is_adopted(
+    settings: ConnectionSettings, state: ClusterState, js: JetStreamContext
+) -> None:
+    async with AgentService.simulating(settings, template(), 2, options(pod_duration=0, resync_interval=0.2)) as agent:
+        orphan = await bound_pod(state, "orphan", "sim-00001")  # bound, but no NodeAssignment published
+
+        async def adopted() -> None:
+            assert await phase(state, orphan.uid) is PodPhase.RUNNING
+            assert set(agent.running) == {orphan.uid}
+            assert admissions(agent) == {"admitted": 1.0}
+
+        await eventually(adopted)
+        await assign(js, orphan)  # the assignment after all: nothing changes
+        await eventually(lambda: stream_drained(js))
+        assert set(agent.running) == {orphan.uid}
+    assert await check_invariants(state) == []
+
+
+async def test_garbage_assignments_are_terminated(
+    settings: ConnectionSettings, state: ClusterState, js: JetStreamContext
+) -> None:
+    async with AgentService.simulating(settings, template(), 1, options(pod_duration=0.1)) as agent:
+        await assign(js, b"garbage", "sim-00000")
+        await assign(js, encode(NodeAssignment(uid="u", key="default/u", node="nobody", manifest=b"{}")), "nobody")
+        good = await bound_pod(state, "web", "sim-00000")
+        await assign(js, good)
+
+        async def done() -> None:
+            assert await phase(state, good.uid) is PodPhase.SUCCEEDED
+            await stream_drained(js)
+
+        await eventually(done)
+        rejected = sum(
+            s.value for m in agent.metrics.rejected_messages.collect() for s in m.samples if s.name.endswith("_total")
+        )
+        assert rejected == 2
+    assert await check_invariants(state) == []
+
+
+# ---- one real node -----------------------------------------------------------------------------
+
+
+async def test_a_real_node_agent_runs_its_pods_and_excludes_a_simulation(
+    settings: ConnectionSettings, state: ClusterState, js: JetStreamContext
+) -> None:
+    inventory = NodeInventory("worker-1.example", template(gpus=1))
+    assert inventory.nvml is None and inventory.device_healthy is None
+    async with AgentService.for_node(settings, inventory, options(pod_duration=0.1)) as agent:
+        record = await state.get_node("worker-1.example")
+        assert record is not None and record.labels["kubernetes.io/hostname"] == "worker-1.example"
+        assignment = await bound_pod(state, "web", "worker-1.example", gpus=1, devices=(0,))
+        await assign(js, assignment)
+
+        async def succeeded() -> None:
+            assert await phase(state, assignment.uid) is PodPhase.SUCCEEDED
+            await assert_released(state, "worker-1.example", assignment.uid)
+
+        await eventually(succeeded)
+        assert admissions(agent) == {"admitted": 1.0}
+
+        # KUBUS_NODES is a work queue: a simulation's kubus.node.*.pods overlaps this agent's filter.
+        with pytest.raises(ConsumerConflictError, match="overlaps"):
+            await AgentService.simulating(settings, template(), 1, options()).start()
+    assert await check_invariants(state) == []
+
+
+def _fields(a: NodeAssignment) -> dict[str, Any]:
+    return {name: getattr(a, name) for name in NodeAssignment.__dataclass_fields__}
+
+
+def _assert(condition: bool) -> None:
+    assert condition

@@ -1,0 +1,424 @@
+"""The binder against real NATS and Redis: exactly-once binding under duplicates and racing
+replicas, stale attempts, deleted pods, Permit rejections, retries, and garbage on the subject."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from nats.aio.client import Client as NATS
+from nats.js import JetStreamContext
+from support import eventually
+
+from kubus import codec
+from kubus.api.manifests import parse_node, parse_pod
+from kubus.binder import BinderOptions, BinderService, BindResult
+from kubus.bus import (
+    BIND_STREAM,
+    EVENTS_STREAM,
+    NODES_STREAM,
+    PODS_REQUEUE,
+    PODS_STREAM,
+    bind,
+    event_subject,
+    node_pods,
+)
+from kubus.bus.messages import BindRequest, NodeAssignment, OutcomeKind, Outcomes, decode, encode
+from kubus.framework.nodeinfo import PodInfo
+from kubus.framework.status import Status
+from kubus.service import ServiceState
+from kubus.settings import ConnectionSettings
+from kubus.store import ClusterState, PodPhase, PodRecord, Reservation, ReservationState, check_invariants
+
+PROFILE = "default-scheduler"
+_ids = itertools.count()
+
+
+# ---- building blocks ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def settings(nats: NATS, redis: aioredis.Redis, nats_url: str, redis_url: str) -> ConnectionSettings:
+    """Connection settings for services, on servers the `nats` and `redis` fixtures emptied."""
+    return ConnectionSettings(nats_url=nats_url, redis_url=redis_url)
+
+
+@pytest.fixture
+def state(redis: aioredis.Redis) -> ClusterState:
+    return ClusterState(redis)
+
+
+def options(**kw: Any) -> BinderOptions:
+    return BinderOptions(**{"fetch_timeout": 0.2, **kw})
+
+
+async def add_node(state: ClusterState, name: str = "node-a", *, gpus: int = 0) -> None:
+    meta: dict[str, Any] = {"name": name}
+    if gpus:
+        devices = [{"index": i, "model": "H100", "memory": "80Gi"} for i in range(gpus)]
+        meta["annotations"] = {"kubus.io/gpus": codec.dumps(devices).decode()}
+    node = parse_node({"kind": "Node", "metadata": meta, "status": {"capacity": {"cpu": "4", "memory": "8Gi"}}})
+    await state.put_node(node)
+
+
+async def reserve_pod(
+    state: ClusterState, name: str, node: str = "node-a", *, whole_gpus: int = 0, devices: tuple[int, ...] = ()
+) -> BindRequest:
+    """What the queue and the cycle do before a BindRequest exists: accept, Reserved, reserve."""
+    requests: dict[str, Any] = {"cpu": "1", "memory": "1Gi"}
+    if whole_gpus:
+        requests["nvidia.com/gpu"] = whole_gpus
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
+        "spec": {"containers": [{"name": "c", "image": "busybox", "resources": {"requests": requests}}]},
+    }
+    pod, manifest = parse_pod(doc), codec.dumps(doc)
+    assert await state.put_pod(PodRecord.of(pod, manifest, now=state.clock()))
+    return await new_attempt(state, pod, manifest, node, devices)
+
+
+async def new_attempt(
+    state: ClusterState, pod: Any, manifest: bytes, node: str, devices: tuple[int, ...] = ()
+) -> BindRequest:
+    uid = pod.metadata.uid
+    write = await state.transition(
+        uid, PodPhase.RESERVED, node=node, expected_phases={PodPhase.PENDING}, count_attempt=True
+    )
+    assert write.ok, write
+    reservation = Reservation.of(PodInfo.of(pod).placed_on(devices), node, attempt=str(write.version))
+    assert (await state.reserve(node, reservation)).ok
+    return BindRequest(
+        uid=uid, key=pod.key, profile=PROFILE, node=node, manifest=manifest, gpu_devices=devices, attempt=write.version
+    )
+
+
+async def send(js: JetStreamContext, request: BindRequest | bytes, *, times: int = 1) -> None:
+    """Publish to the bind subject, each copy under its own msg id: JetStream stores them all."""
+    data = request if isinstance(request, bytes) else encode(request)
+    for _ in range(times):
+        ack = await js.publish(bind(PROFILE), data, headers={"Nats-Msg-Id": f"test/{next(_ids)}"})
+        assert not ack.duplicate
+
+
+async def all_handled(js: JetStreamContext, durable: str = "kubus-binder") -> None:
+    info = await js.consumer_info(BIND_STREAM.name, durable)
+    assert info.num_pending == 0 and info.num_ack_pending == 0, info
+
+
+async def messages(js: JetStreamContext, stream: str, subject: str | None = None) -> int:
+    info = await js.stream_info(stream, subjects_filter=subject) if subject else await js.stream_info(stream)
+    if subject:
+        return sum((info.state.subjects or {}).values())
+    return info.state.messages
+
+
+async def handled(js: JetStreamContext, binder: BinderService, expected: dict[str, float]) -> None:
+    """Every request acked or nak'ed, with these results."""
+    await all_handled(js)
+    assert results(binder) == expected
+
+
+def results(binder: BinderService) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for metric in binder.metrics.binding_duration.collect():
+        for sample in metric.samples:
+            if sample.name.endswith("_count"):
+                out[sample.labels["result"]] = sample.value
+    return out
+
+
+# ---- binding -----------------------------------------------------------------------------------
+
+
+async def test_binds_a_reserved_pod_once_under_duplicate_deliveries(
+    settings: ConnectionSettings, state: ClusterState, js: JetStreamContext
+) -> None:
+    await add_node(state, gpus=2)
+    request = await reserve_pod(state, "web", whole_gpus=1, devices=(1,))
+    async with BinderService(settings, options()) as binder:
+        await send(js, request, times=3)
+
+        async def bound() -> None:
+            pod = await state.get_pod(request.uid)
+            assert pod is not None and pod.phase is PodPhase.BOUND
+            await all_handled(js)
+
+        await eventually(bound)
+        await eventually(lambda: _assert(results(binder).get("bound") == 3))
+
+    pod = await state.get_pod(request.uid)
+    assert pod is not None and pod.bindings == 1 and pod.node == "node-a" and pod.gpu_devices == (1,)
+    reservation = await state.reservation("node-a", request.uid)
+    assert reservation is not None and reservation.state is ReservationState.BOUND
+    assert await check_invariants(state) == []
+
+    # One assignment for the node's agent (the msg id dedupes the repeats), with the devices.
+    assert await messages(js, NODES_STREAM.name) == 1
+    raw = await js.get_last_msg(NODES_STREAM.name, node_pods("node-a"))
+    assignment = decode(NodeAssignment, raw.data)
+    assert (assignment.uid, assignment.node, assignment.gpu_devices, assignment.attempt) == (
+        request.uid,
+        "node-a",
+        (1,),
+        request.attempt,
+    )
+    assert raw.headers is not None and raw.headers["Nats-Msg-Id"] == f"assign/{request.uid}/{request.attempt}"
+    # One pod.bound event, one Scheduled pod event, the SLI observed once.
+    assert await messages(js, EVENTS_STREAM.name, "kubus.events.pod.bound.>") == 1
+    scheduled = [e for e in await state.events(request.uid) if e.reason == "Scheduled"]
+    assert [e.message for e in scheduled] == ["Successfully assigned default/web to node-a"]
+    sli = binder.metrics.pod_scheduling_sli_duration.collect()[0]
+    assert [s.value for s in sli.samples if s.name.endswith("_count")] == [1.0]
+
+
+async def test_two_binders_racing_bind_each_pod_exactly_once(
+    settings: ConnectionSettings, state: ClusterState, js: JetStreamContext
+) -> None:
+    await add_node(state)
+    requests = [await reserve_pod(state, f"p{i}") for i in range(3)]
+    async with BinderService(settings, options(batch=4)) as one, BinderService(settings, options(batch=4)) as two:
+        for request in requests:
+            await send(js, request, times=6)
+
+        async def bound() -> None:
+            for pod in await state.get_pods(r.uid for r in requests):
+                assert pod is not None and pod.phase is PodPhase.BOUND
+            await all_handled(js)
+
+        await eventually(bound)
+        await eventually(lambda: _assert(sum(results(one).values()) + sum(results(two).values()) == 18))
+    assert [p.bindings for p in await state.get_pods(r.uid for r in requests) if p] == [1, 1, 1]
+    assert await messages(js, NODES_STREAM.name) == 3
+    assert await check_invariants(state) == []
+
+
+async def test_a_stale_attempt_is_dropped_and_the_new_one_binds(
+    settings: ConnectionSettings, state: ClusterState, js: JetStreamContext
+) -> None:
+    await add_node(state)
+    stale = await reserve_pod(state, "web")
+    # The janitor gave the first attempt up; a cycle reserved the pod again (a new attempt).
+    assert str(await state.unreserve("node-a", stale.uid, str(stale.attempt))) == "OK"
+    assert (await state.transition(stale.uid, PodPhase.PENDING, expected_version=stale.attempt)).ok
+    record = await state.get_pod(stale.uid)
+    assert record is not None
+    fresh = await new_attempt(state, record.pod(), record.manifest, "node-a")
+    assert fresh.attempt != stale.attempt
+
+    async with BinderService(settings, options()) as binder:
+        await send(js, stale)
+        await eventually(lambda: handled(js, binder, {"abandoned": 1.0}))
+        pod = await state.get_pod(stale.uid)
+        assert pod is not None and pod.phase is PodPhase.RESERVED and pod.version == fresh.attempt
+        reservation = await state.reservation("node-a", stale.uid)
+        assert reservation is not None and reservation.state is ReservationState.RESERVED
+        assert await messages(js, NODES_STREAM.name) == 0
+        assert await messages(js, PODS_STREAM.name, PODS_REQUEUE) == 0  # nothing to hand back: a newer attempt has it
+
+        await send(js, fresh)
+
+        async def bound() -> None:
+            pod = await state.get_pod(stale.uid)
+            assert pod is not None and pod.phase is PodPhase.BOUND and pod.bindings == 1
+
+        await eventually(bound)
+    assert await check_invariants(state) == []
+
+
+async def test_a_request_whose_room_is_gone_completes_the_hand_back(
+    settings: ConnectionSettings, state: ClusterState, js: JetStreamContext
+) -> None:
+    """A hand-back cut short after the unreserve (a crash): the redelivery finds no reservation
+    and the pod still Reserved at its attempt, and tells the queue."""
+    await add_node(state)
+    request = await reserve_pod(state, "web")
+    assert str(await state.unreserve("node-a", request.uid, str(request.attempt))) == "OK"
+    async with BinderService(settings, options()) as binder:
+        await send(js, request)
+        await eventually(lambda: handled(js, binder, {"abandoned": 1.0}))
+    (outcome,) = (await requeued(js)).outcomes
+    assert (outcome.kind, outcome.attempt) == (OutcomeKind.BIND_FAILED, request.attempt)
+    assert "reservation lost" in outcome.message
+
+
+async def test_a_pod_deleted_before_binding_gets_its_room_released(
+    settings: ConnectionSettings, state: ClusterState, js: JetStreamContext
+) -> None:
+    await add_node(state)
+    request = await reserve_pod(state, "web")
+    assert (await state.transition(request.uid, PodPhase.DELETED)).ok  # the queue's delete, before its release
+    async with BinderService(settings, options()) as binder:
+        await send(js, request)
+        await eventually(lambda: handled(js, binder, {"deleted": 1.0}))
+    assert await state.reservation("node-a", request.uid) is None
+    usage = await state.node_usage("node-a")
+    assert usage is not None and usage.pods == 0 and usage.requested == {}
+    pod = await state.get_pod(request.uid)
+    assert pod is not None and pod.phase is PodPhase.DELETED and pod.bindings == 0
+    assert await messages(js, NODES_STREAM.name) == 0
+    assert await check_invariants(state) == []
+
+
+# ---- handing pods back -------------------------------------------------------------------------
+
+
+class Gate:
+    """A WaitOnPermit that answers with `status`, or hangs, or raises the next of `errors`."""
+
+    def __init__(self, status: Status | None = None, *, errors: list[Exception] | None = None) -> None:
+        self.status = status
+        self.errors = list(errors or [])
+        self.calls = 0
+
+    async def wait_on_permit(self, request: BindRequest) -> Status:
+        self.calls += 1
+        if self.errors:
+            raise self.errors.pop(0)
+        if self.status is None:
+            await asyncio.Event().wait()
+        assert self.status is not None
+        return self.status
+
+
+async def requeued(js: JetStreamContext) -> Outcomes:
+    raw = await js.get_last_msg(PODS_STREAM.name, PODS_REQUEUE)
+    return decode(Outcomes, raw.data)
+
+
+async def assert_handed_back(state: ClusterState, js: JetStreamContext, request: BindRequest, text: str) -> None:
+    """Room given back, the queue told (with the attempt: it moves the pod back to Pending)."""
+    assert await state.reservation(request.node, request.uid) is None
+    usage = await state.node_usage(request.node)
+    assert usage is not None and usage.pods == 0
+    pod = await state.get_pod(request.uid)
+    assert pod is not None and pod.phase is PodPhase.RESERVED and pod.version == request.attempt and pod.bindings == 0
+    (outcome,) = (await requeued(js)).outcomes
+    assert (outcome.uid, outcome.kind, outcome.node, outcome.attempt) == (
+        request.uid,
+        OutcomeKind.BIND_FAILED,
+        request.node,
+        request.attempt,
+    )
+    assert text in outcome.message
+    assert await messages(js, EVENTS_STREAM.name, event_subject("pod.unreserved", request.key)) == 1
+    assert await messages(js, NODES_STREAM.name, node_pods(request.node)) == 0
+    # What the queue does with it: Pending again, on the attempt. The invariants hold.
+    assert (await state.transition(request.uid, PodPhase.PENDING, expected_version=outcome.attempt)).ok
+    assert await check_invariants(state) == []
+
+
+async def test_a_permit_rejection_hands_the_pod_back(
+    settings: ConnectionSettings, state: ClusterState, js: JetStreamContext
+) -> None:
+    await add_node(state)
+    request = await reserve_pod(state, "web")
+    gate = Gate(Status.unschedulable("gang incomplete"))
+    async with BinderService(settings, options(), permit=gate) as binder:
+        await send(js, request)
+        await eventually(lambda: handled(js, binder, {"handed_back": 1.0}))
+    await assert_handed_back(state, js, request, "gang incomplete")
+
+
+async def test_a_permit_wait_times_out(settings: ConnectionSettings, state: ClusterState, js: JetStreamContext) -> None:
+    await add_node(state)
+    request = await reserve_pod(state, "web")
+    async with BinderService(settings, options(permit_timeout=0.2), permit=Gate()):
+        await send(js, request)
+        await eventually(lambda: all_handled(js))
+    await assert_handed_back(state, js, request, "timeout after waiting 0.2s")
+
+
+async def test_transient_errors_are_retried_then_the_pod_is_handed_back(
+    settings: ConnectionSettings, state: ClusterState, js: JetStreamContext
+) -> None:
+    await add_node(state)
+    await add_node(state, "node-b")
+    lucky = await reserve_pod(state, "lucky")
+    unlucky = await reserve_pod(state, "unlucky", "node-b")
+    async with BinderService(settings, options(max_deliver=2), permit=Gate(Status.success())) as binder:
+        assert isinstance(binder.permit, Gate)
+        binder.permit.errors = [ConnectionError("redis went away")]
+        await send(js, lucky)  # fails once, bound on the redelivery
+
+        async def bound() -> None:
+            pod = await state.get_pod(lucky.uid)
+            assert pod is not None and pod.phase is PodPhase.BOUND
+
+        await eventually(bound)
+        binder.permit.errors = [ConnectionError("down"), ConnectionError("still down")]
+        await send(js, unlucky)  # fails on both deliveries: handed back on the last
+        await eventually(lambda: handled(js, binder, {"retry": 2.0, "bound": 1.0, "handed_back": 1.0}))
+    await assert_handed_back(state, js, unlucky, "still down")
+
+
+class NodeUnreachableBinder(BinderService):
+    """A binder whose announcement to the node always fails (NATS trouble after bind_pod)."""
+
+    async def _announce(self, request: BindRequest, *, fresh: bool) -> None:
+        raise ConnectionError("nats went away")
+
+
+async def test_a_bound_pod_stays_bound_when_its_node_cannot_be_told(
+    settings: ConnectionSettings, state: ClusterState, js: JetStreamContext
+) -> None:
+    await add_node(state)
+    request = await reserve_pod(state, "web")
+    async with NodeUnreachableBinder(settings, options(max_deliver=1)) as binder:
+        await send(js, request)
+        await eventually(lambda: handled(js, binder, {"bound": 1.0}))
+    pod = await state.get_pod(request.uid)
+    assert pod is not None and pod.phase is PodPhase.BOUND and pod.bindings == 1
+    reservation = await state.reservation("node-a", request.uid)
+    assert reservation is not None and reservation.state is ReservationState.BOUND  # room kept: bound is for life
+    assert await messages(js, PODS_STREAM.name, PODS_REQUEUE) == 0
+    assert await check_invariants(state) == []
+
+
+# ---- garbage -----------------------------------------------------------------------------------
+
+
+async def test_garbage_is_terminated_and_the_binder_keeps_working(
+    settings: ConnectionSettings, state: ClusterState, js: JetStreamContext
+) -> None:
+    await add_node(state)
+    request = await reserve_pod(state, "web")
+    async with BinderService(settings, options()) as binder:
+        await send(js, b"\x00 not json")
+        await send(js, b'{"uid": 42}')
+        await send(js, encode(BindRequest(uid="u", key="no-slash", profile=PROFILE, node="n", manifest=b"{}")))
+        await send(js, request)
+
+        async def bound() -> None:
+            pod = await state.get_pod(request.uid)
+            assert pod is not None and pod.phase is PodPhase.BOUND
+            await all_handled(js)
+
+        await eventually(bound)
+        rejected = binder.metrics.rejected_messages.labels(subject=bind(PROFILE))._value.get()
+        assert rejected == 3
+        assert binder.state is ServiceState.RUNNING
+    assert await check_invariants(state) == []
+
+
+def test_bind_results_are_the_metric_labels() -> None:
+    assert {str(r) for r in BindResult} == {"bound", "abandoned", "deleted", "conflict", "handed_back", "retry"}
+
+
+def test_options_and_command_line() -> None:
+    from kubus.binder.__main__ import parse_args
+
+    args = parse_args(["--permit-timeout", "5", "--max-deliver", "3", "--nats", "nats://x:4222"])
+    assert (args.permit_timeout, args.max_deliver, args.batch, args.nats) == (5.0, 3, 64, "nats://x:4222")
+    with pytest.raises(ValueError, match="permit_timeout"):
+        BinderOptions(permit_timeout=0)
+    with pytest.raises(ValueError, match="max_deliver"):
+        BinderOptions(max_deliver=0)
+
+
+def _assert(condition: bool) -> None:
+    assert condition

@@ -1,0 +1,576 @@
+"""The scheduling cycle against real NATS and Redis: popped pods reserved and handed to the
+binders, kube's messages for unschedulable pods, two profiles racing for the same nodes without
+overcommit, leadership (takeover, no publish after losing the lease), and a node table kept fresh
+by cluster events and resyncs.
+
+The queue's side of pop/done is answered here by `FakeQueue`, a small responder on the real
+subjects (the queue service is another service; this is a real NATS exchange, not a mock).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import itertools
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from support import eventually
+
+from kubus import codec
+from kubus.api.manifests import parse_node, parse_pod
+from kubus.bus import BIND_STREAM, EventKind, bind, event_subject, queue_done, queue_pop
+from kubus.bus.messages import (
+    BindRequest,
+    ClusterEvent,
+    Outcome,
+    OutcomeKind,
+    Outcomes,
+    PopReply,
+    PopRequest,
+    QueuedPod,
+    decode,
+    encode,
+)
+from kubus.cycle import CycleOptions, CycleService, lease_name
+from kubus.framework.config import load_config
+from kubus.framework.nodeinfo import PodInfo
+from kubus.framework.runtime import Framework
+from kubus.plugins import in_tree_registry
+from kubus.settings import ConnectionSettings
+from kubus.store import ClusterState, PodPhase, PodRecord, Reservation, check_invariants
+
+PROFILE = "default-scheduler"
+CONFIG = """
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- schedulerName: default-scheduler
+  plugins:
+    multiPoint:
+      enabled: [{name: GPUFit}]
+- schedulerName: alpha
+- schedulerName: beta
+"""
+FAST = CycleOptions(
+    lease_ttl=1.0, renew_interval=0.1, pop_wait_ms=50, request_timeout=1.0, done_attempts=3, backend="numpy"
+)
+_ids = itertools.count()
+
+
+# ---- building blocks ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def settings(nats: NATS, redis: aioredis.Redis, nats_url: str, redis_url: str) -> ConnectionSettings:
+    """Connection settings for services, on servers the `nats` and `redis` fixtures emptied."""
+    return ConnectionSettings(nats_url=nats_url, redis_url=redis_url)
+
+
+@pytest.fixture
+def state(redis: aioredis.Redis) -> ClusterState:
+    return ClusterState(redis)
+
+
+def framework(profile: str = PROFILE) -> Framework:
+    registry = in_tree_registry()
+    return Framework.from_profile(load_config(CONFIG, registry=registry).profile(profile), registry)
+
+
+def cycle(
+    settings: ConnectionSettings, profile: str = PROFILE, *, holder: str | None = None, **options: Any
+) -> CycleService:
+    return CycleService(settings, framework(profile), dataclasses.replace(FAST, **options), holder=holder)
+
+
+class FakeQueue:
+    """The queue's answers to one profile's pops and outcome reports, over real NATS.
+
+    Hands out what was `offer`ed (waiting up to the pop's wait_ms for some), refuses pops from a
+    fencing token older than the newest it saw (as the real queue does, unless ``fence=False``),
+    and records every pop and outcome.
+    """
+
+    def __init__(self, nc: NATS, profile: str = PROFILE, *, fence: bool = True) -> None:
+        self.nc = nc
+        self.profile = profile
+        self.fence = fence
+        self.offered: list[QueuedPod] = []
+        self.pops: list[PopRequest] = []
+        self.handed: list[tuple[str, int, tuple[str, ...]]] = []
+        """(holder, token, uids) of every pop that got pods."""
+        self.reports: list[tuple[Outcome, ...]] = []
+        self.outcomes: dict[str, Outcome] = {}
+        """Uid -> its latest outcome."""
+        self.newest_token = 0
+        self.on_pop: Callable[[PopRequest], Awaitable[None]] | None = None
+        """Runs before pods are handed out (a test's hook)."""
+        self._offered = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> FakeQueue:
+        await self.nc.subscribe(queue_pop(self.profile), cb=self._pop_concurrently)
+        await self.nc.subscribe(queue_done(self.profile), cb=self._done)
+        await self.nc.flush()
+        return self
+
+    def offer(self, *pods: QueuedPod) -> None:
+        self.offered.extend(pods)
+        self._offered.set()
+
+    async def _pop_concurrently(self, msg: Msg) -> None:
+        # Pops of two replicas must not queue behind each other's wait, as in the real queue.
+        request = decode(PopRequest, msg.data)
+        self.pops.append(request)
+        self.newest_token = max(self.newest_token, request.fencing_token)
+        task = asyncio.create_task(self._pop(msg, request))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _pop(self, msg: Msg, request: PopRequest) -> None:
+        if not self.offered:
+            self._offered.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._offered.wait(), request.wait_ms / 1000)
+        pods: list[QueuedPod] = []
+        if self.offered and not (self.fence and request.fencing_token < self.newest_token):
+            if self.on_pop is not None:
+                await self.on_pop(request)
+            pods, self.offered = self.offered[: request.max_pods], self.offered[request.max_pods :]
+            self.handed.append((request.holder, request.fencing_token, tuple(p.uid for p in pods)))
+        await msg.respond(encode(PopReply(tuple(pods))))
+
+    async def _done(self, msg: Msg) -> None:
+        outcomes = decode(Outcomes, msg.data).outcomes
+        self.reports.append(outcomes)
+        for outcome in outcomes:
+            self.outcomes[outcome.uid] = outcome
+        await msg.respond(b"")
+
+    async def decided(self, *pods: QueuedPod, timeout: float = 10.0) -> list[Outcome]:
+        """Wait for the outcomes of ``pods``; return them in that order."""
+
+        def check() -> list[Outcome]:
+            missing = [p.key for p in pods if p.uid not in self.outcomes]
+            assert not missing, f"no outcome yet for {missing}"
+            return [self.outcomes[p.uid] for p in pods]
+
+        return await eventually(check, timeout)
+
+
+@contextlib.asynccontextmanager
+async def running(*services: CycleService) -> AsyncIterator[None]:
+    try:
+        for service in services:
+            await service.start()
+        yield
+    finally:
+        for service in services:
+            await service.stop()
+
+
+async def add_node(state: ClusterState, name: str, cpu: str = "4", *, gpus: int = 0) -> None:
+    meta: dict[str, Any] = {"name": name}
+    if gpus:
+        devices = [{"index": i, "model": "H100", "memory": "80Gi"} for i in range(gpus)]
+        meta["annotations"] = {"kubus.io/gpus": codec.dumps(devices).decode()}
+    doc = {"kind": "Node", "metadata": meta, "status": {"capacity": {"cpu": cpu, "memory": "16Gi", "pods": "110"}}}
+    await state.put_node(parse_node(doc))
+
+
+async def submit(state: ClusterState, name: str, cpu: str = "1", *, profile: str = PROFILE, gpus: int = 0) -> QueuedPod:
+    """What the queue does when it accepts a pod: the record in Redis (Pending), a QueuedPod."""
+    requests: dict[str, Any] = {"cpu": cpu, "memory": "256Mi"}
+    if gpus:
+        requests["nvidia.com/gpu"] = gpus
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}-{next(_ids)}"},
+        "spec": {
+            "schedulerName": profile,
+            "containers": [{"name": "c", "image": "busybox", "resources": {"requests": requests}}],
+        },
+    }
+    pod, manifest = parse_pod(doc), codec.dumps(doc)
+    assert await state.put_pod(PodRecord.of(pod, manifest, now=state.clock()))
+    return QueuedPod(uid=pod.metadata.uid, key=pod.key, manifest=manifest)
+
+
+async def reserve_directly(state: ClusterState, queued: QueuedPod, node: str, profile: str) -> None:
+    """A reservation some other scheduler made (the cycle's own steps, by hand)."""
+    pod = parse_pod(codec.loads(queued.manifest))
+    write = await state.transition(
+        queued.uid, PodPhase.RESERVED, node=node, expected_phases={PodPhase.PENDING}, count_attempt=True
+    )
+    assert write.ok
+    reservation = Reservation.of(PodInfo.of(pod), node, profile=profile, attempt=str(write.version))
+    assert (await state.reserve(node, reservation)).ok
+
+
+async def bind_requests(js: JetStreamContext, profile: str = PROFILE) -> list[BindRequest]:
+    """Every BindRequest in KUBUS_BIND for ``profile`` (read by sequence; nothing is consumed)."""
+    info = await js.stream_info(BIND_STREAM.name)
+    out = []
+    if info.state.messages == 0:
+        return out
+    for seq in range(info.state.first_seq, info.state.last_seq + 1):
+        with contextlib.suppress(Exception):  # a gap: nothing stored under that sequence
+            msg = await js.get_msg(BIND_STREAM.name, seq)
+            if msg.subject == bind(profile):
+                out.append(decode(BindRequest, msg.data))
+    return out
+
+
+async def publish_event(js: JetStreamContext, kind: EventKind, name: str, *, node: str = "", **data: Any) -> None:
+    event = ClusterEvent(kind=kind.value, name=name, node=node, data=data)
+    await js.publish(event_subject(kind, name), encode(event))
+
+
+async def loaded(service: CycleService, nodes: int) -> None:
+    async def check() -> None:
+        assert service.leading, "not leading yet"
+        assert service.table is not None and len(service.table) == nodes
+
+    await eventually(check)
+
+
+def sample(service: CycleService, name: str, **labels: str) -> float:
+    return service.metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+# ---- scheduling --------------------------------------------------------------------------------
+
+
+async def test_popped_pods_are_reserved_handed_to_the_binders_and_reported(
+    settings: ConnectionSettings, state: ClusterState, nats: NATS, js: JetStreamContext
+) -> None:
+    await add_node(state, "cpu-1", "4")
+    await add_node(state, "gpu-1", "8", gpus=2)
+    queue = await FakeQueue(nats).start()
+    pods = [await submit(state, f"web-{i}") for i in range(3)] + [await submit(state, "train", gpus=1)]
+    service = cycle(settings)
+    async with running(service):
+        await loaded(service, 2)
+        token = service.fencing_token
+        queue.offer(*pods)
+        outcomes = await queue.decided(*pods)
+
+        assert [o.kind for o in outcomes] == [OutcomeKind.RESERVED] * 4, outcomes
+        assert outcomes[3].node == "gpu-1" and len(outcomes[3].gpu_devices) == 1
+        requests = {r.uid: r for r in await bind_requests(js)}
+        assert set(requests) == {p.uid for p in pods}
+        for queued, outcome in zip(pods, outcomes, strict=True):
+            record = await state.get_pod(queued.uid)
+            assert record is not None and record.phase is PodPhase.RESERVED and record.node == outcome.node
+            reservation = await state.reservation(outcome.node, queued.uid)
+            assert reservation is not None
+            assert (reservation.attempt, reservation.token, reservation.profile) == (
+                str(record.version),
+                token,
+                PROFILE,
+            )
+            assert reservation.gpu_devices == outcome.gpu_devices
+            request = requests[queued.uid]
+            assert (request.node, request.attempt, request.fencing_token) == (outcome.node, record.version, token)
+            assert outcome.attempt == record.version
+            assert (request.key, request.manifest, request.gpu_devices) == (
+                queued.key,
+                queued.manifest,
+                outcome.gpu_devices,
+            )
+        usage = [await state.node_usage(n) for n in ("cpu-1", "gpu-1")]
+        assert sum(u.requested.get("cpu", 0) for u in usage if u) == 4000
+        assert await check_invariants(state) == []
+        assert all(p.holder == service.holder and p.fencing_token == token for p in queue.pops)
+        assert sample(service, "scheduler_schedule_attempts_total", result="scheduled", profile=PROFILE) == 4
+
+
+async def test_unschedulable_pods_get_kubes_message_and_bad_ones_an_error(
+    settings: ConnectionSettings, state: ClusterState, nats: NATS, js: JetStreamContext
+) -> None:
+    await add_node(state, "small-1", "2")
+    await add_node(state, "small-2", "2")
+    queue = await FakeQueue(nats).start()
+    huge = await submit(state, "huge", "16")
+    fits = await submit(state, "fits", "1")
+    gone = await submit(state, "gone", "1")
+    assert (await state.transition(gone.uid, PodPhase.DELETED)).ok  # deleted while queued
+    broken = QueuedPod(uid="uid-broken", key="default/broken", manifest=b'{"kind": "Pod", "metadata": {}}')
+    service = cycle(settings)
+    async with running(service):
+        await loaded(service, 2)
+        queue.offer(huge, broken, gone, fits)
+        unschedulable, error, skipped, reserved = await queue.decided(huge, broken, gone, fits)
+
+        assert unschedulable.kind is OutcomeKind.UNSCHEDULABLE
+        assert unschedulable.message == "0/2 nodes are available: 2 Insufficient cpu."
+        assert unschedulable.plugins == ("NodeResourcesFit",)
+        assert error.kind is OutcomeKind.ERROR and "metadata.name" in error.message and "\n" not in error.message
+        assert reserved.kind is OutcomeKind.RESERVED
+        # The deleted pod is not this cycle's to schedule: no reservation, no request.
+        assert skipped.kind is OutcomeKind.ERROR and "Deleted" in skipped.message, skipped
+        assert len(queue.reports) == 1
+        assert [await state.reservation(n, gone.uid) for n in ("small-1", "small-2")] == [None, None]
+        assert {r.uid for r in await bind_requests(js)} == {fits.uid}
+        record = await state.get_pod(huge.uid)
+        assert record is not None and record.phase is PodPhase.PENDING and record.attempts == 0
+        assert await check_invariants(state) == []
+        assert sample(service, "scheduler_schedule_attempts_total", result="unschedulable", profile=PROFILE) == 1
+        assert sample(service, "scheduler_schedule_attempts_total", result="error", profile=PROFILE) == 1
+
+
+async def test_two_profiles_racing_for_nearly_full_nodes_never_overcommit(
+    settings: ConnectionSettings, state: ClusterState, nats: NATS, js: JetStreamContext
+) -> None:
+    for i in range(4):
+        await add_node(state, f"node-{i}", "4")
+        await reserve_directly(state, await submit(state, f"resident-{i}", "2"), f"node-{i}", PROFILE)
+    alpha, beta = cycle(settings, "alpha"), cycle(settings, "beta")
+    queues = {"alpha": await FakeQueue(nats, "alpha").start(), "beta": await FakeQueue(nats, "beta").start()}
+    # 8 free CPUs, 12 pods asking for one each: each cycle's table says its 6 fit.
+    pods = {p: [await submit(state, f"{p}-{i}", profile=p) for i in range(6)] for p in queues}
+    async with running(alpha, beta):
+        await loaded(alpha, 4)
+        await loaded(beta, 4)
+        queues["alpha"].offer(*pods["alpha"])
+        queues["beta"].offer(*pods["beta"])
+        outcomes = [o for p, q in queues.items() for o in await q.decided(*pods[p])]
+
+        assert await check_invariants(state) == []
+        reserved = [o for o in outcomes if o.kind is OutcomeKind.RESERVED]
+        usage = [await state.node_usage(f"node-{i}") for i in range(4)]
+        assert all(u is not None and u.requested.get("cpu", 0) <= 4000 for u in usage)
+        assert len(reserved) == sum(u.pods for u in usage if u) - 4 <= 8
+        assert {o.kind for o in outcomes} <= {OutcomeKind.RESERVED, OutcomeKind.UNSCHEDULABLE}
+        conflicts = sum(sample(c, "kubus_reserve_conflicts_total", profile=c.profile) for c in (alpha, beta))
+        assert conflicts >= 1
+        for profile, service in (("alpha", alpha), ("beta", beta)):
+            requests = await bind_requests(js, profile)
+            assert sorted(r.uid for r in requests) == sorted(
+                o.uid for o in outcomes if o.kind is OutcomeKind.RESERVED and o.uid.startswith(f"uid-{profile}")
+            )
+            assert {r.fencing_token for r in requests} <= {service.fencing_token}
+
+
+# ---- leadership --------------------------------------------------------------------------------
+
+
+async def steal_lease(state: ClusterState, profile: str, thief: str = "thief") -> int:
+    """Take the profile's lease away from its holder at once, as a lapse followed by a new holder
+    does: one transaction, so the holder cannot renew in between."""
+    name = lease_name(profile)
+    keys = [state.keys.lease_holder(name), state.keys.lease_fence(name)]
+    pipe = state.redis.pipeline(transaction=True)
+    pipe.delete(keys[0])
+    await state.scripts.acquire_lease(keys=keys, args=[thief, 1000], client=pipe)
+    _, token = await pipe.execute()
+    assert token is not None
+    return int(token)
+
+
+async def test_a_standby_takes_over_and_the_old_leader_stops_popping(
+    settings: ConnectionSettings, state: ClusterState, nats: NATS, js: JetStreamContext
+) -> None:
+    await add_node(state, "node-a", "8")
+    queue = await FakeQueue(nats).start()
+    first, second = cycle(settings, holder="first"), cycle(settings, holder="second")
+    async with running(first):
+        await loaded(first, 1)
+        async with running(second):
+            assert not second.leading
+            early = await submit(state, "early")
+            queue.offer(early)
+            [outcome] = await queue.decided(early)
+            assert outcome.kind is OutcomeKind.RESERVED
+            old_token = first.fencing_token
+            assert old_token is not None
+
+            # The leader loses its lease (a lapse): the standby takes it, the old one notices.
+            await steal_lease(state, PROFILE, thief="second")
+            await loaded(second, 1)
+
+            async def deposed() -> None:
+                assert not first.leading
+
+            await eventually(deposed)
+            new_token = second.fencing_token
+            assert new_token is not None and new_token > old_token
+
+            async def second_pops() -> None:
+                assert any(p.holder == "second" for p in queue.pops)
+
+            await eventually(second_pops)
+            handed_to_first = len([h for h in queue.handed if h[0] == "first"])
+            late = [await submit(state, f"late-{i}") for i in range(3)]
+            queue.offer(*late)
+            assert {o.kind for o in await queue.decided(*late)} == {OutcomeKind.RESERVED}
+            assert len([h for h in queue.handed if h[0] == "first"]) == handed_to_first
+            tokens = {r.uid: r.fencing_token for r in await bind_requests(js)}
+            assert tokens == {early.uid: old_token, **{p.uid: new_token for p in late}}
+            assert not first.leading
+
+        # The leader stops cleanly and gives the lease up: the standby takes over at once.
+        await loaded(first, 1)
+        assert first.fencing_token is not None and first.fencing_token > new_token
+        last = await submit(state, "last")
+        queue.offer(last)
+        [outcome] = await queue.decided(last)
+        assert outcome.kind is OutcomeKind.RESERVED
+        assert {r.uid: r.fencing_token for r in await bind_requests(js)}[last.uid] == first.fencing_token
+    assert await check_invariants(state) == []
+
+
+async def test_a_leader_that_lost_its_lease_after_reserving_gives_the_room_back_and_publishes_nothing(
+    settings: ConnectionSettings, state: ClusterState, nats: NATS, js: JetStreamContext
+) -> None:
+    await add_node(state, "node-a", "8")
+    queue = await FakeQueue(nats).start()
+    service = cycle(settings)
+    async with running(service):
+        await loaded(service, 1)
+        assert service.cluster is not None
+        reserve = service.cluster.reserve
+        stolen = asyncio.Event()
+
+        async def reserve_then_lose_the_lease(node: str, reservation: Reservation) -> Any:
+            answer = await reserve(node, reservation)
+            if not stolen.is_set():
+                stolen.set()
+                await steal_lease(state, PROFILE)
+
+                async def deposed() -> None:
+                    assert not service.leading
+
+                await eventually(deposed)
+            return answer
+
+        service.cluster.reserve = reserve_then_lose_the_lease  # type: ignore[method-assign]
+        pods = [await submit(state, f"web-{i}") for i in range(2)]
+        queue.offer(*pods)
+        outcomes = await queue.decided(*pods)
+
+        assert {o.kind for o in outcomes} == {OutcomeKind.ERROR}
+        assert all("lost its lease" in o.message for o in outcomes)
+        assert await bind_requests(js) == []
+        for queued in pods:
+            record = await state.get_pod(queued.uid)
+            assert record is not None and record.phase is PodPhase.PENDING
+            assert await state.reservation("node-a", queued.uid) is None
+        assert await check_invariants(state) == []
+
+
+async def test_a_deposed_leader_does_not_schedule_what_it_popped(
+    settings: ConnectionSettings, state: ClusterState, nats: NATS, js: JetStreamContext
+) -> None:
+    await add_node(state, "node-a", "8")
+    queue = await FakeQueue(nats, fence=False).start()
+    service = cycle(settings)
+
+    async def lose_the_lease_first(request: PopRequest) -> None:
+        queue.on_pop = None
+        await steal_lease(state, PROFILE)
+
+        async def deposed() -> None:
+            assert not service.leading
+
+        await eventually(deposed)
+
+    async with running(service):
+        await loaded(service, 1)
+        queue.on_pop = lose_the_lease_first
+        pods = [await submit(state, f"web-{i}") for i in range(2)]
+        queue.offer(*pods)
+        outcomes = await queue.decided(*pods)
+
+        assert {o.kind for o in outcomes} == {OutcomeKind.ERROR}
+        assert await bind_requests(js) == []
+        records = await state.get_pods(p.uid for p in pods)
+        assert all(r is not None and r.phase is PodPhase.PENDING and r.attempts == 0 for r in records)
+
+
+# ---- the node table ----------------------------------------------------------------------------
+
+
+async def test_node_and_pod_events_keep_the_table_fresh(
+    settings: ConnectionSettings, state: ClusterState, nats: NATS, js: JetStreamContext
+) -> None:
+    await add_node(state, "small", "1")
+    queue = await FakeQueue(nats).start()
+    service = cycle(settings)
+    async with running(service):
+        await loaded(service, 1)
+        big = await submit(state, "big", "2")
+        queue.offer(big)
+        [outcome] = await queue.decided(big)
+        assert outcome.message == "0/1 nodes are available: 1 Insufficient cpu."
+
+        # A node added after start gets pods once its node.added event arrives.
+        await add_node(state, "roomy", "2")
+        await publish_event(js, EventKind.NODE_ADDED, "roomy")
+        await loaded(service, 2)
+        queue.offer(big)
+        await eventually(lambda: _assert_kind(queue, big, OutcomeKind.RESERVED))
+        assert queue.outcomes[big.uid].node == "roomy"
+
+        # Full again; a pod finishing there (event without a node: looked up by uid) frees it.
+        big2 = await submit(state, "big-2", "2")
+        queue.offer(big2)
+        [outcome] = await queue.decided(big2)
+        assert outcome.kind is OutcomeKind.UNSCHEDULABLE
+        assert (await state.transition(big.uid, PodPhase.DELETED)).ok
+        await state.release("roomy", big.uid)
+        await publish_event(js, EventKind.POD_FINISHED, big.key, uid=big.uid)
+
+        async def freed() -> None:
+            assert service.table is not None
+            assert service.table.node_info("roomy").requested["cpu"] == 0
+
+        await eventually(freed)
+        queue.offer(big2)
+        await eventually(lambda: _assert_kind(queue, big2, OutcomeKind.RESERVED))
+
+        # A node lost: cycles treat it as tainted unreachable.
+        await state.release("roomy", big2.uid)
+        assert (await state.transition(big2.uid, PodPhase.DELETED)).ok
+        assert await state.mark_unreachable("roomy")
+        await publish_event(js, EventKind.NODE_LOST, "roomy")
+
+        async def tainted() -> None:
+            assert service.table is not None
+            taints = service.table.node_info("roomy").node.spec.taints
+            assert any(t.key == "node.kubernetes.io/unreachable" for t in taints)
+            assert service.table.node_info("roomy").requested["cpu"] == 0
+
+        await eventually(tainted)
+        big3 = await submit(state, "big-3", "2")
+        queue.offer(big3)
+        [outcome] = await queue.decided(big3)
+        assert outcome.kind is OutcomeKind.UNSCHEDULABLE
+        assert "untolerated taint {node.kubernetes.io/unreachable: }" in outcome.message
+        assert "TaintToleration" in outcome.plugins
+    assert await check_invariants(state) == []
+
+
+async def test_a_resync_heals_a_missed_event(settings: ConnectionSettings, state: ClusterState, nats: NATS) -> None:
+    await add_node(state, "first", "1")
+    await FakeQueue(nats).start()  # an idle queue: the loop comes round every pop_wait_ms
+    service = cycle(settings, resync_interval=0.2)
+    async with running(service):
+        await loaded(service, 1)
+        await add_node(state, "silent", "1")  # no node.added event
+        await loaded(service, 2)
+        await state.delete_node("first")
+        await loaded(service, 1)
+        assert service.table is not None and "silent" in service.table
+
+
+def _assert_kind(queue: FakeQueue, pod: QueuedPod, kind: OutcomeKind) -> None:
+    outcome = queue.outcomes.get(pod.uid)
+    assert outcome is not None and outcome.kind is kind, outcome

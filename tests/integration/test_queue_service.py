@@ -1,0 +1,604 @@
+"""The queue service against real NATS and Redis: intake, pop/done, bad input, restarts, repairs."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from nats.aio.client import Client as NATS
+from nats.js import JetStreamContext
+from support import eventually
+
+from kubus import codec
+from kubus.api.manifests import parse_node
+from kubus.bus import (
+    PODS_DELETE,
+    PODS_REQUEUE,
+    PODS_SUBMIT,
+    ensure_streams,
+    event_subject,
+    node_pods,
+    publish_durable,
+    queue_done,
+    queue_pop,
+)
+from kubus.bus.messages import (
+    ClusterEvent,
+    NodeAssignment,
+    Outcome,
+    OutcomeKind,
+    Outcomes,
+    PodDeletion,
+    PopReply,
+    PopRequest,
+    decode,
+    encode,
+)
+from kubus.framework.config import SchedulerConfiguration, load_config
+from kubus.framework.nodeinfo import PodInfo
+from kubus.plugins import in_tree_registry
+from kubus.queue import ERROR_HEADER, QueueName, QueueOptions, QueueService, read_submission
+from kubus.queue.__main__ import main as queue_main
+from kubus.queue.intake import identify
+from kubus.service import ServiceState
+from kubus.settings import ConnectionSettings
+from kubus.store import ClusterState, EventType, PodPhase, PodRecord, Reservation, check_invariants
+
+DEFAULT = "default-scheduler"
+GPU = "gpu-scheduler"
+
+CONFIG: SchedulerConfiguration = load_config(
+    {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "podInitialBackoffSeconds": 1,
+        "podMaxBackoffSeconds": 2,
+        "profiles": [{"schedulerName": DEFAULT}, {"schedulerName": GPU}],
+    },
+    registry=in_tree_registry(),
+)
+
+FAST = QueueOptions(flush_interval=0.05, in_flight_interval=0.05, janitor_interval=0.1, node_interval=0.1)
+
+
+def pod_manifest(
+    name: str,
+    *,
+    scheduler: str = DEFAULT,
+    priority: int = 0,
+    gates: tuple[str, ...] = (),
+    annotations: dict[str, str] | None = None,
+    cpu: str = "100m",
+) -> bytes:
+    spec: dict[str, Any] = {
+        "schedulerName": scheduler,
+        "priority": priority,
+        "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}],
+    }
+    if gates:
+        spec["schedulingGates"] = [{"name": g} for g in gates]
+    return codec.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "annotations": annotations or {}},
+            "spec": spec,
+        }
+    )
+
+
+def uid_of(data: bytes) -> str:
+    [sub] = read_submission(data, source="test", max_manifest_bytes=1 << 20)
+    return sub.pod.metadata.uid
+
+
+async def submit(js: JetStreamContext, data: bytes) -> None:
+    await publish_durable(js, PODS_SUBMIT, data, f"submit/{hashlib.sha256(data).hexdigest()}")
+
+
+async def pop(nats: NATS, profile: str = DEFAULT, *, max_pods: int = 50, wait_ms: int = 0, token: int = 0) -> PopReply:
+    request = PopRequest(max_pods=max_pods, wait_ms=wait_ms, holder="test", fencing_token=token)
+    reply = await nats.request(queue_pop(profile), encode(request), timeout=wait_ms / 1000 + 5)
+    return decode(PopReply, reply.data)
+
+
+async def done(nats: NATS, profile: str, *outcomes: Outcome) -> None:
+    reply = await nats.request(queue_done(profile), encode(Outcomes(outcomes)), timeout=5)
+    assert reply.data == b"" and not (reply.headers or {}).get(ERROR_HEADER)
+
+
+async def pop_names(nats: NATS, profile: str = DEFAULT, **kw: Any) -> list[str]:
+    return [p.key.split("/")[1] for p in (await pop(nats, profile, **kw)).pods]
+
+
+class EventLog:
+    """Every cluster event published while the test runs (core NATS sees JetStream publishes)."""
+
+    def __init__(self) -> None:
+        self.events: list[ClusterEvent] = []
+
+    async def on_msg(self, msg: Any) -> None:
+        self.events.append(decode(ClusterEvent, msg.data))
+
+    def of(self, kind: str) -> list[ClusterEvent]:
+        return [e for e in self.events if e.kind == kind]
+
+
+@pytest.fixture
+async def events(nats: NATS) -> AsyncIterator[EventLog]:
+    log = EventLog()
+    sub = await nats.subscribe("kubus.events.>", cb=log.on_msg)
+    yield log
+    await sub.unsubscribe()
+
+
+QueueFactory = Callable[..., Awaitable[QueueService]]
+
+
+@pytest.fixture
+async def start_queue(nats_url: str, redis_url: str, nats: NATS, redis: aioredis.Redis) -> AsyncIterator[QueueFactory]:
+    """Starts queue services on the test servers (after the fixtures emptied them); stops them after."""
+    started: list[QueueService] = []
+
+    async def start(options: QueueOptions = FAST, config: SchedulerConfiguration = CONFIG) -> QueueService:
+        service = QueueService(ConnectionSettings(nats_url=nats_url, redis_url=redis_url), config, options)
+        await service.start()
+        started.append(service)
+        return service
+
+    yield start
+    for service in started:
+        await service.stop()
+
+
+async def stored(state: ClusterState, uid: str, phase: PodPhase = PodPhase.PENDING) -> PodRecord:
+    async def check() -> PodRecord:
+        record = await state.get_pod(uid)
+        assert record is not None and record.phase is phase, record
+        return record
+
+    return await eventually(check)
+
+
+# -- the happy path ------------------------------------------------------------------------------------
+
+
+async def test_a_submitted_pod_is_stored_pending_and_popped(
+    start_queue: QueueFactory, nats: NATS, js: JetStreamContext, redis: aioredis.Redis, events: EventLog
+) -> None:
+    queue = await start_queue()
+    state = ClusterState(redis)
+    data = pod_manifest("web-1", priority=10)
+    uid = uid_of(data)
+    waiting = await pop(nats, wait_ms=1)  # nothing yet: an empty reply after the wait
+    assert waiting.pods == ()
+
+    await submit(js, data)
+    reply = await pop(nats, wait_ms=3000)  # answered as soon as the pod arrives
+    [queued] = reply.pods
+    assert (queued.uid, queued.key, queued.attempts) == (uid, "default/web-1", 0)
+    assert codec.loads(queued.manifest)["metadata"]["uid"] == uid
+    record = await stored(state, uid)
+    assert record.profile == DEFAULT and record.manifest == queued.manifest and record.reason == ""
+    assert queue.queues[DEFAULT].where(uid) is QueueName.IN_FLIGHT
+    assert (await pop(nats, GPU)).pods == ()  # another profile's queue
+
+    await eventually(
+        lambda: _assert(events.of("pod.accepted") and events.of("pod.accepted")[0].name == "default/web-1")
+    )
+    exposition = queue.metrics.exposition().decode()
+    assert 'scheduler_queue_incoming_pods_total{event="PodAdd",queue="active"} 1.0' in exposition
+
+    await done(nats, DEFAULT, Outcome(uid=uid, kind=OutcomeKind.RESERVED, node="n1"))
+    assert queue.queues[DEFAULT].where(uid) is None
+
+
+def _assert(condition: Any) -> None:
+    assert condition
+
+
+async def test_pods_pop_in_priority_order_across_many_submits(
+    start_queue: QueueFactory, nats: NATS, js: JetStreamContext, redis: aioredis.Redis
+) -> None:
+    queue = await start_queue()
+    for i, priority in enumerate([1, 50, 7, 50, 0]):
+        await submit(js, pod_manifest(f"p{i}", priority=priority))
+    await eventually(lambda: _assert(len(queue.queues[DEFAULT]) == 5))
+    assert await pop_names(nats, max_pods=3) == ["p1", "p3", "p2"]
+    assert await pop_names(nats) == ["p0", "p4"]
+    assert 'scheduler_pending_pods{queue="active"} 0.0' in queue.metrics.exposition().decode()
+
+
+# -- bad input ---------------------------------------------------------------------------------------
+
+
+async def test_bad_input_of_every_kind_never_stops_the_service(
+    start_queue: QueueFactory, nats: NATS, js: JetStreamContext, redis: aioredis.Redis, events: EventLog
+) -> None:
+    queue = await start_queue()
+    state = ClusterState(redis)
+    bad = [
+        b"\x00\xff\xfe garbage \x89PNG",
+        b"apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec: {replicas: 3}\n",
+        pod_manifest("huge", annotations={"blob": "x" * 700_000}),
+        pod_manifest("bad-cpu", cpu="lots"),
+        b"kind: Pod\nmetadata: {name: bad-op}\nspec: {containers: [{name: c}], tolerations: [{operator: Maybe}]}\n",
+    ]
+    for data in bad:
+        await submit(js, data)
+    await publish_durable(js, PODS_DELETE, b'{"namespace": "default", "name": "x", "force": true}', "delete/bad")
+    await publish_durable(js, PODS_REQUEUE, b"[1, 2, 3]", "requeue/bad")
+    await publish_durable(js, "kubus.pods.unknown", b"?", "unknown/bad")
+    nowhere = pod_manifest("lost", scheduler="no-such-scheduler")
+    await submit(js, nowhere)
+    good = pod_manifest("fine")
+    await submit(js, good)
+
+    assert await pop_names(nats, wait_ms=5000) == ["fine"]
+    rejected = await eventually(lambda: _at_least(events.of("pod.rejected"), 8))
+    by_name = {e.name: e for e in rejected}
+    assert by_name["default/huge"].reason == "TooLarge"
+    assert "spec.containers[0].resources.requests.cpu" in by_name["default/bad-cpu"].message
+    assert "spec.tolerations[0].operator" in by_name["default/bad-op"].message
+    messages = " | ".join(e.message for e in rejected)
+    assert "not UTF-8" in messages and '"Deployment" is not supported' in messages
+    assert "unknown field 'force'" in messages and "expected an object" in messages
+    assert "not a subject the queue reads" in messages
+    assert all("\n" not in e.message for e in rejected)
+
+    # The pod of an unknown profile is stored Pending with the reason, and not queued.
+    lost = await stored(state, uid_of(nowhere))
+    assert lost.reason == "NoSchedulerProfile" and lost.message.startswith('no scheduler profile "no-such-scheduler"')
+    assert all(uid_of(nowhere) not in q for q in queue.queues.values())
+    assert events.of("pod.unschedulable")[0].name == "default/lost"
+    # A readable pod name gets a Warning event under its uid.
+    [warning] = await state.events(identify(pod_manifest("bad-cpu", cpu="lots"))[1])
+    assert (warning.type, warning.reason) == (EventType.WARNING, "Rejected")
+
+    exposition = queue.metrics.exposition().decode()
+    assert 'kubus_rejected_messages_total{subject="kubus.pods.submit"} 5.0' in exposition
+    assert queue.state is ServiceState.RUNNING
+
+    # Garbage on the pop and done subjects gets an error reply, and nothing else.
+    for subject in (queue_pop(DEFAULT), queue_done(DEFAULT)):
+        reply = await nats.request(subject, b"not json", timeout=5)
+        assert reply.headers is not None and "not JSON" in reply.headers[ERROR_HEADER]
+    await submit(js, pod_manifest("still-fine"))
+    assert await pop_names(nats, wait_ms=5000) == ["still-fine"]
+    assert queue.state is ServiceState.RUNNING
+
+
+def _at_least(items: list[Any], n: int) -> list[Any]:
+    assert len(items) >= n, items
+    return items
+
+
+# -- outcomes ----------------------------------------------------------------------------------------
+
+
+async def test_unschedulable_outcome_records_the_reason_backs_off_and_waits_for_an_event(
+    start_queue: QueueFactory, nats: NATS, js: JetStreamContext, redis: aioredis.Redis
+) -> None:
+    queue = await start_queue()
+    state = ClusterState(redis)
+    data = pod_manifest("big", cpu="64")
+    uid = uid_of(data)
+    await submit(js, data)
+    [popped] = (await pop(nats, wait_ms=5000)).pods
+    message = "0/3 nodes are available: 3 Insufficient cpu."
+    report = Outcome(uid, OutcomeKind.UNSCHEDULABLE, message=message, plugins=("NodeResourcesFit",))
+    await done(nats, DEFAULT, report)
+    await done(nats, DEFAULT, report)  # the cycle retried its report: one attempt still
+
+    record = await state.get_pod(uid)
+    assert record is not None and record.phase is PodPhase.PENDING
+    assert (record.reason, record.message, record.attempts) == ("Unschedulable", message, 1)
+    [event] = await state.events(uid)
+    assert (event.type, event.reason, event.message, event.source) == (
+        EventType.WARNING,
+        "FailedScheduling",
+        message,
+        DEFAULT,
+    )
+    assert queue.queues[DEFAULT].where(uid) is QueueName.UNSCHEDULABLE
+    assert 'scheduler_pending_pods{queue="unschedulable"} 1.0' in queue.metrics.exposition().decode()
+
+    # An event no rejecting plugin cares about leaves it; a node added may help it.
+    bound = ClusterEvent(kind="pod.bound", name="default/other", at=time.time())
+    await publish_durable(js, event_subject("pod.bound", "default/other"), encode(bound), "bound/other")
+    added = ClusterEvent(kind="node.added", name="n9", at=time.time())
+    await publish_durable(js, event_subject("node.added", "n9"), encode(added), "added/n9")
+    again = await pop(nats, wait_ms=5000)  # after its 1 s backoff
+    assert [(p.uid, p.attempts) for p in again.pods] == [(popped.uid, 1)]
+
+    # An error (no rejecting plugin) goes to the backoffQ at once: 2 s for a second attempt.
+    await done(nats, DEFAULT, Outcome(uid, OutcomeKind.ERROR, message="plugin X failed"))
+    record = await state.get_pod(uid)
+    assert record is not None and (record.reason, record.attempts) == ("SchedulerError", 2)
+    assert queue.queues[DEFAULT].where(uid) is QueueName.BACKOFF
+
+
+async def test_a_failed_bind_hands_the_pod_back_to_pending(
+    start_queue: QueueFactory, nats: NATS, js: JetStreamContext, redis: aioredis.Redis, events: EventLog
+) -> None:
+    queue = await start_queue()
+    state = ClusterState(redis)
+    await state.put_node(_node("n1"))
+    data = pod_manifest("w")
+    uid = uid_of(data)
+    await submit(js, data)
+    [queued] = (await pop(nats, wait_ms=5000)).pods
+    # The cycle reserves it, as docs/services.md step 4 says, and reports it.
+    attempt = await _reserve(state, queued.manifest, "n1")
+    await done(nats, DEFAULT, Outcome(uid, OutcomeKind.RESERVED, node="n1", attempt=attempt))
+    assert queue.queues[DEFAULT].where(uid) is None
+    # A stale hand-back from an older attempt changes nothing.
+    stale = Outcome(uid, OutcomeKind.BIND_FAILED, node="n1", message="old", attempt=attempt - 1)
+    await publish_durable(js, PODS_REQUEUE, encode(Outcomes((stale,))), "requeue/stale")
+    # The binder fails: gives the room back, hands the pod back.
+    assert (await state.unreserve("n1", uid, str(attempt))).value == "OK"
+    failed = Outcome(uid, OutcomeKind.BIND_FAILED, node="n1", message="node refused", attempt=attempt)
+    await publish_durable(js, PODS_REQUEUE, encode(Outcomes((failed,))), "requeue/1")
+
+    record = await stored(state, uid, PodPhase.PENDING)
+    assert (record.reason, record.message) == ("SchedulerError", "binding rejected: node refused")
+    assert await pop_names(nats, wait_ms=5000) == ["w"]  # after its backoff
+    assert await check_invariants(state) == []
+
+
+# -- delete ------------------------------------------------------------------------------------------
+
+
+async def test_delete_takes_a_pod_out_of_the_queue_and_off_its_node(
+    start_queue: QueueFactory, nats: NATS, js: JetStreamContext, redis: aioredis.Redis, events: EventLog
+) -> None:
+    queue = await start_queue()
+    state = ClusterState(redis)
+    await state.put_node(_node("n1"))
+    queued_data, reserved_data = pod_manifest("queued"), pod_manifest("reserved")
+    await submit(js, queued_data)
+    await submit(js, reserved_data)
+    await eventually(lambda: _assert(len(queue.queues[DEFAULT]) == 2))
+    [reserved] = [p for p in (await pop(nats)).pods if p.key == "default/reserved"] or [None]
+    assert reserved is not None
+    attempt = await _reserve(state, reserved.manifest, "n1")
+    await done(nats, DEFAULT, Outcome(reserved.uid, OutcomeKind.RESERVED, node="n1", attempt=attempt))
+
+    for name in ("queued", "reserved", "never-was"):
+        await publish_durable(js, PODS_DELETE, encode(PodDeletion("default", name)), f"delete/{name}")
+    await stored(state, uid_of(queued_data), PodPhase.DELETED)
+    await stored(state, uid_of(reserved_data), PodPhase.DELETED)
+    assert await state.reservations("n1") == []
+    assert all(not q.uids() for q in queue.queues.values())
+    deleted = await eventually(lambda: _at_least(events.of("pod.deleted"), 2))
+    assert {(e.name, e.node) for e in deleted} == {("default/queued", ""), ("default/reserved", "n1")}
+    assert await check_invariants(state) == []
+
+    # Its name (and so its derived uid) belongs to a deleted pod now: a new one needs its own uid.
+    await submit(js, pod_manifest("queued", priority=1))
+    rejected = await eventually(lambda: _at_least(events.of("pod.rejected"), 2))
+    messages = [e.message for e in rejected]
+    assert "kubus.pods.delete: Pod default/never-was: not found" in messages
+    assert any("belongs to a pod already Deleted" in m for m in messages)
+
+
+async def test_messages_about_one_pod_keep_their_order_within_a_batch(
+    start_queue: QueueFactory, nats: NATS, js: JetStreamContext, redis: aioredis.Redis
+) -> None:
+    await ensure_streams(js)
+    state = ClusterState(redis)
+    for i in range(20):  # published before the queue starts: fetched as one batch
+        data = pod_manifest(f"p{i}")
+        await publish_durable(js, PODS_SUBMIT, data, f"submit/default/p{i}/{hashlib.sha256(data).hexdigest()}")
+        if i % 2:
+            await publish_durable(js, PODS_DELETE, encode(PodDeletion("default", f"p{i}")), f"delete/p{i}")
+    queue = await start_queue()
+    await eventually(lambda: _assert(len(queue.queues[DEFAULT]) == 10))
+    for i in range(20):
+        record = await state.find_pod("default", f"p{i}")
+        assert record is not None and record.phase is (PodPhase.DELETED if i % 2 else PodPhase.PENDING)
+    assert sorted(await pop_names(nats)) == sorted(f"p{i}" for i in range(0, 20, 2))
+
+
+# -- gates -------------------------------------------------------------------------------------------
+
+
+async def test_a_gated_pod_waits_until_it_is_resubmitted_without_gates(
+    start_queue: QueueFactory, nats: NATS, js: JetStreamContext, redis: aioredis.Redis
+) -> None:
+    queue = await start_queue()
+    state = ClusterState(redis)
+    gated = pod_manifest("g", gates=("example.com/approval",))
+    uid = uid_of(gated)
+    await submit(js, gated)
+    record = await stored(state, uid)
+    assert (record.reason, record.message) == (
+        "SchedulingGated",
+        "waiting for scheduling gates: [example.com/approval]",
+    )
+    await eventually(lambda: _assert(queue.queues[DEFAULT].where(uid) is QueueName.GATED))
+    assert (await pop(nats)).pods == ()
+
+    await submit(js, pod_manifest("g"))  # the gate lifted
+    [popped] = (await pop(nats, wait_ms=5000)).pods
+    assert popped.uid == uid and "schedulingGates" not in codec.loads(popped.manifest)["spec"]
+    record = await stored(state, uid)
+    assert record.manifest == popped.manifest and record.reason == ""
+
+
+# -- restart -----------------------------------------------------------------------------------------
+
+
+async def test_a_restarted_queue_rebuilds_from_redis_and_loses_nothing(
+    start_queue: QueueFactory, nats: NATS, js: JetStreamContext, redis: aioredis.Redis
+) -> None:
+    first = await start_queue()
+    state = ClusterState(redis)
+    names = ["a", "b", "c"]
+    for i, name in enumerate(names):
+        await submit(js, pod_manifest(name, priority=i))
+    await submit(js, pod_manifest("gpu-pod", scheduler=GPU))
+    await eventually(lambda: _assert(sum(len(q) for q in first.queues.values()) == 4))
+    assert await pop_names(nats, max_pods=1) == ["c"]  # in flight when the queue dies
+    await first.stop()
+
+    await submit(js, pod_manifest("while-down"))  # JetStream keeps it
+    second = await start_queue()
+    assert await pop_names(nats, max_pods=10, wait_ms=5000) in (["c", "b", "a"], ["c", "b", "a", "while-down"])
+    assert await pop_names(nats, GPU) == ["gpu-pod"]
+    await eventually(lambda: _assert(second.queues[DEFAULT].where(uid_of(pod_manifest("while-down"))) is not None))
+    pending = await state.pods_in_phase(PodPhase.PENDING)
+    assert len(pending) == 5
+
+
+# -- in flight ---------------------------------------------------------------------------------------
+
+
+async def test_an_in_flight_pod_is_handed_out_again_after_its_deadline_unless_it_moved_on(
+    start_queue: QueueFactory, nats: NATS, js: JetStreamContext, redis: aioredis.Redis
+) -> None:
+    await start_queue(QueueOptions(in_flight_timeout=0.3, in_flight_interval=0.05))
+    state = ClusterState(redis)
+    await state.put_node(_node("n1"))
+    for name in ("forgotten", "reserved-then-crashed"):
+        await submit(js, pod_manifest(name))
+    popped = (await pop(nats, max_pods=2, wait_ms=5000)).pods
+    if len(popped) < 2:
+        popped += (await pop(nats, wait_ms=5000)).pods
+    by_name = {p.key.split("/")[1]: p for p in popped}
+    # The cycle reserved one and died before reporting it (docs: crash between 4c and 4d).
+    await _reserve(state, by_name["reserved-then-crashed"].manifest, "n1")
+
+    again = await pop(nats, wait_ms=5000)
+    assert [(p.key, p.attempts) for p in again.pods] == [("default/forgotten", 1)]
+    await done(nats, DEFAULT, Outcome(again.pods[0].uid, OutcomeKind.UNSCHEDULABLE, plugins=("NodeAffinity",)))
+    assert (await pop(nats, wait_ms=600)).pods == ()  # the reserved one was dropped, not handed out
+
+
+async def test_pops_from_a_deposed_cycle_get_nothing(
+    start_queue: QueueFactory, nats: NATS, js: JetStreamContext
+) -> None:
+    queue = await start_queue()
+    for name in ("a", "b"):
+        await submit(js, pod_manifest(name))
+    await eventually(lambda: _assert(len(queue.queues[DEFAULT]) == 2))
+    assert await pop_names(nats, max_pods=1, token=1) == ["a"]
+    assert await pop_names(nats, max_pods=5, token=2) == ["a", "b"]  # the new leader gets a back at once
+    assert (await pop(nats, token=1)).pods == ()
+
+
+# -- the janitor -------------------------------------------------------------------------------------
+
+
+async def test_the_janitor_gives_back_a_reservation_whose_cycle_vanished(
+    start_queue: QueueFactory, nats: NATS, js: JetStreamContext, redis: aioredis.Redis, events: EventLog
+) -> None:
+    old = ClusterState(redis, clock=lambda: time.time() - 600)  # its writes look ten minutes old
+    await old.put_node(_node("n1"))
+    data = pod_manifest("stuck")
+    [sub] = read_submission(data, source="test", max_manifest_bytes=1 << 20)
+    await old.put_pod(PodRecord.of(sub.pod, sub.manifest, now=old.clock()))
+    attempt = await _reserve(old, sub.manifest, "n1")
+
+    await start_queue(QueueOptions(reserve_timeout=60, janitor_interval=0.1))
+    state = ClusterState(redis)
+    record = await stored(state, sub.pod.metadata.uid, PodPhase.PENDING)
+    assert record.reason == "ReservationTimeout" and "n1" in record.message
+    assert await state.reservations("n1") == []
+    assert await pop_names(nats, wait_ms=5000) == ["stuck"]
+    unreserved = await eventually(lambda: _at_least(events.of("pod.unreserved"), 1))
+    assert unreserved[0].node == "n1" and record.version > attempt
+    assert await check_invariants(state) == []
+
+
+async def test_the_janitor_finishes_a_bind_a_binder_left_half_done(
+    start_queue: QueueFactory, nats: NATS, js: JetStreamContext, redis: aioredis.Redis
+) -> None:
+    old = ClusterState(redis, clock=lambda: time.time() - 600)
+    await old.put_node(_node("n1"))
+    data = pod_manifest("half-bound")
+    [sub] = read_submission(data, source="test", max_manifest_bytes=1 << 20)
+    uid = sub.pod.metadata.uid
+    await old.put_pod(PodRecord.of(sub.pod, sub.manifest, now=old.clock()))
+    attempt = await _reserve(old, sub.manifest, "n1")
+    assert (await old.mark_bound("n1", uid, str(attempt))).value == "OK"  # and then the binder died
+    assignments = await nats.subscribe(node_pods("n1"))
+
+    await start_queue(QueueOptions(janitor_interval=0.1))
+    state = ClusterState(redis)
+    record = await stored(state, uid, PodPhase.BOUND)
+    assert record.node == "n1" and record.bindings == 1
+    msg = await assignments.next_msg(timeout=5)
+    assignment = decode(NodeAssignment, msg.data)
+    assert (assignment.uid, assignment.node, assignment.attempt) == (uid, "n1", attempt)
+    assert await check_invariants(state) == []
+
+
+# -- nodes -------------------------------------------------------------------------------------------
+
+
+async def test_a_silent_node_is_marked_lost_and_found_again(
+    start_queue: QueueFactory, redis: aioredis.Redis, events: EventLog
+) -> None:
+    state = ClusterState(redis)
+    for name in ("quiet", "alive", "never-heartbeated"):
+        await state.put_node(_node(name))
+    await state.heartbeat("quiet", at=time.time() - 120)
+    await state.heartbeat("alive")
+    queue = await start_queue(QueueOptions(node_grace=40, node_interval=0.05))
+
+    lost = await eventually(lambda: _at_least(events.of("node.lost"), 1))
+    assert [e.name for e in lost] == ["quiet"]
+    node = await state.get_node("quiet")
+    assert node is not None and node.unreachable
+    assert not (await state.get_node("never-heartbeated")).unreachable  # type: ignore[union-attr]
+    assert 'kubus_nodes{state="unreachable"} 1.0' in queue.metrics.exposition().decode()
+
+    assert (await state.heartbeat("quiet")).revived
+    updated = await eventually(lambda: _at_least(events.of("node.updated"), 1))
+    assert updated[0].name == "quiet"
+    assert len(events.of("node.lost")) == 1
+
+
+# -- the command line --------------------------------------------------------------------------------
+
+
+def test_a_bad_config_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "sched.yaml"
+    bad.write_text("apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles: 3\n")
+    assert queue_main(["--config", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("python -m kubus.queue: ") and str(bad) in err and "\n" not in err
+    assert queue_main(["--config", str(tmp_path / "missing.yaml")]) == 2
+    assert queue_main(["--metrics-port", "-1"]) == 2
+
+
+# -- helpers -----------------------------------------------------------------------------------------
+
+
+def _node(name: str) -> Any:
+    return parse_node(
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name},
+            "status": {"capacity": {"cpu": "8", "memory": "16Gi", "pods": "110"}},
+        }
+    )
+
+
+async def _reserve(state: ClusterState, manifest: bytes, node: str) -> int:
+    """What the cycle does (docs/services.md 4a-4b): Pending -> Reserved, then reserve. Returns the attempt."""
+    [sub] = read_submission(manifest, source="test", max_manifest_bytes=1 << 20)
+    w = await state.transition(
+        sub.pod.metadata.uid, PodPhase.RESERVED, node=node, expected_phases={PodPhase.PENDING}, count_attempt=True
+    )
+    assert w.ok, w
+    reservation = Reservation.of(PodInfo.of(sub.pod), node, attempt=str(w.version), now=state.clock())
+    assert (await state.reserve(node, reservation)).ok
+    return w.version

@@ -1,0 +1,155 @@
+"""NodeSnapshot: the cycle's node table made equal to what Redis holds, by diffs."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from kubus.api.objects import (
+    CPU,
+    MEMORY,
+    NVIDIA_GPU,
+    PODS,
+    Container,
+    GPUDevice,
+    Node,
+    NodeSpec,
+    NodeStatus,
+    ObjectMeta,
+    Pod,
+    PodSpec,
+)
+from kubus.cycle import NodeSnapshot, PlacedPod
+from kubus.framework.nodeinfo import PodInfo
+from kubus.store import NodeRecord, Reservation
+
+GI = 1024**3
+
+
+def node(name: str, cpu: int = 4000, *, gpus: int = 0, labels: dict[str, str] | None = None) -> Node:
+    alloc = {CPU: cpu, MEMORY: 8 * GI, PODS: 110}
+    if gpus:
+        alloc[NVIDIA_GPU] = gpus
+    return Node(
+        ObjectMeta(name=name, namespace="", labels=labels or {}),
+        NodeSpec(),
+        NodeStatus(capacity=dict(alloc), allocatable=alloc),
+        gpus=tuple(GPUDevice(i, f"GPU-{name}-{i}", "H100", 80 * GI) for i in range(gpus)),
+    )
+
+
+def pod(name: str, cpu: int = 1000, *, uid: str | None = None, gpus: int = 0) -> Pod:
+    requests = {CPU: cpu}
+    if gpus:
+        requests[NVIDIA_GPU] = gpus
+    return Pod(
+        ObjectMeta(name=name, uid=uid or f"uid-{name}"),
+        PodSpec(containers=(Container("c", "busybox", requests=requests),)),
+    )
+
+
+def reservation(p: Pod, node_name: str, devices: tuple[int, ...] = ()) -> Reservation:
+    return Reservation.of(PodInfo.of(p).placed_on(devices), node_name, attempt="1")
+
+
+def cpu_requested(snapshot: NodeSnapshot, name: str) -> int:
+    return snapshot.table.node_info(name).requested[CPU]
+
+
+def test_load_builds_rows_and_the_pod_index() -> None:
+    snapshot = NodeSnapshot()
+    a, b = pod("a"), pod("b", 500)
+    stats = snapshot.load([(node("n1"), [reservation(a, "n1"), reservation(b, "n1")]), (node("n2"), [])])
+    assert (stats.nodes_added, stats.pods_assumed) == (2, 2)
+    assert len(snapshot.table) == 2
+    assert cpu_requested(snapshot, "n1") == 1500
+    assert snapshot.placed == {"default/a": PlacedPod("n1", "uid-a"), "default/b": PlacedPod("n1", "uid-b")}
+    again = snapshot.load([(node("n1"), [reservation(a, "n1"), reservation(b, "n1")]), (node("n2"), [])])
+    assert not again.changed
+
+
+def test_load_removes_nodes_redis_no_longer_has() -> None:
+    snapshot = NodeSnapshot()
+    snapshot.load([(node("n1"), [reservation(pod("a"), "n1")]), (node("n2"), [])])
+    stats = snapshot.load([(node("n2"), [])])
+    assert stats.nodes_removed == 1
+    assert "n1" not in snapshot.table and snapshot.placed == {}
+
+
+def test_sync_nodes_diffs_the_reservations() -> None:
+    snapshot = NodeSnapshot()
+    a, b, c = pod("a"), pod("b"), pod("c", 250)
+    snapshot.load([(node("n1"), [reservation(a, "n1"), reservation(b, "n1")])])
+    stats = snapshot.sync_nodes(["n1"], [(node("n1"), [reservation(b, "n1"), reservation(c, "n1")])])
+    assert (stats.pods_forgotten, stats.pods_assumed, stats.nodes_updated) == (1, 1, 0)
+    assert set(snapshot.table.node_info("n1").pods) == {"default/b", "default/c"}
+    assert cpu_requested(snapshot, "n1") == 1250
+    assert set(snapshot.placed) == {"default/b", "default/c"}
+
+
+def test_a_new_incarnation_or_other_devices_replace_the_pod() -> None:
+    snapshot = NodeSnapshot()
+    g = pod("g", gpus=1)
+    snapshot.load([(node("n1", gpus=2), [reservation(g, "n1", (0,))])])
+    assert snapshot.table.node_info("n1").gpu_pod_count == [1, 0]
+    snapshot.sync_nodes(["n1"], [(node("n1", gpus=2), [reservation(g, "n1", (1,))])])
+    assert snapshot.table.node_info("n1").gpu_pod_count == [0, 1]
+    reborn = pod("g", uid="uid-g2", gpus=1)
+    stats = snapshot.sync_nodes(["n1"], [(node("n1", gpus=2), [reservation(reborn, "n1", (1,))])])
+    assert (stats.pods_forgotten, stats.pods_assumed) == (1, 1)
+    assert snapshot.placed["default/g"] == PlacedPod("n1", "uid-g2")
+
+
+def test_a_changed_node_keeps_its_pods_and_a_missing_one_is_removed() -> None:
+    snapshot = NodeSnapshot()
+    a = pod("a")
+    snapshot.load([(node("n1"), [reservation(a, "n1")]), (node("n2"), [])])
+    stats = snapshot.sync_nodes(["n1", "n2"], [(node("n1", cpu=8000, labels={"zone": "b"}), [reservation(a, "n1")])])
+    assert (stats.nodes_updated, stats.nodes_removed, stats.pods_assumed, stats.pods_forgotten) == (1, 1, 0, 0)
+    assert snapshot.table.node_info("n1").allocatable[CPU] == 8000
+    assert cpu_requested(snapshot, "n1") == 1000
+    assert "n2" not in snapshot.table
+
+
+def test_sync_nodes_adds_a_new_node() -> None:
+    snapshot = NodeSnapshot()
+    snapshot.load([])
+    stats = snapshot.sync_nodes(["n9"], [(node("n9"), [])])
+    assert stats.nodes_added == 1 and "n9" in snapshot.table
+
+
+def test_own_placements_are_left_alone_by_a_refresh_that_agrees() -> None:
+    snapshot = NodeSnapshot()
+    snapshot.load([(node("n1"), [])])
+    a = pod("a")
+    snapshot.table.assume(PodInfo.of(a), "n1")  # what Scheduler.schedule does
+    snapshot.placed_by_scheduler(a.key, a.metadata.uid, "n1")
+    stats = snapshot.sync_nodes(["n1"], [(node("n1"), [reservation(a, "n1")])])
+    assert not stats.changed
+    assert snapshot.table.node_info("n1").pods[a.key].pod is a  # the real pod, not a stand-in
+
+
+def test_forget_undoes_a_placement() -> None:
+    snapshot = NodeSnapshot()
+    snapshot.load([(node("n1"), [reservation(pod("a"), "n1")])])
+    assert snapshot.forget("default/a", "n1")
+    assert not snapshot.forget("default/a", "n1")
+    assert not snapshot.forget("default/a", "nowhere")
+    assert cpu_requested(snapshot, "n1") == 0 and snapshot.placed == {}
+
+
+def test_a_pod_redis_moved_is_accounted_once() -> None:
+    snapshot = NodeSnapshot()
+    a = pod("a")
+    snapshot.load([(node("n1"), [reservation(a, "n1")]), (node("n2"), [])])
+    snapshot.sync_nodes(["n2"], [(node("n2"), [reservation(a, "n2")])])
+    assert cpu_requested(snapshot, "n1") == 0 and cpu_requested(snapshot, "n2") == 1000
+    assert snapshot.placed["default/a"] == PlacedPod("n2", "uid-a")
+
+
+def test_unreachable_nodes_carry_the_taint_and_are_counted() -> None:
+    snapshot = NodeSnapshot()
+    lost = dataclasses.replace(NodeRecord.of(node("lost")), unreachable=True)
+    snapshot.load([(lost.to_node(), []), (node("ok"), [])])
+    assert snapshot.unreachable_nodes() == 1
+    taints = snapshot.table.node_info("lost").node.spec.taints
+    assert any(t.key == "node.kubernetes.io/unreachable" and t.effect.value == "NoSchedule" for t in taints)
