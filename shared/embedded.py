@@ -252,6 +252,10 @@ class EmbeddedServers:
         """The Valkey server's log file (appended to on every start)."""
         return self._redis.log_path
 
+    def pids(self) -> dict[str, int]:
+        """Process ids of the running servers, by binary name (for resource accounting)."""
+        return {p.name: p.proc.pid for p in (self._nats, self._redis) if p.proc is not None and p.proc.poll() is None}
+
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def start(self, timeout: float = 20.0) -> None:

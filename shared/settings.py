@@ -28,6 +28,13 @@ __all__ = [
 
 ENV_PREFIX = "KUBUS_"
 
+REDIS_POOL_SIZE = 32
+"""Redis connections one client opens at most. Commands beyond that wait for a free connection
+(a bounded pool that blocks, never "too many connections"), so a burst of work queues up instead
+of failing."""
+REDIS_POOL_WAIT = 30.0
+"""Seconds a command waits for a free pooled connection before raising."""
+
 
 class SettingsError(ValueError):
     """A settings file, variable or flag is wrong; the message names where and which key."""
@@ -179,8 +186,8 @@ def nats_connect_options(settings: ConnectionSettings) -> dict[str, Any]:
 def redis_client(settings: ConnectionSettings, **kwargs: Any) -> aioredis.Redis:
     """A redis.asyncio client for ``settings`` (bytes responses unless ``kwargs`` say otherwise).
 
-    No connection is made until the first command. Raises SettingsError when TLS files are
-    set but the URL is not ``rediss://``.
+    No connection is made until the first command; at most `REDIS_POOL_SIZE` at once. Raises
+    SettingsError when TLS files are set but the URL is not ``rediss://``.
     """
     options: dict[str, Any] = {
         "socket_connect_timeout": settings.connect_timeout,
@@ -198,5 +205,8 @@ def redis_client(settings: ConnectionSettings, **kwargs: Any) -> aioredis.Redis:
         options["ssl_ca_certs"] = settings.redis_tls_ca
         options["ssl_certfile"] = settings.redis_tls_cert
         options["ssl_keyfile"] = settings.redis_tls_key
+    options.setdefault("max_connections", REDIS_POOL_SIZE)
+    options.setdefault("timeout", REDIS_POOL_WAIT)
     options.update(kwargs)
-    return aioredis.Redis.from_url(settings.redis_url, **options)
+    pool = aioredis.BlockingConnectionPool.from_url(settings.redis_url, **options)
+    return aioredis.Redis.from_pool(pool)

@@ -6,10 +6,12 @@ streams and publishes durably; `kubus.bus.consumers` makes the durable pull cons
 
 from kubus.bus.connection import (
     MSG_ID_HEADER,
+    Publication,
     StreamConfigError,
     connect_bus,
     ensure_streams,
     publish_durable,
+    publish_durable_many,
     stream_config,
 )
 from kubus.bus.consumers import ConsumerConflictError, consumer_name, ensure_pull_consumer, redelivery_delay
@@ -57,6 +59,7 @@ __all__ = [
     "STREAMS",
     "ConsumerConflictError",
     "EventKind",
+    "Publication",
     "Retention",
     "StreamConfigError",
     "StreamSpec",
@@ -69,6 +72,7 @@ __all__ = [
     "event_subject",
     "node_pods",
     "publish_durable",
+    "publish_durable_many",
     "queue_done",
     "queue_pop",
     "redelivery_delay",

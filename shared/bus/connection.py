@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 import nats.errors
 import nats.js.errors
@@ -16,7 +17,16 @@ from nats.js.api import PubAck, RetentionPolicy, StorageType, StreamConfig
 from kubus.bus.subjects import STREAMS, Retention, StreamSpec
 from kubus.settings import ConnectionSettings, nats_connect_options
 
-__all__ = ["MSG_ID_HEADER", "StreamConfigError", "connect_bus", "ensure_streams", "publish_durable", "stream_config"]
+__all__ = [
+    "MSG_ID_HEADER",
+    "Publication",
+    "StreamConfigError",
+    "connect_bus",
+    "ensure_streams",
+    "publish_durable",
+    "publish_durable_many",
+    "stream_config",
+]
 
 MSG_ID_HEADER = "Nats-Msg-Id"
 """JetStream stores a message once per stream duplicate window for each value of this header."""
@@ -156,3 +166,42 @@ async def publish_durable(
             await asyncio.sleep(delay)
             delay *= 2
     raise AssertionError("unreachable")
+
+
+@dataclass(frozen=True, slots=True)
+class Publication:
+    """One message for `publish_durable_many`."""
+
+    subject: str
+    payload: bytes
+    msg_id: str
+    """Deduplication id (``Nats-Msg-Id``), as for `publish_durable`."""
+    headers: Mapping[str, str] | None = None
+
+
+async def publish_durable_many(
+    js: JetStreamContext, messages: Sequence[Publication], *, timeout: float = 2.0
+) -> list[PubAck]:
+    """`publish_durable` for many messages at the cost of about one round trip: all are sent at
+    once (JetStream asynchronous publish), then every ack is awaited. A message whose ack does
+    not come (timeout, JetStream briefly unavailable) is published again alone with
+    `publish_durable`, which its msg id makes store it once. Acks in the order of ``messages``;
+    raises like `publish_durable` when a message cannot be stored."""
+    pending: list[asyncio.Future[PubAck] | None] = []
+    for m in messages:
+        try:
+            headers = {**(m.headers or {}), MSG_ID_HEADER: m.msg_id}
+            pending.append(await js.publish_async(m.subject, m.payload, headers=headers))
+        except (nats.errors.Error, nats.js.errors.Error):
+            pending.append(None)  # published again below
+    acks: list[PubAck] = []
+    for m, future in zip(messages, pending, strict=True):
+        if future is not None:
+            try:
+                acks.append(await asyncio.wait_for(future, timeout))
+                continue
+            except (TimeoutError, nats.errors.TimeoutError, nats.js.errors.NoStreamResponseError,
+                    nats.js.errors.ServiceUnavailableError):  # fmt: skip
+                pass
+        acks.append(await publish_durable(js, m.subject, m.payload, m.msg_id, headers=m.headers, timeout=timeout))
+    return acks

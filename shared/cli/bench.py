@@ -9,6 +9,8 @@ is bound, then reports:
 - submit-to-bound latency (p50, p99, max) per pod: its JetStream ack to its pod.bound event;
 - time per stage: submit → accepted (the queue stored it: the record's created_at), accepted
   → bound, bound → running (the agent started it);
+- CPU seconds each process spent while the pods flowed (services, servers and the bench
+  itself, which shares the machine): where the time goes;
 - the invariants (`kubus.store.invariants.check_invariants`) on the final state.
 """
 
@@ -59,6 +61,33 @@ async def check_invariants_settled(state: ClusterState, timeout: float = 15.0) -
         if not violations or time.monotonic() > deadline:
             return violations
         await asyncio.sleep(0.5)
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of a live process so far (Linux /proc); None where unreadable."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _processes(cluster: Any) -> dict[str, int]:
+    """name -> pid of every process of the run: the services, the servers, this bench."""
+    pids = {service.name: service.pid for service in cluster.group if service.pid is not None}
+    if cluster.servers is not None:
+        pids.update(cluster.servers.pids())
+    pids["bench (this process)"] = os.getpid()
+    return pids
+
+
+def _cpu_used(before: dict[str, float | None], pids: dict[str, int]) -> dict[str, float]:
+    out = {}
+    for name, pid in pids.items():
+        start, end = before.get(name), cpu_seconds(pid)
+        if start is not None and end is not None:
+            out[name] = round(end - start, 2)
+    return out
 
 
 def _ms(v: float | None) -> str:
@@ -140,6 +169,8 @@ async def _load(cluster: Any, state: ClusterState, args: argparse.Namespace, pro
     manifests = pod_manifests(objects, source="bench workload")
     tracker = PodTracker(state, [(m.key, m.uid) for m in manifests])
     line = LiveLine(sys.stderr if args.output == "json" else sys.stdout)
+    pids = _processes(cluster)
+    cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
     async with open_bus(cluster.settings, "kubus-bench") as (nc, js):
         await tracker.follow_events(nc)
         t0 = time.time()
@@ -174,6 +205,8 @@ async def _load(cluster: Any, state: ClusterState, args: argparse.Namespace, pro
                 counts = await tracker.poll(skip=_SETTLED)
             line.show(status_line(counts, len(manifests), tracker.rate(), time.time() - t0), force=True)
             line.done()
+            cpu = _cpu_used(cpu_before, pids)
+            wall = time.time() - t0
         finally:
             if not submitting.done():
                 submitting.cancel()
@@ -204,6 +237,8 @@ async def _load(cluster: Any, state: ClusterState, args: argparse.Namespace, pro
         "submit_per_second": round(len(manifests) / submit_s, 1) if submit_s > 0 else None,
         "latency": {"p50": percentile(lat, 50), "p99": percentile(lat, 99), "max": max(lat, default=None)},
         "stages": {name: {"p50": percentile(v, 50), "p99": percentile(v, 99)} for name, v in stages.items()},
+        "cpu_seconds": cpu,
+        "cpu_wall_seconds": round(wall, 3),
         "not_bound": [
             {"pod": p.key, "phase": str(p.phase), "reason": p.reason, "message": p.message} for p in pending[:20]
         ],
@@ -225,6 +260,11 @@ def _report(result: dict[str, Any], args: argparse.Namespace, out: Any) -> None:
     for name, s in result["stages"].items():
         rows.append([f"  {name} p50 / p99", f"{_ms(s['p50'])} / {_ms(s['p99'])}"])
     rows.append(["cluster start (servers, services, nodes)", f"{result['ready_seconds']:.1f}s"])
+    wall = result["cpu_wall_seconds"]
+    rows.append([f"CPU seconds over the {wall:.1f}s run (share of one core)", ""])
+    for name, seconds in sorted(result["cpu_seconds"].items(), key=lambda kv: -kv[1]):
+        rows.append([f"  {name}", f"{seconds:.1f}s ({seconds / wall:.0%})" if wall > 0 else f"{seconds:.1f}s"])
+    rows.append(["  total", f"{sum(result['cpu_seconds'].values()):.1f}s of {wall * (os.cpu_count() or 1):.0f}s"])
     violations = result["invariant_violations"]
     rows.append(["invariants", "hold" if not violations else f"{len(violations)} VIOLATED"])
     out.write("\n")

@@ -22,6 +22,7 @@ from kubus.bus import (
     PODS_SUBMIT,
     STREAMS,
     EventKind,
+    Publication,
     StreamConfigError,
     bind,
     connect_bus,
@@ -30,6 +31,7 @@ from kubus.bus import (
     event_subject,
     node_pods,
     publish_durable,
+    publish_durable_many,
     queue_done,
     queue_pop,
     token,
@@ -142,6 +144,24 @@ async def test_publish_durable_stores_a_message_once_per_msg_id(js: JetStreamCon
     assert stored.data == b"pod-b"
     assert stored.headers is not None and stored.headers["Kubus-Kind"] == "Pod"
     assert stored.headers["Nats-Msg-Id"] == "uid-b/1"
+
+
+async def test_publish_durable_many_stores_each_once_in_order(js: JetStreamContext) -> None:
+    await ensure_streams(js)
+    messages = [Publication(PODS_SUBMIT, f"pod-{i}".encode(), f"uid-{i % 50}/1") for i in range(60)]
+    acks = await publish_durable_many(js, messages)
+    assert len(acks) == 60
+    assert [a.seq for a in acks[:50]] == sorted(a.seq for a in acks[:50])
+    assert all(acks[i].duplicate and acks[i].seq == acks[i - 50].seq for i in range(50, 60))
+    assert (await js.stream_info(PODS_STREAM.name)).state.messages == 50
+    stored = await js.get_msg(PODS_STREAM.name, acks[7].seq)
+    assert stored.data == b"pod-7"
+    assert stored.headers is not None and stored.headers["Nats-Msg-Id"] == "uid-7/1"
+
+
+async def test_publish_durable_many_raises_when_the_stream_is_missing(js: JetStreamContext) -> None:
+    with pytest.raises(NoStreamResponseError):
+        await publish_durable_many(js, [Publication(PODS_SUBMIT, b"x", "uid-x/1")], timeout=0.5)
 
 
 async def test_work_queue_removes_acked_messages(js: JetStreamContext) -> None:
