@@ -1,17 +1,24 @@
-"""Prometheus metrics, with kube-scheduler's names where one exists.
+"""Prometheus metrics, with kube-scheduler's names where one exists, and the HTTP port that serves them.
 
 Each service builds its own `Metrics` (its own registry, so tests stay isolated) and serves it
-with `serve_metrics` on `/metrics`. Only the metrics below exist; a service that needs another
-adds it here, so names and labels stay consistent across services.
+with `serve_metrics` on `/metrics`, together with the service's `/healthz` and `/readyz` (what
+Kubernetes' probes and compose healthchecks ask). Only the metrics below exist; a service that
+needs another adds it here, so names and labels stay consistent across services.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import socket
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from threading import Thread
+from typing import Any, Protocol
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
-from prometheus_client.exposition import generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
+from prometheus_client.exposition import ThreadingWSGIServer, generate_latest
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
@@ -96,6 +103,72 @@ class Metrics:
         return generate_latest(self.registry)
 
 
-def serve_metrics(metrics: Metrics, port: int, addr: str = "0.0.0.0") -> tuple[object, Thread]:
-    """Serve /metrics on `port` in a daemon thread; port 0 picks a free one (server.server_port)."""
-    return start_http_server(port, addr=addr, registry=metrics.registry)
+class Health(Protocol):
+    """What `serve_metrics` asks for /healthz and /readyz (`kubus.service.Service` is one)."""
+
+    def liveness(self) -> str | None:
+        """Why the process should be restarted, or None while it is alive. Called from another thread."""
+        ...
+
+    async def readiness(self, timeout: float) -> str | None:
+        """Why it cannot do its work now, or None when it can; answers within about ``timeout`` seconds."""
+        ...
+
+
+class _QuietHandler(WSGIRequestHandler):
+    # Probes hit these endpoints every few seconds; one log line per request would drown the service's own.
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def serve_metrics(
+    metrics: Metrics,
+    port: int,
+    addr: str = "0.0.0.0",
+    *,
+    health: Health | None = None,
+    ready_timeout: float = 1.0,
+) -> tuple[WSGIServer, Thread]:
+    """Serve /metrics on `port` in a daemon thread; port 0 picks a free one (server.server_port).
+
+    With ``health`` it also serves ``/healthz`` (``health.liveness()``) and ``/readyz``
+    (``health.readiness(ready_timeout)``, run in the event loop that called this function, so call
+    it from inside that loop): 200 ``ok``, or 503 with the one-line reason. A loop too busy to
+    answer within ``ready_timeout`` + 1 s reads as not ready. Raises OSError when the port is taken.
+    """
+    probes: dict[str, Callable[[], str | None]] = {}
+    if health is not None:
+        loop = asyncio.get_running_loop()
+        wait = ready_timeout + 1.0
+
+        def ready() -> str | None:
+            try:
+                future = asyncio.run_coroutine_threadsafe(health.readiness(ready_timeout), loop)
+            except RuntimeError:  # the loop is closed: the service is gone
+                return "event loop closed"
+            try:
+                return future.result(wait)
+            except concurrent.futures.TimeoutError:
+                future.cancel()
+                return f"event loop busy: no answer within {wait:g}s"
+
+        probes = {"/healthz": health.liveness, "/readyz": ready}
+    metrics_app = make_wsgi_app(metrics.registry)
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        probe = probes.get(environ.get("PATH_INFO", ""))
+        if probe is None:
+            return metrics_app(environ, start_response)
+        reason = probe()
+        status = "200 OK" if reason is None else "503 Service Unavailable"
+        start_response(status, [("Content-Type", "text/plain; charset=utf-8")])
+        return [f"{reason or 'ok'}\n".encode()]
+
+    class Server(ThreadingWSGIServer):
+        # An IPv6 `addr` needs an IPv6 socket; WSGIServer's default is IPv4 only.
+        address_family = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
+
+    server = make_server(addr, port, app, Server, handler_class=_QuietHandler)
+    thread = Thread(target=server.serve_forever, name=f"metrics :{server.server_port}", daemon=True)
+    thread.start()
+    return server, thread

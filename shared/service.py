@@ -226,6 +226,45 @@ class Service:
     def state(self) -> ServiceState:
         return self._state
 
+    # -- health (what /healthz and /readyz answer; see kubus.metrics.serve_metrics) ----------------
+
+    def liveness(self) -> str | None:
+        """Why this service is no longer alive (a root task died, it is stopping or stopped), or None.
+
+        Reads two attributes and nothing else, so any thread may call it.
+        """
+        failure = self._failure
+        if failure is not None:
+            return f"root task {failure[0]!r} died: {failure[1]!r}"
+        state = self._state
+        if state in (ServiceState.STOPPING, ServiceState.STOPPED):
+            return f"service {state.value}"
+        return None
+
+    async def readiness(self, timeout: float = 1.0) -> str | None:
+        """Why this service cannot do its work now, or None: it is running, NATS is connected and
+        Redis answers PING within ``timeout`` seconds. A service made without settings needs only
+        to be running. Never raises; the reason is one line."""
+        reason = self.liveness()
+        if reason is not None:
+            return reason
+        if self._state is not ServiceState.RUNNING:
+            return f"service {self._state.value}"
+        if self.settings is None:
+            return None
+        if self.nc is None or not self.nc.is_connected:
+            return "nats: not connected"
+        if self.redis is None:
+            return "redis: no client"
+        try:
+            async with asyncio.timeout(timeout):
+                await self.redis.ping()
+        except TimeoutError:
+            return f"redis: no answer to PING within {timeout:g}s"
+        except Exception as exc:
+            return "redis: " + " ".join(repr(exc).split())
+        return None
+
     # -- lifecycle -------------------------------------------------------------------------------
 
     async def start(self) -> None:

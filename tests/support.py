@@ -1,16 +1,18 @@
-"""Helpers for tests: wait for a condition instead of sleeping."""
+"""Helpers for tests: wait for a condition instead of sleeping; read an HTTP endpoint."""
 
 from __future__ import annotations
 
 import asyncio
 import inspect
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 T = TypeVar("T")
 
-__all__ = ["eventually"]
+__all__ = ["eventually", "http_get"]
 
 
 async def eventually(check: Callable[[], T | Awaitable[T]], timeout: float = 10.0, interval: float = 0.02) -> T:
@@ -30,3 +32,14 @@ async def eventually(check: Callable[[], T | Awaitable[T]], timeout: float = 10.
             if time.monotonic() >= deadline:
                 raise
         await asyncio.sleep(interval)
+
+
+def http_get(url: str) -> tuple[int, str]:
+    """(status, body stripped) of a GET; (0, the error) when nothing listens there yet."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, response.read().decode().strip()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode().strip()
+    except OSError as error:
+        return 0, repr(error)

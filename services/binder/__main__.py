@@ -54,7 +54,7 @@ async def _run(args: argparse.Namespace) -> int:
     options = BinderOptions(permit_timeout=args.permit_timeout, max_deliver=args.max_deliver, batch=args.batch)
     binder = BinderService(settings, options)
     if args.metrics_port:
-        serve_metrics(binder.metrics, args.metrics_port)
+        serve_metrics(binder.metrics, args.metrics_port, health=binder)
     install_signal_handlers(binder)
     await binder.run()
     return 0

@@ -81,7 +81,7 @@ def build(args: argparse.Namespace) -> CycleService:
 
 async def _run(service: CycleService, metrics_port: int) -> int:
     if metrics_port:
-        serve_metrics(service.metrics, metrics_port)
+        serve_metrics(service.metrics, metrics_port, health=service)
     install_signal_handlers(service)
     await service.run()
     return 0

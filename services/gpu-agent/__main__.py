@@ -102,7 +102,7 @@ def build(args: argparse.Namespace) -> AgentService:
 async def _run(args: argparse.Namespace) -> int:
     agent = build(args)
     if args.metrics_port:
-        serve_metrics(agent.metrics, args.metrics_port)
+        serve_metrics(agent.metrics, args.metrics_port, health=agent)
     install_signal_handlers(agent)
     await agent.run()
     return 0

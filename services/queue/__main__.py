@@ -56,7 +56,7 @@ async def _serve(
     service = QueueService(settings, config, registry=registry)
     install_signal_handlers(service)
     if metrics_port:
-        serve_metrics(service.metrics, metrics_port)
+        serve_metrics(service.metrics, metrics_port, health=service)
     try:
         await service.run()
     except ServiceError as exc:

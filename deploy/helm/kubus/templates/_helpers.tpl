@@ -1,0 +1,303 @@
+{{/* Names, labels, and what every kubus container shares. */}}
+
+{{- define "kubus.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* <release>-kubus, or the release name when it already says kubus; at most 63 characters. */}}
+{{- define "kubus.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The name of one component's objects: (list $ "queue"). */}}
+{{- define "kubus.componentName" -}}
+{{- $ := index . 0 -}}
+{{- printf "%s-%s" (include "kubus.fullname" $) (index . 1) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "kubus.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Selector labels: only what never changes across upgrades. */}}
+{{- define "kubus.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "kubus.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "kubus.labels" -}}
+helm.sh/chart: {{ include "kubus.chart" . }}
+{{ include "kubus.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: kubus
+{{- end }}
+
+{{/* Selector labels of one component: (list $ "binder"). */}}
+{{- define "kubus.componentSelectorLabels" -}}
+{{ include "kubus.selectorLabels" (index . 0) }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end }}
+
+{{- define "kubus.componentLabels" -}}
+{{ include "kubus.labels" (index . 0) }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end }}
+
+{{- define "kubus.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "kubus.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name: name an existing ServiceAccount when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "kubus.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/* The name a subchart gives its objects (the usual fullname rule), for its Service's DNS name. */}}
+{{- define "kubus.subchartFullname" -}}
+{{- $ := index . 0 -}}
+{{- $chart := index . 1 }}
+{{- $values := index $.Values $chart }}
+{{- if $values.fullnameOverride }}
+{{- $values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default $chart $values.nameOverride }}
+{{- if contains $name $.Release.Name }}
+{{- $.Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" $.Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "kubus.natsUrl" -}}
+{{- if .Values.nats.enabled }}
+{{- printf "nats://%s:4222" (include "kubus.subchartFullname" (list . "nats")) }}
+{{- else }}
+{{- .Values.externalNats.url }}
+{{- end }}
+{{- end }}
+
+{{- define "kubus.redisUrl" -}}
+{{- if .Values.valkey.enabled }}
+{{- printf "redis://%s:6379/0" (include "kubus.subchartFullname" (list . "valkey")) }}
+{{- else }}
+{{- .Values.externalRedis.url }}
+{{- end }}
+{{- end }}
+
+{{/*
+Mistakes that span several values, which values.schema.json cannot say in one clear line.
+Included by the ConfigMap, so every render runs it once.
+*/}}
+{{- define "kubus.validate" -}}
+{{- if and .Values.nats.enabled .Values.externalNats.url }}
+{{- fail "externalNats.url is set but nats.enabled is true: set nats.enabled=false to use your own NATS" }}
+{{- end }}
+{{- if and (not .Values.nats.enabled) (not .Values.externalNats.url) }}
+{{- fail "externalNats.url: required when nats.enabled is false (the NATS server kubus connects to)" }}
+{{- end }}
+{{- if and .Values.valkey.enabled .Values.externalRedis.url }}
+{{- fail "externalRedis.url is set but valkey.enabled is true: set valkey.enabled=false to use your own Redis" }}
+{{- end }}
+{{- if and (not .Values.valkey.enabled) (not .Values.externalRedis.url) }}
+{{- fail "externalRedis.url: required when valkey.enabled is false (the Redis server kubus connects to)" }}
+{{- end }}
+{{- if and .Values.tls.redis.existingSecret (not (hasPrefix "rediss://" (include "kubus.redisUrl" .))) }}
+{{- fail "tls.redis.existingSecret: Redis TLS needs a rediss:// URL in externalRedis.url" }}
+{{- end }}
+{{- range $server, $tls := .Values.tls }}
+{{- if ne (empty $tls.certKey) (empty $tls.keyKey) }}
+{{- fail (printf "tls.%s.certKey and tls.%s.keyKey: set both (mutual TLS) or neither" $server $server) }}
+{{- end }}
+{{- if and (not $tls.existingSecret) (or $tls.certKey $tls.keyKey) }}
+{{- fail (printf "tls.%s.certKey: needs tls.%s.existingSecret, the Secret that holds it" $server $server) }}
+{{- end }}
+{{- end }}
+{{- range $server, $auth := .Values.auth }}
+{{- range $key, $value := omit $auth "existingSecret" }}
+{{- if and $value (not $auth.existingSecret) }}
+{{- fail (printf "auth.%s.%s: needs auth.%s.existingSecret, the Secret that holds it" $server $key $server) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- $profiles := list }}
+{{- range .Values.schedulerConfig.profiles }}
+{{- if has .schedulerName $profiles }}
+{{- fail (printf "schedulerConfig.profiles: schedulerName %q appears twice" .schedulerName) }}
+{{- end }}
+{{- $profiles = append $profiles .schedulerName }}
+{{- end }}
+{{- range $name, $_ := .Values.cycle.overrides }}
+{{- if not (has $name $profiles) }}
+{{- fail (printf "cycle.overrides.%s: no profile of schedulerConfig.profiles has that schedulerName" $name) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Where kubus finds NATS and Redis: the KUBUS_* variables of kubus.settings. */}}
+{{- define "kubus.env" -}}
+- name: KUBUS_NATS_URL
+  value: {{ include "kubus.natsUrl" . | quote }}
+- name: KUBUS_REDIS_URL
+  value: {{ include "kubus.redisUrl" . | quote }}
+- name: KUBUS_CONNECT_TIMEOUT
+  value: {{ .Values.connectTimeout | quote }}
+{{- with .Values.auth.nats }}
+{{- range $var, $key := dict "KUBUS_NATS_USER" .userKey "KUBUS_NATS_PASSWORD" .passwordKey "KUBUS_NATS_TOKEN" .tokenKey }}
+{{- if $key }}
+- name: {{ $var }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ $.Values.auth.nats.existingSecret }}
+      key: {{ $key }}
+{{- end }}
+{{- end }}
+{{- if .credsKey }}
+- name: KUBUS_NATS_CREDS
+  value: /etc/kubus/nats-creds/{{ .credsKey }}
+{{- end }}
+{{- end }}
+{{- with .Values.auth.redis }}
+{{- range $var, $key := dict "KUBUS_REDIS_USERNAME" .usernameKey "KUBUS_REDIS_PASSWORD" .passwordKey }}
+{{- if $key }}
+- name: {{ $var }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ $.Values.auth.redis.existingSecret }}
+      key: {{ $key }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- range $server, $tls := .Values.tls }}
+{{- if $tls.existingSecret }}
+{{- $prefix := printf "KUBUS_%s_TLS" (upper $server) }}
+{{- range $suffix, $key := dict "CA" $tls.caKey "CERT" $tls.certKey "KEY" $tls.keyKey }}
+{{- if $key }}
+- name: {{ $prefix }}_{{ $suffix }}
+  value: /etc/kubus/tls/{{ $server }}/{{ $key }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The Secrets behind the file settings (credentials file, TLS), and a writable /tmp. */}}
+{{- define "kubus.volumes" -}}
+- name: tmp
+  emptyDir:
+    sizeLimit: 64Mi
+{{- if .Values.auth.nats.credsKey }}
+- name: nats-creds
+  secret:
+    secretName: {{ .Values.auth.nats.existingSecret }}
+    items:
+      - key: {{ .Values.auth.nats.credsKey }}
+        path: {{ .Values.auth.nats.credsKey }}
+{{- end }}
+{{- range $server, $tls := .Values.tls }}
+{{- if $tls.existingSecret }}
+- name: tls-{{ $server }}
+  secret:
+    secretName: {{ $tls.existingSecret }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "kubus.volumeMounts" -}}
+- name: tmp
+  mountPath: /tmp
+{{- if .Values.auth.nats.credsKey }}
+- name: nats-creds
+  mountPath: /etc/kubus/nats-creds
+  readOnly: true
+{{- end }}
+{{- range $server, $tls := .Values.tls }}
+{{- if $tls.existingSecret }}
+- name: tls-{{ $server }}
+  mountPath: /etc/kubus/tls/{{ $server }}
+  readOnly: true
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The metrics port and the probes every kubus container answers (kubus.metrics.serve_metrics). */}}
+{{- define "kubus.probes" -}}
+ports:
+  - name: metrics
+    containerPort: {{ .Values.metrics.port }}
+    protocol: TCP
+# Alive: the process runs and no root task has died. Connecting may take connectTimeout.
+startupProbe:
+  httpGet:
+    path: /healthz
+    port: metrics
+  periodSeconds: 2
+  failureThreshold: 30
+livenessProbe:
+  httpGet:
+    path: /healthz
+    port: metrics
+  periodSeconds: 10
+  timeoutSeconds: 3
+  failureThreshold: 3
+# Ready: running, NATS connected, Redis answering PING within a second.
+readinessProbe:
+  httpGet:
+    path: /readyz
+    port: metrics
+  periodSeconds: 5
+  timeoutSeconds: 3
+  failureThreshold: 2
+{{- end }}
+
+{{/* What every kubus pod spec shares: the account, the security context, no service links. */}}
+{{- define "kubus.podSpec" -}}
+serviceAccountName: {{ include "kubus.serviceAccountName" . }}
+automountServiceAccountToken: false
+# Services named kubus-* would otherwise inject KUBUS_*_PORT variables next to kubus' own settings.
+enableServiceLinks: false
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- range . }}
+  - name: {{ . }}
+  {{- end }}
+{{- end }}
+securityContext:
+  {{- toYaml .Values.podSecurityContext | nindent 2 }}
+{{- end }}
+
+{{/* The start of every kubus container: (list $ "queue"). It ends with env, so a template may
+add variables; command and args follow. */}}
+{{- define "kubus.container" -}}
+{{- $ := index . 0 -}}
+- name: {{ index . 1 }}
+  image: {{ include "kubus.image" $ }}
+  imagePullPolicy: {{ $.Values.image.pullPolicy }}
+  securityContext:
+    {{- toYaml $.Values.securityContext | nindent 4 }}
+  {{- include "kubus.probes" $ | nindent 2 }}
+  env:
+    {{- include "kubus.env" $ | nindent 4 }}
+{{- end }}
+
+{{/* Pods restart when the scheduler configuration changes. */}}
+{{- define "kubus.configChecksum" -}}
+checksum/scheduler-config: {{ include (print .Template.BasePath "/configmap.yaml") . | sha256sum }}
+{{- end }}

@@ -1,0 +1,158 @@
+"""What the deploy tests share: the chart rendered, and a service's command line checked by the
+service's own entry point.
+
+A rendered container (Helm) or a compose service is a command, an environment and some mounted
+files. `check_service_command` parses the command with that service's own argparse parser and then
+builds the service as its ``__main__`` would — settings from the environment, the scheduler
+configuration and profile, the node manifest — up to the point where it would connect.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+
+from kubus.binder import __main__ as binder_main
+from kubus.cycle import __main__ as cycle_main
+from kubus.gpu_agent import __main__ as agent_main
+from kubus.queue import __main__ as queue_main
+from kubus.settings import ENV_PREFIX, load_settings
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+CHART = DEPLOY / "helm" / "kubus"
+CI_VALUES = sorted((CHART / "ci").glob("*.yaml"))
+VALUES_FILES: list[Path | None] = [None, *CI_VALUES]
+VALUES_IDS = ["defaults", *(p.name for p in CI_VALUES)]
+RELEASE = NAMESPACE = "kubus"
+SERVICE_MODULES = ("kubus.queue", "kubus.cycle", "kubus.binder", "kubus.gpu_agent")
+
+
+def values_of(path: Path | None) -> dict[str, Any]:
+    """The values a ``-f path`` adds to the chart's defaults (none for the defaults themselves)."""
+    return {} if path is None else yaml.safe_load(path.read_text()) or {}
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """The objects one rendering made, and its NOTES.txt."""
+
+    objects: list[dict[str, Any]]
+    notes: str
+
+    def of_kind(self, *kinds: str) -> list[dict[str, Any]]:
+        return [o for o in self.objects if o["kind"] in kinds]
+
+    def get(self, kind: str, name: str) -> dict[str, Any]:
+        found = [o for o in self.of_kind(kind) if o["metadata"]["name"] == name]
+        assert len(found) == 1, f"{kind}/{name}: {len(found)} rendered"
+        return found[0]
+
+    def workloads(self) -> list[dict[str, Any]]:
+        return self.of_kind("Deployment", "DaemonSet")
+
+
+def render_chart(helm: ModuleType, values: Mapping[str, Any] | None = None) -> Rendered:
+    """The chart rendered with ``values`` over its defaults, as ``helm install`` would render it
+    (values.schema.json checked first). Raises helm_python's HelmValuesError or HelmRenderError."""
+    with helm.Chart.load(CHART) as chart:
+        manifests = chart.render(dict(values or {}), name=RELEASE, namespace=NAMESPACE, is_install=True)
+    objects, notes = [], ""
+    for path, text in sorted(manifests.items()):
+        if path.endswith("NOTES.txt"):
+            notes = text
+        else:
+            objects.extend(doc for doc in yaml.safe_load_all(text) if doc)
+    return Rendered(objects, notes)
+
+
+def pod_containers(workload: Mapping[str, Any]) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    """(pod spec, container) for each container of a Deployment or DaemonSet."""
+    spec = workload["spec"]["template"]["spec"]
+    for container in spec["containers"]:
+        yield spec, container
+
+
+def materialize(rendered: Rendered, pod_spec: Mapping[str, Any], container: Mapping[str, Any], root: Path) -> None:
+    """Write the files ``container`` sees from ConfigMaps to ``root`` + their path in the container."""
+    volumes = {v["name"]: v for v in pod_spec.get("volumes", [])}
+    for mount in container.get("volumeMounts", []):
+        volume = volumes[mount["name"]]
+        target = root / mount["mountPath"].lstrip("/")
+        target.mkdir(parents=True, exist_ok=True)
+        if "configMap" in volume:
+            data = rendered.get("ConfigMap", volume["configMap"]["name"])["data"]
+            items = volume["configMap"].get("items") or [{"key": k, "path": k} for k in data]
+            for item in items:
+                (target / item["path"]).write_text(data[item["key"]])
+
+
+def container_env(container: Mapping[str, Any]) -> dict[str, str]:
+    """The container's environment: a placeholder for each Secret's value, a node for the downward API."""
+    env = {}
+    for var in container.get("env", []):
+        source = var.get("valueFrom", {})
+        if "value" in var:
+            env[var["name"]] = var["value"]
+        elif "secretKeyRef" in source:
+            env[var["name"]] = f"secret-{source['secretKeyRef']['name']}-{source['secretKeyRef']['key']}"
+        elif source.get("fieldRef", {}).get("fieldPath") == "spec.nodeName":
+            env[var["name"]] = "gpu-node-1"
+        else:
+            raise AssertionError(f"env {var['name']}: a source the deploy tests do not know: {var}")
+    return env
+
+
+def _local(arg: str, root: Path) -> str:
+    """``arg`` with a container path (``/etc/...`` or ``--flag=/etc/...``) that exists under ``root``
+    replaced by that file; anything else as it is."""
+    flag, eq, value = arg.partition("=") if arg.startswith("--") else ("", "", arg)
+    if value.startswith("/") and (root / value[1:]).exists():
+        return f"{flag}{eq}{root / value[1:]}"
+    return arg
+
+
+def check_service_command(
+    command: Sequence[str], env: Mapping[str, str], root: Path, monkeypatch: pytest.MonkeyPatch
+) -> argparse.Namespace:
+    """Parse ``command`` (``python -m kubus.<service> ...``) and build its service with exactly
+    ``env`` as the KUBUS_* environment and the container's files under ``root``. Returns the
+    parsed flags; fails the test with the parser's own message, or raises what the service's
+    build raises (ConfigError, SettingsError, ManifestError, ...)."""
+    assert list(command[:2]) == ["python", "-m"], f"not a `python -m` command: {command}"
+    module = command[2]
+    assert module in SERVICE_MODULES, f"{module}: not a kubus service (one of {SERVICE_MODULES})"
+    argv = [_local(arg, root) for arg in command[3:]]
+    for var in [v for v in os.environ if v.startswith(ENV_PREFIX)]:
+        monkeypatch.delenv(var)
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr):
+            if module == "kubus.queue":
+                args = queue_main._parser().parse_args(argv)
+                queue_main._load(args)
+            elif module == "kubus.cycle":
+                args = cycle_main.parse_args(argv)
+                cycle_main.build(args)
+            elif module == "kubus.binder":
+                args = binder_main.parse_args(argv)
+                load_settings(file=args.settings, overrides={"nats_url": args.nats, "redis_url": args.redis})
+            else:
+                args = agent_main.parse_args(argv)
+                agent_main.build(args)
+    except SystemExit:
+        pytest.fail(f"{' '.join(command)}: {stderr.getvalue().strip()}", pytrace=False)
+    assert 0 < args.metrics_port < 65536, f"{' '.join(command)}: no --metrics-port, so no probes to answer"
+    return args
