@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint bench clean
+.PHONY: demo simulate test lint bench clean
 
 $(BIN)/kubus: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -11,8 +11,13 @@ $(BIN)/kubus: pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(BIN)/kubus
 
-# Run kubus end to end on the example cluster (embedded, no Docker, no cluster).
+# Run kubus end to end on the embedded default: local NATS and Redis-compatible servers, every
+# service, simulated GPU nodes and a sample workload; prints a summary and stops everything.
 demo: $(BIN)/kubus
+	$(BIN)/kubus up --demo --fresh --data-dir .kubus/demo
+
+# Offline what-if scheduling of the example workload onto the example cluster (no servers).
+simulate: $(BIN)/kubus
 	$(BIN)/kubus simulate -f deploy/examples/cluster.yaml -f deploy/examples/pods.yaml \
 		--config deploy/examples/scheduler-config.yaml
 
@@ -28,4 +33,4 @@ bench: $(BIN)/kubus
 	$(BIN)/python bench/scheduling.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .hypothesis .kubus

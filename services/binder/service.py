@@ -1,9 +1,9 @@
 """The binder: the binding cycle of every reserved pod (WaitOnPermit, PreBind, Bind, PostBind).
 
 Any number of replicas share one durable pull consumer on the KUBUS_BIND stream (filter
-``kubus.bind.>``, so every profile's requests). Each fetched batch is handled concurrently. Per
-`BindRequest`, exactly as docs/services.md step 5 says, every step conditional on the request's
-attempt id so a duplicate or stale delivery can never undo a newer attempt:
+``kubus.bind.>``, so every profile's requests). Per `BindRequest`, exactly as docs/services.md
+step 5 says, every step conditional on the request's attempt id so a duplicate or stale
+delivery can never undo a newer attempt:
 
 1. WaitOnPermit (bounded by ``permit_timeout``; no Permit plugin exists yet, so it passes).
 2. PreBind (none yet).
@@ -12,9 +12,16 @@ attempt id so a duplicate or stale delivery can never undo a newer attempt:
    attempt (our own earlier hand-back was cut short) it is handed back to the queue.
 4. Bind: ``bind_pod(uid, node, devices, expected_version=attempt)``. OK or ALREADY (a
    redelivery) → the `NodeAssignment` for the node's agent (msg id ``assign/<uid>/<attempt>``),
-   a ``pod.bound`` event and a "Scheduled" pod event. GONE (deleted meanwhile) → release the
-   room. CONFLICT/NOT_FOUND (the pod moved on) → release this attempt's room.
+   a ``pod.bound`` event and (OK only) a "Scheduled" pod event. GONE (deleted meanwhile) →
+   release the room. CONFLICT/NOT_FOUND (the pod moved on) → release this attempt's room.
 5. PostBind (none yet). Ack.
+
+A fetched batch is handled together: each request waits on Permit on its own (a waiting pod
+holds up no other), and the requests that pass, as many as pass at a time, go through steps 3
+and 4 in one `ClusterState.bind_many` call (per pod one atomic script on a single Redis: mark
+bound, bind, the "Scheduled" event, release when refused), their messages go out in one
+`publish_durable_many`, then each is acked. A request whose message could not be published
+is retried alone (nak); the rest of its batch is acked.
 
 Handing a pod back (Permit rejected, or retries exhausted): give the room back (unreserve, or
 release once marked bound; both on the attempt), a ``pod.unreserved`` event, then
@@ -34,7 +41,7 @@ import contextlib
 import logging
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
@@ -44,16 +51,19 @@ import nats.js.errors
 import redis.exceptions
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
+from nats.js.api import PubAck
 
 from kubus.bus import (
     BIND_STREAM,
     PODS_REQUEUE,
     EventKind,
+    Publication,
     consumer_name,
     ensure_pull_consumer,
     event_subject,
     node_pods,
     publish_durable,
+    publish_durable_many,
     redelivery_delay,
 )
 from kubus.bus.messages import (
@@ -71,6 +81,7 @@ from kubus.framework.status import Status
 from kubus.service import Service, StructuredLogger
 from kubus.settings import ConnectionSettings
 from kubus.store import ClusterState, EventType, PodEvent, PodPhase, StoreCode
+from kubus.store.cluster_state import Binding, BindingResult
 
 __all__ = ["AllowAll", "BindResult", "BinderOptions", "BinderService", "PermitGate", "is_transient"]
 
@@ -214,11 +225,8 @@ class BinderService(Service):
         try:
             while not self.stopping.is_set():
                 messages = await self._fetch(subscription)
-                if not messages:
-                    continue
-                async with asyncio.TaskGroup() as group:
-                    for msg in messages:
-                        group.create_task(self.handle(msg))
+                if messages:
+                    await self.handle_batch(messages)
         finally:
             self._consumed.set()
 
@@ -245,88 +253,221 @@ class BinderService(Service):
                 await asyncio.sleep(min(1.0, self.options.fetch_timeout))
             return []
 
-    # -- one request -----------------------------------------------------------------------------
+    # -- a batch of requests ---------------------------------------------------------------------
 
     async def handle(self, msg: Msg) -> BindResult | None:
         """Handle one delivered BindRequest to the end (acked, nak'ed or terminated). Never
         raises (but for cancellation). Returns what became of it; None for garbage."""
+        return (await self.handle_batch([msg]))[0]
+
+    async def handle_batch(self, msgs: Sequence[Msg]) -> list[BindResult | None]:
+        """Handle delivered BindRequests to the end (each acked, nak'ed or terminated). Never
+        raises (but for cancellation). Returns what became of each, in order; None for garbage.
+
+        Every request waits on Permit on its own; those that pass are bound together: one
+        `ClusterState.bind_many` (about one Redis round trip), one `publish_durable_many` of
+        every assignment and event (about one NATS round trip), then the acks. A pod still
+        waiting on Permit holds up no other: what passes meanwhile is bound in the next group."""
         started = time.perf_counter()
+        slots: list[_Work | None] = []
+        works: list[_Work] = []
+        for msg in msgs:
+            try:
+                request = decode(BindRequest, msg.data)
+                _check(request)
+            except MessageError as exc:
+                await self._reject(msg, str(exc))
+                slots.append(None)
+                continue
+            work = _Work(msg, request, started)
+            slots.append(work)
+            works.append(work)
+        if works:
+            keepalive = asyncio.ensure_future(self._keep_alive(works))
+            try:
+                await self._through_permit(works)
+            finally:
+                keepalive.cancel()
+        return [w.result if w is not None else None for w in slots]
+
+    async def _through_permit(self, works: list[_Work]) -> None:
+        """WaitOnPermit for each request; bind those that pass, group by group as they pass."""
+        if isinstance(self.permit, AllowAll):  # passes at once: no task per request
+            await self._bind_group(works)
+            return
+        tasks = {asyncio.ensure_future(self._wait_on_permit(w.request)): (i, w) for i, w in enumerate(works)}
+        pending: set[asyncio.Future[Status]] = set(tasks)
         try:
-            request = decode(BindRequest, msg.data)
-            _check(request)
-        except MessageError as exc:
-            await self._reject(msg, str(exc))
-            return None
-        log = self.log.bind(pod=request.key, uid=request.uid, node=request.node, attempt=request.attempt)
-        keepalive = asyncio.ensure_future(self._keep_alive(msg))
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                group: list[_Work] = []
+                for task in sorted(done, key=lambda t: tasks[t][0]):  # in the order delivered
+                    work = tasks[task][1]
+                    exc = task.exception()
+                    if exc is not None:
+                        self._finish(work, await self._failed(work.request, work.msg, exc, self._log(work.request)))
+                    elif not task.result().is_success:
+                        status = task.result()
+                        await self._hand_back_now(work, f"Permit: {status.message() or status.code.name}")
+                    else:
+                        group.append(work)
+                if group:
+                    await self._bind_group(group)
+        finally:
+            for task in pending:
+                task.cancel()
+
+    async def _wait_on_permit(self, request: BindRequest) -> Status:
+        """WaitOnPermit: gangs wait here; the timeout is kube's Permit timeout."""
         try:
-            result = await self._bind(request, msg, log)
+            async with asyncio.timeout(self.options.permit_timeout):
+                return await self.permit.wait_on_permit(request)
+        except TimeoutError:
+            return Status.unschedulable(f"rejected due to timeout after waiting {self.options.permit_timeout:g}s")
+
+    async def _hand_back_now(self, work: _Work, reason: str) -> None:
+        try:
+            await self.hand_back(work.request, reason, work.msg)
+            result = BindResult.HANDED_BACK
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            result = await self._failed(request, msg, exc, log)
-        finally:
-            keepalive.cancel()
-        self.metrics.binding_duration.labels(result=str(result)).observe(time.perf_counter() - started)
-        return result
+            result = await self._failed(work.request, work.msg, exc, self._log(work.request))
+        self._finish(work, result)
 
-    async def _bind(self, request: BindRequest, msg: Msg, log: StructuredLogger) -> BindResult:
+    async def _bind_group(self, works: list[_Work]) -> None:
+        """PreBind (none yet), Bind and PostBind (none yet) of requests whose Permit passed,
+        exactly as docs/services.md step 5 says, every step conditional on the attempt."""
         state = self._store()
-        uid, node = request.uid, request.node
-        attempt = str(request.attempt) if request.attempt else None
-        version = request.attempt or None
-
-        # WaitOnPermit: gangs wait here; the timeout is kube's Permit timeout.
+        now = self.clock()
+        bindings = [
+            Binding(
+                uid=r.uid,
+                node=r.node,
+                attempt=r.attempt,
+                devices=r.gpu_devices,
+                profile=r.profile,
+                event=PodEvent(
+                    now, EventType.NORMAL, "Scheduled", f"Successfully assigned {r.key} to {r.node}", self.source
+                ),
+            )
+            for r in (w.request for w in works)
+        ]
         try:
-            async with asyncio.timeout(self.options.permit_timeout):
-                status = await self.permit.wait_on_permit(request)
-        except TimeoutError:
-            status = Status.unschedulable(f"rejected due to timeout after waiting {self.options.permit_timeout:g}s")
-        if not status.is_success:
-            await self.hand_back(request, f"Permit: {status.message() or status.code.name}", msg)
-            return BindResult.HANDED_BACK
+            # mark_bound, bind_pod, the Scheduled event, and release when refused: per pod atomic.
+            results = await state.bind_many(bindings)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if len(works) > 1 and not is_transient(exc):  # find the one at fault: each alone
+                for work in works:
+                    await self._bind_group([work])
+                return
+            for work in works:
+                self._finish(work, await self._failed(work.request, work.msg, exc, self._log(work.request)))
+            return
 
-        # PreBind: no PreBind plugin exists yet (volumes would be bound here).
+        publications: list[Publication] = []
+        owners: list[int] = []
+        outcomes: list[BindResult] = []
+        failures: dict[int, Exception] = {}
+        for i, (work, result) in enumerate(zip(works, results, strict=True)):
+            try:
+                outcome, pubs = self._after_bind(work.request, result)
+            except Exception as exc:  # a bug: this request alone is retried
+                outcomes.append(BindResult.RETRY)
+                failures[i] = exc
+                continue
+            outcomes.append(outcome)
+            publications += pubs
+            owners += [i] * len(pubs)
 
-        # Bind, step 1: the reservation becomes bound, so nobody can unreserve it under us.
-        code = await state.mark_bound(node, uid, attempt)
-        if code in (StoreCode.NOT_FOUND, StoreCode.CONFLICT):
-            why = "no reservation" if code is StoreCode.NOT_FOUND else "the reservation is another attempt's"
-            # Still Reserved at this attempt with its room gone: a hand-back of ours was cut short.
-            record = await state.get_pod(uid) if code is StoreCode.NOT_FOUND and version else None
-            unfinished = record is not None and record.phase is PodPhase.RESERVED and record.version == version
-            if unfinished:
-                await self._requeue(request, f"reservation lost before binding ({why})")
-            log.info("bind request dropped: attempt abandoned", reason=why, handed_back=unfinished)
-            await msg.ack()
-            return BindResult.ABANDONED
+        if publications:
+            try:
+                acks = await self._publish(publications)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                acks = [exc] * len(publications)
+            for owner, ack in zip(owners, acks, strict=True):
+                if isinstance(ack, Exception):
+                    failures.setdefault(owner, ack)
+        for i, work in enumerate(works):
+            exc = failures.get(i)
+            if exc is None:
+                try:
+                    await work.msg.ack()
+                    self._finish(work, outcomes[i])
+                    continue
+                except asyncio.CancelledError:
+                    raise
+                except Exception as ack_exc:
+                    exc = ack_exc
+            self._finish(work, await self._failed(work.request, work.msg, exc, self._log(work.request)))
 
-        # Bind, step 2: the pod is bound, exactly once in its life.
-        write = await state.bind_pod(uid, node, request.gpu_devices, expected_version=version)
-        if write.code in (StoreCode.OK, StoreCode.ALREADY):
-            await self._announce(request, fresh=write.code is StoreCode.OK)
-            # PostBind: no PostBind plugin exists yet.
-            await msg.ack()
-            log.info("pod bound", already=write.code is StoreCode.ALREADY)
-            return BindResult.BOUND
+    def _after_bind(self, request: BindRequest, result: BindingResult) -> tuple[BindResult, list[Publication]]:
+        """What one pod's Bind step means, and the messages that tell everyone (published before
+        the ack; their msg ids make a redelivery's repeats harmless)."""
+        uid, attempt = request.uid, request.attempt
+        if result.marked in (StoreCode.NOT_FOUND, StoreCode.CONFLICT):
+            # The attempt was abandoned (the janitor or a newer attempt took over). Still Reserved
+            # at this attempt with its room gone: a hand-back of ours was cut short: finish it.
+            why = "no reservation" if result.marked is StoreCode.NOT_FOUND else "the reservation is another attempt's"
+            unfinished = (
+                result.marked is StoreCode.NOT_FOUND
+                and bool(attempt)
+                and result.phase is PodPhase.RESERVED
+                and result.version == attempt
+            )
+            pubs = (
+                [self._requeue_publication(request, f"reservation lost before binding ({why})")] if unfinished else []
+            )
+            self._log(request).info("bind request dropped: attempt abandoned", reason=why, handed_back=unfinished)
+            return BindResult.ABANDONED, pubs
+        write = result.write
+        assert write is not None
+        if result.bound:
+            # Bound now, or before (a redelivery): the node's agent and everyone else are told.
+            assignment = NodeAssignment(
+                uid=uid,
+                key=request.key,
+                node=request.node,
+                manifest=request.manifest,
+                gpu_devices=request.gpu_devices,
+                attempt=attempt,
+            )
+            pubs = [
+                Publication(node_pods(request.node), encode(assignment), f"assign/{uid}/{attempt}"),
+                self._event_publication(EventKind.POD_BOUND, request, f"bound/{uid}/{attempt}"),
+            ]
+            if write.ok and result.created_at:
+                latency = max(0.0, self.clock() - result.created_at)
+                self.metrics.pod_scheduling_sli_duration.labels(attempts=str(result.attempts)).observe(latency)
+            if self.log.logger.isEnabledFor(logging.DEBUG):
+                self._log(request).debug("pod bound", already=write.code is StoreCode.ALREADY)
+            return BindResult.BOUND, pubs
+        pubs = []
+        if result.released is StoreCode.OK:
+            pubs.append(self._event_publication(EventKind.POD_UNRESERVED, request, f"unreserved/{uid}/{attempt}"))
         if write.code is StoreCode.GONE:
-            if await state.release(node, uid, attempt) is StoreCode.OK:
-                await self._event(EventKind.POD_UNRESERVED, request, f"unreserved/{uid}/{request.attempt}")
-            await msg.ack()
-            log.info("pod deleted while binding: room released")
-            return BindResult.DELETED
+            self._log(request).info("pod deleted while binding: room released")
+            return BindResult.DELETED, pubs
         # CONFLICT or NOT_FOUND: the pod moved on (bound elsewhere, a newer attempt, gone).
-        released = await state.release(node, uid, attempt)
-        if released is StoreCode.OK:
-            await self._event(EventKind.POD_UNRESERVED, request, f"unreserved/{uid}/{request.attempt}")
-        await msg.ack()
-        log.warning(
+        self._log(request).warning(
             "bind refused: the pod moved on; this attempt's room released",
             code=str(write.code),
             phase=str(write.phase or "-"),
             version=write.version,
         )
-        return BindResult.CONFLICT
+        return BindResult.CONFLICT, pubs
+
+    def _finish(self, work: _Work, result: BindResult) -> None:
+        work.result = result
+        self.metrics.binding_duration.labels(result=str(result)).observe(time.perf_counter() - work.started_at)
+
+    async def _publish(self, publications: Sequence[Publication]) -> list[PubAck | Exception]:
+        """Publish durably, all at once; an error in the place of each message not stored."""
+        return await publish_durable_many(self._js(), publications, return_exceptions=True)
 
     async def _failed(self, request: BindRequest, msg: Msg, exc: Exception, log: StructuredLogger) -> BindResult:
         """A step raised: retry later (nak), or on the last delivery hand the pod back."""
@@ -400,46 +541,20 @@ class BinderService(Service):
     async def _requeue(self, request: BindRequest, message: str) -> None:
         """``Outcome(BIND_FAILED)`` on kubus.pods.requeue: the queue moves the pod back to Pending
         (compare-and-set on the attempt) and queues it. Once per attempt (the msg id)."""
+        p = self._requeue_publication(request, message)
+        await publish_durable(self._js(), p.subject, p.payload, p.msg_id)
+
+    def _requeue_publication(self, request: BindRequest, message: str) -> Publication:
         outcome = Outcome(
             uid=request.uid, kind=OutcomeKind.BIND_FAILED, node=request.node, message=message, attempt=request.attempt
         )
-        msg_id = f"requeue/{request.uid}/{request.attempt}"
-        await publish_durable(self._js(), PODS_REQUEUE, encode(Outcomes((outcome,))), msg_id)
-
-    async def _announce(self, request: BindRequest, *, fresh: bool) -> None:
-        """Tell the node's agent and everyone else that the pod is bound. Idempotent: the msg
-        ids dedupe a redelivery's repeats within the streams' duplicate window."""
-        uid, attempt = request.uid, request.attempt
-        assignment = NodeAssignment(
-            uid=uid,
-            key=request.key,
-            node=request.node,
-            manifest=request.manifest,
-            gpu_devices=request.gpu_devices,
-            attempt=attempt,
-        )
-        js = self._js()
-        await publish_durable(js, node_pods(request.node), encode(assignment), f"assign/{uid}/{attempt}")
-        await self._event(EventKind.POD_BOUND, request, f"bound/{uid}/{attempt}")
-        if not fresh:
-            return
-        state = self._store()
-        await state.append_event(
-            uid,
-            PodEvent(
-                self.clock(),
-                EventType.NORMAL,
-                "Scheduled",
-                f"Successfully assigned {request.key} to {request.node}",
-                self.source,
-            ),
-        )
-        record = await state.get_pod(uid)
-        if record is not None and record.created_at:
-            latency = max(0.0, self.clock() - record.created_at)
-            self.metrics.pod_scheduling_sli_duration.labels(attempts=str(record.attempts)).observe(latency)
+        return Publication(PODS_REQUEUE, encode(Outcomes((outcome,))), f"requeue/{request.uid}/{request.attempt}")
 
     async def _event(self, kind: EventKind, request: BindRequest, msg_id: str) -> None:
+        p = self._event_publication(kind, request, msg_id)
+        await publish_durable(self._js(), p.subject, p.payload, p.msg_id)
+
+    def _event_publication(self, kind: EventKind, request: BindRequest, msg_id: str) -> Publication:
         event = ClusterEvent(
             kind=kind.value,
             name=request.key,
@@ -447,7 +562,7 @@ class BinderService(Service):
             at=self.clock(),
             data={"uid": request.uid, "attempt": request.attempt, "profile": request.profile},
         )
-        await publish_durable(self._js(), event_subject(kind, request.key), encode(event), msg_id)
+        return Publication(event_subject(kind, request.key), encode(event), msg_id)
 
     async def _reject(self, msg: Msg, reason: str) -> None:
         self.metrics.rejected_messages.labels(subject=msg.subject).inc()
@@ -455,12 +570,15 @@ class BinderService(Service):
         with contextlib.suppress(Exception):
             await msg.term()
 
-    async def _keep_alive(self, msg: Msg) -> None:
-        """Tell JetStream the request is still being worked on (a long permit wait)."""
+    async def _keep_alive(self, works: list[_Work]) -> None:
+        """Tell JetStream the requests not yet done are still being worked on (a long permit
+        wait)."""
         while True:
             await asyncio.sleep(self.options.ack_wait / 3)
-            with contextlib.suppress(Exception):
-                await msg.in_progress()
+            for work in works:
+                if work.result is None:
+                    with contextlib.suppress(Exception):
+                        await work.msg.in_progress()
 
     # -- helpers ---------------------------------------------------------------------------------
 
@@ -473,6 +591,21 @@ class BinderService(Service):
         if self.js is None:
             raise RuntimeError(f"{self.name}: not started")
         return self.js
+
+    def _log(self, request: BindRequest) -> StructuredLogger:
+        return self.log.bind(pod=request.key, uid=request.uid, node=request.node, attempt=request.attempt)
+
+
+@dataclass(slots=True)
+class _Work:
+    """One BindRequest being handled."""
+
+    msg: Msg
+    request: BindRequest
+    started_at: float
+    """perf_counter() when its batch was taken up (scheduler_binding_duration_seconds)."""
+    result: BindResult | None = None
+    """Set when it is done (acked, nak'ed or handed back)."""
 
 
 def _check(request: BindRequest) -> None:

@@ -43,7 +43,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import nats.errors
@@ -56,7 +56,7 @@ from nats.js import JetStreamContext
 from kubus.api.errors import ManifestError
 from kubus.api.manifests import parse_manifests
 from kubus.api.objects import Pod
-from kubus.bus import EVENTS, EventKind, bind, publish_durable, queue_done, queue_pop
+from kubus.bus import EventKind, Publication, bind, event_filter, publish_durable_many, queue_done, queue_pop
 from kubus.bus.messages import (
     BindRequest,
     ClusterEvent,
@@ -80,7 +80,7 @@ from kubus.kernels import NodeTable, select_backend
 from kubus.plugins.node_resources_fit import is_extended_resource
 from kubus.service import Service
 from kubus.settings import ConnectionSettings
-from kubus.store import ClusterState, PodPhase, Reservation, StoreCode
+from kubus.store import ClusterState, Move, PodPhase, Reservation, StoreCode
 
 __all__ = ["CycleOptions", "CycleService"]
 
@@ -99,6 +99,11 @@ POD_EVENTS = frozenset(
     )
 )
 """Events after which the reservations of the pod's node are read again."""
+_PENDING_ONLY = frozenset({PodPhase.PENDING})
+
+PLACING_EVENTS = frozenset(k.value for k in (EventKind.POD_RESERVED, EventKind.POD_BOUND))
+"""Pod events that change nothing in the table when it already accounts the pod on that node
+(most of them: this cycle reserved the pod and assumed it at once)."""
 
 _TRANSIENT: tuple[type[BaseException], ...] = (
     redis.exceptions.ConnectionError,
@@ -215,10 +220,6 @@ class _Refused:
     reason: str
 
 
-_Attempt = _Reserved | _Refused | None
-"""What reserving one pod gave: reserved, refused by Redis, or None (decided otherwise)."""
-
-
 # ---- the service -------------------------------------------------------------------------------
 
 
@@ -293,8 +294,10 @@ class CycleService(Service):
             renew_interval=self.options.renew_interval,
             log=self.log,
         )
-        # Keeps the node table fresh: every cluster event names a node whose row is read again.
-        await self.nc.subscribe(EVENTS, cb=self._on_event)
+        # Keeps the node table fresh: the events that change a node's row name it; it is read again.
+        # Only those kinds are subscribed to (the busiest ones, pod.running above all, are not).
+        for kind in sorted(NODE_EVENTS | POD_EVENTS):
+            await self.nc.subscribe(event_filter(EventKind(kind)), cb=self._on_event)
         # Takes or renews the lease cycle/<profile>: one active cycle per profile, standbys wait here.
         self._lease_task = self.spawn("lease", self.leadership.keep)
         # The scheduling loop: pop a batch, schedule it, reserve, hand it to the binders, report.
@@ -499,6 +502,7 @@ class CycleService(Service):
                 continue
             keys.add(pod.key)
             pods.append(pod)
+            self._store().know_profile(queued.uid, self.profile)  # popped from our queue: ours
         return pods
 
     async def _schedule(self, batch: _Batch, pods: list[Pod]) -> list[ScheduleResult]:
@@ -542,51 +546,48 @@ class CycleService(Service):
         return placed
 
     async def _reserve_round(self, batch: _Batch, placed: list[ScheduleResult]) -> list[_Refused]:
-        """Reserve the placed pods in Redis, concurrently, then hand the reserved ones to the
-        binders. Returns the pods Redis refused (CONFLICT / NODE_GONE), already back to Pending
-        and forgotten locally."""
+        """docs/services.md 4a and 4b for the placed pods, each step one pipelined round trip
+        for the whole batch, then the reserved ones go to the binders. Returns the pods Redis
+        refused (CONFLICT / NODE_GONE), already back to Pending and forgotten locally."""
         if not placed:
             return []
         started = time.perf_counter()
-        limit = asyncio.Semaphore(self.options.reserve_concurrency)
-        attempts = await asyncio.gather(*(self._reserve(batch, result, limit) for result in placed))
-        self.metrics.extension_point_duration.labels(
-            extension_point=RESERVE_EXTENSION_POINT, status="Success", profile=self.profile
-        ).observe(time.perf_counter() - started)
-        reserved = [a for a in attempts if isinstance(a, _Reserved)]
-        refused = [a for a in attempts if isinstance(a, _Refused)]
-        if reserved:
-            await asyncio.gather(*(self._hand_over(batch, a, limit) for a in reserved))
-        return refused
-
-    async def _reserve(self, batch: _Batch, result: ScheduleResult, limit: asyncio.Semaphore) -> _Attempt:
-        """docs/services.md 4a and 4b for one pod."""
         state = self._store()
-        pod, node, devices = result.pod, result.node or "", result.gpu_devices
-        uid = _uid(pod)
-        pod_info = PodInfo.of(pod, devices)
-        if pod_info.gpu is not None and len(devices) != pod_info.gpu.count:
-            self._forget(pod, node)
-            batch.error(
-                uid,
-                f"pod {pod.key} asks for {pod_info.gpu.count} GPU(s) but profile {self.profile!r} picked "
-                f"{len(devices)} device(s) on node {node}: enable the GPUFit plugin to schedule GPU pods",
-            )
-            return None
-        async with limit:
-            try:
-                write = await state.transition(
-                    uid,
-                    PodPhase.RESERVED,
-                    expected_phases={PodPhase.PENDING},
-                    node=node,
-                    gpu_devices=devices,
-                    count_attempt=True,
+        wanted: list[tuple[ScheduleResult, PodInfo]] = []
+        for result in placed:
+            pod_info = PodInfo.of(result.pod, result.gpu_devices)
+            if pod_info.gpu is not None and len(result.gpu_devices) != pod_info.gpu.count:
+                self._forget(result.pod, result.node or "")
+                batch.error(
+                    _uid(result.pod),
+                    f"pod {result.pod.key} asks for {pod_info.gpu.count} GPU(s) but profile {self.profile!r} "
+                    f"picked {len(result.gpu_devices)} device(s) on node {result.node}: enable the GPUFit plugin "
+                    "to schedule GPU pods",
                 )
-            except _TRANSIENT as exc:
-                self._forget(pod, node)
-                batch.error(uid, f"reserving on node {node} failed: {exc!r}")
-                return None
+                continue
+            wanted.append((result, pod_info))
+        moves = [
+            Move(
+                _uid(r.pod),
+                PodPhase.RESERVED,
+                expected_phases=_PENDING_ONLY,
+                node=r.node,
+                gpu_devices=tuple(r.gpu_devices),
+                count_attempt=True,
+            )
+            for r, _ in wanted
+        ]
+        try:
+            writes = await state.transition_many(moves)
+        except _TRANSIENT as exc:
+            for r, _ in wanted:
+                self._forget(r.pod, r.node or "")
+                batch.error(_uid(r.pod), f"reserving on node {r.node} failed: {exc!r}")
+            return []
+        holds: list[tuple[ScheduleResult, int, Reservation]] = []
+        undo: list[Awaitable[None]] = []
+        for (result, pod_info), write in zip(wanted, writes, strict=True):
+            pod, node, uid = result.pod, result.node or "", _uid(result.pod)
             if not write.ok:
                 # Someone else moved the pod (deleted, or reserved by another attempt): not ours.
                 self._forget(pod, node)
@@ -599,76 +600,103 @@ class CycleService(Service):
                     code=str(write.code),
                     phase=str(write.phase or "-"),
                 )
-                return None
-            attempt = write.version
+                continue
             try:
                 reservation = Reservation.of(
                     pod_info,
                     node,
                     profile=self.profile,
                     token=batch.token,
-                    attempt=str(attempt),
+                    attempt=str(write.version),
                     ignored=self._ignored(pod_info.requests),
                 )
-                batch.touched.add(node)
-                answer = await state.reserve(node, reservation)
-            except (ValueError, *_TRANSIENT) as exc:
+            except ValueError as exc:
                 self._forget(pod, node)
-                await self._back_to_pending(uid, attempt)
+                undo.append(self._back_to_pending(uid, write.version))
                 batch.error(uid, f"reserving on node {node} failed: {exc!r}")
-                return None
+                continue
+            batch.touched.add(node)
+            holds.append((result, write.version, reservation))
+        try:
+            answers = await state.reserve_many([h[2] for h in holds])
+        except _TRANSIENT as exc:
+            for result, attempt, _ in holds:
+                self._forget(result.pod, result.node or "")
+                undo.append(self._back_to_pending(_uid(result.pod), attempt))
+                batch.error(_uid(result.pod), f"reserving on node {result.node} failed: {exc!r}")
+            answers = []
+        reserved: list[_Reserved] = []
+        refused: list[_Refused] = []
+        for (result, attempt, _), answer in zip(holds, answers, strict=False):
+            pod, node, uid = result.pod, result.node or "", _uid(result.pod)
             if answer.ok:
-                return _Reserved(result, node, attempt)
+                reserved.append(_Reserved(result, node, attempt))
+                continue
             self._forget(pod, node)
-            await self._back_to_pending(uid, attempt)
+            undo.append(self._back_to_pending(uid, attempt))
             if answer.code is StoreCode.FENCED:
                 self._leadership().step_down(f"reservation fenced on node {node}: {answer.reason}")
                 batch.error(uid, _lost_lease_message(self.profile))
-                return None
+                continue
             if answer.code is StoreCode.CONFLICT:
                 batch.conflicts += 1
                 self.metrics.reserve_conflicts.labels(profile=self.profile).inc()
             self.log.info(
                 "reservation refused", pod=pod.key, uid=uid, node=node, code=str(answer.code), reason=answer.reason
             )
-            return _Refused(result, node, answer.code, answer.reason)
+            refused.append(_Refused(result, node, answer.code, answer.reason))
+        await asyncio.gather(*undo)
+        self.metrics.extension_point_duration.labels(
+            extension_point=RESERVE_EXTENSION_POINT, status="Success", profile=self.profile
+        ).observe(time.perf_counter() - started)
+        if reserved:
+            await self._hand_over(batch, reserved, asyncio.Semaphore(self.options.reserve_concurrency))
+        return refused
 
-    async def _hand_over(self, batch: _Batch, reserved: _Reserved, limit: asyncio.Semaphore) -> None:
-        """docs/services.md 4c for one pod: the BindRequest, if this replica still leads."""
-        pod, node, attempt = reserved.result.pod, reserved.node, reserved.attempt
-        uid = _uid(pod)
-        async with limit:
-            if not self._still_leading(batch.token):
-                await self._undo(pod, node, attempt)
-                batch.error(uid, _lost_lease_message(self.profile))
-                return
-            request = BindRequest(
-                uid=uid,
-                key=pod.key,
+    async def _hand_over(self, batch: _Batch, reserved: list[_Reserved], limit: asyncio.Semaphore) -> None:
+        """docs/services.md 4c: the reserved pods' BindRequests, all sent before any ack is
+        awaited, if this replica still leads; a pod whose request JetStream did not store is undone."""
+
+        async def undo(r: _Reserved, message: str) -> None:
+            async with limit:
+                await self._undo(r.result.pod, r.node, r.attempt)
+            batch.error(_uid(r.result.pod), message)
+
+        if not self._still_leading(batch.token):
+            await asyncio.gather(*(undo(r, _lost_lease_message(self.profile)) for r in reserved))
+            return
+        requests = [
+            BindRequest(
+                uid=_uid(r.result.pod),
+                key=r.result.pod.key,
                 profile=self.profile,
-                node=node,
-                manifest=batch.manifests[uid],
-                gpu_devices=reserved.result.gpu_devices,
+                node=r.node,
+                manifest=batch.manifests[_uid(r.result.pod)],
+                gpu_devices=r.result.gpu_devices,
                 fencing_token=batch.token,
-                attempt=attempt,
+                attempt=r.attempt,
                 reserved_at=time.time(),
             )
-            try:
-                await publish_durable(self._js(), bind(self.profile), encode(request), f"bind/{uid}/{attempt}")
-            except (nats.js.errors.APIError, *_TRANSIENT) as exc:
-                await self._undo(pod, node, attempt)
-                batch.error(uid, f"handing the pod to the binders failed: {exc!r}")
-                return
-        self.log.debug("pod reserved", pod=pod.key, uid=uid, node=node, attempt=attempt)
-        batch.decide(
-            Outcome(
-                uid=uid,
-                kind=OutcomeKind.RESERVED,
-                node=node,
-                gpu_devices=reserved.result.gpu_devices,
-                attempt=attempt,
+            for r in reserved
+        ]
+        publications = [Publication(bind(self.profile), encode(q), f"bind/{q.uid}/{q.attempt}") for q in requests]
+        try:
+            acks = await publish_durable_many(self._js(), publications, return_exceptions=True)
+        except _TRANSIENT as exc:
+            acks = [exc] * len(reserved)
+        failed = []
+        for r, ack in zip(reserved, acks, strict=True):
+            uid = _uid(r.result.pod)
+            if isinstance(ack, Exception):
+                failed.append(undo(r, f"handing the pod to the binders failed: {ack!r}"))
+                continue
+            self.log.debug("pod reserved", pod=r.result.pod.key, uid=uid, node=r.node, attempt=r.attempt)
+            batch.decide(
+                Outcome(
+                    uid=uid, kind=OutcomeKind.RESERVED, node=r.node, gpu_devices=r.result.gpu_devices, attempt=r.attempt
+                )
             )
-        )
+        await asyncio.gather(*failed)
 
     async def _undo(self, pod: Pod, node: str, attempt: int) -> None:
         """Give back this attempt's room and make the pod Pending again (both conditional on the
@@ -753,11 +781,20 @@ class CycleService(Service):
         if event.kind in NODE_EVENTS:
             node = event.name or event.node
         elif event.kind in POD_EVENTS:
+            if event.kind in PLACING_EVENTS and self._placed_here(event):
+                return  # our own placement: the table has had it since we reserved it
             node = event.node or await self._node_of_pod(event)
         else:
             return
         if node:
             self._dirty.add(node)
+
+    def _placed_here(self, event: ClusterEvent) -> bool:
+        """True when the table already accounts the event's pod (same uid) on the event's node."""
+        placed = self.snapshot.placed.get(event.name) if self.snapshot is not None else None
+        return (
+            placed is not None and placed.uid == event.data.get("uid") and (not event.node or placed.node == event.node)
+        )
 
     async def _node_of_pod(self, event: ClusterEvent) -> str:
         uid = event.data.get("uid")

@@ -6,8 +6,9 @@ One agent runs one real node (``--node``), or simulates many (``--simulate N``) 
 - **Registration.** ``put_node`` for every node, then a ``node.added`` event (``node.updated``
   when a node of that name existed and changed); unchanged nodes publish nothing. A node that
   disappears from Redis (an operator deleted it) is registered again on the next heartbeat.
-- **Heartbeat** every ``heartbeat_interval`` (2 s), pipelined for all nodes; a node the lifecycle
-  had marked unreachable is revived (``node.updated``). A real node's inventory (NVML's GPUs) is
+- **Heartbeat** every ``heartbeat_interval`` (10 s, as kubelet renews its node lease; the node
+  lifecycle's grace is 40 s), pipelined for all nodes; a node the lifecycle had marked
+  unreachable is revived (``node.updated``). A real node's inventory (NVML's GPUs) is
   re-read every ``inventory_interval`` and stored again when it changed.
 - **Assignments.** A durable pull consumer on KUBUS_NODES: ``kubus.node.<node>.pods`` for a
   real node, ``kubus.node.*.pods`` for a simulation (all its nodes through one consumer).
@@ -20,6 +21,11 @@ One agent runs one real node (``--node``), or simulates many (``--simulate N``) 
   GPU devices present, healthy (NVML, for a real node with GPUs) and free. A pod that does
   not fit fails as kubelet would fail it (``Failed``, reason ``OutOfcpu``...; room released,
   ``pod.finished``). Admitted: Bound → Running, a "Started" pod event, ``pod.running``.
+  Assignments are admitted in batches (all that one fetch brings, up to ``batch``): one
+  pipelined read of the pods and their reservations, every decision at once, one pipelined
+  START_POD script per admitted pod (Bound → Running and its event, atomically, checking the
+  reservation again), the ``pod.running`` events published together, then the acks. Under
+  light load the agent lets a batch gather for up to ``batch_wait`` (50 ms).
 - **Finishing.** A pod runs ``pod_duration`` seconds (stretched by ``pod_duration_jitter``;
   0 = until deleted), then Running → Succeeded, ``release``, ``pod.finished``. One timer (a
   heap) serves every pod. On restart the agent rescans Redis for the Running pods on its
@@ -28,7 +34,9 @@ One agent runs one real node (``--node``), or simulates many (``--simulate N``) 
   agent runs; the queue released its room already, the agent releases again (idempotent).
 - **Resync** every ``resync_interval`` (30 s): pods no longer Running in Redis are forgotten
   (a deletion event missed), and pods Bound to these nodes for longer than that without an
-  assignment (a binder that bound but could not publish) are admitted as if assigned.
+  assignment (a binder that bound but could not publish) are admitted as if assigned. Both
+  read the phase indexes (one query per 5,000 running pods, one for the Bound pods), not
+  every pod or node. A pod that runs until deleted costs nothing periodic beyond that.
 """
 
 from __future__ import annotations
@@ -56,12 +64,14 @@ from kubus.bus import (
     NODE_PODS_ALL,
     NODES_STREAM,
     EventKind,
+    Publication,
     consumer_name,
     ensure_pull_consumer,
     event_filter,
     event_subject,
     node_pods,
     publish_durable,
+    publish_durable_many,
     redelivery_delay,
 )
 from kubus.bus.messages import ClusterEvent, MessageError, NodeAssignment, decode, encode
@@ -70,7 +80,17 @@ from kubus.gpu_agent.inventory import NodeInventory
 from kubus.gpu_agent.simulation import pod_duration, simulated_nodes
 from kubus.service import Service, StructuredLogger
 from kubus.settings import ConnectionSettings
-from kubus.store import ClusterState, EventType, PodEvent, PodPhase, Reservation, ReservationState, StoreCode
+from kubus.store import (
+    AdmissionView,
+    ClusterState,
+    EventType,
+    PodEvent,
+    PodPhase,
+    PodStart,
+    Reservation,
+    ReservationState,
+    StoreCode,
+)
 
 __all__ = ["AdmissionResult", "AgentOptions", "AgentService", "RunningPod"]
 
@@ -107,14 +127,20 @@ class AdmissionResult(StrEnum):
 class AgentOptions:
     """How an agent works; the defaults are a real node's."""
 
-    heartbeat_interval: float = 2.0
-    """Seconds between heartbeats (the node lifecycle's grace is 40 s)."""
+    heartbeat_interval: float = 10.0
+    """Seconds between heartbeats. Kubelet renews its node lease every 10 s (a quarter of the
+    40 s lease) and the node lifecycle marks a node unreachable after ``node_grace`` (40 s)
+    without one: four beats per grace, as kube. Simulated nodes cost a Lua call each per beat."""
     pod_duration: float = 0.0
     """Seconds a pod runs before it succeeds; 0 = until it is deleted."""
     pod_duration_jitter: float = 0.0
     """Each pod runs pod_duration × a factor in [1 - jitter, 1 + jitter], drawn from its uid."""
     batch: int = 256
-    """Assignments fetched and admitted concurrently at a time."""
+    """Assignments fetched and admitted together at most (a few pipelined round trips per batch)."""
+    batch_wait: float = 0.05
+    """After a batch smaller than ``batch``, seconds (from the start of its fetch) to let more
+    assignments gather before the next fetch: fewer, larger batches under light load, at the
+    cost of at most this much added start latency. 0 = fetch again at once."""
     ack_wait: float = 30.0
     """Seconds JetStream waits for an ack before delivering an assignment again."""
     max_deliver: int = 5
@@ -132,6 +158,8 @@ class AgentOptions:
         for name in ("heartbeat_interval", "ack_wait", "fetch_timeout", "resync_interval", "inventory_interval"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}: must be a positive number of seconds, got {getattr(self, name)!r}")
+        if self.batch_wait < 0:
+            raise ValueError(f"batch_wait: must be 0 or more seconds, got {self.batch_wait}")
         if self.pod_duration < 0:
             raise ValueError(f"pod_duration: must be 0 (forever) or more seconds, got {self.pod_duration}")
         if not 0.0 <= self.pod_duration_jitter <= 1.0:
@@ -322,11 +350,15 @@ class AgentService(Service):
 
     async def _assignment_loop(self, subscription: JetStreamContext.PullSubscription) -> None:
         while not self.stopping.is_set():
+            began = time.monotonic()
             messages = await self._fetch(subscription)
-            if messages:
-                async with asyncio.TaskGroup() as group:
-                    for msg in messages:
-                        group.create_task(self.handle(msg))
+            if not messages:
+                continue
+            await self.handle_batch(messages)
+            if len(messages) < self.options.batch:  # light load: let the next batch gather
+                left = self.options.batch_wait - (time.monotonic() - began)
+                if left > 0:
+                    await self._sleep(left)
 
     async def _fetch(self, subscription: JetStreamContext.PullSubscription) -> list[Msg]:
         """The next batch, or [] on a timeout, a passing NATS hiccup or stop."""
@@ -350,6 +382,56 @@ class AgentService(Service):
                 self.log.warning("fetch failed, retrying", error=repr(exc))
                 await asyncio.sleep(min(1.0, self.options.fetch_timeout))
             return []
+
+    async def handle_batch(self, messages: Sequence[Msg]) -> list[AdmissionResult | None]:
+        """Handle delivered NodeAssignments to the end (each acked, nak'ed or terminated), in
+        order; never raises (but for cancellation). None for garbage or another agent's node.
+
+        The batch is admitted together (`_admit_many`: a few pipelined round trips to Redis and
+        one to JetStream, whatever its size), the same pod delivered twice in it once. Should
+        that fail, the batch is handled again one assignment at a time (`handle`), so a bad one
+        costs only itself its retries; every step is idempotent, so nothing runs twice."""
+        results: list[AdmissionResult | None] = [None] * len(messages)
+        positions: dict[str, list[int]] = {}
+        assignments: list[NodeAssignment] = []
+        for i, msg in enumerate(messages):
+            try:
+                assignment = decode(NodeAssignment, msg.data)
+                _check(assignment)
+            except MessageError as exc:
+                await self._reject(msg, str(exc))
+                continue
+            if assignment.node not in self.nodes:
+                await self._reject(msg, f"node {assignment.node!r} is not one of this agent's nodes")
+                continue
+            if assignment.uid in positions:
+                positions[assignment.uid].append(i)
+                continue
+            positions[assignment.uid] = [i]
+            assignments.append(assignment)
+        if not assignments:
+            return results
+        try:
+            admitted = await self._admit_many(assignments)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._log_failure("batch admission failed, admitting one by one", exc, pods=len(assignments))
+            singles = [i for where in positions.values() for i in where]
+            done = await asyncio.gather(*(self.handle(messages[i]) for i in singles))
+            for i, result in zip(singles, done, strict=True):
+                results[i] = result
+            return results
+        counts: dict[AdmissionResult, int] = {}
+        for assignment, result in zip(assignments, admitted, strict=True):
+            for i in positions[assignment.uid]:
+                results[i] = result
+                counts[result] = counts.get(result, 0) + 1
+                with contextlib.suppress(Exception):  # an ack that does not arrive: redelivered, idempotent
+                    await messages[i].ack()
+        for result, n in counts.items():
+            self.metrics.pod_admissions.labels(result=str(result)).inc(n)
+        return results
 
     async def handle(self, msg: Msg) -> AdmissionResult | None:
         """Handle one delivered NodeAssignment to the end (acked, nak'ed or terminated). Never
@@ -384,6 +466,108 @@ class AgentService(Service):
             await msg.ack()
         self.metrics.pod_admissions.labels(result=str(result)).inc()
         return result
+
+    async def _admit_many(self, assignments: Sequence[NodeAssignment]) -> list[AdmissionResult]:
+        """Admit assignments of distinct pods, as `_admit` does one, in a few round trips: read
+        every pod and its reservation (one pipeline), decide every admission at once (no await
+        in between, so admissions on one node see each other), start the admitted pods (one
+        pipeline of START_POD scripts, each checking again and appending its "Started" event),
+        publish their ``pod.running`` events together, then the rare rejections and releases.
+        Every return means "done with it" (ack); raises on Redis/NATS errors, with no pod left
+        half-tracked (a retry finds the ones that started Running in Redis)."""
+        state = self._store()
+        results: list[AdmissionResult | None] = [None] * len(assignments)
+        running: list[RunningPod] = []
+        """Pods to announce ``pod.running`` for."""
+        fresh = [i for i, a in enumerate(assignments) if a.uid not in self.running]
+        for i, a in enumerate(assignments):
+            if a.uid in self.running:  # a redelivery of a pod running here
+                running.append(self.running[a.uid])
+                results[i] = AdmissionResult.ADMITTED
+        views = await state.admission_views([(assignments[i].node, assignments[i].uid) for i in fresh])
+
+        releases: list[NodeAssignment] = []
+        rejected: list[tuple[NodeAssignment, Verdict]] = []
+        starting: list[tuple[int, RunningPod]] = []
+        starts: list[PodStart] = []
+        now = self.clock()
+        device_healthy = self.inventory.device_healthy if self.inventory is not None else None
+        for i, view in zip(fresh, views, strict=True):
+            a = assignments[i]
+            if a.uid in self.running:  # admitted meanwhile (an orphan adopted during the read)
+                running.append(self.running[a.uid])
+                results[i] = AdmissionResult.ADMITTED
+                continue
+            reservation = view.reservation
+            drop = _dropped(a, view)
+            if drop is not None:
+                if view.phase is not None and view.phase.terminal and view.pod_node == a.node:
+                    releases.append(a)  # finished or deleted: its room goes back (idempotent)
+                self._log_drop(a, drop)
+                results[i] = AdmissionResult.DROPPED
+                continue
+            assert reservation is not None
+            if view.phase is PodPhase.RUNNING:  # running here, but forgotten (a restart in between)
+                running.append(
+                    self._track(a.uid, a.key, a.node, reservation, started_at=view.updated_at, confirmed=True)
+                )
+                results[i] = AdmissionResult.ADMITTED
+                continue
+            others = (p.reservation for p in self._on_node[a.node].values() if p.reservation is not None)
+            verdict = admit(self.nodes[a.node], reservation, others, device_healthy=device_healthy)
+            if not verdict.admitted:
+                rejected.append((a, verdict))
+                results[i] = AdmissionResult.REJECTED
+                continue
+            pod = self._track(a.uid, a.key, a.node, reservation, started_at=now, confirmed=False)
+            starting.append((i, pod))
+            event = PodEvent(now, EventType.NORMAL, "Started", f"Started pod on node {a.node}", self.source)
+            starts.append(PodStart(a.uid, a.node, str(a.attempt) if a.attempt else "", event))
+
+        if starts:
+            try:
+                outcomes = await state.start_pods(starts)
+            except BaseException:
+                for _, pod in starting:
+                    if self.running.get(pod.uid) is pod:
+                        self._untrack(pod.uid)
+                raise
+            started = 0
+            for (i, pod), outcome in zip(starting, outcomes, strict=True):
+                if outcome.started:
+                    self._confirm(pod)
+                    running.append(pod)
+                    results[i] = AdmissionResult.ADMITTED
+                    started += 1
+                    continue
+                if self.running.get(pod.uid) is pod:
+                    self._untrack(pod.uid)
+                if outcome.code is StoreCode.GONE:
+                    releases.append(assignments[i])
+                self.log.info(
+                    "assignment dropped: the pod moved on",
+                    pod=pod.key,
+                    uid=pod.uid,
+                    node=pod.node,
+                    code=str(outcome.code),
+                    phase=str(outcome.phase or "-"),
+                    reason=outcome.reason or "-",
+                )
+                results[i] = AdmissionResult.DROPPED
+            if started:
+                self.log.info("pods running", pods=started, running=len(self.running))
+
+        await self._each(releases, lambda a: state.release(a.node, a.uid))
+        await self._each(
+            rejected, lambda item: self._fail(item[0], item[1], self.log.bind(pod=item[0].key, uid=item[0].uid))
+        )
+        if running:
+            await publish_durable_many(self._js(), [self._pod_publication(EventKind.POD_RUNNING, p) for p in running])
+        return [r if r is not None else AdmissionResult.DROPPED for r in results]
+
+    def _log_drop(self, a: NodeAssignment, why: str) -> None:
+        level = logging.INFO if why.startswith("pod already finished") else logging.WARNING
+        self.log.log(level, f"assignment dropped: {why}", pod=a.key, uid=a.uid, node=a.node)
 
     async def _admit(self, a: NodeAssignment, log: StructuredLogger) -> AdmissionResult:
         """Admit one assignment; every return means "done with it" (ack). Raises on Redis/NATS errors."""
@@ -586,6 +770,17 @@ class AgentService(Service):
         """Forget tracked pods that are not Running on their node in Redis any more."""
         state = self._store()
         pods = [pod for pod in self.running.values() if pod.confirmed]
+        if pods and not state.cluster:
+            # The Running index changes atomically with the records on a single Redis: one
+            # membership query per 5,000 pods, and only the pods it misses are read. A Running
+            # pod never changes node (bound is for life), so the index says all there is.
+            index = state.keys.phase_index(str(PodPhase.RUNNING))
+            suspects: list[RunningPod] = []
+            for start in range(0, len(pods), 5000):
+                chunk = pods[start : start + 5000]
+                flags = await state.redis.smismember(index, [pod.uid for pod in chunk])
+                suspects += [pod for pod, member in zip(chunk, flags, strict=True) if not int(member)]
+            pods = suspects
         for start in range(0, len(pods), 500):
             chunk = pods[start : start + 500]
             pipe = state.redis.pipeline(transaction=False)
@@ -606,7 +801,9 @@ class AgentService(Service):
         an assignment arriving late)."""
         state = self._store()
         candidates: list[str] = []
-        for start in range(0, len(self._names), 500):
+        if not state.cluster:  # the Bound index is exact on a single Redis: a few pods, not every node
+            candidates = [uid for uid in await state.pod_uids_in_phase(PodPhase.BOUND) if uid not in self.running]
+        for start in range(0, len(self._names) if state.cluster else 0, 500):
             chunk = self._names[start : start + 500]
             pipe = state.redis.pipeline(transaction=False)
             for name in chunk:
@@ -616,25 +813,40 @@ class AgentService(Service):
         if not candidates:
             return
         now = self.clock()
-        for record in await state.get_pods(candidates):
-            if (
-                record is None
-                or record.phase is not PodPhase.BOUND
-                or record.node not in self.nodes
-                or record.uid in self.running
-                or now - record.updated_at < self.options.resync_interval
-            ):
+        orphans = [
+            record
+            for record in await state.get_pods(candidates)
+            if record is not None
+            and record.phase is PodPhase.BOUND
+            and record.node in self.nodes
+            and record.uid not in self.running
+            and now - record.updated_at >= self.options.resync_interval
+        ]
+        if not orphans:
+            return
+        # Only pods held by a bound reservation on their node (the others are not ours to run).
+        views = await state.admission_views([(record.node, record.uid) for record in orphans])
+        assignments: list[NodeAssignment] = []
+        for record, view in zip(orphans, views, strict=True):
+            if view.reservation is None or view.reservation.state is not ReservationState.BOUND:
                 continue
-            assignment = NodeAssignment(
-                uid=record.uid,
-                key=record.key,
-                node=record.node,
-                manifest=record.manifest,
-                gpu_devices=record.gpu_devices,
+            assignments.append(
+                NodeAssignment(
+                    uid=record.uid,
+                    key=record.key,
+                    node=record.node,
+                    manifest=record.manifest,
+                    gpu_devices=record.gpu_devices,
+                )
             )
-            log = self.log.bind(pod=record.key, uid=record.uid, node=record.node)
-            log.warning("bound pod without an assignment: admitting it", bound_for=round(now - record.updated_at, 1))
-            result = await self._admit(assignment, log)
+            self.log.warning(
+                "bound pod without an assignment: admitting it",
+                pod=record.key,
+                uid=record.uid,
+                node=record.node,
+                bound_for=round(now - record.updated_at, 1),
+            )
+        for result in await self._admit_many(assignments) if assignments else []:
             self.metrics.pod_admissions.labels(result=str(result)).inc()
 
     async def _resync_loop(self) -> None:
@@ -656,11 +868,17 @@ class AgentService(Service):
     async def _pod_event(
         self, kind: EventKind, pod: RunningPod, *, phase: PodPhase | None = None, reason: str = ""
     ) -> None:
+        p = self._pod_publication(kind, pod, phase=phase, reason=reason)
+        await publish_durable(self._js(), p.subject, p.payload, p.msg_id)
+
+    def _pod_publication(
+        self, kind: EventKind, pod: RunningPod, *, phase: PodPhase | None = None, reason: str = ""
+    ) -> Publication:
         data: dict[str, Any] = {"uid": pod.uid}
         if phase is not None:
             data["phase"] = str(phase)
         event = ClusterEvent(kind=kind.value, name=pod.key, node=pod.node, at=self.clock(), reason=reason, data=data)
-        await publish_durable(self._js(), event_subject(kind, pod.key), encode(event), f"{kind.value}/{pod.uid}")
+        return Publication(event_subject(kind, pod.key), encode(event), f"{kind.value}/{pod.uid}")
 
     async def _reject(self, msg: Msg, reason: str) -> None:
         self.metrics.rejected_messages.labels(subject=msg.subject).inc()
@@ -715,6 +933,28 @@ def _check(a: NodeAssignment) -> None:
         raise MessageError(f"NodeAssignment.key: {a.key!r} is not namespace/name")
     if a.attempt < 0:
         raise MessageError(f"NodeAssignment.attempt: negative ({a.attempt})")
+
+
+def _dropped(a: NodeAssignment, view: AdmissionView) -> str | None:
+    """Why an assignment is not this agent's to run, as its pod and reservation are (see
+    `AgentService._admit`), or None: the pod is Bound or Running here with a bound reservation
+    of the assignment's attempt."""
+    if view.phase is None:
+        return "no such pod"
+    if view.phase.terminal:
+        return f"pod already finished ({view.phase})"
+    if view.pod_node != a.node:
+        return f"the pod is on another node ({view.pod_node or '-'})"
+    reservation = view.reservation
+    if reservation is None:
+        return "no bound reservation on this node (no reservation)"
+    if reservation.state is not ReservationState.BOUND:
+        return "no bound reservation on this node (its reservation is not bound)"
+    if a.attempt and reservation.attempt != str(a.attempt):
+        return f"the reservation is another attempt's ({reservation.attempt})"
+    if view.phase not in (PodPhase.BOUND, PodPhase.RUNNING):
+        return f"the pod is not bound ({view.phase})"
+    return None
 
 
 def _str(value: Any) -> str:

@@ -70,15 +70,21 @@ class Submission:
 def read_submission(data: bytes, *, source: str, max_manifest_bytes: int) -> list[Submission]:
     """The pods of a submit message, validated. Raises Rejected for anything that is not one or
     more valid Pods (garbage, another kind, a Node, invalid values, a manifest whose JSON is over
-    ``max_manifest_bytes``); nothing else for bad input. ``source`` names the input in errors."""
+    ``max_manifest_bytes``); nothing else for bad input. ``source`` names the input in errors.
+
+    The common case, one Pod as JSON, is read once: decoded, validated and stored as is (the
+    same steps `parse_manifests` takes for it). Anything else takes the general path."""
+    doc = _json_pod(data)
+    if doc is not None:
+        try:
+            pod = parse_pod(doc, source=source)
+        except ManifestError as exc:
+            raise _rejected(exc, data) from None
+        return [_submission(pod, doc, source, max_manifest_bytes, reparse=False)]
     try:
         manifests = parse_manifests(data, source=source)
     except ManifestError as exc:
-        errors = list(exc) if hasattr(exc, "errors") else [exc]
-        first = errors[0]
-        key, uid = identify(data)
-        reason = "WrongKind" if first.field == "kind" else "Invalid"
-        raise Rejected("; ".join(str(e) for e in errors), reason=reason, key=key, uid=uid) from None
+        raise _rejected(exc, data) from None
     if manifests.nodes:
         raise Rejected(
             f"{source}: Node {manifests.nodes[0].name}: a node is not submitted to the queue; its agent registers it",
@@ -95,7 +101,29 @@ def read_submission(data: bytes, *, source: str, max_manifest_bytes: int) -> lis
     return out
 
 
-def _submission(pod: Pod, raw: dict[str, Any], source: str, max_manifest_bytes: int) -> Submission:
+def _json_pod(data: bytes) -> dict[str, Any] | None:
+    """The Pod of a message that is exactly one JSON object of kind Pod, else None (the general
+    path reads it: YAML, lists, a byte order mark, leading blanks, bad JSON, bad UTF-8)."""
+    if data[:1] != b"{":
+        return None
+    try:
+        doc = codec.loads(data)
+    except codec.DecodeError:
+        return None
+    return doc if isinstance(doc, dict) and doc.get("kind") == "Pod" else None
+
+
+def _rejected(exc: ManifestError, data: bytes) -> Rejected:
+    errors = list(exc) if hasattr(exc, "errors") else [exc]
+    first = errors[0]
+    key, uid = identify(data)
+    reason = "WrongKind" if first.field == "kind" else "Invalid"
+    return Rejected("; ".join(str(e) for e in errors), reason=reason, key=key, uid=uid)
+
+
+def _submission(
+    pod: Pod, raw: dict[str, Any], source: str, max_manifest_bytes: int, *, reparse: bool = True
+) -> Submission:
     label = f"{source}: Pod {pod.key}"
     doc = dict(raw)
     metadata = dict(doc.get("metadata") or {})
@@ -116,6 +144,8 @@ def _submission(pod: Pod, raw: dict[str, Any], source: str, max_manifest_bytes: 
             key=pod.key,
             uid=pod.metadata.uid,
         )
+    if not reparse:  # decoded from JSON: the JSON stored reads back as exactly this pod
+        return Submission(pod, manifest)
     try:
         parsed = parse_pod(codec.loads(manifest), source=source)
     except ManifestError as exc:  # cannot be: the same object validated a moment ago

@@ -184,7 +184,10 @@ class InFlight:
     token: int = 0
     """The fencing token of the cycle that popped it."""
     events: set[str] = field(default_factory=set)
-    """Cluster event kinds seen while it was in flight."""
+    """Cluster event kinds noted for it by hand (the queue's own events are counted through
+    ``since``; see `SchedulingQueue.events_in_flight`)."""
+    since: int = 0
+    """The queue's cluster-event count when it was popped: events after it arrived in flight."""
 
 
 # -- the queue -------------------------------------------------------------------------------------
@@ -238,6 +241,11 @@ class SchedulingQueue:
         self._backoff_heap: list[tuple[float, int, str]] = []
         self._unschedulable: dict[str, QueueEntry] = {}
         self._gated: dict[str, QueueEntry] = {}
+        self._events = 0
+        """Cluster events seen (`move_for_event`)."""
+        self._last_event: dict[str, int] = {}
+        """Event kind -> the number (``_events``) of its latest event: O(1) per event for any
+        number of pods in flight."""
         self._in_flight: dict[str, InFlight] = {}
 
     # -- reading -----------------------------------------------------------------------------------
@@ -285,6 +293,11 @@ class SchedulingQueue:
 
     def __len__(self) -> int:
         return len(self._active)
+
+    @property
+    def unschedulable_count(self) -> int:
+        """Pods in the unschedulable set (the ones a cluster event can move)."""
+        return len(self._unschedulable)
 
     def backoff_duration(self, attempts: int) -> float:
         return backoff_duration(attempts, self.initial_backoff, self.max_backoff)
@@ -367,7 +380,7 @@ class SchedulingQueue:
             del self._active[uid]
             entry.attempts += 1
             entry.where = QueueName.IN_FLIGHT
-            self._in_flight[uid] = InFlight(entry, deadline, holder, token)
+            self._in_flight[uid] = InFlight(entry, deadline, holder, token, since=self._events)
             out.append(entry)
         return out
 
@@ -397,7 +410,7 @@ class SchedulingQueue:
         flight = self._in_flight.pop(uid, None)
         if flight is not None:
             entry = flight.entry
-            events = flight.events
+            events = self.events_in_flight(flight)
         elif self.where(uid) is not None or pod is None or manifest is None:
             return None
         else:
@@ -421,14 +434,21 @@ class SchedulingQueue:
         many pods moved."""
         if kind not in CLUSTER_EVENTS:
             return 0
-        for flight in self._in_flight.values():
-            flight.events.add(kind)
+        self._events += 1
+        self._last_event[kind] = self._events  # what the pods in flight now will see
+        if not self._unschedulable:
+            return 0
         label = _EVENT_LABELS.get(kind, kind)
         helped = [e for e in self._unschedulable.values() if event_may_help(kind, e.unschedulable_plugins)]
         for entry in helped:
             del self._unschedulable[entry.uid]
             self._requeue_after_backoff(entry, label)
         return len(helped)
+
+    def events_in_flight(self, flight: InFlight) -> set[str]:
+        """The cluster event kinds that arrived while ``flight`` was in flight."""
+        seen = {kind for kind, number in self._last_event.items() if number > flight.since}
+        return seen | flight.events if flight.events else seen
 
     def flush_backoff(self) -> int:
         """Move every pod whose backoff expired to the activeQ (kube's flushBackoffQCompleted,

@@ -91,11 +91,7 @@ class GPURequest:
     def accepts(self, device: GPUDevice) -> bool:
         """Whether the device could ever serve this request: healthy, of an accepted model, and
         with enough total memory. Whether it is free now is the scheduler's question."""
-        return (
-            device.healthy
-            and (not self.models or device.model in self.models)
-            and device.memory >= self.memory
-        )
+        return device.healthy and (not self.models or device.model in self.models) and device.memory >= self.memory
 
 
 def _type_name(value: object) -> str:
@@ -161,8 +157,7 @@ def parse_node_gpus(annotation_value: str) -> tuple[GPUDevice, ...]:
         if device.uuid:
             if device.uuid in seen_uuids:
                 raise ValueError(
-                    f"uuid {_quote(device.uuid)} appears twice (indices {seen_uuids[device.uuid]} "
-                    f"and {device.index})"
+                    f"uuid {_quote(device.uuid)} appears twice (indices {seen_uuids[device.uuid]} and {device.index})"
                 )
             seen_uuids[device.uuid] = device.index
     return tuple(devices)
@@ -174,9 +169,7 @@ def _parse_device(item: Any, position: int) -> GPUDevice:
         raise ValueError(f"{where}: expected a GPU object, got {_type_name(item)}")
     unknown = [k for k in item if k not in _DEVICE_KEYS]
     if unknown:
-        raise ValueError(
-            f"{where}: unknown field {_quote(unknown[0])} (known: {', '.join(_DEVICE_KEYS)})"
-        )
+        raise ValueError(f"{where}: unknown field {_quote(unknown[0])} (known: {', '.join(_DEVICE_KEYS)})")
     for key in ("index", "model", "memory"):
         if item.get(key) is None:
             raise ValueError(f"{where}.{key}: is required")
@@ -193,10 +186,7 @@ def _parse_device(item: Any, position: int) -> GPUDevice:
         raise ValueError(f"{where}.uuid: expected a string, got {_type_name(uuid)}")
     memory_raw = item["memory"]
     if isinstance(memory_raw, bool) or not isinstance(memory_raw, str | int):
-        raise ValueError(
-            f"{where}.memory: expected a quantity string or integer bytes, "
-            f"got {_type_name(memory_raw)}"
-        )
+        raise ValueError(f"{where}.memory: expected a quantity string or integer bytes, got {_type_name(memory_raw)}")
     try:
         memory = to_base_units("memory", memory_raw)
     except ValueError as e:
@@ -234,9 +224,7 @@ def _models(raw: str) -> tuple[str, ...]:
 def _count(raw: str) -> int:
     text = raw.strip()
     if not text.isdigit() or not text.isascii() or int(text) < 1:
-        raise GPUAnnotationError(
-            GPU_COUNT_ANNOTATION, f"{_quote(raw)} is not a whole number of GPUs (1 or more)"
-        )
+        raise GPUAnnotationError(GPU_COUNT_ANNOTATION, f"{_quote(raw)} is not a whole number of GPUs (1 or more)")
     return int(text)
 
 
@@ -261,8 +249,7 @@ def pod_gpu_request(pod: Pod, *, requests: Mapping[str, int] | None = None) -> G
         if count_raw is not None:
             raise GPUAnnotationError(
                 GPU_COUNT_ANNOTATION,
-                f"applies only to shared GPUs; this pod asks for {whole} whole GPU(s) "
-                f"with {NVIDIA_GPU}",
+                f"applies only to shared GPUs; this pod asks for {whole} whole GPU(s) with {NVIDIA_GPU}",
             )
         return GPURequest(count=whole, memory=memory or 0, models=models, shared=False)
     if memory is None:
@@ -285,10 +272,10 @@ def pod_gpu_request(pod: Pod, *, requests: Mapping[str, int] | None = None) -> G
 
 def _mentions_gpu(pod: Pod) -> bool:
     spec = pod.spec
-    return any(
-        NVIDIA_GPU in c.requests or NVIDIA_GPU in c.limits
-        for c in (*spec.containers, *spec.init_containers)
-    ) or NVIDIA_GPU in spec.overhead
+    return (
+        any(NVIDIA_GPU in c.requests or NVIDIA_GPU in c.limits for c in (*spec.containers, *spec.init_containers))
+        or NVIDIA_GPU in spec.overhead
+    )
 
 
 def pod_gpu_devices(pod: Pod) -> tuple[int, ...]:

@@ -278,9 +278,7 @@ class _Reader:
             self.fail(path, "is required")
         return text
 
-    def integer(
-        self, value: Any, path: str, *, lo: int = -MAX_INT64 - 1, hi: int = MAX_INT64
-    ) -> int:
+    def integer(self, value: Any, path: str, *, lo: int = -MAX_INT64 - 1, hi: int = MAX_INT64) -> int:
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int):
@@ -312,9 +310,7 @@ class _Reader:
             self.fail(path, f"unsupported value {_quote(text)} (supported: {', '.join(choices)})")
         return text
 
-    def string_list(
-        self, value: Any, path: str, check: Callable[[str], str | None] | None = None
-    ) -> tuple[str, ...]:
+    def string_list(self, value: Any, path: str, check: Callable[[str], str | None] | None = None) -> tuple[str, ...]:
         items = self.sequence(value, path)
         result = []
         for i, item in enumerate(items):
@@ -359,9 +355,7 @@ class _Reader:
         except ValueError as e:
             self.fail(path, str(e))
 
-    def resources(
-        self, value: Any, path: str, *, pod: bool = False
-    ) -> dict[str, tuple[int, Fraction, str]]:
+    def resources(self, value: Any, path: str, *, pod: bool = False) -> dict[str, tuple[int, Fraction, str]]:
         """name -> (base units, exact value, field path) for a ResourceList.
 
         `pod` restricts names without a domain to those a container can ask for, as kube's
@@ -456,12 +450,8 @@ def _metadata(r: _Reader, raw: Any, kind: str, namespaced: bool) -> ObjectMeta:
         if problem := dns1123_label_error(namespace):
             r.fail("metadata.namespace", f"{_quote(namespace)} is not a valid namespace: {problem}")
     uid = r.string(meta.get("uid"), "metadata.uid") or _uid(kind, namespace, name)
-    labels = r.string_map(
-        meta.get("labels"), "metadata.labels", qualified_name_error, label_value_error
-    )
-    annotations = r.string_map(
-        meta.get("annotations"), "metadata.annotations", qualified_name_error
-    )
+    labels = r.string_map(meta.get("labels"), "metadata.labels", qualified_name_error, label_value_error)
+    annotations = r.string_map(meta.get("annotations"), "metadata.annotations", qualified_name_error)
     created = r.timestamp(meta.get("creationTimestamp"), "metadata.creationTimestamp")
     return ObjectMeta(
         name=name,
@@ -492,9 +482,7 @@ def _check_values(r: _Reader, op: SelectorOperator, values: tuple[str, ...], pat
             r.fail(f"{path}[0]", f"{_quote(text)} is not an integer")
 
 
-def _node_selector_requirement(
-    r: _Reader, raw: Any, path: str, *, field_selector: bool
-) -> NodeSelectorRequirement:
+def _node_selector_requirement(r: _Reader, raw: Any, path: str, *, field_selector: bool) -> NodeSelectorRequirement:
     req = r.mapping(raw, path)
     key = r.required_string(req.get("key"), f"{path}.key")
     if req.get("operator") is None:
@@ -544,15 +532,11 @@ def _node_affinity(r: _Reader, raw: Any, path: str) -> NodeAffinity:
         if not terms_raw:
             r.fail(terms_path, "must have at least one node selector term")
         required = NodeSelector(
-            node_selector_terms=tuple(
-                _node_selector_term(r, t, f"{terms_path}[{i}]") for i, t in enumerate(terms_raw)
-            )
+            node_selector_terms=tuple(_node_selector_term(r, t, f"{terms_path}[{i}]") for i, t in enumerate(terms_raw))
         )
     pref_path = f"{path}.preferredDuringSchedulingIgnoredDuringExecution"
     preferred = []
-    for i, item in enumerate(
-        r.sequence(affinity.get("preferredDuringSchedulingIgnoredDuringExecution"), pref_path)
-    ):
+    for i, item in enumerate(r.sequence(affinity.get("preferredDuringSchedulingIgnoredDuringExecution"), pref_path)):
         item_path = f"{pref_path}[{i}]"
         pref = r.mapping(item, item_path)
         weight = r.integer(pref.get("weight"), f"{item_path}.weight", lo=1, hi=100)
@@ -605,12 +589,8 @@ def _pod_affinity_term(r: _Reader, raw: Any, path: str) -> PodAffinityTerm:
         topology_key=topology_key,
         label_selector=_label_selector(r, term.get("labelSelector"), f"{path}.labelSelector"),
         namespaces=r.string_list(term.get("namespaces"), f"{path}.namespaces"),
-        namespace_selector=_label_selector(
-            r, term.get("namespaceSelector"), f"{path}.namespaceSelector"
-        ),
-        match_label_keys=r.string_list(
-            term.get("matchLabelKeys"), f"{path}.matchLabelKeys", qualified_name_error
-        ),
+        namespace_selector=_label_selector(r, term.get("namespaceSelector"), f"{path}.namespaceSelector"),
+        match_label_keys=r.string_list(term.get("matchLabelKeys"), f"{path}.matchLabelKeys", qualified_name_error),
         mismatch_label_keys=r.string_list(
             term.get("mismatchLabelKeys"), f"{path}.mismatchLabelKeys", qualified_name_error
         ),
@@ -622,15 +602,11 @@ def _pod_affinity(r: _Reader, raw: Any, path: str) -> PodAffinity:
     req_path = f"{path}.requiredDuringSchedulingIgnoredDuringExecution"
     required = tuple(
         _pod_affinity_term(r, item, f"{req_path}[{i}]")
-        for i, item in enumerate(
-            r.sequence(affinity.get("requiredDuringSchedulingIgnoredDuringExecution"), req_path)
-        )
+        for i, item in enumerate(r.sequence(affinity.get("requiredDuringSchedulingIgnoredDuringExecution"), req_path))
     )
     pref_path = f"{path}.preferredDuringSchedulingIgnoredDuringExecution"
     preferred = []
-    for i, item in enumerate(
-        r.sequence(affinity.get("preferredDuringSchedulingIgnoredDuringExecution"), pref_path)
-    ):
+    for i, item in enumerate(r.sequence(affinity.get("preferredDuringSchedulingIgnoredDuringExecution"), pref_path)):
         item_path = f"{pref_path}[{i}]"
         weighted = r.mapping(item, item_path)
         weight = r.integer(weighted.get("weight"), f"{item_path}.weight", lo=1, hi=100)
@@ -652,9 +628,7 @@ def _affinity(r: _Reader, raw: Any, path: str) -> Affinity | None:
     return Affinity(
         node_affinity=None if node is None else _node_affinity(r, node, f"{path}.nodeAffinity"),
         pod_affinity=None if pod is None else _pod_affinity(r, pod, f"{path}.podAffinity"),
-        pod_anti_affinity=(
-            None if anti is None else _pod_affinity(r, anti, f"{path}.podAntiAffinity")
-        ),
+        pod_anti_affinity=(None if anti is None else _pod_affinity(r, anti, f"{path}.podAntiAffinity")),
     )
 
 
@@ -680,19 +654,13 @@ def _toleration(r: _Reader, raw: Any, path: str) -> Toleration:
     if operator is TolerationOperator.EQUAL and (problem := label_value_error(value_text)):
         r.fail(f"{path}.value", f"{_quote(value_text)} is not valid: {problem}")
     effect_raw = tol.get("effect")
-    effect = (
-        None
-        if effect_raw is None or effect_raw == ""
-        else r.enum(effect_raw, f"{path}.effect", TaintEffect)
-    )
+    effect = None if effect_raw is None or effect_raw == "" else r.enum(effect_raw, f"{path}.effect", TaintEffect)
     seconds = r.optional_integer(
         tol.get("tolerationSeconds"), f"{path}.tolerationSeconds", lo=-MAX_INT64 - 1, hi=MAX_INT64
     )
     if seconds is not None and effect is not TaintEffect.NO_EXECUTE:
         r.fail(f"{path}.effect", "must be 'NoExecute' when `tolerationSeconds` is set")
-    return Toleration(
-        key=key, operator=operator, value=value_text, effect=effect, toleration_seconds=seconds
-    )
+    return Toleration(key=key, operator=operator, value=value_text, effect=effect, toleration_seconds=seconds)
 
 
 def _taints(r: _Reader, raw: Any, path: str) -> tuple[Taint, ...]:
@@ -713,8 +681,7 @@ def _taints(r: _Reader, raw: Any, path: str) -> tuple[Taint, ...]:
         if (key, effect) in seen:
             r.fail(
                 item_path,
-                f"taints must be unique by key and effect: {key}:{effect.value} "
-                f"repeats {path}[{seen[(key, effect)]}]",
+                f"taints must be unique by key and effect: {key}:{effect.value} repeats {path}[{seen[(key, effect)]}]",
             )
         seen[(key, effect)] = i
         taints.append(Taint(key=key, value=value_text, effect=effect))
@@ -751,9 +718,7 @@ def _topology_spread(r: _Reader, raw: Any, path: str) -> tuple[TopologySpreadCon
                 f"with {path}[{seen[(topology_key, when)]}]",
             )
         seen[(topology_key, when)] = i
-        min_domains = r.optional_integer(
-            tsc.get("minDomains"), f"{item_path}.minDomains", lo=1, hi=_INT32_MAX
-        )
+        min_domains = r.optional_integer(tsc.get("minDomains"), f"{item_path}.minDomains", lo=1, hi=_INT32_MAX)
         if min_domains is not None and when != "DoNotSchedule":
             r.fail(
                 f"{item_path}.minDomains",
@@ -763,17 +728,14 @@ def _topology_spread(r: _Reader, raw: Any, path: str) -> tuple[TopologySpreadCon
         for name in ("nodeAffinityPolicy", "nodeTaintsPolicy"):
             raw_policy = tsc.get(name)
             policies[name] = (
-                None if raw_policy is None
-                else r.choice(raw_policy, f"{item_path}.{name}", ("Honor", "Ignore"))
+                None if raw_policy is None else r.choice(raw_policy, f"{item_path}.{name}", ("Honor", "Ignore"))
             )
         result.append(
             TopologySpreadConstraint(
                 max_skew=max_skew,
                 topology_key=topology_key,
                 when_unsatisfiable=when,
-                label_selector=_label_selector(
-                    r, tsc.get("labelSelector"), f"{item_path}.labelSelector"
-                ),
+                label_selector=_label_selector(r, tsc.get("labelSelector"), f"{item_path}.labelSelector"),
                 min_domains=min_domains,
                 node_affinity_policy=policies["nodeAffinityPolicy"],
                 node_taints_policy=policies["nodeTaintsPolicy"],
@@ -792,9 +754,7 @@ def _ports(r: _Reader, raw: Any, path: str) -> tuple[ContainerPort, ...]:
         port = r.mapping(item, item_path)
         if port.get("containerPort") is None:
             r.fail(f"{item_path}.containerPort", "is required")
-        container_port = r.integer(
-            port.get("containerPort"), f"{item_path}.containerPort", lo=1, hi=65535
-        )
+        container_port = r.integer(port.get("containerPort"), f"{item_path}.containerPort", lo=1, hi=65535)
         host_port = 0
         if port.get("hostPort") is not None:
             host_port = r.integer(port.get("hostPort"), f"{item_path}.hostPort", lo=0, hi=65535)
@@ -811,7 +771,9 @@ def _ports(r: _Reader, raw: Any, path: str) -> tuple[ContainerPort, ...]:
                 r.fail(f"{item_path}.hostIP", f"{_quote(host_ip)} is not a valid IP address")
         ports.append(
             ContainerPort(
-                container_port=container_port, host_port=host_port, protocol=protocol,
+                container_port=container_port,
+                host_port=host_port,
+                protocol=protocol,
                 host_ip=host_ip,
             )
         )
@@ -871,9 +833,7 @@ def _pod_spec(r: _Reader, raw: Any) -> PodSpec:
     containers_raw = r.sequence(spec.get("containers"), "spec.containers")
     if not containers_raw:
         r.fail("spec.containers", "is required: a pod needs at least one container")
-    containers = tuple(
-        _container(r, c, f"spec.containers[{i}]", init=False) for i, c in enumerate(containers_raw)
-    )
+    containers = tuple(_container(r, c, f"spec.containers[{i}]", init=False) for i, c in enumerate(containers_raw))
     init_containers = tuple(
         _container(r, c, f"spec.initContainers[{i}]", init=True)
         for i, c in enumerate(r.sequence(spec.get("initContainers"), "spec.initContainers"))
@@ -885,8 +845,7 @@ def _pod_spec(r: _Reader, raw: Any) -> PodSpec:
             if container.name in seen_names:
                 r.fail(
                     f"{where}.name",
-                    f"duplicate container name {_quote(container.name)} "
-                    f"(also {seen_names[container.name]})",
+                    f"duplicate container name {_quote(container.name)} (also {seen_names[container.name]})",
                 )
             seen_names[container.name] = where
 
@@ -1006,13 +965,9 @@ def _node_status(r: _Reader, raw: Any, gpus_total: int | None, gpus_healthy: int
         condition = r.mapping(item, item_path)
         if r.string(condition.get("type"), f"{item_path}.type") != "Ready":
             continue
-        state = r.choice(
-            condition.get("status"), f"{item_path}.status", ("True", "False", "Unknown")
-        )
+        state = r.choice(condition.get("status"), f"{item_path}.status", ("True", "False", "Unknown"))
         ready = state == "True"
-    return NodeStatus(
-        capacity=capacity, allocatable=allocatable, images=tuple(images), ready=ready
-    )
+    return NodeStatus(capacity=capacity, allocatable=allocatable, images=tuple(images), ready=ready)
 
 
 def _parse_node(obj: Any, source: str, where: str) -> Node:
@@ -1082,7 +1037,9 @@ class _Collector:
         if not isinstance(doc, dict):
             self.errors.append(
                 ManifestError(
-                    self.source, where, "",
+                    self.source,
+                    where,
+                    "",
                     f"expected a Kubernetes object (a mapping), got {_describe(doc)}",
                 )
             )
@@ -1099,14 +1056,13 @@ class _Collector:
             elif kind in _LIST_KINDS:
                 self.list(doc, where, kind)
             elif kind is None:
-                raise ManifestError(
-                    self.source, where, "kind", "is required (Pod, Node or List)"
-                )
+                raise ManifestError(self.source, where, "kind", "is required (Pod, Node or List)")
             else:
                 raise ManifestError(
-                    self.source, where, "kind",
-                    f"{_shown(kind)} is not supported; kubus reads Pod, Node and "
-                    "List (PodList, NodeList)",
+                    self.source,
+                    where,
+                    "kind",
+                    f"{_shown(kind)} is not supported; kubus reads Pod, Node and List (PodList, NodeList)",
                 )
         except ManifestError as e:
             self.errors.append(e)
@@ -1122,7 +1078,9 @@ class _Collector:
             if not isinstance(item, dict):
                 self.errors.append(
                     ManifestError(
-                        self.source, item_where, "",
+                        self.source,
+                        item_where,
+                        "",
                         f"expected a Kubernetes object (a mapping), got {_describe(item)}",
                     )
                 )
@@ -1133,7 +1091,9 @@ class _Collector:
         key = pod.key
         if key in self.pod_at:
             raise ManifestError(
-                self.source, f"Pod {key}", "metadata.name",
+                self.source,
+                f"Pod {key}",
+                "metadata.name",
                 f"duplicate: the same pod is already defined in {self.pod_at[key]}",
             )
         self.pod_at[key] = where
@@ -1143,7 +1103,9 @@ class _Collector:
         name = node.name
         if name in self.node_at:
             raise ManifestError(
-                self.source, f"Node {name}", "metadata.name",
+                self.source,
+                f"Node {name}",
+                "metadata.name",
                 f"duplicate: the same node is already defined in {self.node_at[name]}",
             )
         self.node_at[name] = where
@@ -1173,9 +1135,7 @@ def _documents(text: str, collector: _Collector) -> None:
         for number, doc in enumerate(yaml.load_all(text, Loader=_Loader), start=1):
             collector.document(doc, number)
     except yaml.YAMLError as e:
-        collector.errors.append(
-            ManifestError(collector.source, f"document {number + 1}", "", _yaml_error(e))
-        )
+        collector.errors.append(ManifestError(collector.source, f"document {number + 1}", "", _yaml_error(e)))
 
 
 def _read(path_or_text: str | bytes | os.PathLike[str], source: str | None) -> tuple[str, str]:
@@ -1203,9 +1163,7 @@ def _read(path_or_text: str | bytes | os.PathLike[str], source: str | None) -> t
         raise ManifestError(name, "", "", f"not UTF-8 text: {e.reason} at byte {e.start}") from None
 
 
-def load_manifests(
-    path_or_text: str | bytes | os.PathLike[str], *, source: str | None = None
-) -> Manifests:
+def load_manifests(path_or_text: str | bytes | os.PathLike[str], *, source: str | None = None) -> Manifests:
     """Read Pods and Nodes from a manifest file or text (YAML or JSON, multi-document, Lists).
 
     The argument is a path (a `pathlib.Path`, or a non-blank one-line string), "-" for standard

@@ -48,9 +48,7 @@ def _max(total: dict[str, int], other: Mapping[str, int]) -> None:
             total[name] = amount
 
 
-def _with_defaults(
-    requests: Mapping[str, int], defaults: Mapping[str, int] | None
-) -> Mapping[str, int]:
+def _with_defaults(requests: Mapping[str, int], defaults: Mapping[str, int] | None) -> Mapping[str, int]:
     """kube's applyNonMissing: fill in resources the container does not mention (0 stays 0)."""
     if not defaults:
         return requests

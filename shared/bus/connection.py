@@ -180,13 +180,14 @@ class Publication:
 
 
 async def publish_durable_many(
-    js: JetStreamContext, messages: Sequence[Publication], *, timeout: float = 2.0
-) -> list[PubAck]:
+    js: JetStreamContext, messages: Sequence[Publication], *, timeout: float = 2.0, return_exceptions: bool = False
+) -> list[PubAck | Exception]:
     """`publish_durable` for many messages at the cost of about one round trip: all are sent at
     once (JetStream asynchronous publish), then every ack is awaited. A message whose ack does
     not come (timeout, JetStream briefly unavailable) is published again alone with
     `publish_durable`, which its msg id makes store it once. Acks in the order of ``messages``;
-    raises like `publish_durable` when a message cannot be stored."""
+    raises like `publish_durable` when a message cannot be stored, or, with
+    ``return_exceptions``, puts that error in the message's place and goes on."""
     pending: list[asyncio.Future[PubAck] | None] = []
     for m in messages:
         try:
@@ -194,7 +195,7 @@ async def publish_durable_many(
             pending.append(await js.publish_async(m.subject, m.payload, headers=headers))
         except (nats.errors.Error, nats.js.errors.Error):
             pending.append(None)  # published again below
-    acks: list[PubAck] = []
+    acks: list[PubAck | Exception] = []
     for m, future in zip(messages, pending, strict=True):
         if future is not None:
             try:
@@ -203,5 +204,10 @@ async def publish_durable_many(
             except (TimeoutError, nats.errors.TimeoutError, nats.js.errors.NoStreamResponseError,
                     nats.js.errors.ServiceUnavailableError):  # fmt: skip
                 pass
-        acks.append(await publish_durable(js, m.subject, m.payload, m.msg_id, headers=m.headers, timeout=timeout))
+        try:
+            acks.append(await publish_durable(js, m.subject, m.payload, m.msg_id, headers=m.headers, timeout=timeout))
+        except (nats.errors.Error, nats.js.errors.Error) as exc:
+            if not return_exceptions:
+                raise
+            acks.append(exc)
     return acks

@@ -20,8 +20,8 @@ Flow (see `kubus.bus.subjects`):
 from __future__ import annotations
 
 import dataclasses
-import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, TypeVar
@@ -154,9 +154,16 @@ def encode(message: Any) -> bytes:
     return codec.dumps(_plain(message))
 
 
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
 def _plain(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    cls = type(value)
+    names = _FIELD_NAMES.get(cls)
+    if names is None and dataclasses.is_dataclass(cls):
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    if names is not None:
+        return {name: _plain(getattr(value, name)) for name in names}
     if isinstance(value, bytes):
         return value.decode("utf-8")
     if isinstance(value, tuple | list):
@@ -173,62 +180,104 @@ def decode(cls: type[T], data: bytes | str) -> T:
     return _build(cls, raw, cls.__name__)
 
 
-_HINTS: dict[type, dict[str, Any]] = {}
+_Convert = Callable[[Any, str], Any]
+_SCHEMAS: dict[type, tuple[frozenset[str], tuple[tuple[str, _Convert, bool], ...]]] = {}
+"""Per message class: its field names and, per field, (name, converter, required). Built once:
+messages are decoded at every hop, and reading type hints each time showed in profiles."""
+
+
+def _schema(cls: type) -> tuple[frozenset[str], tuple[tuple[str, _Convert, bool], ...]]:
+    schema = _SCHEMAS.get(cls)
+    if schema is None:
+        hints = typing.get_type_hints(cls)
+        fields = tuple(
+            (
+                f.name,
+                _converter(hints[f.name]),
+                f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
+            )
+            for f in dataclasses.fields(cls)
+        )
+        schema = _SCHEMAS[cls] = (frozenset(f[0] for f in fields), fields)
+    return schema
 
 
 def _build(cls: type[T], raw: Any, where: str) -> T:
     if not isinstance(raw, dict):
         raise MessageError(f"{where}: expected an object, got {type(raw).__name__}")
-    hints = _HINTS.get(cls)
-    if hints is None:
-        hints = _HINTS[cls] = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    unknown = sorted(set(raw) - names)
-    if unknown:
-        raise MessageError(f"{where}: unknown field {unknown[0]!r}")
+    names, fields = _schema(cls)
+    if not names.issuperset(raw):
+        raise MessageError(f"{where}: unknown field {sorted(set(raw) - names)[0]!r}")
     values = {}
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-        if f.name not in raw:
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise MessageError(f"{where}: missing field {f.name!r}")
+    for name, convert, required in fields:
+        if name not in raw:
+            if required:
+                raise MessageError(f"{where}: missing field {name!r}")
             continue
-        values[f.name] = _value(hints[f.name], raw[f.name], f"{where}.{f.name}")
+        values[name] = convert(raw[name], f"{where}.{name}")
     return cls(**values)
 
 
-def _value(hint: Any, v: Any, where: str) -> Any:
+def _converter(hint: Any) -> _Convert:
+    """The function that checks and converts a JSON value to ``hint`` (MessageError if it can't)."""
     origin = typing.get_origin(hint)
     if dataclasses.is_dataclass(hint):
-        return _build(hint, v, where)
+        return lambda v, where: _build(hint, v, where)  # type: ignore[arg-type]
     if isinstance(hint, type) and issubclass(hint, StrEnum):
-        try:
-            return hint(v)
-        except ValueError:
-            raise MessageError(f"{where}: unknown value {v!r}") from None
+
+        def enum(v: Any, where: str) -> Any:
+            try:
+                return hint(v)
+            except ValueError:
+                raise MessageError(f"{where}: unknown value {v!r}") from None
+
+        return enum
     if hint is bytes:
-        if not isinstance(v, str):
-            raise MessageError(f"{where}: expected a string")
-        return v.encode("utf-8")
+
+        def text_bytes(v: Any, where: str) -> bytes:
+            if not isinstance(v, str):
+                raise MessageError(f"{where}: expected a string")
+            return v.encode("utf-8")
+
+        return text_bytes
     if hint is float:
-        if isinstance(v, bool) or not isinstance(v, int | float):
-            raise MessageError(f"{where}: expected a number")
-        return float(v)
+
+        def number(v: Any, where: str) -> float:
+            if isinstance(v, bool) or not isinstance(v, int | float):
+                raise MessageError(f"{where}: expected a number")
+            return float(v)
+
+        return number
     if hint in (int, str, bool):
-        if not isinstance(v, hint) or (hint is int and isinstance(v, bool)):
-            raise MessageError(f"{where}: expected {hint.__name__}")
-        return v
+
+        def plain(v: Any, where: str) -> Any:
+            if not isinstance(v, hint) or (hint is int and isinstance(v, bool)):
+                raise MessageError(f"{where}: expected {hint.__name__}")
+            return v
+
+        return plain
     if origin is tuple:
-        if not isinstance(v, list):
-            raise MessageError(f"{where}: expected a list")
-        item = typing.get_args(hint)[0]
-        return tuple(_value(item, x, f"{where}[{i}]") for i, x in enumerate(v))
+        item = _converter(typing.get_args(hint)[0])
+
+        def items(v: Any, where: str) -> tuple[Any, ...]:
+            if not isinstance(v, list):
+                raise MessageError(f"{where}: expected a list")
+            return tuple(item(x, f"{where}[{i}]") for i, x in enumerate(v))
+
+        return items
     if origin is dict or hint is dict:
-        if not isinstance(v, dict):
-            raise MessageError(f"{where}: expected an object")
-        return v
-    if origin in (typing.Union, types.UnionType):
-        raise MessageError(f"{where}: unsupported type {hint}")  # no optional fields on the wire
-    raise MessageError(f"{where}: unsupported type {hint}")
+
+        def mapping(v: Any, where: str) -> Any:
+            if not isinstance(v, dict):
+                raise MessageError(f"{where}: expected an object")
+            return v
+
+        return mapping
+
+    def unsupported(v: Any, where: str) -> Any:  # no optional fields on the wire
+        raise MessageError(f"{where}: unsupported type {hint}")
+
+    return unsupported
 
 
 __all__ = [

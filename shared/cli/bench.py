@@ -195,7 +195,7 @@ async def _load(cluster: Any, state: ClusterState, args: argparse.Namespace, pro
                     line.done()
                     report_exit(service, restarting=True)
                     service.start()
-                await asyncio.sleep(0.25)
+                await asyncio.sleep(0.5)
                 counts = await tracker.poll(skip=_SETTLED)
             # Then until the agents have started them all: the state is quiet only then (the
             # invariants are read while nothing moves), and bound -> running gets measured.

@@ -40,6 +40,8 @@ PHASE_GROUPS = (
 """How the status line groups phases."""
 
 _PLACED = frozenset({PodPhase.BOUND, PodPhase.RUNNING, PodPhase.SUCCEEDED, PodPhase.FAILED})
+_STARTED = frozenset({PodPhase.RUNNING, PodPhase.SUCCEEDED, PodPhase.FAILED, PodPhase.DELETED})
+_FINISHED = frozenset({PodPhase.SUCCEEDED, PodPhase.FAILED, PodPhase.DELETED})
 
 
 @dataclass(slots=True)
@@ -82,6 +84,7 @@ class PodTracker:
         self.pods: dict[str, PodTimes] = {key: PodTimes(key, uid) for key, uid in pods}
         self._sub: Any = None
         self._history: list[tuple[float, int]] = []
+        self._polls = 0
 
     # -- inputs ------------------------------------------------------------------------------------
 
@@ -103,8 +106,12 @@ class PodTracker:
                 return
             if event.kind == EventKind.POD_BOUND.value and not pod.bound:
                 pod.bound = now
+                if pod.phase not in _STARTED:
+                    pod.phase = PodPhase.BOUND
             elif event.kind == EventKind.POD_RUNNING.value and not pod.running:
                 pod.running = now
+                if pod.phase not in _FINISHED:
+                    pod.phase = PodPhase.RUNNING
 
         self._sub = await nc.subscribe(
             event_filter().replace(">", "pod.>"), cb=on_event, pending_msgs_limit=1_000_000, pending_bytes_limit=-1
@@ -118,10 +125,18 @@ class PodTracker:
 
     async def poll(self, *, skip: frozenset[PodPhase] = frozenset()) -> Counter[PodPhase | None]:
         """Read the tracked pods' records; returns how many are in each phase (None: not stored
-        yet). Pods last seen in a phase of ``skip`` (one they cannot leave) are not read again."""
+        yet). Pods last seen in a phase of ``skip`` (one they cannot leave) are not read again,
+        nor, with ``skip``, pods the events already showed bound (once their record was read)
+        but on every 4th poll."""
         now = time.time()
         everything = list(self.pods.values())
-        items = [p for p in everything if p.phase not in skip] if skip else everything
+        self._polls += 1
+        if skip and self._polls % 4:
+            items = [p for p in everything if p.phase not in skip and not (p.bound and p.accepted)]
+        elif skip:  # every 4th poll: the bound ones too, whose start may have no event
+            items = [p for p in everything if p.phase not in skip]
+        else:
+            items = everything
         keys = self.state.keys
         for start in range(0, len(items), _BATCH):
             chunk = items[start : start + _BATCH]
@@ -132,7 +147,14 @@ class PodTracker:
                 phase, node, created, updated, reason, message = (_text(v) for v in values)
                 if not phase:
                     continue
-                pod.phase = PodPhase(phase)
+                read = PodPhase(phase)
+                # A read sent before a pod.bound/running event arrived is older than the event:
+                # never move a pod back from the phase an event showed (bound is for life).
+                stale = (read in (PodPhase.PENDING, PodPhase.RESERVED) and pod.bound) or (
+                    read is PodPhase.BOUND and pod.running
+                )
+                if not stale:
+                    pod.phase = read
                 pod.node, pod.reason, pod.message = node, reason, message
                 pod.accepted = pod.accepted or float(created or 0)
                 at = float(updated or 0) or now

@@ -73,9 +73,7 @@ class ConfigError(ValueError):
     """A configuration kubus cannot accept. `str()` is one line:
     `<source>: <profile>: <field path>: <problem>`, each part present when known."""
 
-    def __init__(
-        self, problem: str, *, source: str | None = None, scope: str | None = None, path: str = ""
-    ) -> None:
+    def __init__(self, problem: str, *, source: str | None = None, scope: str | None = None, path: str = "") -> None:
         self.source = source
         """The file (or the `source` given to load_config); None for text without one."""
         self.scope = scope
@@ -148,8 +146,7 @@ class SchedulerConfiguration:
             if p.scheduler_name == scheduler_name:
                 return p
         raise KeyError(
-            f'no profile with schedulerName "{scheduler_name}" '
-            f"(profiles: {', '.join(self.scheduler_names)})"
+            f'no profile with schedulerName "{scheduler_name}" (profiles: {", ".join(self.scheduler_names)})'
         )
 
 
@@ -310,9 +307,7 @@ KUBE_IN_TREE_PLUGINS: frozenset[str] = frozenset(
 """kube's in-tree plugin names: `pluginConfig` for one the registry lacks is accepted and ignored
 (a kube config configuring, say, PodTopologySpread still loads)."""
 
-REMOVED_PLUGINS: frozenset[str] = frozenset(
-    ["AzureDiskLimits", "CinderLimits", "EBSLimits", "GCEPDLimits"]
-)
+REMOVED_PLUGINS: frozenset[str] = frozenset(["AzureDiskLimits", "CinderLimits", "EBSLimits", "GCEPDLimits"])
 """Plugins kube's v1 validation rejects as removed (validation.go invalidPluginsByVersion)."""
 
 _PLACEMENT_POINTS = (
@@ -423,9 +418,7 @@ def _int(v: object, path: str, *, maximum: int = _INT32_MAX) -> int:
     if isinstance(v, bool) or not isinstance(v, int):
         raise _FieldError(path, f"expected an integer, got {_type_name(v)} {v!r}")
     if not -maximum - 1 <= v <= maximum:
-        raise _FieldError(
-            path, f"invalid value {v}: out of range for a {maximum.bit_length() + 1}-bit integer"
-        )
+        raise _FieldError(path, f"invalid value {v}: out of range for a {maximum.bit_length() + 1}-bit integer")
     return v
 
 
@@ -460,9 +453,7 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[An
         except TypeError:
             continue  # unhashable: construct_mapping reports it
         if duplicate:
-            raise yaml.constructor.ConstructorError(
-                None, None, f'duplicate field "{key}"', key_node.start_mark
-            )
+            raise yaml.constructor.ConstructorError(None, None, f'duplicate field "{key}"', key_node.start_mark)
         seen.add(key)
     return loader.construct_mapping(node, deep=True)
 
@@ -570,9 +561,7 @@ def _merge_plugin_set(default: _PluginSet, custom: _PluginSet) -> _PluginSet:
 def _default_plugin_sets() -> dict[str, _PluginSet]:
     origin = "plugins.multiPoint (kubus default)"
     sets = {p.value: _PluginSet() for p in ExtensionPoint}
-    sets[_MULTI_POINT] = _PluginSet(
-        tuple(_Entry(p.name, p.weight, origin) for p in DEFAULT_PLUGINS)
-    )
+    sets[_MULTI_POINT] = _PluginSet(tuple(_Entry(p.name, p.weight, origin) for p in DEFAULT_PLUGINS))
     return sets
 
 
@@ -618,9 +607,7 @@ def _expand(
                 overrides.add(e.name)
                 continue
             if any(m.name == e.name for m in from_multi):
-                raise _FieldError(
-                    e.origin, f'plugin "{e.name}" is enabled twice through multiPoint'
-                )
+                raise _FieldError(e.origin, f'plugin "{e.name}" is enabled twice through multiPoint')
             from_multi.append(e)
         out[point] = (
             tuple(e for e in pset.enabled if e.name in overrides)
@@ -630,9 +617,7 @@ def _expand(
     return out
 
 
-def _score_weights(
-    merged: Mapping[str, _PluginSet], score: tuple[_Entry, ...]
-) -> tuple[PluginRef, ...]:
+def _score_weights(merged: Mapping[str, _PluginSet], score: tuple[_Entry, ...]) -> tuple[PluginRef, ...]:
     """kube's getScoreWeights: a plugin's weight comes from its first entry in score.enabled,
     then multiPoint.enabled (so a specific entry wins even when it leaves the weight unset);
     0 means 1. The weighted maximum scores must sum to at most MAX_TOTAL_SCORE."""
@@ -660,11 +645,7 @@ def _decode_resources(raw: object, path: str) -> tuple[ResourceSpec, ...]:
         m = _mapping(r, p, allow_none=False)
         _check_fields(m, p, ("name", "weight"))
         name = _str(m.get("name", ""), _child(p, "name"))
-        weight = (
-            0
-            if m.get("weight") is None
-            else _int(m["weight"], _child(p, "weight"), maximum=_INT64_MAX)
-        )
+        weight = 0 if m.get("weight") is None else _int(m["weight"], _child(p, "weight"), maximum=_INT64_MAX)
         out.append(ResourceSpec(name, weight or 1))  # kube defaults 0 (or unset) to 1
     return tuple(out)
 
@@ -715,55 +696,39 @@ def _decode_scoring_strategy(raw: object, path: str) -> ScoringStrategy:
         stype = ScoringStrategyType(type_raw)
     except ValueError:
         supported = ", ".join(f'"{t.value}"' for t in ScoringStrategyType)
-        raise _FieldError(
-            type_path, f'unsupported value "{type_raw}" (supported: {supported})'
-        ) from None
+        raise _FieldError(type_path, f'unsupported value "{type_raw}" (supported: {supported})') from None
     res_path = _child(path, "resources")
     resources = _decode_resources(m.get("resources"), res_path) or DEFAULT_RESOURCE_SPEC
     for i, r in enumerate(resources):
         if not 0 < r.weight <= 100:
             raise _FieldError(
                 f"{res_path}[{i}].weight",
-                f"invalid value {r.weight}: "
-                f"resource weight of {r.name} not in valid range (0, 100]",
+                f"invalid value {r.weight}: resource weight of {r.name} not in valid range (0, 100]",
             )
     rtcr_path = _child(path, "requestedToCapacityRatio")
     rtcr: RequestedToCapacityRatioParam | None = None
     if stype is ScoringStrategyType.REQUESTED_TO_CAPACITY_RATIO:
         if m.get("requestedToCapacityRatio") is None:
-            raise _FieldError(
-                rtcr_path, "required: must be specified when type is RequestedToCapacityRatio"
-            )
+            raise _FieldError(rtcr_path, "required: must be specified when type is RequestedToCapacityRatio")
         rm = _mapping(m["requestedToCapacityRatio"], rtcr_path)
         _check_fields(rm, rtcr_path, ("shape",))
-        rtcr = RequestedToCapacityRatioParam(
-            _decode_shape(rm.get("shape"), _child(rtcr_path, "shape"))
-        )
+        rtcr = RequestedToCapacityRatioParam(_decode_shape(rm.get("shape"), _child(rtcr_path, "shape")))
     elif m.get("requestedToCapacityRatio") is not None:
-        raise _FieldError(
-            rtcr_path, "forbidden: must be nil when type is not RequestedToCapacityRatio"
-        )
+        raise _FieldError(rtcr_path, "forbidden: must be nil when type is not RequestedToCapacityRatio")
     return ScoringStrategy(stype, resources, rtcr)
 
 
 def _decode_fit_args(m: Mapping[str, Any], path: str) -> NodeResourcesFitArgs:
     _check_fields(m, path, ("ignoredResources", "ignoredResourceGroups", "scoringStrategy"))
     ir_path = _child(path, "ignoredResources")
-    ignored = tuple(
-        _str(v, f"{ir_path}[{i}]") for i, v in enumerate(_list(m.get("ignoredResources"), ir_path))
-    )
+    ignored = tuple(_str(v, f"{ir_path}[{i}]") for i, v in enumerate(_list(m.get("ignoredResources"), ir_path)))
     for i, v in enumerate(ignored):
         _check_qualified_name(v, f"{ir_path}[{i}]")
     ig_path = _child(path, "ignoredResourceGroups")
-    groups = tuple(
-        _str(v, f"{ig_path}[{i}]")
-        for i, v in enumerate(_list(m.get("ignoredResourceGroups"), ig_path))
-    )
+    groups = tuple(_str(v, f"{ig_path}[{i}]") for i, v in enumerate(_list(m.get("ignoredResourceGroups"), ig_path)))
     for i, g in enumerate(groups):
         if "/" in g:
-            raise _FieldError(
-                f"{ig_path}[{i}]", f"invalid value \"{g}\": resource group name can't contain '/'"
-            )
+            raise _FieldError(f"{ig_path}[{i}]", f"invalid value \"{g}\": resource group name can't contain '/'")
         _check_qualified_name(g, f"{ig_path}[{i}]")
     strategy = _decode_scoring_strategy(m.get("scoringStrategy"), _child(path, "scoringStrategy"))
     return NodeResourcesFitArgs(ignored, groups, strategy)
@@ -795,21 +760,15 @@ def _decode_requirement(raw: object, path: str, *, is_field: bool) -> NodeSelect
     key = _str(m.get("key", ""), _child(path, "key"))
     op_raw = _str(m.get("operator", ""), _child(path, "operator"))
     values_path = _child(path, "values")
-    values = tuple(
-        _str(v, f"{values_path}[{i}]") for i, v in enumerate(_list(m.get("values"), values_path))
-    )
+    values = tuple(_str(v, f"{values_path}[{i}]") for i, v in enumerate(_list(m.get("values"), values_path)))
     supported = _SELECTOR_OPERATORS[:2] if is_field else _SELECTOR_OPERATORS
     if op_raw not in supported:
         listed = ", ".join(f'"{s}"' for s in supported)
-        raise _FieldError(
-            _child(path, "operator"), f'unsupported value "{op_raw}" (supported: {listed})'
-        )
+        raise _FieldError(_child(path, "operator"), f'unsupported value "{op_raw}" (supported: {listed})')
     op = SelectorOperator(op_raw)
     if is_field:
         if key != _NODE_NAME_FIELD:
-            raise _FieldError(
-                _child(path, "key"), f'unsupported value "{key}" (supported: "{_NODE_NAME_FIELD}")'
-            )
+            raise _FieldError(_child(path, "key"), f'unsupported value "{key}" (supported: "{_NODE_NAME_FIELD}")')
         if len(values) != 1:
             raise _FieldError(values_path, "must have one element")
         return NodeSelectorRequirement(key, op, values)
@@ -820,9 +779,7 @@ def _decode_requirement(raw: object, path: str, *, is_field: bool) -> NodeSelect
         raise _FieldError(values_path, "values set must be empty for exists and does not exist")
     if op in (SelectorOperator.GT, SelectorOperator.LT):
         if len(values) != 1:
-            raise _FieldError(
-                values_path, "for 'Gt', 'Lt' operators, exactly one value is required"
-            )
+            raise _FieldError(values_path, "for 'Gt', 'Lt' operators, exactly one value is required")
         if not _INTEGER.fullmatch(values[0]) or not -(2**63) <= int(values[0]) < 2**63:
             raise _FieldError(values_path, "for 'Gt', 'Lt' operators, the value must be an integer")
     for i, v in enumerate(values):
@@ -890,9 +847,7 @@ def _decode_node_affinity_args(m: Mapping[str, Any], path: str) -> NodeAffinityA
     _check_fields(m, path, ("addedAffinity",))
     if m.get("addedAffinity") is None:
         return NodeAffinityArgs()
-    return NodeAffinityArgs(
-        _decode_node_affinity(m["addedAffinity"], _child(path, "addedAffinity"))
-    )
+    return NodeAffinityArgs(_decode_node_affinity(m["addedAffinity"], _child(path, "addedAffinity")))
 
 
 def _decode_gpu_args(m: Mapping[str, Any], path: str) -> GPUArgs:
@@ -905,9 +860,7 @@ def _decode_gpu_args(m: Mapping[str, Any], path: str) -> GPUArgs:
         return GPUArgs(GPUMode(raw))
     except ValueError:
         supported = ", ".join(f'"{x.value}"' for x in GPUMode)
-        raise _FieldError(
-            mode_path, f'unsupported value "{raw}" (supported: {supported})'
-        ) from None
+        raise _FieldError(mode_path, f'unsupported value "{raw}" (supported: {supported})') from None
 
 
 _ARGS_DECODERS: dict[type, Callable[[Mapping[str, Any], str], object]] = {
@@ -957,14 +910,10 @@ def _decode_args(name: str, args_type: type | None, raw: object, path: str) -> o
     m = dict(_mapping(raw, path))
     api_version = m.pop("apiVersion", None)
     if api_version is not None and api_version != API_VERSION:
-        raise _FieldError(
-            _child(path, "apiVersion"), f'unsupported value "{api_version}" (want {API_VERSION})'
-        )
+        raise _FieldError(_child(path, "apiVersion"), f'unsupported value "{api_version}" (want {API_VERSION})')
     kind = m.pop("kind", None)
     if kind is not None and kind != f"{name}Args":
-        raise _FieldError(
-            _child(path, "kind"), f'args for plugin {name} must be of kind {name}Args, not "{kind}"'
-        )
+        raise _FieldError(_child(path, "kind"), f'args for plugin {name} must be of kind {name}Args, not "{kind}"')
     if args_type is None:
         if m:
             raise _FieldError(path, f'plugin "{name}" takes no args')
@@ -1017,14 +966,10 @@ def _decode_profile(
     sorts = expanded[ExtensionPoint.QUEUE_SORT]
     if len(sorts) != 1:
         got = f" ({', '.join(e.name for e in sorts)})" if sorts else ""
-        raise _FieldError(
-            "plugins", f"only one queue sort plugin required, but got {len(sorts)}{got}"
-        )
+        raise _FieldError("plugins", f"only one queue sort plugin required, but got {len(sorts)}{got}")
     if not expanded[ExtensionPoint.BIND]:
         raise _FieldError("plugins", "at least one bind plugin is needed")
-    plugins = {
-        point: tuple(PluginRef(e.name) for e in entries) for point, entries in expanded.items()
-    }
+    plugins = {point: tuple(PluginRef(e.name) for e in entries) for point, entries in expanded.items()}
     plugins[ExtensionPoint.SCORE] = _score_weights(merged, expanded[ExtensionPoint.SCORE])
 
     args: dict[str, object] = {}
@@ -1037,17 +982,13 @@ def _decode_profile(
         if not pname:
             raise _FieldError(_child(path, "name"), "required")
         if pname in seen:
-            raise _FieldError(
-                path, f'duplicate config for plugin "{pname}" (also pluginConfig[{seen[pname]}])'
-            )
+            raise _FieldError(path, f'duplicate config for plugin "{pname}" (also pluginConfig[{seen[pname]}])')
         seen[pname] = i
         if pname not in catalog and pname in KUBE_IN_TREE_PLUGINS:
             ignored.append(f"{ignored_prefix}.pluginConfig[{i}] ({pname})")
             continue
         _check_registered(pname, _child(path, "name"), catalog)
-        decoded = _decode_args(
-            pname, catalog[pname].args_type, pm.get("args"), _child(path, "args")
-        )
+        decoded = _decode_args(pname, catalog[pname].args_type, pm.get("args"), _child(path, "args"))
         if decoded is not None:
             args[pname] = decoded
     for entries in expanded.values():
@@ -1058,9 +999,7 @@ def _decode_profile(
             try:  # kube appends default args for every enabled plugin that has an args type
                 args[e.name] = _decode_args(e.name, args_type, None, "args")
             except _FieldError as err:
-                raise _FieldError(
-                    "pluginConfig", f'plugin "{e.name}" needs args: {err.path}: {err.problem}'
-                ) from None
+                raise _FieldError("pluginConfig", f'plugin "{e.name}" needs args: {err.path}: {err.problem}') from None
 
     return ProfileConfig(
         scheduler_name=name,
@@ -1099,15 +1038,11 @@ _IGNORED_TOP_FIELDS = (
 )
 
 
-def _read(
-    path_or_text: str | os.PathLike[str] | Mapping[str, Any], source: str | None
-) -> tuple[Any, str | None]:
+def _read(path_or_text: str | os.PathLike[str] | Mapping[str, Any], source: str | None) -> tuple[Any, str | None]:
     if isinstance(path_or_text, Mapping):
         return path_or_text, source
     if isinstance(path_or_text, os.PathLike) or (
-        isinstance(path_or_text, str)
-        and "\n" not in path_or_text
-        and not path_or_text.lstrip().startswith("{")
+        isinstance(path_or_text, str) and "\n" not in path_or_text and not path_or_text.lstrip().startswith("{")
     ):
         path = Path(path_or_text)
         source = source or str(path)
@@ -1116,15 +1051,11 @@ def _read(
         except OSError as e:
             raise ConfigError(f"cannot read the file: {e.strerror or e}", source=source) from None
         except UnicodeDecodeError as e:
-            raise ConfigError(
-                f"cannot read the file: not UTF-8 ({e.reason})", source=source
-            ) from None
+            raise ConfigError(f"cannot read the file: not UTF-8 ({e.reason})", source=source) from None
         return _parse_yaml(text, source), source
     if isinstance(path_or_text, str):
         return _parse_yaml(path_or_text, source), source
-    raise TypeError(
-        f"load_config takes a path, YAML text or a mapping, not {type(path_or_text).__name__}"
-    )
+    raise TypeError(f"load_config takes a path, YAML text or a mapping, not {type(path_or_text).__name__}")
 
 
 def load_config(
@@ -1155,14 +1086,10 @@ def default_config(registry: PluginCatalog) -> SchedulerConfiguration:
     """What an empty KubeSchedulerConfiguration becomes: one `default-scheduler` profile with
     the default plugins (DEFAULT_PLUGINS) and kube's global defaults. Raises ConfigError when
     the registry lacks a default plugin."""
-    return load_config(
-        {"apiVersion": API_VERSION, "kind": KIND}, registry=registry, source="defaults"
-    )
+    return load_config({"apiVersion": API_VERSION, "kind": KIND}, registry=registry, source="defaults")
 
 
-def _load(
-    raw: Any, catalog: Mapping[str, _PluginInfo], source: str | None
-) -> SchedulerConfiguration:
+def _load(raw: Any, catalog: Mapping[str, _PluginInfo], source: str | None) -> SchedulerConfiguration:
     if not isinstance(raw, Mapping):
         raise _FieldError("", f"expected a {KIND} mapping, got {_type_name(raw)}")
     m = _mapping(raw, "")
@@ -1170,14 +1097,10 @@ def _load(
     if api_version is None:
         raise _FieldError("apiVersion", f"required (kubus reads {API_VERSION})")
     if api_version != API_VERSION:
-        raise _FieldError(
-            "apiVersion", f'"{api_version}" is not supported (kubus reads {API_VERSION})'
-        )
+        raise _FieldError("apiVersion", f'"{api_version}" is not supported (kubus reads {API_VERSION})')
     kind = m.get("kind")
     if kind != KIND:
-        raise _FieldError(
-            "kind", "required" if kind is None else f'"{kind}" is not supported (want {KIND})'
-        )
+        raise _FieldError("kind", "required" if kind is None else f'"{kind}" is not supported (want {KIND})')
     _check_fields(m, "", _TOP_FIELDS)
     ignored = [k for k in _IGNORED_TOP_FIELDS if m.get(k) is not None]
 
@@ -1194,9 +1117,7 @@ def _load(
         else _int(m["podInitialBackoffSeconds"], "podInitialBackoffSeconds", maximum=_INT64_MAX)
     )
     if initial <= 0:
-        raise _FieldError(
-            "podInitialBackoffSeconds", f"invalid value {initial}: must be greater than 0"
-        )
+        raise _FieldError("podInitialBackoffSeconds", f"invalid value {initial}: must be greater than 0")
     maximum = (
         10
         if m.get("podMaxBackoffSeconds") is None

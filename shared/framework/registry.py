@@ -77,17 +77,14 @@ def extension_points_of(cls: type) -> frozenset[ExtensionPoint]:
     """The extension points a plugin class implements, read off the methods it has (its own or
     inherited). Raises RegistryError when it has `reserve` without `unreserve` or the reverse."""
     points = frozenset(
-        point
-        for method, point in METHOD_EXTENSION_POINTS.items()
-        if callable(getattr(cls, method, None))
+        point for method, point in METHOD_EXTENSION_POINTS.items() if callable(getattr(cls, method, None))
     )
     has_reserve = callable(getattr(cls, "reserve", None))
     has_unreserve = callable(getattr(cls, "unreserve", None))
     if has_reserve != has_unreserve:
         present, missing = ("reserve", "unreserve") if has_reserve else ("unreserve", "reserve")
         raise RegistryError(
-            f"plugin class {cls.__qualname__} defines {present} but not {missing}: "
-            "a Reserve plugin needs both"
+            f"plugin class {cls.__qualname__} defines {present} but not {missing}: a Reserve plugin needs both"
         )
     return points
 
@@ -123,9 +120,7 @@ class PluginSpec:
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name or self.name == "*":
-            raise RegistryError(
-                f"plugin name must be a non-empty string other than '*', got {self.name!r}"
-            )
+            raise RegistryError(f"plugin name must be a non-empty string other than '*', got {self.name!r}")
         if not callable(self.factory):
             raise RegistryError(f'plugin "{self.name}": factory is not callable')
         points = frozenset(self.extension_points)
@@ -134,9 +129,7 @@ class PluginSpec:
             raise RegistryError(f'plugin "{self.name}": not extension points: {bad!r}')
         object.__setattr__(self, "extension_points", points)
         if self.args_type is not None and not isinstance(self.args_type, type):
-            raise RegistryError(
-                f'plugin "{self.name}": args_type must be a type, got {self.args_type!r}'
-            )
+            raise RegistryError(f'plugin "{self.name}": args_type must be a type, got {self.args_type!r}')
 
     @classmethod
     def from_class(
@@ -158,9 +151,7 @@ class PluginSpec:
             raise RegistryError(f"not a plugin class: {plugin_class!r}")
         name = getattr(plugin_class, "name", None)
         if not isinstance(name, str) or not name:
-            raise RegistryError(
-                f"plugin class {plugin_class.__qualname__} has no `name: ClassVar[str]`"
-            )
+            raise RegistryError(f"plugin class {plugin_class.__qualname__} has no `name: ClassVar[str]`")
         if args_type is None:
             declared = getattr(plugin_class, "args_type", None)
             args_type = declared if isinstance(declared, type) else None
@@ -216,9 +207,7 @@ class Registry:
         return f"Registry({', '.join(self._specs)})"
 
 
-def load_entry_point_plugins(
-    registry: Registry, group: str = ENTRY_POINT_GROUP
-) -> tuple[PluginSpec, ...]:
+def load_entry_point_plugins(registry: Registry, group: str = ENTRY_POINT_GROUP) -> tuple[PluginSpec, ...]:
     """Register every plugin advertised in the entry point `group` of the installed
     distributions, in entry point name order; returns their specs.
 

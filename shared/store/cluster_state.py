@@ -15,7 +15,7 @@ pod record's version right after its Pending -> Reserved transition; every later
 - binder: mark_bound(n, uid, attempt) (NOT_FOUND: the attempt was abandoned, drop it), then
           bind_pod(uid, n, devices, expected_version=v) -> OK or ALREADY. Backing out after
           mark_bound takes release(n, uid, attempt): unreserve answers BOUND by then.
-          A bound pod stays bound for life.
+          A bound pod stays bound for life. bind_many does these steps for many pods at once.
 - agent:  transition(RUNNING), then transition(SUCCEEDED | FAILED) and release(n, uid).
 - delete: transition(DELETED) and release(n, uid).
 - janitor: reconcile(grace_s, reserved_timeout_s) repairs what a crash between steps left.
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -50,6 +50,9 @@ _MAX_LUA_INT = 2**53
 
 _BATCH = 500
 """Commands per pipeline round trip in bulk reads."""
+
+_BIND_CHUNK = 128
+"""Pods per BIND_MANY script call (bounds how long one call holds Redis)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +136,55 @@ class NodeUsage:
 
 
 @dataclass(frozen=True, slots=True)
+class AdmissionView:
+    """What a node agent reads to admit one assigned pod (`ClusterState.admission_views`)."""
+
+    uid: str
+    node: str
+    """The node asked about (where the assignment says the pod runs)."""
+    phase: PodPhase | None
+    """None when there is no such pod."""
+    pod_node: str
+    """The node the pod record names ('' for none)."""
+    profile: str
+    updated_at: float
+    """The record's last change, seconds since the epoch (a Running pod's start)."""
+    reservation: Reservation | None
+    """The pod's reservation on `node` (with its state), or None."""
+
+
+@dataclass(frozen=True, slots=True)
+class PodStart:
+    """One pod an agent admitted, for `ClusterState.start_pods`."""
+
+    uid: str
+    node: str
+    attempt: str = ""
+    """The attempt the reservation must carry ('' = any)."""
+    event: PodEvent | None = None
+    """Appended to the pod's events when it starts now (not on ALREADY)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PodStartResult:
+    """What `ClusterState.start_pods` did with one pod."""
+
+    code: StoreCode
+    """OK (Running now), ALREADY (Running before), CONFLICT (not Bound on that node with a
+    bound reservation of that attempt; nothing changed), GONE (deleted) or NOT_FOUND."""
+    version: int = 0
+    phase: PodPhase | None = None
+    """The phase before (OK), else the current one."""
+    reason: str = ""
+    """Why CONFLICT."""
+
+    @property
+    def started(self) -> bool:
+        """Running now or before: the agent runs it."""
+        return self.code in (StoreCode.OK, StoreCode.ALREADY)
+
+
+@dataclass(frozen=True, slots=True)
 class Lease:
     name: str
     holder: str
@@ -141,8 +193,91 @@ class Lease:
     """Milliseconds left before it lapses (as Redis reported it)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Move:
+    """One pod for `ClusterState.transition_many`: the arguments of `ClusterState.transition`."""
+
+    uid: str
+    phase: PodPhase
+    expected_version: int | None = None
+    expected_phases: frozenset[PodPhase] | None = None
+    node: str | None = None
+    gpu_devices: tuple[int, ...] | None = None
+    reason: str | None = None
+    message: str | None = None
+    count_attempt: bool = False
+    manifest: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Binding:
+    """One pod for `ClusterState.bind_many`: bind it to `node` on its reservation's `attempt`."""
+
+    uid: str
+    node: str
+    attempt: int = 0
+    """The attempt id (the record's version after its Pending -> Reserved); 0 = any."""
+    devices: Sequence[int] = ()
+    profile: str = ""
+    """The pod's profile (schedulerName); a wrong one costs a retry, never a wrong write."""
+    event: PodEvent | None = None
+    """Appended to the pod's events when the pod is bound now (not on ALREADY)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BindingResult:
+    """What `ClusterState.bind_many` did for one pod: mark_bound, then bind_pod, then (a refused
+    bind) release, exactly as the binder's steps one by one would have."""
+
+    marked: StoreCode
+    """mark_bound's code: OK, ALREADY, NOT_FOUND (no reservation: the attempt was abandoned) or
+    CONFLICT (another attempt's). NOT_FOUND/CONFLICT: nothing else was done."""
+    write: PodWrite | None = None
+    """bind_pod's result (None when mark_bound refused)."""
+    released: StoreCode | None = None
+    """release's code when the bind was refused (GONE, CONFLICT, NOT_FOUND), else None."""
+    phase: PodPhase | None = None
+    """mark_bound refused: the pod's phase now (None without a record)."""
+    version: int = 0
+    """mark_bound refused: the pod's version now."""
+    created_at: float = 0.0
+    """Bound (OK or ALREADY): when the pod was accepted."""
+    attempts: int = 0
+    """Bound (OK or ALREADY): its scheduling attempts."""
+
+    @property
+    def bound(self) -> bool:
+        """The pod is bound on this node (now, or before: a retry)."""
+        return self.write is not None and self.write.code in (StoreCode.OK, StoreCode.ALREADY)
+
+
 def _code(reply: Any) -> StoreCode:
     return StoreCode(_text(reply))
+
+
+def _binding_result(reply: list[Any]) -> BindingResult:
+    """One pod's reply of BIND_MANY (not PROFILE) as a BindingResult."""
+    marked = _code(reply[0])
+    phase_text, version = _text(reply[3]), int(_text(reply[4]) or 0)
+    phase = PodPhase(phase_text) if phase_text else None
+    if marked in (StoreCode.NOT_FOUND, StoreCode.CONFLICT):
+        return BindingResult(marked, phase=phase, version=version)
+    code = _code(reply[1])
+    write = PodWrite(code) if code is StoreCode.NOT_FOUND else PodWrite(code, version, phase)
+    released = _text(reply[2])
+    if len(reply) > 5:
+        return BindingResult(
+            marked, write, created_at=float(_text(reply[5]) or 0.0), attempts=int(_text(reply[6]) or 0)
+        )
+    return BindingResult(marked, write, released=StoreCode(released) if released else None)
+
+
+def _start_result(reply: list[Any]) -> PodStartResult:
+    code = _code(reply[0])
+    if code is StoreCode.NOT_FOUND:
+        return PodStartResult(code)
+    reason = _text(reply[4]) if len(reply) > 4 else ""
+    return PodStartResult(code, int(_text(reply[1]) or 0), PodPhase(_text(reply[2])), reason)
 
 
 def _heartbeat_result(reply: list[Any]) -> HeartbeatResult:
@@ -187,7 +322,7 @@ class ClusterState:
     def _node_keys(self, node: str) -> list[str]:
         keys = self.keys.node_keys(node)
         if not self.cluster:
-            keys.append(self.keys.nodes_index())
+            keys += [self.keys.nodes_index(), self.keys.heartbeats_index()]
         return keys
 
     def _pod_keys(self, uid: str, profile: str) -> list[str]:
@@ -195,6 +330,12 @@ class ClusterState:
         if not self.cluster:
             keys += [self.keys.pod_keys_index(), *self.keys.phase_indexes(), self.keys.pending_index(profile)]
         return keys
+
+    def know_profile(self, uid: str, profile: str) -> None:
+        """Tell the store the profile of a pod it is about to write (a caller that knows it,
+        like a cycle holding the pod it popped): saves reading it first. A wrong profile costs
+        a retry, never a wrong write (the scripts check it)."""
+        self._remember_profile(uid, profile)
 
     def _remember_profile(self, uid: str, profile: str) -> None:
         self._profiles[uid] = profile
@@ -278,15 +419,20 @@ class ClusterState:
         reply = await self._run(self.scripts.delete_node, self._node_keys(name), [name])
         if self.cluster:
             await self.redis.srem(self.keys.nodes_index(), name)
+            await self.redis.zrem(self.keys.heartbeats_index(), name)
         return [Reservation.decode(j) for j in reply[1:]]
 
     async def heartbeat(self, name: str, at: float | None = None) -> HeartbeatResult:
         """Record the node's heartbeat time (seconds since the epoch; default now); a node
         marked unreachable becomes reachable again (`revived`: publish node.updated). A
-        heartbeat never creates a node (`found` False)."""
+        heartbeat never creates a node (`found` False). The time is also the node's score in
+        the heartbeats index (`silent_nodes`)."""
         at = self.clock() if at is None else at
-        reply = await self._run(self.scripts.heartbeat, self.keys.node_keys(name), [repr(float(at))])
-        return _heartbeat_result(reply)
+        reply = await self._run(self.scripts.heartbeat, self._node_keys(name), [repr(float(at)), name])
+        result = _heartbeat_result(reply)
+        if self.cluster and result.found:
+            await self.redis.zadd(self.keys.heartbeats_index(), {name: float(at)})
+        return result
 
     async def heartbeat_many(self, names: Sequence[str], at: float | None = None) -> list[HeartbeatResult]:
         """`heartbeat` for many nodes (an agent simulating thousands), pipelined: one round trip
@@ -302,7 +448,7 @@ class ClusterState:
                 continue
             pipe = self.redis.pipeline(transaction=False)
             for name in chunk:
-                await self.scripts.heartbeat(keys=self.keys.node_keys(name), args=[arg], client=pipe)
+                await self.scripts.heartbeat(keys=self._node_keys(name), args=[arg, name], client=pipe)
             out += [_heartbeat_result(list(reply)) for reply in await pipe.execute()]
         return out
 
@@ -311,6 +457,29 @@ class ClusterState:
         taints) or back. False when the node is unknown. Idempotent."""
         reply = await self._run(self.scripts.mark_unreachable, self.keys.node_keys(name), ["1" if unreachable else "0"])
         return _code(reply[0]) is not StoreCode.NOT_FOUND
+
+    async def silent_nodes(self, before: float) -> list[str]:
+        """Names of the nodes whose last heartbeat (per the heartbeats index) is at or before
+        ``before``, oldest first. Nodes that never heartbeated are not in the index."""
+        return [_text(n) for n in await self.redis.zrangebyscore(self.keys.heartbeats_index(), "-inf", before)]
+
+    async def node_count(self) -> int:
+        """How many nodes there are (from the index)."""
+        return int(await self.redis.scard(self.keys.nodes_index()))
+
+    async def index_heartbeats(self, beats: Mapping[str, float]) -> int:
+        """Add nodes missing from the heartbeats index with these times (a node's heartbeat
+        field, read by whoever heals the index); entries there already are left alone (a
+        heartbeat since is newer). Returns how many were added."""
+        if not beats:
+            return 0
+        return int(await self.redis.zadd(self.keys.heartbeats_index(), dict(beats), nx=True))
+
+    async def forget_heartbeats(self, names: Iterable[str]) -> None:
+        """Drop index entries of nodes that no longer exist (deleted behind the store's back)."""
+        names = list(names)
+        if names:
+            await self.redis.zrem(self.keys.heartbeats_index(), *names)
 
     async def reservations(self, name: str) -> list[Reservation]:
         """The reservations on a node (with their state), sorted by pod key."""
@@ -353,6 +522,28 @@ class ClusterState:
             return ReserveResult(code, already=details == ("already reserved",))
         return ReserveResult(code, details)
 
+    async def reserve_many(self, reservations: Sequence[Reservation]) -> list[ReserveResult]:
+        """`reserve` for many pods, each on its `Reservation.node`, in one pipelined round trip
+        (on a single Redis); results in order. Each reservation is atomic on its own and sees
+        the ones before it in the batch. Raises ValueError for a reservation without a node."""
+        for r in reservations:
+            if not r.node:
+                raise ValueError(f"reservation of {r.pod_key} names no node")
+        if self.cluster or not reservations:
+            return [await self.reserve(r.node, r) for r in reservations]
+        pipe = self.redis.pipeline(transaction=False)
+        for r in reservations:
+            await self.scripts.reserve(keys=self.keys.node_keys(r.node), args=[r.pod_uid, r.encode()], client=pipe)
+        out = []
+        for reply in await pipe.execute():
+            reply = list(reply) if isinstance(reply, list | tuple) else [reply]
+            code, details = _code(reply[0]), tuple(_text(r) for r in reply[1:])
+            ok = code is StoreCode.OK
+            out.append(
+                ReserveResult(code, already=details == ("already reserved",)) if ok else ReserveResult(code, details)
+            )
+        return out
+
     async def unreserve(self, node: str, uid: str, attempt: str | None = None) -> StoreCode:
         """Give back a reserved (not bound) reservation, only if `attempt` made it (when given).
         OK, NOOP (none), BOUND (refused: bound) or CONFLICT (refused: another attempt's)."""
@@ -390,6 +581,31 @@ class ClusterState:
             phase = _text(reply[2])
             await self._fix_indexes(record.uid, None, phase, profile, record.key if code is StoreCode.OK else None)
         return code is StoreCode.OK
+
+    async def put_pods(self, records: Sequence[PodRecord]) -> list[bool]:
+        """`put_pod` for many pods at the cost of about one round trip (PUT_PODS: one script
+        call per 500 pods on a single Redis). Results in the order of ``records``. A uid given
+        twice is stored once: the first wins, the second answers False."""
+        if self.cluster:  # the records and the indexes are in different slots: one call per pod
+            return [await self.put_pod(record) for record in records]
+        out: list[bool] = []
+        head = [self.keys.pod_keys_index(), *self.keys.phase_indexes()]
+        for start in range(0, len(records), _BATCH):
+            chunk = [replace(r, version=1) for r in records[start : start + _BATCH]]
+            keys, args = list(head), []
+            try:
+                for record in chunk:
+                    keys += [self.keys.pod_record(record.uid), self.keys.pending_index(record.profile)]
+                    fields = {k: v.decode() if isinstance(v, bytes) else v for k, v in record.to_fields().items()}
+                    args += [record.uid, record.key, record.profile, codec.dumps(fields)]
+            except UnicodeDecodeError:  # a manifest that is not UTF-8 text: one call per pod
+                out += [await self.put_pod(record) for record in chunk]
+                continue
+            for record, reply in zip(chunk, await self.scripts.put_pods(keys=keys, args=args), strict=True):
+                reply = list(reply)
+                self._remember_profile(record.uid, _text(reply[3]))
+                out.append(_code(reply[0]) is StoreCode.OK)
+        return out
 
     async def get_pod(self, uid: str) -> PodRecord | None:
         raw = await self.redis.hgetall(self.keys.pod_record(uid))
@@ -470,47 +686,120 @@ class ClusterState:
         replaces the stored manifest (a pending pod resubmitted with changes). Raises
         ValueError for BOUND (use bind_pod) or RESERVED without a node.
         """
-        phase = PodPhase(phase)
+        move = Move(
+            uid,
+            PodPhase(phase),
+            expected_version=expected_version,
+            expected_phases=None if expected_phases is None else frozenset(PodPhase(p) for p in expected_phases),
+            node=node,
+            gpu_devices=None if gpu_devices is None else tuple(gpu_devices),
+            reason=reason,
+            message=message,
+            count_attempt=count_attempt,
+            manifest=manifest,
+        )
+        args = self._transition_args(move)
+        if isinstance(args, PodWrite):
+            return args
+        return await self._finish_transition(move, await self._pod_script(self.scripts.transition, uid, args))
+
+    async def transition_many(self, moves: Sequence[Move]) -> list[PodWrite]:
+        """`transition` for many pods in one pipelined round trip (on a single Redis), results
+        in the order of ``moves``. Each move is atomic on its own, the batch is not."""
+        plans = [self._transition_args(m) for m in moves]
+        if self.cluster:
+            return [
+                p if isinstance(p, PodWrite) else await self.transition_move(m)
+                for m, p in zip(moves, plans, strict=True)
+            ]
+        unknown = [m.uid for m, p in zip(moves, plans, strict=True) if not isinstance(p, PodWrite)]
+        await self._learn_profiles(unknown)
+        pipe = self.redis.pipeline(transaction=False)
+        sent = []
+        for move, plan in zip(moves, plans, strict=True):
+            if isinstance(plan, PodWrite):
+                continue
+            profile = self._profiles.get(move.uid, "")
+            await self.scripts.transition(keys=self._pod_keys(move.uid, profile), args=plan(profile), client=pipe)
+            sent.append(move)
+        replies = iter(await pipe.execute() if sent else [])
+        out: list[PodWrite] = []
+        for move, plan in zip(moves, plans, strict=True):
+            if isinstance(plan, PodWrite):
+                out.append(plan)
+                continue
+            reply = list(next(replies))
+            code = _code(reply[0])
+            if code is StoreCode.PROFILE:  # our profile guess was wrong: that one again, alone
+                out.append(await self.transition_move(move))
+            elif code is StoreCode.NOT_FOUND:
+                self._profiles.pop(move.uid, None)
+                out.append(PodWrite(code))
+            else:
+                out.append(PodWrite(code, int(_text(reply[1]) or 0), PodPhase(_text(reply[2]))))
+        return out
+
+    async def transition_move(self, move: Move) -> PodWrite:
+        """`transition` with its arguments as a `Move`."""
+        args = self._transition_args(move)
+        if isinstance(args, PodWrite):
+            return args
+        return await self._finish_transition(move, await self._pod_script(self.scripts.transition, move.uid, args))
+
+    async def _learn_profiles(self, uids: Iterable[str]) -> None:
+        """Read, in one round trip, the profiles of the pods whose profile is not cached."""
+        missing = [uid for uid in dict.fromkeys(uids) if uid not in self._profiles]
+        if not missing:
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        for uid in missing:
+            pipe.hget(self.keys.pod_record(uid), "profile")
+        for uid, profile in zip(missing, await pipe.execute(), strict=True):
+            if profile:
+                self._remember_profile(uid, _text(profile))
+
+    def _transition_args(self, move: Move) -> Callable[[str], list[Any]] | PodWrite:
+        """The TRANSITION script's arguments for ``move`` (given the pod's profile), or the
+        answer when no script needs to run. Raises ValueError like `transition`."""
+        phase = move.phase
         if phase is PodPhase.BOUND:
             raise ValueError("a pod is bound with bind_pod, not transition")
-        if phase is PodPhase.RESERVED and not node:
-            raise ValueError(f"pod {uid}: Reserved needs the node")
+        if phase is PodPhase.RESERVED and not move.node:
+            raise ValueError(f"pod {move.uid}: Reserved needs the node")
         fields: dict[str, Any] = {}
         if phase is PodPhase.PENDING:
             fields["node"] = ""
             fields["gpu_devices"] = ""
         else:
-            if node is not None:
-                fields["node"] = node
-            if gpu_devices is not None:
-                fields["gpu_devices"] = format_gpu_devices(list(gpu_devices))
-        if reason is not None:
-            fields["reason"] = reason
-        if message is not None:
-            fields["message"] = message
-        if manifest is not None:
-            fields["manifest"] = manifest
-        expected = ",".join(str(PodPhase(p)) for p in expected_phases) if expected_phases is not None else ""
-        if expected_phases is not None and not expected:
+            if move.node is not None:
+                fields["node"] = move.node
+            if move.gpu_devices is not None:
+                fields["gpu_devices"] = format_gpu_devices(list(move.gpu_devices))
+        if move.reason is not None:
+            fields["reason"] = move.reason
+        if move.message is not None:
+            fields["message"] = move.message
+        if move.manifest is not None:
+            fields["manifest"] = move.manifest
+        phases = move.expected_phases
+        expected = ",".join(sorted(str(p) for p in phases)) if phases is not None else ""
+        if phases is not None and not expected:
             return PodWrite(StoreCode.CONFLICT)  # no phase is acceptable
         now = repr(float(self.clock()))
+        version = "" if move.expected_version is None else str(move.expected_version)
+        count = "1" if move.count_attempt else "0"
 
         def args(profile: str) -> list[Any]:
-            out: list[Any] = [
-                str(phase),
-                "" if expected_version is None else str(expected_version),
-                expected,
-                profile,
-                now,
-                "1" if count_attempt else "0",
-            ]
+            out: list[Any] = [str(phase), version, expected, profile, now, count]
             for name, value in fields.items():
                 out += [name, value]
             return out
 
-        result = await self._pod_script(self.scripts.transition, uid, args)
+        return args
+
+    async def _finish_transition(self, move: Move, result: PodWrite) -> PodWrite:
         if self.cluster and result.ok:
-            await self._fix_indexes(uid, str(result.phase), str(phase), await self._profile_of(uid))
+            await self._fix_indexes(move.uid, str(result.phase), str(move.phase), await self._profile_of(move.uid))
         return result
 
     async def bind_pod(
@@ -529,6 +818,68 @@ class ClusterState:
             await self._fix_indexes(uid, str(result.phase), str(PodPhase.BOUND), await self._profile_of(uid))
         return result
 
+    async def bind_many(self, bindings: Sequence[Binding]) -> list[BindingResult]:
+        """The binder's Bind step for many pods at the cost of about one round trip: per pod,
+        ``mark_bound(node, uid, attempt)``; unless refused, ``bind_pod(uid, node, devices,
+        expected_version=attempt)``; bound now: `Binding.event` appended; bind refused (GONE,
+        CONFLICT, NOT_FOUND): ``release(node, uid, attempt)``. On a single Redis each pod's
+        steps are one atomic script (BIND_MANY in kubus.store.scripts), so a crash leaves a pod
+        either untouched or done; the batch as a whole is not atomic. On Redis Cluster the
+        steps run one by one. Idempotent like the steps. Results in the order of `bindings`."""
+        if self.cluster:
+            return [await self._bind_one(b) for b in bindings]
+        out: list[BindingResult | None] = [None] * len(bindings)
+        todo = [(i, b, b.profile) for i, b in enumerate(bindings)]
+        for _ in range(2):  # a second round for pods whose profile was not the one given
+            retry: list[tuple[int, Binding, str]] = []
+            for start in range(0, len(todo), _BIND_CHUNK):
+                chunk = todo[start : start + _BIND_CHUNK]
+                keys: list[str] = self.keys.phase_indexes()
+                args: list[Any] = [repr(float(self.clock())), self.event_cap]
+                for _i, b, profile in chunk:
+                    keys += self.keys.node_keys(b.node)[:4]
+                    keys += [self.keys.pod_record(b.uid), self.keys.pod_events(b.uid), self.keys.pending_index(profile)]
+                    args += [
+                        b.uid,
+                        str(b.attempt) if b.attempt else "",
+                        b.node,
+                        format_gpu_devices(list(b.devices)),
+                        profile,
+                        b.event.encode() if b.event is not None else b"",
+                    ]
+                replies = await self.scripts.bind_many(keys=keys, args=args)
+                for (i, b, _profile), reply in zip(chunk, replies, strict=True):
+                    reply = list(reply)
+                    if _code(reply[0]) is StoreCode.PROFILE:
+                        retry.append((i, b, _text(reply[1])))
+                    else:
+                        out[i] = _binding_result(reply)
+            if not retry:
+                break
+            todo = retry
+        else:
+            raise RuntimeError(f"pod {todo[0][1].uid}: profile changed under us")
+        return [r for r in out if r is not None]
+
+    async def _bind_one(self, b: Binding) -> BindingResult:
+        """`bind_many` for one pod, step by step (Redis Cluster: the pod's and the node's keys
+        are in different slots)."""
+        attempt = str(b.attempt) if b.attempt else None
+        marked = await self.mark_bound(b.node, b.uid, attempt)
+        if marked in (StoreCode.NOT_FOUND, StoreCode.CONFLICT):
+            record = await self.get_pod(b.uid)
+            if record is None:
+                return BindingResult(marked)
+            return BindingResult(marked, phase=record.phase, version=record.version)
+        write = await self.bind_pod(b.uid, b.node, b.devices, expected_version=b.attempt or None)
+        if write.code in (StoreCode.OK, StoreCode.ALREADY):
+            if write.ok and b.event is not None:
+                await self.append_event(b.uid, b.event)
+            record = await self.get_pod(b.uid)
+            created, attempts = (record.created_at, record.attempts) if record is not None else (0.0, 0)
+            return BindingResult(marked, write, created_at=created, attempts=attempts)
+        return BindingResult(marked, write, released=await self.release(b.node, b.uid, attempt))
+
     async def append_event(self, uid: str, event: PodEvent) -> None:
         """Add an event to the pod's history, keeping the newest `event_cap`."""
         key = self.keys.pod_events(uid)
@@ -540,6 +891,117 @@ class ClusterState:
     async def events(self, uid: str) -> list[PodEvent]:
         """The pod's events, oldest first."""
         return [PodEvent.decode(e) for e in await self.redis.lrange(self.keys.pod_events(uid), 0, -1)]
+
+    # ---- node agents: admission in batches -----------------------------------------------------
+
+    async def admission_views(self, pods: Sequence[tuple[str, str]]) -> list[AdmissionView]:
+        """For each (node, uid): the pod's phase, node, profile and last update, and its
+        reservation on that node, pipelined (one round trip per 500 pods on a single Redis).
+        Each pod's fields are read together, not atomically with its reservation: the agent
+        decides on them and `start_pods` checks again atomically. Remembers the profiles, so a
+        later `transition` of these pods reads nothing first."""
+        out: list[AdmissionView] = []
+        pods = list(pods)
+        for start in range(0, len(pods), _BATCH):
+            chunk = pods[start : start + _BATCH]
+            pipe = self.redis.pipeline(transaction=False)
+            rows: list[Any] = []
+            if self.cluster:  # pod and node keys in different slots: three plain reads
+                for node, uid in chunk:
+                    pipe.hmget(self.keys.pod_record(uid), "phase", "node", "profile", "updated_at")
+                    pipe.hget(self.keys.node_reservations(node), uid)
+                    pipe.sismember(self.keys.node_bound(node), uid)
+                replies = await pipe.execute()
+                for i in range(len(chunk)):
+                    (phase, pod_node, profile, updated_at), value, bound = replies[3 * i : 3 * i + 3]
+                    rows.append((phase, pod_node, profile, updated_at, value, bound))
+            else:  # one read-only script per pod (a third of the commands)
+                for node, uid in chunk:
+                    keys = [self.keys.pod_record(uid), self.keys.node_reservations(node), self.keys.node_bound(node)]
+                    await self.scripts.admission_view(keys=keys, args=[uid], client=pipe)
+                for phase, pod_node, profile, updated_at, value, bound in await pipe.execute():
+                    rows.append((phase or None, pod_node, profile, updated_at, value or None, int(bound)))
+            for (node, uid), (phase, pod_node, profile, updated_at, value, bound) in zip(chunk, rows, strict=True):
+                reservation = None if value is None else Reservation.decode(value, bound=bool(bound))
+                if phase is None:
+                    out.append(AdmissionView(uid, node, None, "", "", 0.0, reservation))
+                    continue
+                profile_text = _text(profile)
+                if profile_text:
+                    self._remember_profile(uid, profile_text)
+                out.append(
+                    AdmissionView(
+                        uid,
+                        node,
+                        PodPhase(_text(phase)),
+                        _text(pod_node),
+                        profile_text,
+                        float(_text(updated_at) or 0.0),
+                        reservation,
+                    )
+                )
+        return out
+
+    async def start_pods(self, starts: Sequence[PodStart]) -> list[PodStartResult]:
+        """Bound -> Running for pods an agent admitted, each atomically with its checks (Bound
+        on its node, holding a bound reservation there of its attempt) and its event (see
+        START_POD in kubus.store.scripts); pipelined, one round trip per 500 pods on a single
+        Redis. Results in the order of `starts`; each pod's start is atomic, the batch is not.
+        Idempotent: a pod Running already answers ALREADY and gets no second event. On Redis
+        Cluster (pod and node keys in different slots) each pod is checked, then transitioned."""
+        if self.cluster:
+            return [await self._start_pod_unbatched(s) for s in starts]
+        out: list[PodStartResult] = []
+        now = repr(float(self.clock()))
+        cap = str(self.event_cap)
+        moved = [self.keys.phase_index(str(PodPhase.BOUND)), self.keys.phase_index(str(PodPhase.RUNNING))]
+        for begin in range(0, len(starts), _BATCH):
+            chunk = starts[begin : begin + _BATCH]
+            pipe = self.redis.pipeline(transaction=False)
+            for s in chunk:
+                keys = [
+                    self.keys.pod_record(s.uid),
+                    self.keys.pod_events(s.uid),
+                    self.keys.node_reservations(s.node),
+                    self.keys.node_bound(s.node),
+                    *moved,
+                ]
+                event = s.event.encode() if s.event is not None else b""
+                await self.scripts.start_pod(keys=keys, args=[s.node, s.attempt, now, event, cap], client=pipe)
+            for reply in await pipe.execute():
+                out.append(_start_result(list(reply)))
+        return out
+
+    async def _start_pod_unbatched(self, s: PodStart) -> PodStartResult:
+        """`start_pods` for one pod, in steps: the checks, then a compare-and-set transition
+        (on the version the checks saw), then the event."""
+        record = await self.get_pod(s.uid)
+        if record is None:
+            return PodStartResult(StoreCode.NOT_FOUND)
+        if record.phase is PodPhase.DELETED:
+            return PodStartResult(StoreCode.GONE, record.version, record.phase)
+        if record.node != s.node:
+            return PodStartResult(StoreCode.CONFLICT, record.version, record.phase, "the pod is on another node")
+        if record.phase is PodPhase.RUNNING:
+            return PodStartResult(StoreCode.ALREADY, record.version, record.phase)
+        if record.phase is not PodPhase.BOUND:
+            return PodStartResult(StoreCode.CONFLICT, record.version, record.phase, "the pod is not bound")
+        reservation = await self.reservation(s.node, s.uid)
+        reason = ""
+        if reservation is None:
+            reason = "no reservation"
+        elif reservation.state is not ReservationState.BOUND:
+            reason = "its reservation is not bound"
+        elif s.attempt and reservation.attempt != s.attempt:
+            reason = "the reservation is another attempt's"
+        if reason:
+            return PodStartResult(StoreCode.CONFLICT, record.version, record.phase, reason)
+        write = await self.transition(
+            s.uid, PodPhase.RUNNING, expected_version=record.version, expected_phases={PodPhase.BOUND}
+        )
+        if write.code is StoreCode.OK and s.event is not None:
+            await self.append_event(s.uid, s.event)
+        return PodStartResult(write.code, write.version, write.phase)
 
     # ---- leases --------------------------------------------------------------------------------
 

@@ -39,6 +39,8 @@ Per lease ``L`` (tag ``{lease:L}``)::
 Indexes (tag ``{idx}``, one slot of their own)::
 
     <p>:{idx}:nodes            set   names of all nodes
+    <p>:{idx}:heartbeats       zset  node name -> its last heartbeat (HEARTBEAT adds, DELETE_NODE
+                                      removes): the node lifecycle reads only the silent ones
     <p>:{idx}:phase:<Phase>    set   pod uids per phase (Pending, Reserved, ... Deleted)
     <p>:{idx}:pending:<prof>   set   uids of Pending pods of one profile (schedulerName)
     <p>:{idx}:pod-keys         hash  "namespace/name" -> uid of the newest pod with that key
@@ -55,6 +57,7 @@ tag or fake a ``:`` separator.
 
 from __future__ import annotations
 
+import re
 from urllib.parse import quote, unquote
 
 DEFAULT_PREFIX = "kubus"
@@ -63,8 +66,13 @@ PHASES = ("Pending", "Reserved", "Bound", "Running", "Succeeded", "Failed", "Del
 """Pod phases in the order the per-phase index keys are passed to scripts (see PodPhase)."""
 
 
+_SAFE = re.compile(r"[A-Za-z0-9._~-]*")
+
+
 def escape(name: str) -> str:
     """`name` with every character outside [A-Za-z0-9._~-] percent-encoded; injective."""
+    if _SAFE.fullmatch(name):  # the common case, several times per command: no quoting to do
+        return name
     return quote(name, safe="")
 
 
@@ -160,6 +168,9 @@ class Keys:
 
     def nodes_index(self) -> str:
         return f"{self.prefix}:{{idx}}:nodes"
+
+    def heartbeats_index(self) -> str:
+        return f"{self.prefix}:{{idx}}:heartbeats"
 
     def phase_index(self, phase: str) -> str:
         return f"{self.prefix}:{{idx}}:phase:{phase}"

@@ -10,16 +10,17 @@ documented per script below. Numbers are handled as Lua numbers (doubles), exact
 (8 PiB of memory): plenty for quantities in base units. Lua formats them back with `%d`, never
 `tostring` (which would print `1e+15`), so HINCRBY always receives an integer.
 
-Node scripts (KEYS = info, usage, reservations, bound, fences [, nodes index])
--------------------------------------------------------------------------------
+Node scripts (KEYS = info, usage, reservations, bound, fences [, nodes index, heartbeats index])
+-------------------------------------------------------------------------------------------------
 PUT_NODE     ARGV: name, record JSON, manifest ('' = none), shape JSON {alloc, gpus, unreachable}.
              Replaces the node's description atomically, keeps its heartbeat, and recomputes the
              per-GPU usage from the reservations (the devices may have changed, as NodeTable
              re-adds the pods of a changed node). -> OK generation | NOOP generation (nothing
              changed: generation not bumped).
-DELETE_NODE  ARGV: name. Drops the node, its usage and its reservations.
-             -> OK json... (the reservations it dropped) | NOOP (no such node).
-HEARTBEAT    ARGV: time. A node marked unreachable is reachable again (generation + 1).
+DELETE_NODE  ARGV: name. Drops the node, its usage and its reservations (and its entry in the
+             heartbeats index). -> OK json... (the reservations it dropped) | NOOP (no such node).
+HEARTBEAT    ARGV: time [, name]. A node marked unreachable is reachable again (generation + 1).
+             With the index keys, the time is also the node's score in the heartbeats index.
              -> OK 'recorded' generation | OK 'revived' generation | NOT_FOUND (a heartbeat
              never creates a node).
 MARK_UNREACHABLE ARGV: '1' or '0'. -> OK generation | NOOP generation | NOT_FOUND.
@@ -53,6 +54,9 @@ of the pod's profile])
 ----------------------------------------------------------------------------------------------
 PUT_POD      ARGV: uid, namespace/name, profile, field, value, ... Insert if absent (submissions
              are at-least-once). -> OK version phase profile | ALREADY version phase profile.
+PUT_PODS     PUT_POD for many pods, single Redis only: KEYS = pod-keys index, 7 phase indexes,
+             then per pod its record and its profile's pending index; ARGV per pod: uid,
+             namespace/name, profile, JSON object of the fields. -> one PUT_POD reply per pod.
 TRANSITION   ARGV: new phase, expected version ('' = any), expected phases (comma-separated,
              '' = any), profile ('' without indexes), now, attempts increment, field, value, ...
              Compare-and-set of the phase. Allowed moves:
@@ -72,6 +76,36 @@ BIND_POD     ARGV: node, devices ("0,3"), profile, now, expected version ('' = a
              -> OK version old-phase profile | ALREADY ... (bound, running or finished on
              that node) | CONFLICT ... (bound elsewhere, reserved elsewhere, failed unbound, or
              version mismatch) | GONE ... (deleted) | NOT_FOUND | PROFILE profile.
+
+Binder script (single Redis only: it writes a node's keys and a pod's keys together)
+-------------------------------------------------------------------------------------
+BIND_MANY    KEYS = the 7 phase indexes (PHASES order), then per pod: its node's info, usage,
+             reservations, bound, the pod's record, events, the pending index of the profile.
+             ARGV: now, event cap, then per pod: uid, attempt ('' = any), node, devices,
+             profile, event JSON ('' = none). The binder's Bind step for many pods, each
+             atomically: MARK_BOUND; then BIND_POD (expected version = attempt); bound now:
+             the event appended; bind refused: RELEASE of the attempt's room. One reply per pod:
+             -> NOT_FOUND|CONFLICT '' '' phase version (MARK_BOUND refused, nothing changed;
+             the record's phase and version, '' without a record) | marked bind released
+             phase version [created_at attempts] (marked: OK|ALREADY; bind: BIND_POD's code;
+             released: 'OK' when the bind was refused and the room given back, else ''; phase
+             and version as BIND_POD replies them; created_at and attempts of the record when
+             bind is OK or ALREADY) | PROFILE profile (not the pod's profile: nothing changed).
+
+START_POD    Pod and node keys in one script, so a single Redis only (a cluster uses transition).
+             KEYS = the pod's record and events list, the node's reservations hash and bound
+             set, the Bound and Running phase indexes (the only ones a Bound -> Running move
+             touches; no profile needed). ARGV: node, attempt ('' = any), now, event JSON
+             ('' = none), events kept. An agent starts a pod it admitted: Bound on that node,
+             holding a bound reservation there of that attempt -> Running, with the event
+             appended, atomically. -> OK version old-phase profile | ALREADY version phase
+             profile (Running already: a redelivery; nothing changed) | CONFLICT version phase
+             profile reason (not Bound, on another node, no reservation, not bound, another
+             attempt's; nothing changed) | GONE ... (deleted) | NOT_FOUND.
+ADMISSION_VIEW Read only; a single Redis only. KEYS = the pod's record, the node's reservations
+             hash and bound set. ARGV: pod uid. -> phase ('' = no such pod), node, profile,
+             updated_at, reservation JSON ('' = none), 1 when bound else 0: what
+             `ClusterState.admission_views` pipelines one command per pod for.
 
 Lease scripts (KEYS = holder hash, fence counter)
 -------------------------------------------------
@@ -220,6 +254,7 @@ local removed = redis.call('HVALS', KEYS[3])
 local existed = redis.call('EXISTS', KEYS[1])
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
 if #KEYS > 5 then redis.call('SREM', KEYS[6], ARGV[1]) end
+if #KEYS > 6 then redis.call('ZREM', KEYS[7], ARGV[1]) end
 if existed == 0 and #removed == 0 then return {'NOOP'} end
 local out = {'OK'}
 for _, j in ipairs(removed) do out[#out + 1] = j end
@@ -231,6 +266,7 @@ HEARTBEAT = (
     + r"""
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOT_FOUND'} end
 redis.call('HSET', KEYS[1], 'heartbeat', ARGV[1])
+if #KEYS > 6 then redis.call('ZADD', KEYS[7], ARGV[1], ARGV[2]) end
 local gen = num(redis.call('HGET', KEYS[1], 'generation'))
 if redis.call('HGET', KEYS[1], 'unreachable') == '1' then
   redis.call('HSET', KEYS[1], 'unreachable', '0', 'generation', int(gen + 1))
@@ -389,6 +425,37 @@ return {'OK', redis.call('HGET', rec, 'version'), phase, ARGV[3]}
 """
 )
 
+PUT_PODS = (
+    _POD_LIB
+    + r"""
+local out = {}
+for i = 1, #ARGV / 4 do
+  local rec, pending = KEYS[7 + 2 * i], KEYS[8 + 2 * i]
+  local uid, key, profile = ARGV[4 * i - 3], ARGV[4 * i - 2], ARGV[4 * i - 1]
+  if redis.call('EXISTS', rec) == 1 then
+    local cur = redis.call('HMGET', rec, 'version', 'phase', 'profile')
+    out[i] = {'ALREADY', cur[1], cur[2], cur[3]}
+  else
+    local fields = cjson.decode(ARGV[4 * i])
+    local flat = {}
+    for f, v in pairs(fields) do
+      flat[#flat + 1] = f
+      flat[#flat + 1] = v
+    end
+    redis.call('HSET', rec, unpack(flat))
+    local phase = fields.phase
+    redis.call('HSET', KEYS[1], key, uid)
+    for j, p in ipairs(PHASES) do
+      if p == phase then redis.call('SADD', KEYS[1 + j], uid) end
+    end
+    if phase == 'Pending' then redis.call('SADD', pending, uid) end
+    out[i] = {'OK', fields.version, phase, profile}
+  end
+end
+return out
+"""
+)
+
 TRANSITION = (
     _POD_LIB
     + r"""
@@ -449,6 +516,102 @@ return {'OK', tostring(v), phase, profile}
 """
 )
 
+BIND_MANY = (
+    _LIB
+    + "local PHASES = {"
+    + ", ".join(f"'{p}'" for p in PHASES)
+    + "}\n"
+    + r"""
+-- KEYS: the 7 phase indexes (PHASES order), then per pod: node info, usage, reservations,
+-- bound, pod record, pod events, pending index of the pod's profile.
+-- ARGV: now, event cap, then per pod: uid, attempt, node, devices, profile, event JSON.
+local now, cap = ARGV[1], tonumber(ARGV[2])
+local function bind_one(k, a)
+  local info, usage, resv, bound, rec, events = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4],
+                                                KEYS[k + 5], KEYS[k + 6]
+  local uid, attempt, node, devices, profile, event = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4],
+                                                     ARGV[a + 5], ARGV[a + 6]
+  local cur = redis.call('HMGET', rec, 'phase', 'version', 'profile', 'node', 'bindings', 'created_at', 'attempts')
+  local phase, version = cur[1], cur[2]
+  if phase and cur[3] ~= profile then return {'PROFILE', cur[3]} end
+  -- MARK_BOUND
+  local j = redis.call('HGET', resv, uid)
+  if not j then return {'NOT_FOUND', '', '', phase or '', version or ''} end
+  local r = cjson.decode(j)
+  if attempt ~= '' and r.attempt ~= attempt then return {'CONFLICT', '', '', phase or '', version or ''} end
+  local marked = 'OK'
+  if redis.call('SADD', bound, uid) == 0 then marked = 'ALREADY' end
+  -- BIND_POD
+  local code
+  local pnode = cur[4] or ''
+  if not phase then code = 'NOT_FOUND'
+  elseif phase == 'Deleted' then code = 'GONE'
+  elseif phase == 'Bound' or phase == 'Running' or phase == 'Succeeded' or phase == 'Failed' then
+    if pnode == node and (phase ~= 'Failed' or cur[5] ~= '0') then code = 'ALREADY' else code = 'CONFLICT' end
+  elseif attempt ~= '' and attempt ~= version then code = 'CONFLICT'
+  elseif phase == 'Reserved' and pnode ~= '' and pnode ~= node then code = 'CONFLICT'
+  else
+    redis.call('HSET', rec, 'phase', 'Bound', 'node', node, 'gpu_devices', devices, 'updated_at', now)
+    redis.call('HINCRBY', rec, 'bindings', 1)
+    local v = redis.call('HINCRBY', rec, 'version', 1)
+    for i, p in ipairs(PHASES) do
+      if p == 'Bound' then redis.call('SADD', KEYS[i], uid)
+      elseif p == phase then redis.call('SREM', KEYS[i], uid) end
+    end
+    if phase == 'Pending' then redis.call('SREM', KEYS[k + 7], uid) end
+    if event ~= '' then
+      redis.call('RPUSH', events, event)
+      redis.call('LTRIM', events, -cap, -1)
+    end
+    return {marked, 'OK', '', phase, tostring(v), cur[6] or '', cur[7] or ''}
+  end
+  if code == 'ALREADY' then return {marked, code, '', phase, version, cur[6] or '', cur[7] or ''} end
+  -- Refused: RELEASE this attempt's room (the reservation is this attempt's: checked above).
+  redis.call('SREM', bound, uid)
+  account(info, usage, r, -1)
+  redis.call('HDEL', resv, uid)
+  return {marked, code, 'OK', phase or '', version or ''}
+end
+local out = {}
+for i = 0, (#ARGV - 2) / 6 - 1 do out[i + 1] = bind_one(7 + i * 7, 2 + i * 6) end
+return out
+"""
+)
+
+START_POD = r"""
+local rec, events, resv, bound = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+if redis.call('EXISTS', rec) == 0 then return {'NOT_FOUND'} end
+local cur = redis.call('HMGET', rec, 'phase', 'version', 'profile', 'uid', 'node')
+local phase, version, profile, uid, node = cur[1], cur[2], cur[3] or '', cur[4], cur[5] or ''
+if phase == 'Deleted' then return {'GONE', version, phase, profile} end
+if node ~= ARGV[1] then return {'CONFLICT', version, phase, profile, 'the pod is on another node'} end
+if phase == 'Running' then return {'ALREADY', version, phase, profile} end
+if phase ~= 'Bound' then return {'CONFLICT', version, phase, profile, 'the pod is not bound'} end
+local j = redis.call('HGET', resv, uid)
+if not j then return {'CONFLICT', version, phase, profile, 'no reservation'} end
+if redis.call('SISMEMBER', bound, uid) == 0 then
+  return {'CONFLICT', version, phase, profile, 'its reservation is not bound'}
+end
+if ARGV[2] ~= '' and cjson.decode(j).attempt ~= ARGV[2] then
+  return {'CONFLICT', version, phase, profile, 'the reservation is another attempt\'s'}
+end
+redis.call('HSET', rec, 'phase', 'Running', 'updated_at', ARGV[3])
+local v = redis.call('HINCRBY', rec, 'version', 1)
+redis.call('SREM', KEYS[5], uid)
+redis.call('SADD', KEYS[6], uid)
+if ARGV[4] ~= '' then
+  redis.call('RPUSH', events, ARGV[4])
+  redis.call('LTRIM', events, -tonumber(ARGV[5]), -1)
+end
+return {'OK', tostring(v), phase, profile}
+"""
+
+ADMISSION_VIEW = r"""
+local cur = redis.call('HMGET', KEYS[1], 'phase', 'node', 'profile', 'updated_at')
+return {cur[1] or '', cur[2] or '', cur[3] or '', cur[4] or '', redis.call('HGET', KEYS[2], ARGV[1]) or '',
+        redis.call('SISMEMBER', KEYS[3], ARGV[1])}
+"""
+
 ACQUIRE_LEASE = (
     _LIB
     + r"""
@@ -485,8 +648,11 @@ SOURCES: dict[str, str] = {
     "put_pod": PUT_POD,
     "transition": TRANSITION,
     "bind_pod": BIND_POD,
+    "bind_many": BIND_MANY,
     "acquire_lease": ACQUIRE_LEASE,
     "release_lease": RELEASE_LEASE,
+    "start_pod": START_POD,
+    "admission_view": ADMISSION_VIEW,
 }
 """Script name -> Lua source."""
 
@@ -509,7 +675,11 @@ class Scripts:
         self.mark_bound = redis.register_script(MARK_BOUND)
         self.release = redis.register_script(RELEASE)
         self.put_pod = redis.register_script(PUT_POD)
+        self.put_pods = redis.register_script(PUT_PODS)
         self.transition = redis.register_script(TRANSITION)
         self.bind_pod = redis.register_script(BIND_POD)
+        self.bind_many = redis.register_script(BIND_MANY)
         self.acquire_lease = redis.register_script(ACQUIRE_LEASE)
         self.release_lease = redis.register_script(RELEASE_LEASE)
+        self.start_pod = redis.register_script(START_POD)
+        self.admission_view = redis.register_script(ADMISSION_VIEW)

@@ -16,7 +16,7 @@ from support import eventually
 from kubus import codec
 from kubus.api.manifests import parse_node, parse_pod
 from kubus.api.objects import Node
-from kubus.bus import EVENTS_STREAM, NODES_STREAM, ConsumerConflictError, event_subject, node_pods
+from kubus.bus import EVENTS_STREAM, NODES_STREAM, ConsumerConflictError, ensure_streams, event_subject, node_pods
 from kubus.bus.messages import ClusterEvent, NodeAssignment, encode
 from kubus.framework.nodeinfo import PodInfo
 from kubus.gpu_agent import AgentOptions, AgentService, NodeInventory
@@ -74,6 +74,14 @@ async def bound_pod(
     assert await state.mark_bound(node, uid, str(attempt)) is StoreCode.OK
     assert (await state.bind_pod(uid, node, devices, expected_version=attempt)).ok
     return NodeAssignment(uid=uid, key=pod.key, node=node, manifest=manifest, gpu_devices=devices, attempt=attempt)
+
+
+async def put_nodes(state: ClusterState, js: JetStreamContext, like: Node, count: int) -> None:
+    """The nodes of a simulation in Redis, and the streams, before its agent starts (assignments
+    waiting for it)."""
+    for node in AgentService.simulating(None, like, count).nodes.values():
+        await state.put_node(node)
+    await ensure_streams(js)
 
 
 async def assign(js: JetStreamContext, assignment: NodeAssignment | bytes, node: str | None = None) -> None:
@@ -259,6 +267,118 @@ async def test_a_pod_that_does_not_fit_the_real_node_fails(
 
         await eventually(second_failed)
         assert set(agent.running) == {first.uid}
+    assert await check_invariants(state) == []
+
+
+async def test_a_batch_admits_what_fits_and_handles_the_rest_as_one_by_one(
+    settings: ConnectionSettings, state: ClusterState, js: JetStreamContext
+) -> None:
+    # Redis believes the nodes have 8 CPUs (a stale record): they have 4, as the agent knows.
+    await put_nodes(state, js, template(cpu="8"), 2)
+    first = await bound_pod(state, "first", "sim-00000", cpu="3")
+    second = await bound_pod(state, "second", "sim-00000", cpu="3")  # does not fit next to first
+    gone = await bound_pod(state, "gone", "sim-00000", cpu="1")
+    assert await state.release("sim-00000", gone.uid) is StoreCode.OK  # its room went back meanwhile
+    gpu = await bound_pod(state, "gpu", "sim-00001", gpus=1, devices=(1,))
+    for assignment in (first, second, gone, gpu, first):  # first twice: delivered again in the batch
+        await assign(js, assignment)
+
+    agent = AgentService.simulating(settings, template(cpu="4"), 2, options(pod_duration=0))
+    sizes: list[int] = []
+    handle_batch = agent.handle_batch
+
+    async def spy(messages: Any) -> Any:
+        sizes.append(len(messages))
+        return await handle_batch(messages)
+
+    agent.handle_batch = spy  # type: ignore[method-assign]
+    async with agent:
+
+        async def settled() -> None:
+            assert admissions(agent) == {"admitted": 3.0, "rejected": 1.0, "dropped": 1.0}
+            await stream_drained(js)
+
+        await eventually(settled)
+        assert sizes[0] == 5  # one batch
+        assert set(agent.running) == {first.uid, gpu.uid}
+        assert await phase(state, first.uid) is PodPhase.RUNNING
+        assert await phase(state, gpu.uid) is PodPhase.RUNNING
+        failed = await state.get_pod(second.uid)
+        assert failed is not None and failed.phase is PodPhase.FAILED and failed.reason == "OutOfcpu"
+        assert await state.reservation("sim-00000", second.uid) is None
+        assert await phase(state, gone.uid) is PodPhase.BOUND  # not ours to run: left alone
+        assert [e.reason for e in await state.events(first.uid)] == ["Started"]
+        assert [e.reason for e in await state.events(gpu.uid)] == ["Started"]
+        assert await events(js, "kubus.events.pod.running.>") == 2
+        assert await events(js, event_subject("pod.finished", second.key)) == 1
+    assert [v for v in await check_invariants(state) if gone.uid not in v] == []
+
+
+async def test_a_redelivered_batch_admits_nothing_twice(
+    settings: ConnectionSettings, state: ClusterState, js: JetStreamContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nats.aio.msg import Msg
+
+    await put_nodes(state, js, template(), 2)
+    pods = [await bound_pod(state, f"p{i}", f"sim-0000{i % 2}") for i in range(4)]
+    for assignment in pods:
+        await assign(js, assignment)
+
+    async def lost(self: Msg) -> None:  # the agent dies before its acks leave
+        return None
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Msg, "ack", lost)
+        async with AgentService.simulating(settings, template(), 2, options(pod_duration=0, ack_wait=1.0)) as agent:
+            await eventually(lambda: _assert(len(agent.running) == 4))
+    versions = {}
+    for a in pods:
+        record = await state.get_pod(a.uid)
+        assert record is not None and record.phase is PodPhase.RUNNING
+        versions[a.uid] = record.version
+
+    async with AgentService.simulating(settings, template(), 2, options(pod_duration=0, ack_wait=1.0)) as agent:
+
+        async def redelivered() -> None:
+            assert admissions(agent) == {"admitted": 4.0}
+            await stream_drained(js)
+
+        await eventually(redelivered)
+        assert set(agent.running) == {a.uid for a in pods}
+    for a in pods:
+        record = await state.get_pod(a.uid)
+        assert record is not None and record.phase is PodPhase.RUNNING and record.version == versions[a.uid]
+        assert [e.reason for e in await state.events(a.uid)] == ["Started"]
+    assert await events(js, "kubus.events.pod.running.>") == 4
+    assert await check_invariants(state) == []
+
+
+async def test_a_batch_that_fails_halfway_is_admitted_again_one_by_one(
+    settings: ConnectionSettings, state: ClusterState, js: JetStreamContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import kubus.gpu_agent.service as service
+
+    await put_nodes(state, js, template(), 1)
+    pods = [await bound_pod(state, f"p{i}", "sim-00000") for i in range(3)]
+    for assignment in pods:
+        await assign(js, assignment)
+
+    async def unavailable(*args: Any, **kw: Any) -> Any:  # after the pods started in Redis
+        raise TimeoutError("JetStream did not answer")
+
+    monkeypatch.setattr(service, "publish_durable_many", unavailable)
+    async with AgentService.simulating(settings, template(), 1, options(pod_duration=0)) as agent:
+
+        async def settled() -> None:
+            assert admissions(agent) == {"admitted": 3.0}
+            await stream_drained(js)
+
+        await eventually(settled)
+        assert set(agent.running) == {a.uid for a in pods}
+    for a in pods:
+        assert await phase(state, a.uid) is PodPhase.RUNNING
+        assert [e.reason for e in await state.events(a.uid)] == ["Started"]
+    assert await events(js, "kubus.events.pod.running.>") == 3
     assert await check_invariants(state) == []
 
 

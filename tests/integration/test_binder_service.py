@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
+from nats.js.api import PubAck
 from support import eventually
 
 from kubus import codec
@@ -22,7 +24,9 @@ from kubus.bus import (
     NODES_STREAM,
     PODS_REQUEUE,
     PODS_STREAM,
+    Publication,
     bind,
+    ensure_streams,
     event_subject,
     node_pods,
 )
@@ -55,12 +59,12 @@ def options(**kw: Any) -> BinderOptions:
     return BinderOptions(**{"fetch_timeout": 0.2, **kw})
 
 
-async def add_node(state: ClusterState, name: str = "node-a", *, gpus: int = 0) -> None:
+async def add_node(state: ClusterState, name: str = "node-a", *, gpus: int = 0, cpu: str = "4") -> None:
     meta: dict[str, Any] = {"name": name}
     if gpus:
         devices = [{"index": i, "model": "H100", "memory": "80Gi"} for i in range(gpus)]
         meta["annotations"] = {"kubus.io/gpus": codec.dumps(devices).decode()}
-    node = parse_node({"kind": "Node", "metadata": meta, "status": {"capacity": {"cpu": "4", "memory": "8Gi"}}})
+    node = parse_node({"kind": "Node", "metadata": meta, "status": {"capacity": {"cpu": cpu, "memory": "64Gi"}}})
     await state.put_node(node)
 
 
@@ -359,7 +363,7 @@ async def test_transient_errors_are_retried_then_the_pod_is_handed_back(
 class NodeUnreachableBinder(BinderService):
     """A binder whose announcement to the node always fails (NATS trouble after bind_pod)."""
 
-    async def _announce(self, request: BindRequest, *, fresh: bool) -> None:
+    async def _publish(self, publications: Sequence[Publication]) -> list[PubAck | Exception]:
         raise ConnectionError("nats went away")
 
 
@@ -422,3 +426,154 @@ def test_options_and_command_line() -> None:
 
 def _assert(condition: bool) -> None:
     assert condition
+
+
+# ---- batches -----------------------------------------------------------------------------------
+
+
+class PickyGate:
+    """WaitOnPermit per pod name: rejects those in `reject`, holds those in `hold` until
+    `release` is set, lets the rest through at once."""
+
+    def __init__(self, reject: set[str], hold: set[str]) -> None:
+        self.reject, self.hold = reject, hold
+        self.release = asyncio.Event()
+
+    async def wait_on_permit(self, request: BindRequest) -> Status:
+        name = request.key.split("/", 1)[1]
+        if name in self.hold:
+            await self.release.wait()
+        if name in self.reject:
+            return Status.unschedulable("gang incomplete")
+        return Status.success()
+
+
+async def test_a_batch_binds_the_good_ones_and_gives_back_the_bad_ones(
+    settings: ConnectionSettings, state: ClusterState, js: JetStreamContext
+) -> None:
+    await add_node(state, cpu="16")
+    good = [await reserve_pod(state, f"good{i}") for i in range(4)]
+    rejected = await reserve_pod(state, "rejected")  # Permit says no: unreserved and handed back
+    slow = await reserve_pod(state, "slow")  # Permit waits: the rest must not wait for it
+    deleted = await reserve_pod(state, "deleted")
+    assert (await state.transition(deleted.uid, PodPhase.DELETED)).ok
+    moved = await reserve_pod(state, "moved")  # the pod moved on: this attempt's room released
+    assert (await state.transition(moved.uid, PodPhase.RESERVED, node="node-a", expected_version=moved.attempt)).ok
+    stale = await reserve_pod(state, "stale")  # the janitor gave this attempt up
+    assert str(await state.unreserve("node-a", stale.uid, str(stale.attempt))) == "OK"
+    assert (await state.transition(stale.uid, PodPhase.PENDING, expected_version=stale.attempt)).ok
+    batch = [good[0], rejected, good[1], slow, deleted, good[2], moved, stale, good[3]]
+    await ensure_streams(js)
+    for request in batch:  # all in the stream before the binder starts: one fetch takes them all
+        await send(js, request)
+
+    gate = PickyGate(reject={"rejected"}, hold={"slow"})
+    async with BinderService(settings, options(), permit=gate) as binder:
+
+        async def others_done() -> None:
+            assert results(binder) == {
+                "bound": 4.0,
+                "handed_back": 1.0,
+                "deleted": 1.0,
+                "conflict": 1.0,
+                "abandoned": 1.0,
+            }
+
+        await eventually(others_done)
+        pods = {p.uid: p for p in await state.get_pods(r.uid for r in batch) if p}
+        assert all(pods[r.uid].phase is PodPhase.BOUND and pods[r.uid].bindings == 1 for r in good)
+        assert pods[slow.uid].phase is PodPhase.RESERVED  # still waiting on Permit
+        gate.release.set()
+        await eventually(lambda: handled(js, binder, {
+            "bound": 5.0, "handed_back": 1.0, "deleted": 1.0, "conflict": 1.0, "abandoned": 1.0
+        }))  # fmt: skip
+
+    pods = {p.uid: p for p in await state.get_pods(r.uid for r in batch) if p}
+    for request in [*good, slow]:
+        assert pods[request.uid].phase is PodPhase.BOUND and pods[request.uid].bindings == 1
+        r = await state.reservation("node-a", request.uid)
+        assert r is not None and r.state is ReservationState.BOUND
+        assert [e.reason for e in await state.events(request.uid)] == ["Scheduled"]
+    for request in (rejected, deleted, moved, stale):
+        assert pods[request.uid].bindings == 0
+        assert await state.reservation("node-a", request.uid) is None
+    assert pods[deleted.uid].phase is PodPhase.DELETED
+    assert (pods[moved.uid].phase, pods[moved.uid].version) == (PodPhase.RESERVED, moved.attempt + 1)
+    usage = await state.node_usage("node-a")
+    assert usage is not None and usage.pods == 5
+    assert await messages(js, NODES_STREAM.name) == 5
+    assert await messages(js, EVENTS_STREAM.name, "kubus.events.pod.bound.>") == 5
+    assert await messages(js, EVENTS_STREAM.name, "kubus.events.pod.unreserved.>") == 3  # rejected, deleted, moved
+    (outcome,) = (await requeued(js)).outcomes  # only the rejected one goes back to the queue
+    assert (outcome.uid, outcome.kind, outcome.attempt) == (rejected.uid, OutcomeKind.BIND_FAILED, rejected.attempt)
+    assert await messages(js, PODS_STREAM.name, PODS_REQUEUE) == 1
+    assert (await state.transition(rejected.uid, PodPhase.PENDING, expected_version=rejected.attempt)).ok
+    # (the newer attempt of `moved` never reserved: what the janitor would do)
+    assert (await state.transition(moved.uid, PodPhase.PENDING, expected_version=moved.attempt + 1)).ok
+    assert await check_invariants(state) == []
+
+
+async def test_a_redelivered_batch_binds_nothing_twice(
+    settings: ConnectionSettings, state: ClusterState, js: JetStreamContext
+) -> None:
+    from kubus.store.cluster_state import Binding
+
+    await add_node(state, cpu="16")
+    requests = [await reserve_pod(state, f"p{i}") for i in range(6)]
+    # A binder died after its Bind step for the first three, before telling anyone or acking.
+    done = await state.bind_many([Binding(r.uid, r.node, r.attempt, r.gpu_devices, r.profile) for r in requests[:3]])
+    assert [r.write and r.write.code for r in done] == ["OK"] * 3
+    await ensure_streams(js)
+    for request in requests:  # the redelivery, in one batch, each twice
+        await send(js, request, times=2)
+    async with BinderService(settings, options()) as binder:
+        await eventually(lambda: handled(js, binder, {"bound": 12.0}))
+        for request in requests:  # and the whole batch once more
+            await send(js, request)
+        await eventually(lambda: handled(js, binder, {"bound": 18.0}))
+    for pod in await state.get_pods(r.uid for r in requests):
+        assert pod is not None and pod.phase is PodPhase.BOUND and pod.bindings == 1
+    usage = await state.node_usage("node-a")
+    assert usage is not None and usage.pods == 6
+    assert await messages(js, NODES_STREAM.name) == 6  # every node told, once
+    assert await messages(js, EVENTS_STREAM.name, "kubus.events.pod.bound.>") == 6
+    for request in requests[3:]:
+        assert [e.reason for e in await state.events(request.uid)] == ["Scheduled"]
+    sli = binder.metrics.pod_scheduling_sli_duration.collect()[0]
+    assert [s.value for s in sli.samples if s.name.endswith("_count")] == [3.0]  # bound now: 3 of 6
+    assert await check_invariants(state) == []
+
+
+class OneUnluckyBinder(BinderService):
+    """Telling anyone about pod `p1` fails once (its node's stream briefly away); the rest of
+    its batch goes out."""
+
+    failed = False
+
+    async def _publish(self, publications: Sequence[Publication]) -> list[PubAck | Exception]:
+        ok = [p for p in publications if self.failed or "/uid-p1/" not in p.msg_id]
+        acks = iter(await super()._publish(ok))
+        out: list[PubAck | Exception] = []
+        for p in publications:
+            if p in ok:
+                out.append(next(acks))
+            else:
+                self.failed = True
+                out.append(ConnectionError("stream away"))
+        return out
+
+
+async def test_a_failed_announcement_retries_that_pod_alone(
+    settings: ConnectionSettings, state: ClusterState, js: JetStreamContext
+) -> None:
+    await add_node(state, cpu="16")
+    requests = [await reserve_pod(state, f"p{i}") for i in range(4)]
+    await ensure_streams(js)
+    for request in requests:
+        await send(js, request)
+    async with OneUnluckyBinder(settings, options()) as binder:
+        await eventually(lambda: handled(js, binder, {"bound": 4.0, "retry": 1.0}))
+    for pod in await state.get_pods(r.uid for r in requests):
+        assert pod is not None and pod.phase is PodPhase.BOUND and pod.bindings == 1
+    assert await messages(js, NODES_STREAM.name) == 4
+    assert await check_invariants(state) == []

@@ -436,11 +436,11 @@ async def test_a_leader_that_lost_its_lease_after_reserving_gives_the_room_back_
     async with running(service):
         await loaded(service, 1)
         assert service.cluster is not None
-        reserve = service.cluster.reserve
+        reserve_many = service.cluster.reserve_many
         stolen = asyncio.Event()
 
-        async def reserve_then_lose_the_lease(node: str, reservation: Reservation) -> Any:
-            answer = await reserve(node, reservation)
+        async def reserve_then_lose_the_lease(reservations: list[Reservation]) -> Any:
+            answer = await reserve_many(reservations)
             if not stolen.is_set():
                 stolen.set()
                 await steal_lease(state, PROFILE)
@@ -451,7 +451,7 @@ async def test_a_leader_that_lost_its_lease_after_reserving_gives_the_room_back_
                 await eventually(deposed)
             return answer
 
-        service.cluster.reserve = reserve_then_lose_the_lease  # type: ignore[method-assign]
+        service.cluster.reserve_many = reserve_then_lose_the_lease  # type: ignore[method-assign]
         pods = [await submit(state, f"web-{i}") for i in range(2)]
         queue.offer(*pods)
         outcomes = await queue.decided(*pods)

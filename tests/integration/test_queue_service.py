@@ -44,7 +44,7 @@ from kubus.framework.nodeinfo import PodInfo
 from kubus.plugins import in_tree_registry
 from kubus.queue import ERROR_HEADER, QueueName, QueueOptions, QueueService, read_submission
 from kubus.queue.__main__ import main as queue_main
-from kubus.queue.intake import identify
+from kubus.queue.intake import Rejected, identify
 from kubus.service import ServiceState
 from kubus.settings import ConnectionSettings
 from kubus.store import ClusterState, EventType, PodPhase, PodRecord, Reservation, check_invariants
@@ -373,7 +373,11 @@ async def test_delete_takes_a_pod_out_of_the_queue_and_off_its_node(
         await publish_durable(js, PODS_DELETE, encode(PodDeletion("default", name)), f"delete/{name}")
     await stored(state, uid_of(queued_data), PodPhase.DELETED)
     await stored(state, uid_of(reserved_data), PodPhase.DELETED)
-    assert await state.reservations("n1") == []
+
+    async def released() -> None:  # released right after the transition to Deleted
+        assert await state.reservations("n1") == []
+
+    await eventually(released)
     assert all(not q.uids() for q in queue.queues.values())
     deleted = await eventually(lambda: _at_least(events.of("pod.deleted"), 2))
     assert {(e.name, e.node) for e in deleted} == {("default/queued", ""), ("default/reserved", "n1")}
@@ -403,6 +407,108 @@ async def test_messages_about_one_pod_keep_their_order_within_a_batch(
         record = await state.find_pod("default", f"p{i}")
         assert record is not None and record.phase is (PodPhase.DELETED if i % 2 else PodPhase.PENDING)
     assert sorted(await pop_names(nats)) == sorted(f"p{i}" for i in range(0, 20, 2))
+
+
+async def test_one_batch_of_good_bad_repeated_and_deleted_submits_is_handled_like_one_by_one(
+    start_queue: QueueFactory, nats: NATS, js: JetStreamContext, redis: aioredis.Redis, events: EventLog
+) -> None:
+    await ensure_streams(js)
+    state = ClusterState(redis)
+
+    async def send(subject: str, data: bytes, msg_id: str) -> None:
+        await publish_durable(js, subject, data, msg_id)
+
+    def sub_id(ns_name: str, data: bytes, extra: str = "") -> str:
+        return f"submit/{ns_name}/{hashlib.sha256(data).hexdigest()}{extra}"
+
+    # Published before the queue starts: fetched as one batch.
+    for i in range(5):
+        await send(PODS_SUBMIT, pod_manifest(f"good{i}"), sub_id(f"default/good{i}", pod_manifest(f"good{i}")))
+    bad = pod_manifest("bad", cpu="lots")
+    await send(PODS_SUBMIT, bad, sub_id("default/bad", bad))
+    await send(PODS_SUBMIT, b"\x00 not a pod", "submit/garbage")
+    twice = pod_manifest("twice")
+    await send(PODS_SUBMIT, twice, sub_id("default/twice", twice))
+    await send(PODS_SUBMIT, twice, sub_id("default/twice", twice, "-again"))  # the same pod again
+    gated, lifted = pod_manifest("gated", gates=("example.com/a",)), pod_manifest("gated")
+    await send(PODS_SUBMIT, gated, sub_id("default/gated", gated))
+    await send(PODS_SUBMIT, lifted, sub_id("default/gated", lifted))  # resubmitted without its gate
+    gone = pod_manifest("gone")
+    await send(PODS_SUBMIT, gone, sub_id("default/gone", gone))
+    await send(PODS_DELETE, encode(PodDeletion("default", "gone")), "delete/gone")
+    pod_list = codec.dumps(
+        {"apiVersion": "v1", "kind": "PodList", "items": [codec.loads(pod_manifest(f"listed{i}")) for i in range(2)]}
+    )
+    await send(PODS_SUBMIT, pod_list, "submit/a-list")
+    yaml_pod = b"apiVersion: v1\nkind: Pod\nmetadata: {name: yaml-pod}\nspec: {containers: [{name: c}]}\n"
+    await send(PODS_SUBMIT, yaml_pod, sub_id("default/yaml-pod", yaml_pod))
+
+    queue = await start_queue()
+    want = {*(f"good{i}" for i in range(5)), "twice", "gated", "listed0", "listed1", "yaml-pod"}
+
+    async def all_acked() -> None:
+        info = await js.consumer_info("KUBUS_PODS", "kubus-queue")
+        assert (info.num_pending, info.num_ack_pending) == (0, 0), info
+
+    await eventually(all_acked)
+    assert len(queue.queues[DEFAULT]) == len(want)
+    assert sorted(await pop_names(nats)) == sorted(want)
+    for name in want:
+        record = await state.find_pod("default", name)
+        assert record is not None and record.phase is PodPhase.PENDING and record.reason == "", name
+    assert "schedulingGates" not in codec.loads((await state.find_pod("default", "gated")).manifest)["spec"]  # type: ignore[union-attr]
+    assert (await state.find_pod("default", "gone")).phase is PodPhase.DELETED  # type: ignore[union-attr]
+    assert await state.find_pod("default", "bad") is None
+
+    rejected = await eventually(lambda: _at_least(events.of("pod.rejected"), 2))
+    assert {e.name for e in rejected} >= {"default/bad"} and len(rejected) == 2
+    accepted = await eventually(lambda: _at_least(events.of("pod.accepted"), len(want) + 1))
+    assert sorted(e.name for e in accepted) == sorted({f"default/{n}" for n in want} | {"default/gone"})
+    assert await check_invariants(state) == []
+
+
+async def test_a_batch_whose_store_fails_is_handled_one_message_at_a_time(
+    start_queue: QueueFactory, nats: NATS, js: JetStreamContext, redis: aioredis.Redis
+) -> None:
+    await ensure_streams(js)
+    for i in range(4):  # published before the queue starts: fetched as one batch
+        data = pod_manifest(f"p{i}")
+        await publish_durable(js, PODS_SUBMIT, data, f"submit/default/p{i}/{hashlib.sha256(data).hexdigest()}")
+    failures: list[int] = []
+    real = ClusterState.put_pods
+
+    async def fail_once(self: ClusterState, records: Any) -> list[bool]:
+        if not failures:
+            failures.append(len(records))
+            raise RuntimeError("boom")
+        return await real(self, records)
+
+    ClusterState.put_pods = fail_once  # type: ignore[method-assign]
+    try:
+        queue = await start_queue()
+        await eventually(lambda: _assert(len(queue.queues[DEFAULT]) == 4))
+    finally:
+        ClusterState.put_pods = real  # type: ignore[method-assign]
+    assert failures == [4]  # the batch failed, then each message was stored alone (put_pod)
+    assert sorted(await pop_names(nats)) == ["p0", "p1", "p2", "p3"]
+
+    async def all_acked() -> None:
+        info = await js.consumer_info("KUBUS_PODS", "kubus-queue")
+        assert (info.num_pending, info.num_ack_pending) == (0, 0), info
+
+    await eventually(all_acked)
+
+
+def test_a_json_pod_is_read_once_and_gives_what_the_general_path_gives() -> None:
+    data = pod_manifest("fast", priority=3, annotations={"a": "b"}, gates=("x/y",))
+    [fast] = read_submission(data, source="t", max_manifest_bytes=1 << 20)
+    # Leading blanks: not the fast path.
+    [general] = read_submission(b"  " + data, source="t", max_manifest_bytes=1 << 20)
+    assert fast == general
+    assert codec.loads(fast.manifest)["metadata"]["uid"] == fast.pod.metadata.uid
+    with pytest.raises(Rejected) as err:
+        read_submission(pod_manifest("bad", cpu="lots"), source="t", max_manifest_bytes=1 << 20)
+    assert err.value.key == "default/bad" and "resources.requests.cpu" in str(err.value)
 
 
 # -- gates -------------------------------------------------------------------------------------------

@@ -701,3 +701,292 @@ async def test_concurrent_retries_of_one_bind_bind_once(state: ClusterState) -> 
     marks = await asyncio.gather(*(state.mark_bound("n1", "uid-p") for _ in range(20)))
     assert marks.count(StoreCode.OK) == 1
     assert await check_invariants(state) == []
+
+
+@pytest.mark.parametrize("cluster", [False, True], ids=["one-script", "cluster-steps"])
+async def test_bind_many_is_mark_bound_bind_pod_release_per_pod(redis: aioredis.Redis, cluster: bool) -> None:
+    from kubus.store.cluster_state import Binding
+
+    state = ClusterState(redis, cluster=cluster)
+    await state.put_node(make_node("n1", cpu="16", memory="64Gi", gpus=h100s(2)))
+    await state.put_node(make_node("n2"))
+
+    async def reserved(name: str, node: str = "n1", *, profile: str = "default-scheduler") -> int:
+        pod, manifest = make_pod(name, profile=profile)
+        await submit(state, pod, manifest)
+        w = await state.transition(pod.metadata.uid, PodPhase.RESERVED, node=node, count_attempt=True)
+        assert w.ok
+        assert (await state.reserve(node, reservation(pod, node, attempt=str(w.version)))).ok
+        return w.version
+
+    good = await reserved("good")
+    gpu_pod, gpu_manifest = make_pod("gpu", whole_gpus=1)
+    await submit(state, gpu_pod, gpu_manifest)
+    w = await state.transition("uid-gpu", PodPhase.RESERVED, node="n1", count_attempt=True)
+    assert (await state.reserve("n1", reservation(gpu_pod, "n1", (1,), attempt=str(w.version)))).ok
+    gpu = w.version
+    deleted = await reserved("deleted")
+    assert (await state.transition("uid-deleted", PodPhase.DELETED)).ok
+    moved = await reserved("moved")  # a newer attempt began, its reservation not yet made
+    assert (await state.transition("uid-moved", PodPhase.RESERVED, node="n1", expected_version=moved)).ok
+    lost = await reserved("lost")  # a hand-back cut short: room given back, pod still Reserved
+    assert await state.unreserve("n1", "uid-lost", str(lost)) is StoreCode.OK
+    other = await reserved("other", "n2")  # the reservation is another attempt's
+    batch = await reserved("batch", "n2", profile="batch")  # the profile given is wrong
+    pod, manifest = make_pod("pending", profile="batch")  # Pending, reserved by a retry of any attempt
+    await submit(state, pod, manifest)
+    assert (await state.reserve("n2", reservation(pod, "n2", attempt="x"))).ok
+
+    event = PodEvent(1.0, EventType.NORMAL, "Scheduled", "bound", "test")
+    bindings = [
+        Binding("uid-good", "n1", good, (), "default-scheduler", event),
+        Binding("uid-gpu", "n1", gpu, (1,), "default-scheduler", event),
+        Binding("uid-deleted", "n1", deleted, (), "default-scheduler", event),
+        Binding("uid-moved", "n1", moved, (), "default-scheduler", event),
+        Binding("uid-lost", "n1", lost, (), "default-scheduler", event),
+        Binding("uid-other", "n2", other + 100, (), "default-scheduler", event),
+        Binding("uid-batch", "n2", batch, (), "default-scheduler", event),
+        Binding("uid-pending", "n2", 0, (), "batch", event),
+        Binding("uid-ghost", "n2", 7, (), "default-scheduler", event),
+    ]
+    results = await state.bind_many(bindings)
+    summary = [(r.marked, r.write and r.write.code, r.released, r.bound) for r in results]
+    assert summary == [
+        (StoreCode.OK, StoreCode.OK, None, True),
+        (StoreCode.OK, StoreCode.OK, None, True),
+        (StoreCode.OK, StoreCode.GONE, StoreCode.OK, False),
+        (StoreCode.OK, StoreCode.CONFLICT, StoreCode.OK, False),
+        (StoreCode.NOT_FOUND, None, None, False),
+        (StoreCode.CONFLICT, None, None, False),
+        (StoreCode.OK, StoreCode.OK, None, True),
+        (StoreCode.OK, StoreCode.OK, None, True),
+        (StoreCode.NOT_FOUND, None, None, False),
+    ]
+    assert (results[0].write.version, results[0].write.phase) == (good + 1, PodPhase.RESERVED)  # type: ignore[union-attr]
+    assert results[0].attempts == 1 and results[0].created_at > 0
+    assert (results[3].write.phase, results[3].write.version) == (PodPhase.RESERVED, moved + 1)  # type: ignore[union-attr]
+    assert (results[4].phase, results[4].version) == (PodPhase.RESERVED, lost)
+    assert (results[8].phase, results[8].version) == (None, 0)
+    for uid, node in (("uid-good", "n1"), ("uid-gpu", "n1"), ("uid-batch", "n2"), ("uid-pending", "n2")):
+        record = await state.get_pod(uid)
+        assert record is not None and record.phase is PodPhase.BOUND and record.node == node and record.bindings == 1
+        assert [e.reason for e in await state.events(uid)] == ["Scheduled"]
+        r = await state.reservation(node, uid)
+        assert r is not None and r.state is ReservationState.BOUND
+    gpu_record = await state.get_pod("uid-gpu")
+    assert gpu_record is not None and gpu_record.gpu_devices == (1,)
+    for uid in ("uid-deleted", "uid-moved", "uid-lost"):
+        assert await state.reservation("n1", uid) is None
+        assert await state.events(uid) == []
+    assert await state.pod_uids_in_phase(PodPhase.BOUND) == {"uid-good", "uid-gpu", "uid-batch", "uid-pending"}
+    assert await state.pod_uids_in_phase(PodPhase.PENDING, profile="batch") == set()
+    assert "uid-moved" in await state.pod_uids_in_phase(PodPhase.RESERVED)
+    before = await usage(state, "n1")
+    assert before["pods"] == 2 and before["g:1:pods"] == 1
+
+    # Redelivered: nothing bound twice, no event twice, no room given back twice.
+    again = await state.bind_many(bindings)
+    assert [(r.marked, r.write and r.write.code, r.released) for r in again] == [
+        (StoreCode.ALREADY, StoreCode.ALREADY, None),
+        (StoreCode.ALREADY, StoreCode.ALREADY, None),
+        (StoreCode.NOT_FOUND, None, None),
+        (StoreCode.NOT_FOUND, None, None),
+        (StoreCode.NOT_FOUND, None, None),
+        (StoreCode.CONFLICT, None, None),
+        (StoreCode.ALREADY, StoreCode.ALREADY, None),
+        (StoreCode.ALREADY, StoreCode.ALREADY, None),
+        (StoreCode.NOT_FOUND, None, None),
+    ]
+    assert again[0].attempts == 1 and again[0].created_at == results[0].created_at
+    assert (again[2].phase, again[3].phase) == (PodPhase.DELETED, PodPhase.RESERVED)
+    assert await usage(state, "n1") == before
+    for uid in ("uid-good", "uid-gpu", "uid-batch", "uid-pending"):
+        record = await state.get_pod(uid)
+        assert record is not None and record.bindings == 1
+        assert len(await state.events(uid)) == 1
+    assert await state.bind_many([]) == []
+
+
+@pytest.mark.parametrize("cluster", [False, True], ids=["pipelined", "cluster-one-by-one"])
+async def test_transition_many_and_reserve_many_equal_one_call_per_pod(redis: aioredis.Redis, cluster: bool) -> None:
+    from kubus.store import Move
+
+    state = ClusterState(redis, cluster=cluster)
+    await state.put_node(make_node("n1", cpu="2", pods=10))
+    pods = [make_pod(f"p{i}", cpu="1") for i in range(3)]
+    for pod, manifest in pods:
+        await submit(state, pod, manifest)
+    fresh = ClusterState(redis, cluster=cluster)  # knows no profile yet: reads them first
+    moves = [
+        Move(
+            f"uid-p{i}", PodPhase.RESERVED, expected_phases=frozenset({PodPhase.PENDING}), node="n1", count_attempt=True
+        )
+        for i in range(3)
+    ]
+    moves.append(Move("ghost", PodPhase.PENDING))
+    moves.append(Move("uid-p0", PodPhase.PENDING, expected_phases=frozenset()))  # nothing acceptable
+    writes = await fresh.transition_many(moves)
+    assert [w.code for w in writes] == [StoreCode.OK] * 3 + [StoreCode.NOT_FOUND, StoreCode.CONFLICT]
+    assert [w.phase for w in writes[:3]] == [PodPhase.PENDING] * 3
+    again = await fresh.transition_many(moves[:1])  # no longer Pending
+    assert (again[0].code, again[0].phase) == (StoreCode.CONFLICT, PodPhase.RESERVED)
+    for i in range(3):
+        record = await state.get_pod(f"uid-p{i}")
+        assert record is not None and (record.phase, record.node, record.attempts) == (PodPhase.RESERVED, "n1", 1)
+    assert await state.pod_uids_in_phase(PodPhase.RESERVED) == {"uid-p0", "uid-p1", "uid-p2"}
+
+    # Two fit on 2 CPUs; the third sees the first two and is refused, and changes nothing.
+    holds = [reservation(pod, "n1", attempt=str(w.version)) for (pod, _), w in zip(pods, writes, strict=False)]
+    answers = await fresh.reserve_many(holds)
+    assert [a.code for a in answers] == [StoreCode.OK, StoreCode.OK, StoreCode.CONFLICT]
+    assert answers[2].reasons == ("Insufficient cpu",)
+    assert (await fresh.reserve_many(holds[:1]))[0].already
+    assert {k: v for k, v in (await usage(state, "n1")).items() if k != "r:memory"} == {"r:cpu": 2000, "pods": 2}
+    assert await fresh.reserve_many([]) == []
+    with pytest.raises(ValueError):
+        await fresh.reserve_many([reservation(pods[0][0], "")])
+
+
+@pytest.mark.parametrize("cluster", [False, True], ids=["one-script", "cluster-steps"])
+async def test_admission_views_and_start_pods(redis: aioredis.Redis, cluster: bool) -> None:
+    from kubus.store import PodStart
+
+    state = ClusterState(redis, cluster=cluster)
+    await state.put_node(make_node("n1", cpu="16", memory="64Gi", gpus=h100s(2)))
+    await state.put_node(make_node("n2"))
+
+    async def bound(name: str, node: str = "n1", devices: tuple[int, ...] = ()) -> str:
+        pod, manifest = make_pod(name, whole_gpus=len(devices))
+        uid = pod.metadata.uid
+        await submit(state, pod, manifest)
+        attempt = (await state.transition(uid, PodPhase.RESERVED, node=node, count_attempt=True)).version
+        assert (await state.reserve(node, reservation(pod, node, devices, attempt=str(attempt)))).ok
+        assert await state.mark_bound(node, uid, str(attempt)) is StoreCode.OK
+        assert (await state.bind_pod(uid, node, devices, expected_version=attempt)).ok
+        return str(attempt)
+
+    a0, a1, a2 = await bound("p0", devices=(1,)), await bound("p1"), await bound("p2")
+    pod, manifest = make_pod("reserved-only")
+    await submit(state, pod, manifest)
+    w = await state.transition("uid-reserved-only", PodPhase.RESERVED, node="n1", count_attempt=True)
+    assert (await state.reserve("n1", reservation(pod, "n1", attempt=str(w.version)))).ok
+
+    fresh = ClusterState(redis, cluster=cluster)  # knows no profile yet: the views tell it
+    views = await fresh.admission_views(
+        [("n1", "uid-p0"), ("n2", "uid-p1"), ("n1", "ghost"), ("n1", "uid-reserved-only")]
+    )
+    p0, elsewhere, ghost, unbound = views
+    assert (p0.phase, p0.pod_node, p0.profile) == (PodPhase.BOUND, "n1", "default-scheduler")
+    assert p0.updated_at > 0
+    assert p0.reservation is not None and p0.reservation.state is ReservationState.BOUND
+    assert p0.reservation.gpu_devices == (1,) and p0.reservation.attempt == a0
+    assert (elsewhere.phase, elsewhere.pod_node, elsewhere.reservation) == (PodPhase.BOUND, "n1", None)
+    assert (ghost.phase, ghost.reservation) == (None, None)
+    assert unbound.reservation is not None and unbound.reservation.state is ReservationState.RESERVED
+    assert await fresh.admission_views([]) == []
+
+    def start(uid: str, node: str = "n1", attempt: str = "", event: str = "Started") -> PodStart:
+        return PodStart(uid, node, attempt, PodEvent(1.0, EventType.NORMAL, event))
+
+    results = await fresh.start_pods(
+        [
+            start("uid-p0", attempt=a0),
+            start("uid-p1", attempt=str(int(a1) + 5)),  # another attempt's reservation
+            start("uid-p2", node="n2"),  # not on that node
+            start("ghost"),
+            start("uid-reserved-only"),  # not bound
+        ]
+    )
+    assert [r.code for r in results] == [StoreCode.OK] + [StoreCode.CONFLICT] * 2 + [
+        StoreCode.NOT_FOUND,
+        StoreCode.CONFLICT,
+    ]
+    assert results[0].started and results[0].phase is PodPhase.BOUND
+    assert results[1].phase is PodPhase.BOUND and not results[1].started
+    assert "attempt" in results[1].reason and "another node" in results[2].reason
+    assert "not bound" in results[4].reason
+    assert [(await state.get_pod(u)).phase for u in ("uid-p0", "uid-p1", "uid-p2")] == [  # type: ignore[union-attr]
+        PodPhase.RUNNING,
+        PodPhase.BOUND,
+        PodPhase.BOUND,
+    ]
+    assert await state.pod_uids_in_phase(PodPhase.RUNNING) == {"uid-p0"}
+    assert [e.reason for e in await state.events("uid-p0")] == ["Started"]
+    assert await state.events("uid-p1") == []
+
+    # A retry is ALREADY and appends nothing; a reservation released behind the agent's back
+    # (or one never marked bound) starts nothing; a deleted pod is GONE.
+    again = await fresh.start_pods([start("uid-p0", attempt=a0, event="Again")])
+    assert again[0].code is StoreCode.ALREADY and again[0].started
+    assert [e.reason for e in await state.events("uid-p0")] == ["Started"]
+    assert await state.release("n1", "uid-p1") is StoreCode.OK
+    assert (await fresh.start_pods([start("uid-p1", attempt=a1)]))[0].reason == "no reservation"
+    assert (await state.transition("uid-p2", PodPhase.DELETED)).ok
+    assert (await fresh.start_pods([start("uid-p2", attempt=a2)]))[0].code is StoreCode.GONE
+    assert await fresh.start_pods([]) == []
+    assert await state.release("n1", "uid-p2") is StoreCode.OK
+    assert (await state.transition("uid-p1", PodPhase.FAILED)).ok
+    assert await check_invariants(state) == []
+
+
+# ---- batched intake and the heartbeats index (the queue) -----------------------------------------
+
+
+async def test_put_pods_is_put_pod_for_many_in_one_round_trip(state: ClusterState) -> None:
+    pods = [make_pod(f"p{i}", profile="gpu" if i % 2 else "default-scheduler") for i in range(3)]
+    records = [PodRecord.of(pod, manifest, now=10.0) for pod, manifest in pods]
+    assert await state.put_pod(records[1])  # stored before: not stored again
+    again = PodRecord.of(pods[0][0], b'{"changed": true}', now=11.0)  # the same uid twice: first wins
+    assert await state.put_pods([records[0], records[1], records[2], again]) == [True, False, True, False]
+    assert await state.put_pods([]) == []
+    for record in records:
+        got = await state.get_pod(record.uid)
+        assert got is not None and got.manifest == record.manifest and got.version == 1
+        assert got.phase is PodPhase.PENDING
+    assert await state.pod_uids_in_phase(PodPhase.PENDING, profile="gpu") == {records[1].uid}
+    assert await state.pod_uids_in_phase(PodPhase.PENDING) == {r.uid for r in records}
+    assert await state.find_pod("default", "p2") is not None
+    assert await check_invariants(state) == []
+
+    # Stored field by field exactly as put_pod stores them, odd text included.
+    pod, _ = make_pod("odd")
+    manifest = codec.dumps({"metadata": {"annotations": {"a": 'ü "q" \\ \u0000 \n 😀'}}})
+    odd = PodRecord.of(pod, manifest, now=12.5)
+    assert await state.put_pods([odd]) == [True]
+
+    def text(raw: dict[Any, Any]) -> dict[str, str]:
+        return {
+            (k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
+            for k, v in raw.items()
+        }
+
+    raw = await state.redis.hgetall(state.keys.pod_record(odd.uid))
+    assert text(raw) == text({**odd.to_fields(), "version": "1"})
+
+
+async def test_heartbeats_index_follows_heartbeats_and_deletes(state: ClusterState) -> None:
+    for name in ("n1", "n2", "n3"):
+        await state.put_node(make_node(name))
+    assert await state.silent_nodes(1e12) == []  # never heartbeated: not in the index
+    await state.heartbeat("n1", 100.0)
+    assert await state.heartbeat_many(["n2", "ghost"], 200.0) == [
+        HeartbeatResult(found=True, revived=False, generation=1),
+        HeartbeatResult(found=False),
+    ]
+    assert await state.silent_nodes(150.0) == ["n1"]
+    assert await state.silent_nodes(200.0) == ["n1", "n2"]  # oldest first; a ghost is never indexed
+    await state.heartbeat("n1", 300.0)
+    assert await state.silent_nodes(250.0) == ["n2"]
+    assert await state.node_count() == 3
+
+    # Healing: a node missing from the index is added; one there keeps its (newer) time.
+    assert await state.index_heartbeats({"n3": 50.0, "n1": 10.0}) == 1
+    assert await state.silent_nodes(250.0) == ["n3", "n2"]
+    assert await state.index_heartbeats({}) == 0
+
+    await state.delete_node("n2")
+    assert await state.silent_nodes(1e12) == ["n3", "n1"]
+    await state.forget_heartbeats(["n3", "never-there"])
+    await state.forget_heartbeats([])
+    assert await state.silent_nodes(1e12) == ["n1"]
+    assert await state.node_count() == 2

@@ -360,9 +360,7 @@ def test_default_plugin_missing_from_the_registry() -> None:
         f'plugin "ImageLocality" is not registered (known: {known})'
     )
     # disabling it is enough
-    cfg = load(
-        "profiles: [{plugins: {multiPoint: {disabled: [{name: ImageLocality}]}}}]", registry=partial
-    )
+    cfg = load("profiles: [{plugins: {multiPoint: {disabled: [{name: ImageLocality}]}}}]", registry=partial)
     assert ("ImageLocality", 1) not in lists(cfg.profiles[0])["score"]
 
 
@@ -411,9 +409,7 @@ def test_profile_lookup() -> None:
 
 
 def _set(enabled: list[Any] = (), disabled: list[str] = ()) -> _PluginSet:  # type: ignore[assignment]
-    return _PluginSet(
-        tuple(_Entry(*e) if isinstance(e, tuple) else _Entry(e) for e in enabled), tuple(disabled)
-    )
+    return _PluginSet(tuple(_Entry(*e) if isinstance(e, tuple) else _Entry(e) for e in enabled), tuple(disabled))
 
 
 def _names(pset: _PluginSet) -> list[Any]:
@@ -503,9 +499,7 @@ def _names(pset: _PluginSet) -> list[Any]:
         ),
     ],
 )
-def test_merge_plugin_set(
-    default: _PluginSet, custom: _PluginSet, enabled: list[Any], disabled: list[str]
-) -> None:
+def test_merge_plugin_set(default: _PluginSet, custom: _PluginSet, enabled: list[Any], disabled: list[str]) -> None:
     merged = _merge_plugin_set(default, custom)
     assert _names(merged) == enabled
     assert list(merged.disabled) == disabled
@@ -540,9 +534,7 @@ def expand(plugins: str) -> dict[str, list[Any]]:
     return lists(cfg.profiles[0])
 
 
-TP_SP1 = (
-    "multiPoint: {enabled: [{name: TestPlugin}, {name: ScorePlugin1}], disabled: [{name: '*'}]}"
-)
+TP_SP1 = "multiPoint: {enabled: [{name: TestPlugin}, {name: ScorePlugin1}], disabled: [{name: '*'}]}"
 
 
 def test_plugin_expansion() -> None:
@@ -562,9 +554,7 @@ def test_disable_multipoint_plugin_at_some_extension_points() -> None:
 
 
 def test_multiple_multipoint_plugins() -> None:
-    got = expand(
-        "multiPoint: {enabled: [{name: TestPlugin}, {name: ScorePlugin1}], disabled: [{name: '*'}]}"
-    )
+    got = expand("multiPoint: {enabled: [{name: TestPlugin}, {name: ScorePlugin1}], disabled: [{name: '*'}]}")
     want = _all_points()
     want["preScore"] = ["TestPlugin", "ScorePlugin1"]
     want["score"] = [("TestPlugin", 1), ("ScorePlugin1", 1)]
@@ -594,9 +584,7 @@ def test_reorder_multipoint_plugins_specified_extension_takes_precedence() -> No
 
 def test_reorder_only_when_the_plugin_is_in_multipoint() -> None:
     got = expand(
-        TP_SP1 + "\n"
-        "score:\n"
-        "  enabled: [{name: ScoreWithNormalizePlugin1}, {name: ScorePlugin1}, {name: TestPlugin}]"
+        TP_SP1 + "\nscore:\n  enabled: [{name: ScoreWithNormalizePlugin1}, {name: ScorePlugin1}, {name: TestPlugin}]"
     )
     want = _all_points()
     want["preScore"] = ["TestPlugin", "ScorePlugin1"]
@@ -605,10 +593,7 @@ def test_reorder_only_when_the_plugin_is_in_multipoint() -> None:
 
 
 def test_override_multipoint_plugin_weights() -> None:
-    got = expand(
-        TP_SP1 + "\n"
-        "score: {enabled: [{name: ScorePlugin1, weight: 5}, {name: TestPlugin, weight: 3}]}"
-    )
+    got = expand(TP_SP1 + "\nscore: {enabled: [{name: ScorePlugin1, weight: 5}, {name: TestPlugin, weight: 3}]}")
     want = _all_points()
     want["preScore"] = ["TestPlugin", "ScorePlugin1"]
     want["score"] = [("ScorePlugin1", 5), ("TestPlugin", 3)]
@@ -646,10 +631,7 @@ def test_disable_and_enable_multipoint_plugin_by_name() -> None:
 
 def test_multipoint_plugin_registered_twice() -> None:
     with pytest.raises(ConfigError) as e:
-        expand(
-            "multiPoint: {enabled: [{name: TestPlugin}, {name: TestPlugin}],"
-            " disabled: [{name: '*'}]}"
-        )
+        expand("multiPoint: {enabled: [{name: TestPlugin}, {name: TestPlugin}], disabled: [{name: '*'}]}")
     assert str(e.value) == (
         'profile "default-scheduler": plugins.multiPoint.enabled[1]: '
         'plugin "TestPlugin" is enabled twice through multiPoint'
@@ -691,9 +673,7 @@ def test_specific_score_entry_without_weight_overrides_multipoint_weight() -> No
 
 
 def test_multipoint_reconfigures_default_in_place() -> None:
-    cfg = load(
-        "profiles: [{plugins: {multiPoint: {enabled: [{name: TaintToleration, weight: 7}]}}}]"
-    )
+    cfg = load("profiles: [{plugins: {multiPoint: {enabled: [{name: TaintToleration, weight: 7}]}}}]")
     assert lists(cfg.profiles[0])["score"][0] == ("TaintToleration", 7)
     assert lists(cfg.profiles[0])["filter"] == DEFAULT_LISTS["filter"]
 
@@ -707,8 +687,7 @@ def test_disable_a_default_at_one_extension_point() -> None:
 
 def test_disable_all_scores_and_enable_one() -> None:
     cfg = load(
-        "profiles: [{plugins: {score: {enabled: [{name: NodeResourcesFit, weight: 4}],"
-        " disabled: [{name: '*'}]}}}]"
+        "profiles: [{plugins: {score: {enabled: [{name: NodeResourcesFit, weight: 4}], disabled: [{name: '*'}]}}}]"
     )
     got = lists(cfg.profiles[0])
     assert got["score"] == [("NodeResourcesFit", 4)]
@@ -732,10 +711,7 @@ def test_enable_gpufit_through_multipoint() -> None:
 
 
 def test_replace_queue_sort() -> None:
-    cfg = load(
-        "profiles: [{plugins: {queueSort: {enabled: [{name: OtherSort}],"
-        " disabled: [{name: '*'}]}}}]"
-    )
+    cfg = load("profiles: [{plugins: {queueSort: {enabled: [{name: OtherSort}], disabled: [{name: '*'}]}}}]")
     assert lists(cfg.profiles[0])["queueSort"] == ["OtherSort"]
 
 
@@ -744,15 +720,11 @@ def test_replace_queue_sort() -> None:
 
 def test_enabling_an_unregistered_plugin() -> None:
     msg = error("profiles: [{schedulerName: x, plugins: {filter: {enabled: [{name: Foo}]}}}]")
-    assert msg == (
-        f'profile "x": plugins.filter.enabled[0]: plugin "Foo" is not registered (known: {KNOWN})'
-    )
+    assert msg == (f'profile "x": plugins.filter.enabled[0]: plugin "Foo" is not registered (known: {KNOWN})')
 
 
 def test_enabling_a_kube_plugin_kubus_lacks() -> None:
-    msg = error(
-        "profiles: [{plugins: {multiPoint: {enabled: [{name: PodTopologySpread, weight: 2}]}}}]"
-    )
+    msg = error("profiles: [{plugins: {multiPoint: {enabled: [{name: PodTopologySpread, weight: 2}]}}}]")
     assert msg == (
         'profile "default-scheduler": plugins.multiPoint.enabled[0]: plugin "PodTopologySpread" '
         f"is not registered: not implemented in kubus yet (known: {KNOWN})"
@@ -770,28 +742,19 @@ def test_enabling_a_removed_plugin() -> None:
 
 def test_plugin_enabled_where_it_does_not_plug_in() -> None:
     msg = error("profiles: [{plugins: {bind: {enabled: [{name: NodeName}]}}}]")
-    assert msg == (
-        'profile "default-scheduler": plugins.bind.enabled[0]: '
-        'plugin "NodeName" does not extend bind'
-    )
+    assert msg == ('profile "default-scheduler": plugins.bind.enabled[0]: plugin "NodeName" does not extend bind')
 
 
 def test_plugin_enabled_twice_at_one_point() -> None:
-    msg = error(
-        "profiles: [{plugins: {filter: {enabled: [{name: CustomFilter}, {name: CustomFilter}]}}}]"
-    )
+    msg = error("profiles: [{plugins: {filter: {enabled: [{name: CustomFilter}, {name: CustomFilter}]}}}]")
     assert msg == (
-        'profile "default-scheduler": plugins.filter.enabled[1]: '
-        'plugin "CustomFilter" is enabled twice at filter'
+        'profile "default-scheduler": plugins.filter.enabled[1]: plugin "CustomFilter" is enabled twice at filter'
     )
 
 
 def test_repeated_custom_plugin_is_rejected() -> None:
     # kube: RepeatedCustomPlugin merges into a duplicate that framework creation rejects
-    msg = error(
-        "profiles: [{plugins: {multiPoint: {enabled:"
-        " [{name: GPUFit}, {name: GPUFit, weight: 4}]}}}]"
-    )
+    msg = error("profiles: [{plugins: {multiPoint: {enabled: [{name: GPUFit}, {name: GPUFit, weight: 4}]}}}]")
     assert msg == (
         'profile "default-scheduler": plugins.multiPoint.enabled[1]: '
         'plugin "GPUFit" is enabled twice through multiPoint'
@@ -801,17 +764,13 @@ def test_repeated_custom_plugin_is_rejected() -> None:
 def test_two_queue_sorts() -> None:
     msg = error("profiles: [{plugins: {queueSort: {enabled: [{name: OtherSort}]}}}]")
     assert msg == (
-        'profile "default-scheduler": plugins: only one queue sort plugin required, '
-        "but got 2 (PrioritySort, OtherSort)"
+        'profile "default-scheduler": plugins: only one queue sort plugin required, but got 2 (PrioritySort, OtherSort)'
     )
 
 
 def test_no_queue_sort() -> None:
     msg = error("profiles: [{plugins: {queueSort: {disabled: [{name: '*'}]}}}]")
-    assert (
-        msg
-        == 'profile "default-scheduler": plugins: only one queue sort plugin required, but got 0'
-    )
+    assert msg == 'profile "default-scheduler": plugins: only one queue sort plugin required, but got 0'
 
 
 def test_no_bind_plugin() -> None:
@@ -828,9 +787,7 @@ def test_negative_weight() -> None:
 
 
 def test_weight_must_fit_int32() -> None:
-    msg = error(
-        "profiles: [{plugins: {score: {enabled: [{name: ImageLocality, weight: 2147483648}]}}}]"
-    )
+    msg = error("profiles: [{plugins: {score: {enabled: [{name: ImageLocality, weight: 2147483648}]}}}]")
     assert msg == (
         'profile "default-scheduler": plugins.score.enabled[0].weight: invalid value 2147483648: '
         "out of range for a 32-bit integer"
@@ -842,17 +799,13 @@ def test_score_weight_overflow(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(config_module, "MAX_TOTAL_SCORE", 800)
     assert load("")  # 3+2+1+1+1 = 8 -> 800: exactly fits
     msg = error("profiles: [{plugins: {score: {enabled: [{name: ImageLocality, weight: 2}]}}}]")
-    assert (
-        msg
-        == 'profile "default-scheduler": plugins.score: total score of Score plugins could overflow'
-    )
+    assert msg == 'profile "default-scheduler": plugins.score: total score of Score plugins could overflow'
 
 
 def test_plugin_entry_fields_are_strict() -> None:
     msg = error("profiles: [{plugins: {filter: {enabled: [{name: NodeName, wieght: 1}]}}}]")
     assert msg == (
-        'profile "default-scheduler": plugins.filter.enabled[0]: unknown field "wieght" '
-        "(known fields: name, weight)"
+        'profile "default-scheduler": plugins.filter.enabled[0]: unknown field "wieght" (known fields: name, weight)'
     )
     msg = error("profiles: [{plugins: {filter: {enabled: [{weight: 1}]}}}]")
     assert msg == 'profile "default-scheduler": plugins.filter.enabled[0].name: required'
@@ -961,10 +914,7 @@ def test_invalid_yaml() -> None:
 
 
 def test_global_settings() -> None:
-    cfg = load(
-        "parallelism: 8\npercentageOfNodesToScore: 35\n"
-        "podInitialBackoffSeconds: 2\npodMaxBackoffSeconds: 2\n"
-    )
+    cfg = load("parallelism: 8\npercentageOfNodesToScore: 35\npodInitialBackoffSeconds: 2\npodMaxBackoffSeconds: 2\n")
     assert (
         cfg.parallelism,
         cfg.percentage_of_nodes_to_score,
@@ -998,13 +948,11 @@ def test_global_settings() -> None:
         ),
         (
             "podInitialBackoffSeconds: 20",
-            "podMaxBackoffSeconds: invalid value 10: must be greater than or equal to "
-            "PodInitialBackoffSeconds",
+            "podMaxBackoffSeconds: invalid value 10: must be greater than or equal to PodInitialBackoffSeconds",
         ),
         (
             "podInitialBackoffSeconds: 5\npodMaxBackoffSeconds: 4",
-            "podMaxBackoffSeconds: invalid value 4: must be greater than or equal to "
-            "PodInitialBackoffSeconds",
+            "podMaxBackoffSeconds: invalid value 4: must be greater than or equal to PodInitialBackoffSeconds",
         ),
         ("profiles: {}", "profiles: expected a list, got mapping"),
         ("profiles: [null]", "profiles[0]: expected a mapping, got null"),
@@ -1027,9 +975,7 @@ def test_scheduler_names() -> None:
     assert error("profiles: [{schedulerName: a}, {}]") == "profiles[1]: schedulerName: required"
     assert error("profiles: [{}, {schedulerName: a}]") == "profiles[0]: schedulerName: required"
     assert error("profiles: [{schedulerName: ''}]") == "profiles[0]: schedulerName: required"
-    assert error("profiles: [{schedulerName: 7}]") == (
-        "profiles[0]: schedulerName: expected a string, got number"
-    )
+    assert error("profiles: [{schedulerName: 7}]") == ("profiles[0]: schedulerName: expected a string, got number")
     assert error("profiles: [{schedulerName: a}, {schedulerName: b}, {schedulerName: a}]") == (
         'profiles[2]: schedulerName: duplicate value "a" (also profiles[0].schedulerName)'
     )
@@ -1042,10 +988,7 @@ def test_queue_sort_must_be_common() -> None:
         'profile "b": plugins.queueSort: queue sort must be the same for all profiles: '
         '"OtherSort" here, "PrioritySort" in profile "a"'
     )
-    cfg = load(
-        f"profiles: [{{schedulerName: a, plugins: {other}}},"
-        f" {{schedulerName: b, plugins: {other}}}]"
-    )
+    cfg = load(f"profiles: [{{schedulerName: a, plugins: {other}}}, {{schedulerName: b, plugins: {other}}}]")
     assert [lists(p)["queueSort"] for p in cfg.profiles] == [["OtherSort"], ["OtherSort"]]
 
 
@@ -1076,9 +1019,7 @@ def test_queue_sort_args_must_be_common() -> None:
 
 def test_duplicate_plugin_config() -> None:
     # kube: duplicated-plugin-config
-    assert error(
-        "profiles: [{pluginConfig: [{name: NodeResourcesFit}, {name: NodeResourcesFit}]}]"
-    ) == (
+    assert error("profiles: [{pluginConfig: [{name: NodeResourcesFit}, {name: NodeResourcesFit}]}]") == (
         'profile "default-scheduler": pluginConfig[1]: duplicate config for plugin '
         '"NodeResourcesFit" (also pluginConfig[0])'
     )
@@ -1086,8 +1027,7 @@ def test_duplicate_plugin_config() -> None:
 
 def test_plugin_config_for_unknown_plugin() -> None:
     assert error("profiles: [{pluginConfig: [{name: FooPlugin}]}]") == (
-        'profile "default-scheduler": pluginConfig[0].name: plugin "FooPlugin" is not registered '
-        f"(known: {KNOWN})"
+        f'profile "default-scheduler": pluginConfig[0].name: plugin "FooPlugin" is not registered (known: {KNOWN})'
     )
     assert error("profiles: [{pluginConfig: [{name: GCEPDLimits}]}]") == (
         'profile "default-scheduler": pluginConfig[0].name: plugin "GCEPDLimits" was removed in '
@@ -1110,9 +1050,7 @@ def test_plugin_config_kind_must_match() -> None:
 
 
 def test_plugin_without_args_type_takes_no_args() -> None:
-    assert load("profiles: [{pluginConfig: [{name: NodeName, args: {}}]}]") == default_config(
-        REGISTRY
-    )
+    assert load("profiles: [{pluginConfig: [{name: NodeName, args: {}}]}]") == default_config(REGISTRY)
     assert error("profiles: [{pluginConfig: [{name: NodeName, args: {x: 1}}]}]") == (
         'profile "default-scheduler": pluginConfig[0].args: plugin "NodeName" takes no args'
     )
@@ -1166,9 +1104,7 @@ def test_requested_to_capacity_ratio() -> None:
     assert got.scoring_strategy == ScoringStrategy(
         ScoringStrategyType.REQUESTED_TO_CAPACITY_RATIO,
         (ResourceSpec("cpu", 1), ResourceSpec("memory", 1)),
-        RequestedToCapacityRatioParam(
-            (UtilizationShapePoint(0, 0), UtilizationShapePoint(100, 10))
-        ),
+        RequestedToCapacityRatioParam((UtilizationShapePoint(0, 0), UtilizationShapePoint(100, 10))),
     )
 
 
@@ -1197,8 +1133,7 @@ RTCR = "{scoringStrategy: {type: RequestedToCapacityRatio, requestedToCapacityRa
         ),
         (
             "{ignoredResourceGroups: [example.com/]}",
-            '.ignoredResourceGroups[0]: invalid value "example.com/": resource group name '
-            "can't contain '/'",
+            ".ignoredResourceGroups[0]: invalid value \"example.com/\": resource group name can't contain '/'",
         ),
         (
             "{ignoredResourceGroups: [%s]}" % ("a" * 64),
@@ -1206,8 +1141,7 @@ RTCR = "{scoringStrategy: {type: RequestedToCapacityRatio, requestedToCapacityRa
         ),
         (
             "{ignoredResourceGroups: [example.com/aa]}",
-            '.ignoredResourceGroups[0]: invalid value "example.com/aa": resource group name '
-            "can't contain '/'",
+            ".ignoredResourceGroups[0]: invalid value \"example.com/aa\": resource group name can't contain '/'",
         ),
         (
             "{scoringStrategy: {type: Invalid}}",
@@ -1244,8 +1178,7 @@ RTCR = "{scoringStrategy: {type: RequestedToCapacityRatio, requestedToCapacityRa
         ),
         (
             RTCR % "[]",
-            ".scoringStrategy.requestedToCapacityRatio.shape: required: at least one point must "
-            "be specified",
+            ".scoringStrategy.requestedToCapacityRatio.shape: required: at least one point must be specified",
         ),
         (
             RTCR % "[{utilization: -1, score: 3}]",
@@ -1263,20 +1196,17 @@ RTCR = "{scoringStrategy: {type: RequestedToCapacityRatio, requestedToCapacityRa
             "values must be sorted in increasing order",
         ),
         (
-            RTCR % "[{utilization: 10, score: 3}, {utilization: 20, score: 3},"
-            " {utilization: 15, score: 3}]",
+            RTCR % "[{utilization: 10, score: 3}, {utilization: 20, score: 3}, {utilization: 15, score: 3}]",
             ".scoringStrategy.requestedToCapacityRatio.shape[2].utilization: invalid value 15: "
             "values must be sorted in increasing order",
         ),
         (
             RTCR % "[{utilization: 10, score: -1}]",
-            ".scoringStrategy.requestedToCapacityRatio.shape[0].score: invalid value -1: "
-            "not in valid range [0, 10]",
+            ".scoringStrategy.requestedToCapacityRatio.shape[0].score: invalid value -1: not in valid range [0, 10]",
         ),
         (
             RTCR % "[{utilization: 10, score: 11}]",
-            ".scoringStrategy.requestedToCapacityRatio.shape[0].score: invalid value 11: "
-            "not in valid range [0, 10]",
+            ".scoringStrategy.requestedToCapacityRatio.shape[0].score: invalid value 11: not in valid range [0, 10]",
         ),
         (
             "{scoringStrategy: {type: LeastAllocated, requestedToCapacityRatio: {shape: []}}}",
@@ -1285,8 +1215,7 @@ RTCR = "{scoringStrategy: {type: RequestedToCapacityRatio, requestedToCapacityRa
         ),
         (
             "{scoringStrategy: {type: LeastAllocated, resource: []}}",
-            '.scoringStrategy: unknown field "resource" (known fields: type, resources, '
-            "requestedToCapacityRatio)",
+            '.scoringStrategy: unknown field "resource" (known fields: type, resources, requestedToCapacityRatio)',
         ),
         (
             "{ignoredResource: [cpu]}",
@@ -1314,8 +1243,7 @@ def test_balanced_allocation_args() -> None:
     )
     assert args_of(
         plugin,
-        "{resources: [{name: cpu}, {name: scalar.io/scalar0},"
-        " {name: scalar.io/scalar1, weight: 1}]}",
+        "{resources: [{name: cpu}, {name: scalar.io/scalar0}, {name: scalar.io/scalar1, weight: 1}]}",
     ) == NodeResourcesBalancedAllocationArgs(
         (
             ResourceSpec("cpu", 1),
@@ -1351,29 +1279,19 @@ def test_node_affinity_args() -> None:
                 (
                     NodeSelectorTerm(
                         match_expressions=(
-                            NodeSelectorRequirement(
-                                "nvidia.com/gpu.present", SelectorOperator.IN, ("true",)
-                            ),
+                            NodeSelectorRequirement("nvidia.com/gpu.present", SelectorOperator.IN, ("true",)),
                             NodeSelectorRequirement("cores", SelectorOperator.GT, ("8",)),
                         )
                     ),
                     NodeSelectorTerm(
-                        match_fields=(
-                            NodeSelectorRequirement(
-                                "metadata.name", SelectorOperator.NOT_IN, ("node-1",)
-                            ),
-                        )
+                        match_fields=(NodeSelectorRequirement("metadata.name", SelectorOperator.NOT_IN, ("node-1",)),)
                     ),
                 )
             ),
             preferred=(
                 PreferredSchedulingTerm(
                     10,
-                    NodeSelectorTerm(
-                        match_expressions=(
-                            NodeSelectorRequirement("zone", SelectorOperator.EXISTS),
-                        )
-                    ),
+                    NodeSelectorTerm(match_expressions=(NodeSelectorRequirement("zone", SelectorOperator.EXISTS),)),
                 ),
             ),
         )
@@ -1445,25 +1363,18 @@ def test_gpu_args() -> None:
     assert args_of("GPUFit", "{}") == GPUArgs(GPUMode.BINPACK)
     assert args_of("GPUFit", "{mode: spread}") == GPUArgs(GPUMode.SPREAD)
     assert args_of("GPUFit", "{mode: spread}").mode == "spread"
-    assert args_error("GPUFit", "{mode: pack}") == (
-        '.mode: unsupported value "pack" (supported: "binpack", "spread")'
-    )
-    assert args_error("GPUFit", "{mode: binpack, gpus: 2}") == (
-        ': unknown field "gpus" (known fields: mode)'
-    )
+    assert args_error("GPUFit", "{mode: pack}") == ('.mode: unsupported value "pack" (supported: "binpack", "spread")')
+    assert args_error("GPUFit", "{mode: binpack, gpus: 2}") == (': unknown field "gpus" (known fields: mode)')
 
 
 def test_out_of_tree_dataclass_args() -> None:
-    assert args_of("ZonePreference", "{preferredZone: a, zoneWeights: [1, 2]}") == ZoneArgs(
-        "a", (1, 2)
-    )
+    assert args_of("ZonePreference", "{preferredZone: a, zoneWeights: [1, 2]}") == ZoneArgs("a", (1, 2))
     assert args_error("ZonePreference", "{zone: a}") == (
         ': unknown field "zone" (known fields: preferredZone, zoneWeights)'
     )
     # an enabled plugin whose args have a required field needs a pluginConfig
     assert error("profiles: [{plugins: {score: {enabled: [{name: ZonePreference}]}}}]") == (
-        'profile "default-scheduler": pluginConfig: plugin "ZonePreference" needs args: '
-        "args.preferredZone: required"
+        'profile "default-scheduler": pluginConfig: plugin "ZonePreference" needs args: args.preferredZone: required'
     )
 
 
@@ -1479,14 +1390,11 @@ def test_out_of_tree_from_config_args() -> None:
 
 def test_load_from_file_names_the_file(tmp_path: Path) -> None:
     path = tmp_path / "sched.yaml"
-    path.write_text(
-        HEADER + "profiles: [{schedulerName: x, plugins: {filter: {enabled: [{name: Foo}]}}}]\n"
-    )
+    path.write_text(HEADER + "profiles: [{schedulerName: x, plugins: {filter: {enabled: [{name: Foo}]}}}]\n")
     with pytest.raises(ConfigError) as e:
         load_config(path, registry=REGISTRY)
     assert str(e.value) == (
-        f'{path}: profile "x": plugins.filter.enabled[0]: '
-        f'plugin "Foo" is not registered (known: {KNOWN})'
+        f'{path}: profile "x": plugins.filter.enabled[0]: plugin "Foo" is not registered (known: {KNOWN})'
     )
     assert (e.value.source, e.value.scope, e.value.path) == (
         str(path),
@@ -1502,9 +1410,7 @@ def test_load_from_file_names_the_file(tmp_path: Path) -> None:
 def test_missing_file() -> None:
     with pytest.raises(ConfigError) as e:
         load_config("/nonexistent/sched.yaml", registry=REGISTRY)
-    assert (
-        str(e.value) == "/nonexistent/sched.yaml: cannot read the file: No such file or directory"
-    )
+    assert str(e.value) == "/nonexistent/sched.yaml: cannot read the file: No such file or directory"
 
 
 def test_json_text_and_mappings() -> None:

@@ -55,12 +55,15 @@ def test_parse_node_gpus_sorts_and_defaults() -> None:
     ("value", "expected"),
     [
         ("[]", ()),
-        ('[{"index": 0, "model": "m", "memory": "40Gi"}]',
-         (GPUDevice(index=0, uuid="", model="m", memory=40 * Gi),)),
-        ('[{"index": 0, "model": "m", "memory": "40G", "uuid": null, "healthy": null}]',
-         (GPUDevice(index=0, uuid="", model="m", memory=40 * 10**9),)),
-        ('[{"index": 0, "model": "m", "memory": "0.5Gi", "healthy": true}]',
-         (GPUDevice(index=0, uuid="", model="m", memory=Gi // 2),)),
+        ('[{"index": 0, "model": "m", "memory": "40Gi"}]', (GPUDevice(index=0, uuid="", model="m", memory=40 * Gi),)),
+        (
+            '[{"index": 0, "model": "m", "memory": "40G", "uuid": null, "healthy": null}]',
+            (GPUDevice(index=0, uuid="", model="m", memory=40 * 10**9),),
+        ),
+        (
+            '[{"index": 0, "model": "m", "memory": "0.5Gi", "healthy": true}]',
+            (GPUDevice(index=0, uuid="", model="m", memory=Gi // 2),),
+        ),
     ],
 )
 def test_parse_node_gpus_valid(value: str, expected: tuple[GPUDevice, ...]) -> None:
@@ -80,35 +83,37 @@ GOOD = '"model": "m", "memory": "1Gi"'
         ('[{"model": "m", "memory": "1Gi"}]', "[0].index: is required"),
         ('[{"index": 0, "memory": "1Gi"}]', "[0].model: is required"),
         ('[{"index": 0, "model": "m"}]', "[0].memory: is required"),
-        ('[{"index": 0, "model": "m", "memory": "1Gi", "heatlhy": false}]',
-         '[0]: unknown field "heatlhy" (known: index, uuid, model, memory, healthy)'),
-        (f'[{{"index": -1, {GOOD}}}]',
-         "[0].index: expected a non-negative integer, got integer -1"),
-        (f'[{{"index": "0", {GOOD}}}]',
-         '[0].index: expected a non-negative integer, got string "0"'),
-        (f'[{{"index": true, {GOOD}}}]',
-         "[0].index: expected a non-negative integer, got boolean true"),
-        ('[{"index": 0, "model": "", "memory": "1Gi"}]',
-         '[0].model: expected a non-empty string, got string ""'),
-        ('[{"index": 0, "model": "m", "memory": "80GB"}]',
-         '[0].memory: quantity "80GB" is not valid'),
-        ('[{"index": 0, "model": "m", "memory": "-1Gi"}]',
-         '[0].memory: quantity "-1Gi" must not be negative'),
+        (
+            '[{"index": 0, "model": "m", "memory": "1Gi", "heatlhy": false}]',
+            '[0]: unknown field "heatlhy" (known: index, uuid, model, memory, healthy)',
+        ),
+        (f'[{{"index": -1, {GOOD}}}]', "[0].index: expected a non-negative integer, got integer -1"),
+        (f'[{{"index": "0", {GOOD}}}]', '[0].index: expected a non-negative integer, got string "0"'),
+        (f'[{{"index": true, {GOOD}}}]', "[0].index: expected a non-negative integer, got boolean true"),
+        ('[{"index": 0, "model": "", "memory": "1Gi"}]', '[0].model: expected a non-empty string, got string ""'),
+        ('[{"index": 0, "model": "m", "memory": "80GB"}]', '[0].memory: quantity "80GB" is not valid'),
+        ('[{"index": 0, "model": "m", "memory": "-1Gi"}]', '[0].memory: quantity "-1Gi" must not be negative'),
         ('[{"index": 0, "model": "m", "memory": 0}]', "[0].memory: must be greater than 0"),
-        ('[{"index": 0, "model": "m", "memory": [1]}]',
-         "[0].memory: expected a quantity string or integer bytes, got list"),
+        (
+            '[{"index": 0, "model": "m", "memory": [1]}]',
+            "[0].memory: expected a quantity string or integer bytes, got list",
+        ),
         (f'[{{"index": 0, {GOOD}, "uuid": 7}}]', "[0].uuid: expected a string, got integer"),
-        (f'[{{"index": 0, {GOOD}, "healthy": "yes"}}]',
-         '[0].healthy: expected true or false, got string "yes"'),
+        (f'[{{"index": 0, {GOOD}, "healthy": "yes"}}]', '[0].healthy: expected true or false, got string "yes"'),
         (f'[{{"index": 0, {GOOD}}}, {{"index": 0, {GOOD}}}]', "index 0 appears twice"),
-        (f'[{{"index": 0, {GOOD}}}, {{"index": 2, {GOOD}}}]',
-         'indices must be 0..1 without gaps, got [0, 2] (mark a failed GPU "healthy": false '
-         "instead of leaving it out)"),
-        (f'[{{"index": 1, {GOOD}}}]',
-         'indices must be 0..0 without gaps, got [1] (mark a failed GPU "healthy": false '
-         "instead of leaving it out)"),
-        (f'[{{"index": 0, "uuid": "GPU-x", {GOOD}}}, {{"index": 1, "uuid": "GPU-x", {GOOD}}}]',
-         'uuid "GPU-x" appears twice (indices 0 and 1)'),
+        (
+            f'[{{"index": 0, {GOOD}}}, {{"index": 2, {GOOD}}}]',
+            'indices must be 0..1 without gaps, got [0, 2] (mark a failed GPU "healthy": false '
+            "instead of leaving it out)",
+        ),
+        (
+            f'[{{"index": 1, {GOOD}}}]',
+            'indices must be 0..0 without gaps, got [1] (mark a failed GPU "healthy": false instead of leaving it out)',
+        ),
+        (
+            f'[{{"index": 0, "uuid": "GPU-x", {GOOD}}}, {{"index": 1, "uuid": "GPU-x", {GOOD}}}]',
+            'uuid "GPU-x" appears twice (indices 0 and 1)',
+        ),
     ],
 )
 def test_parse_node_gpus_errors(value: str, message: str) -> None:
@@ -140,66 +145,102 @@ def gpu_pod(
         pytest.param(gpu_pod(), None, id="no gpu"),
         pytest.param(gpu_pod(requests={"cpu": 1000}), None, id="cpu only"),
         pytest.param(gpu_pod(requests={"nvidia.com/gpu": 0}), None, id="zero gpus"),
-        pytest.param(gpu_pod(requests={"nvidia.com/gpu": 2}),
-                     GPURequest(count=2, memory=0, models=(), shared=False), id="whole"),
-        pytest.param(gpu_pod(requests={"nvidia.com/gpu": 1}, init_requests={"nvidia.com/gpu": 4}),
-                     GPURequest(count=4, memory=0, models=(), shared=False),
-                     id="whole, aggregated like other resources"),
-        pytest.param(gpu_pod({GPU_MEMORY_ANNOTATION: "40Gi"}, requests={"nvidia.com/gpu": 4}),
-                     GPURequest(count=4, memory=40 * Gi, models=(), shared=False),
-                     id="whole with a minimum memory"),
-        pytest.param(gpu_pod({GPU_MODEL_ANNOTATION: f"{A100}, {H100}"},
-                             requests={"nvidia.com/gpu": 1}),
-                     GPURequest(count=1, memory=0, models=(A100, H100), shared=False),
-                     id="whole, models"),
-        pytest.param(gpu_pod({GPU_MEMORY_ANNOTATION: "20Gi"}),
-                     GPURequest(count=1, memory=20 * Gi, models=(), shared=True), id="shared"),
-        pytest.param(gpu_pod({GPU_MEMORY_ANNOTATION: " 16Gi ", GPU_COUNT_ANNOTATION: "2"}),
-                     GPURequest(count=2, memory=16 * Gi, models=(), shared=True),
-                     id="shared over 2 devices"),
-        pytest.param(gpu_pod({GPU_MEMORY_ANNOTATION: "10G", GPU_MODEL_ANNOTATION: H100}),
-                     GPURequest(count=1, memory=10 * 10**9, models=(H100,), shared=True),
-                     id="shared, model"),
-        pytest.param(gpu_pod({GPU_MEMORY_ANNOTATION: "10Gi"}, requests={"nvidia.com/gpu": 0}),
-                     GPURequest(count=1, memory=10 * Gi, models=(), shared=True),
-                     id="shared; nvidia.com/gpu 0 is no whole GPU"),
+        pytest.param(
+            gpu_pod(requests={"nvidia.com/gpu": 2}), GPURequest(count=2, memory=0, models=(), shared=False), id="whole"
+        ),
+        pytest.param(
+            gpu_pod(requests={"nvidia.com/gpu": 1}, init_requests={"nvidia.com/gpu": 4}),
+            GPURequest(count=4, memory=0, models=(), shared=False),
+            id="whole, aggregated like other resources",
+        ),
+        pytest.param(
+            gpu_pod({GPU_MEMORY_ANNOTATION: "40Gi"}, requests={"nvidia.com/gpu": 4}),
+            GPURequest(count=4, memory=40 * Gi, models=(), shared=False),
+            id="whole with a minimum memory",
+        ),
+        pytest.param(
+            gpu_pod({GPU_MODEL_ANNOTATION: f"{A100}, {H100}"}, requests={"nvidia.com/gpu": 1}),
+            GPURequest(count=1, memory=0, models=(A100, H100), shared=False),
+            id="whole, models",
+        ),
+        pytest.param(
+            gpu_pod({GPU_MEMORY_ANNOTATION: "20Gi"}),
+            GPURequest(count=1, memory=20 * Gi, models=(), shared=True),
+            id="shared",
+        ),
+        pytest.param(
+            gpu_pod({GPU_MEMORY_ANNOTATION: " 16Gi ", GPU_COUNT_ANNOTATION: "2"}),
+            GPURequest(count=2, memory=16 * Gi, models=(), shared=True),
+            id="shared over 2 devices",
+        ),
+        pytest.param(
+            gpu_pod({GPU_MEMORY_ANNOTATION: "10G", GPU_MODEL_ANNOTATION: H100}),
+            GPURequest(count=1, memory=10 * 10**9, models=(H100,), shared=True),
+            id="shared, model",
+        ),
+        pytest.param(
+            gpu_pod({GPU_MEMORY_ANNOTATION: "10Gi"}, requests={"nvidia.com/gpu": 0}),
+            GPURequest(count=1, memory=10 * Gi, models=(), shared=True),
+            id="shared; nvidia.com/gpu 0 is no whole GPU",
+        ),
     ],
 )
 def test_pod_gpu_request(p: Pod, expected: GPURequest | None) -> None:
     assert pod_gpu_request(p) == expected
-    assert pod_gpu_request(p, requests={"nvidia.com/gpu": expected.count if (
-        expected and not expected.shared) else 0}) == expected
+    assert (
+        pod_gpu_request(p, requests={"nvidia.com/gpu": expected.count if (expected and not expected.shared) else 0})
+        == expected
+    )
 
 
 @pytest.mark.parametrize(
     ("p", "annotation", "message"),
     [
-        (gpu_pod({GPU_MEMORY_ANNOTATION: "lots"}), GPU_MEMORY_ANNOTATION,
-         'quantity "lots" is not valid'),
+        (gpu_pod({GPU_MEMORY_ANNOTATION: "lots"}), GPU_MEMORY_ANNOTATION, 'quantity "lots" is not valid'),
         (gpu_pod({GPU_MEMORY_ANNOTATION: "0"}), GPU_MEMORY_ANNOTATION, "must be greater than 0"),
-        (gpu_pod({GPU_MEMORY_ANNOTATION: "-1Gi"}), GPU_MEMORY_ANNOTATION,
-         'quantity "-1Gi" must not be negative'),
-        (gpu_pod({GPU_MEMORY_ANNOTATION: "1Gi", GPU_COUNT_ANNOTATION: "0"}),
-         GPU_COUNT_ANNOTATION, '"0" is not a whole number of GPUs (1 or more)'),
-        (gpu_pod({GPU_MEMORY_ANNOTATION: "1Gi", GPU_COUNT_ANNOTATION: "two"}),
-         GPU_COUNT_ANNOTATION, '"two" is not a whole number of GPUs (1 or more)'),
-        (gpu_pod({GPU_MEMORY_ANNOTATION: "1Gi", GPU_COUNT_ANNOTATION: "-1"}),
-         GPU_COUNT_ANNOTATION, '"-1" is not a whole number of GPUs (1 or more)'),
-        (gpu_pod({GPU_COUNT_ANNOTATION: "2"}, requests={"nvidia.com/gpu": 2}),
-         GPU_COUNT_ANNOTATION,
-         "applies only to shared GPUs; this pod asks for 2 whole GPU(s) with nvidia.com/gpu"),
-        (gpu_pod({GPU_COUNT_ANNOTATION: "2"}), GPU_COUNT_ANNOTATION,
-         "needs kubus.io/gpu-memory (the slice of each shared GPU to take); to ask for whole "
-         "GPUs use the resource nvidia.com/gpu"),
-        (gpu_pod({GPU_MODEL_ANNOTATION: H100}), GPU_MODEL_ANNOTATION,
-         "the pod asks for no GPU: add the resource nvidia.com/gpu (whole GPUs) or "
-         "kubus.io/gpu-memory (a shared slice)"),
-        (gpu_pod({GPU_MODEL_ANNOTATION: f"{H100},,{A100}"}, requests={"nvidia.com/gpu": 1}),
-         GPU_MODEL_ANNOTATION,
-         f'"{H100},,{A100}" is not a comma-separated list of GPU models (an entry is empty)'),
-        (gpu_pod({GPU_MODEL_ANNOTATION: ""}, requests={"nvidia.com/gpu": 1}),
-         GPU_MODEL_ANNOTATION,
-         '"" is not a comma-separated list of GPU models (an entry is empty)'),
+        (gpu_pod({GPU_MEMORY_ANNOTATION: "-1Gi"}), GPU_MEMORY_ANNOTATION, 'quantity "-1Gi" must not be negative'),
+        (
+            gpu_pod({GPU_MEMORY_ANNOTATION: "1Gi", GPU_COUNT_ANNOTATION: "0"}),
+            GPU_COUNT_ANNOTATION,
+            '"0" is not a whole number of GPUs (1 or more)',
+        ),
+        (
+            gpu_pod({GPU_MEMORY_ANNOTATION: "1Gi", GPU_COUNT_ANNOTATION: "two"}),
+            GPU_COUNT_ANNOTATION,
+            '"two" is not a whole number of GPUs (1 or more)',
+        ),
+        (
+            gpu_pod({GPU_MEMORY_ANNOTATION: "1Gi", GPU_COUNT_ANNOTATION: "-1"}),
+            GPU_COUNT_ANNOTATION,
+            '"-1" is not a whole number of GPUs (1 or more)',
+        ),
+        (
+            gpu_pod({GPU_COUNT_ANNOTATION: "2"}, requests={"nvidia.com/gpu": 2}),
+            GPU_COUNT_ANNOTATION,
+            "applies only to shared GPUs; this pod asks for 2 whole GPU(s) with nvidia.com/gpu",
+        ),
+        (
+            gpu_pod({GPU_COUNT_ANNOTATION: "2"}),
+            GPU_COUNT_ANNOTATION,
+            "needs kubus.io/gpu-memory (the slice of each shared GPU to take); to ask for whole "
+            "GPUs use the resource nvidia.com/gpu",
+        ),
+        (
+            gpu_pod({GPU_MODEL_ANNOTATION: H100}),
+            GPU_MODEL_ANNOTATION,
+            "the pod asks for no GPU: add the resource nvidia.com/gpu (whole GPUs) or "
+            "kubus.io/gpu-memory (a shared slice)",
+        ),
+        (
+            gpu_pod({GPU_MODEL_ANNOTATION: f"{H100},,{A100}"}, requests={"nvidia.com/gpu": 1}),
+            GPU_MODEL_ANNOTATION,
+            f'"{H100},,{A100}" is not a comma-separated list of GPU models (an entry is empty)',
+        ),
+        (
+            gpu_pod({GPU_MODEL_ANNOTATION: ""}, requests={"nvidia.com/gpu": 1}),
+            GPU_MODEL_ANNOTATION,
+            '"" is not a comma-separated list of GPU models (an entry is empty)',
+        ),
     ],
 )
 def test_pod_gpu_request_errors(p: Pod, annotation: str, message: str) -> None:
@@ -260,12 +301,17 @@ def test_gpu_request_accepts(request_: GPURequest, device: GPUDevice, accepted: 
     assert request_.accepts(device) is accepted
 
 
-device_values = st.none() | st.booleans() | st.integers(-5, 2**65) | st.floats() | st.text(
-    max_size=6) | st.sampled_from(["40Gi", "1", "-1Gi", "A100", "GPU-1"]) | st.lists(
-    st.integers(), max_size=2)
+device_values = (
+    st.none()
+    | st.booleans()
+    | st.integers(-5, 2**65)
+    | st.floats()
+    | st.text(max_size=6)
+    | st.sampled_from(["40Gi", "1", "-1Gi", "A100", "GPU-1"])
+    | st.lists(st.integers(), max_size=2)
+)
 devices = st.lists(
-    st.dictionaries(st.sampled_from(["index", "uuid", "model", "memory", "healthy", "x"]),
-                    device_values, max_size=6),
+    st.dictionaries(st.sampled_from(["index", "uuid", "model", "memory", "healthy", "x"]), device_values, max_size=6),
     max_size=4,
 )
 

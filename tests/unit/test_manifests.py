@@ -102,12 +102,13 @@ def load_error(text: str, source: str = "m.yaml") -> str:
 
 def test_manifest_error_is_one_line_with_its_parts() -> None:
     e = ManifestError(
-        "pods.yaml", "Pod default/web-1", "spec.containers[0].resources.requests.cpu",
+        "pods.yaml",
+        "Pod default/web-1",
+        "spec.containers[0].resources.requests.cpu",
         'quantity "abc" is not valid',
     )
     assert str(e) == (
-        'pods.yaml: Pod default/web-1: spec.containers[0].resources.requests.cpu: '
-        'quantity "abc" is not valid'
+        'pods.yaml: Pod default/web-1: spec.containers[0].resources.requests.cpu: quantity "abc" is not valid'
     )
     assert (e.source, e.obj, e.field) == ("pods.yaml", "Pod default/web-1", e.field)
     assert str(ManifestError("a.yaml", "", "", "cannot read")) == "a.yaml: cannot read"
@@ -232,10 +233,14 @@ FULL_POD_EXPECTED = Pod(
             Container(
                 name="main",
                 image="nvcr.io/nvidia/pytorch:24.05-py3",
-                requests={"cpu": 8000, "memory": 64 * Gi, "ephemeral-storage": 10 * Gi,
-                          "nvidia.com/gpu": 4, "hugepages-2Mi": Gi},
-                limits={"cpu": 16000, "memory": 64 * Gi, "nvidia.com/gpu": 4,
-                        "hugepages-2Mi": Gi},
+                requests={
+                    "cpu": 8000,
+                    "memory": 64 * Gi,
+                    "ephemeral-storage": 10 * Gi,
+                    "nvidia.com/gpu": 4,
+                    "hugepages-2Mi": Gi,
+                },
+                limits={"cpu": 16000, "memory": 64 * Gi, "nvidia.com/gpu": 4, "hugepages-2Mi": Gi},
                 ports=(
                     ContainerPort(8080, host_port=80, protocol="UDP", host_ip="10.0.0.1"),
                     ContainerPort(9090),
@@ -243,10 +248,16 @@ FULL_POD_EXPECTED = Pod(
             ),
         ),
         init_containers=(
-            Container(name="fetch", image="busybox", requests={"cpu": 2000, "memory": Gi},
-                      limits={"cpu": 2000, "memory": Gi}),
-            Container(name="proxy", image="envoy", requests={"cpu": 100},
-                      ports=(ContainerPort(9901, host_port=9901),), restart_policy="Always"),
+            Container(
+                name="fetch", image="busybox", requests={"cpu": 2000, "memory": Gi}, limits={"cpu": 2000, "memory": Gi}
+            ),
+            Container(
+                name="proxy",
+                image="envoy",
+                requests={"cpu": 100},
+                ports=(ContainerPort(9901, host_port=9901),),
+                restart_policy="Always",
+            ),
         ),
         scheduler_name="gpu-scheduler",
         priority=1000,
@@ -255,48 +266,66 @@ FULL_POD_EXPECTED = Pod(
         node_selector={"topology.kubernetes.io/zone": "us-east-1a"},
         affinity=Affinity(
             node_affinity=NodeAffinity(
-                required=NodeSelector((
-                    NodeSelectorTerm(match_expressions=(
-                        NodeSelectorRequirement("node.kubernetes.io/instance-type", In,
-                                                ("p5.48xlarge",)),
-                        NodeSelectorRequirement("example.com/cores", SelectorOperator.GT, ("64",)),
-                    )),
-                    NodeSelectorTerm(match_fields=(
-                        NodeSelectorRequirement("metadata.name", NotIn, ("gpu-h100-9",)),
-                    )),
-                )),
-                preferred=(PreferredSchedulingTerm(20, NodeSelectorTerm(match_expressions=(
-                    NodeSelectorRequirement("spot", SelectorOperator.DOES_NOT_EXIST),
-                ))),),
-            ),
-            pod_affinity=PodAffinity(required=(
-                PodAffinityTerm(
-                    topology_key="topology.kubernetes.io/zone",
-                    label_selector=LabelSelector(
-                        match_labels={"app": "dataset"},
-                        match_expressions=(LabelSelectorRequirement("tier", NotIn, ("2", "3")),),
-                    ),
-                    namespaces=("data",),
-                    namespace_selector=LabelSelector(),
-                    match_label_keys=("pod-template-hash",),
+                required=NodeSelector(
+                    (
+                        NodeSelectorTerm(
+                            match_expressions=(
+                                NodeSelectorRequirement("node.kubernetes.io/instance-type", In, ("p5.48xlarge",)),
+                                NodeSelectorRequirement("example.com/cores", SelectorOperator.GT, ("64",)),
+                            )
+                        ),
+                        NodeSelectorTerm(
+                            match_fields=(NodeSelectorRequirement("metadata.name", NotIn, ("gpu-h100-9",)),)
+                        ),
+                    )
                 ),
-            )),
-            pod_anti_affinity=PodAffinity(preferred=(
-                WeightedPodAffinityTerm(100, PodAffinityTerm(
-                    topology_key="kubernetes.io/hostname",
-                    label_selector=LabelSelector(
-                        match_expressions=(LabelSelectorRequirement("app", Exists),)
+                preferred=(
+                    PreferredSchedulingTerm(
+                        20,
+                        NodeSelectorTerm(
+                            match_expressions=(NodeSelectorRequirement("spot", SelectorOperator.DOES_NOT_EXIST),)
+                        ),
                     ),
-                    mismatch_label_keys=("team",),
-                )),
-            )),
+                ),
+            ),
+            pod_affinity=PodAffinity(
+                required=(
+                    PodAffinityTerm(
+                        topology_key="topology.kubernetes.io/zone",
+                        label_selector=LabelSelector(
+                            match_labels={"app": "dataset"},
+                            match_expressions=(LabelSelectorRequirement("tier", NotIn, ("2", "3")),),
+                        ),
+                        namespaces=("data",),
+                        namespace_selector=LabelSelector(),
+                        match_label_keys=("pod-template-hash",),
+                    ),
+                )
+            ),
+            pod_anti_affinity=PodAffinity(
+                preferred=(
+                    WeightedPodAffinityTerm(
+                        100,
+                        PodAffinityTerm(
+                            topology_key="kubernetes.io/hostname",
+                            label_selector=LabelSelector(match_expressions=(LabelSelectorRequirement("app", Exists),)),
+                            mismatch_label_keys=("team",),
+                        ),
+                    ),
+                )
+            ),
         ),
         tolerations=(
             Toleration("nvidia.com/gpu", TolerationOperator.EXISTS, "", TaintEffect.NO_SCHEDULE),
             Toleration("dedicated", TolerationOperator.EQUAL, "ml", None),
             Toleration("", TolerationOperator.EXISTS, "", None),
-            Toleration("node.kubernetes.io/not-ready", TolerationOperator.EXISTS, "",
-                       TaintEffect.NO_EXECUTE, toleration_seconds=300),
+            Toleration(
+                "node.kubernetes.io/not-ready",
+                TolerationOperator.EXISTS,
+                "",
+                TaintEffect.NO_EXECUTE,
+                toleration_seconds=300,
+            ),
         ),
         topology_spread_constraints=(
             TopologySpreadConstraint(
@@ -330,13 +359,14 @@ def test_full_pod_requests_and_gpus() -> None:
     p = FULL_POD_EXPECTED
     # main 8 + sidecar 0.1 = 8.1 CPU; fetch 2 < 8.1; + overhead 0.25.
     assert pod_requests(p) == {
-        "cpu": 8350, "memory": 64 * Gi + 120 * Mi, "ephemeral-storage": 10 * Gi,
-        "nvidia.com/gpu": 4, "hugepages-2Mi": Gi,
+        "cpu": 8350,
+        "memory": 64 * Gi + 120 * Mi,
+        "ephemeral-storage": 10 * Gi,
+        "nvidia.com/gpu": 4,
+        "hugepages-2Mi": Gi,
     }
     gpu = pod_gpu_request(p)
-    assert gpu is not None and (gpu.count, gpu.shared, gpu.models) == (
-        4, False, ("NVIDIA-H100-80GB-HBM3",)
-    )
+    assert gpu is not None and (gpu.count, gpu.shared, gpu.models) == (4, False, ("NVIDIA-H100-80GB-HBM3",))
 
 
 # --- a node with every field -------------------------------------------------------------------
@@ -378,10 +408,12 @@ FULL_NODE_EXPECTED = Node(
         namespace="",
         uid="node-uid-1",
         labels={"topology.kubernetes.io/zone": "z1", "kubernetes.io/hostname": "gpu-1.example"},
-        annotations={"kubus.io/gpus": (
-            '[{"index": 1, "uuid": "GPU-b", "model": "A100", "memory": "40Gi", "healthy": false},'
-            '\n {"index": 0, "uuid": "GPU-a", "model": "A100", "memory": 42949672960}]'
-        )},
+        annotations={
+            "kubus.io/gpus": (
+                '[{"index": 1, "uuid": "GPU-b", "model": "A100", "memory": "40Gi", "healthy": false},'
+                '\n {"index": 0, "uuid": "GPU-a", "model": "A100", "memory": 42949672960}]'
+            )
+        },
         creation_timestamp=1714564800.5,
     ),
     spec=NodeSpec(
@@ -393,13 +425,17 @@ FULL_NODE_EXPECTED = Node(
         ),
     ),
     status=NodeStatus(
-        capacity={"cpu": 48000, "memory": 340 * Gi, "ephemeral-storage": 2**40, "pods": 110,
-                  "hugepages-1Gi": 0, "nvidia.com/gpu": 2},
-        allocatable={"cpu": 47500, "memory": 330 * Gi, "ephemeral-storage": 900 * Gi,
-                     "pods": 100, "nvidia.com/gpu": 1},
+        capacity={
+            "cpu": 48000,
+            "memory": 340 * Gi,
+            "ephemeral-storage": 2**40,
+            "pods": 110,
+            "hugepages-1Gi": 0,
+            "nvidia.com/gpu": 2,
+        },
+        allocatable={"cpu": 47500, "memory": 330 * Gi, "ephemeral-storage": 900 * Gi, "pods": 100, "nvidia.com/gpu": 1},
         images=(
-            ContainerImage(("nvcr.io/nvidia/pytorch:24.05-py3", "nvcr.io/nvidia/pytorch@sha256:abc"),
-                           21474836480),
+            ContainerImage(("nvcr.io/nvidia/pytorch:24.05-py3", "nvcr.io/nvidia/pytorch@sha256:abc"), 21474836480),
             ContainerImage(("busybox",), 0),
         ),
         ready=False,
@@ -451,36 +487,45 @@ def test_empty_scheduler_name_is_defaulted() -> None:
 
 
 def test_limits_default_requests_per_resource() -> None:
-    p = parse_pod(a_pod(
-        containers=[{
-            "name": "app",
-            "resources": {
-                "requests": {"cpu": "100m", "memory": 0},
-                "limits": {"cpu": "2", "memory": "1Gi", "nvidia.com/gpu": 1},
-            },
-        }],
-        initContainers=[{"name": "init", "resources": {"limits": {"cpu": "1"}}}],
-    ))
+    p = parse_pod(
+        a_pod(
+            containers=[
+                {
+                    "name": "app",
+                    "resources": {
+                        "requests": {"cpu": "100m", "memory": 0},
+                        "limits": {"cpu": "2", "memory": "1Gi", "nvidia.com/gpu": 1},
+                    },
+                }
+            ],
+            initContainers=[{"name": "init", "resources": {"limits": {"cpu": "1"}}}],
+        )
+    )
     assert p.spec.containers[0].requests == {"cpu": 100, "memory": 0, "nvidia.com/gpu": 1}
     assert p.spec.containers[0].limits == {"cpu": 2000, "memory": Gi, "nvidia.com/gpu": 1}
     assert p.spec.init_containers[0].requests == {"cpu": 1000}
 
 
 def test_requests_only_extended_resource_is_accepted() -> None:
-    p = parse_pod(a_pod(containers=[{"name": "a", "resources": {
-        "requests": {"nvidia.com/gpu": 2}}}]))
+    p = parse_pod(a_pod(containers=[{"name": "a", "resources": {"requests": {"nvidia.com/gpu": 2}}}]))
     assert p.spec.containers[0].requests == {"nvidia.com/gpu": 2}
 
 
 def test_null_fields_are_absent() -> None:
-    p = parse_pod({
-        "metadata": {"name": "a", "namespace": None, "labels": None, "annotations": None},
-        "spec": {
-            "containers": [{"name": "c", "resources": None, "ports": None, "image": None}],
-            "initContainers": None, "tolerations": None, "affinity": None,
-            "nodeSelector": None, "priority": None, "overhead": None,
-        },
-    })
+    p = parse_pod(
+        {
+            "metadata": {"name": "a", "namespace": None, "labels": None, "annotations": None},
+            "spec": {
+                "containers": [{"name": "c", "resources": None, "ports": None, "image": None}],
+                "initContainers": None,
+                "tolerations": None,
+                "affinity": None,
+                "nodeSelector": None,
+                "priority": None,
+                "overhead": None,
+            },
+        }
+    )
     assert p == parse_pod({"metadata": {"name": "a"}, "spec": {"containers": [{"name": "c"}]}})
 
 
@@ -519,12 +564,12 @@ def test_creation_timestamp(text: str, expected: float) -> None:
 
 
 def test_node_defaults() -> None:
-    n = parse_node({"metadata": {"name": "n1"}, "status": {"capacity": {"cpu": "4",
-                                                                        "memory": "8Gi"}}})
+    n = parse_node({"metadata": {"name": "n1"}, "status": {"capacity": {"cpu": "4", "memory": "8Gi"}}})
     assert n == Node(
         metadata=ObjectMeta(
-            name="n1", namespace="", uid=str(uuid.uuid5(
-                uuid.uuid5(uuid.NAMESPACE_DNS, "kubus.io"), "Node//n1")),
+            name="n1",
+            namespace="",
+            uid=str(uuid.uuid5(uuid.uuid5(uuid.NAMESPACE_DNS, "kubus.io"), "Node//n1")),
             labels={"kubernetes.io/hostname": "n1"},
         ),
         status=NodeStatus(
@@ -554,17 +599,21 @@ GPUS_3 = (
 
 
 def test_node_gpu_count_defaults_from_the_annotation() -> None:
-    n = parse_node({"metadata": {"name": "g", "annotations": {"kubus.io/gpus": GPUS_3}},
-                    "status": {"capacity": {"cpu": "8"}}})
+    n = parse_node(
+        {"metadata": {"name": "g", "annotations": {"kubus.io/gpus": GPUS_3}}, "status": {"capacity": {"cpu": "8"}}}
+    )
     assert n.status.capacity["nvidia.com/gpu"] == 3
     assert n.status.allocatable["nvidia.com/gpu"] == 2
     assert [g.healthy for g in n.gpus] == [True, True, False]
 
 
 def test_node_gpu_count_given_is_kept() -> None:
-    n = parse_node({"metadata": {"name": "g", "annotations": {"kubus.io/gpus": GPUS_3}},
-                    "status": {"capacity": {"nvidia.com/gpu": 3},
-                               "allocatable": {"nvidia.com/gpu": 1}}})
+    n = parse_node(
+        {
+            "metadata": {"name": "g", "annotations": {"kubus.io/gpus": GPUS_3}},
+            "status": {"capacity": {"nvidia.com/gpu": 3}, "allocatable": {"nvidia.com/gpu": 1}},
+        }
+    )
     assert n.status.capacity["nvidia.com/gpu"] == 3
     assert n.status.allocatable["nvidia.com/gpu"] == 1
 
@@ -612,17 +661,16 @@ def node_affinity(*expressions: Any, fields: Any = None) -> dict[str, Any]:
     term: dict[str, Any] = {"matchExpressions": list(expressions)}
     if fields is not None:
         term = {"matchFields": fields}
-    return a_pod(affinity={"nodeAffinity": {
-        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}})
+    return a_pod(
+        affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+    )
 
 
-NA = ("spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
-      ".nodeSelectorTerms[0]")
+NA = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]"
 
 
 def anti_affinity_term(**term: Any) -> dict[str, Any]:
-    return a_pod(affinity={"podAntiAffinity": {
-        "requiredDuringSchedulingIgnoredDuringExecution": [term]}})
+    return a_pod(affinity={"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}})
 
 
 PAA = "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0]"
@@ -641,294 +689,519 @@ def annotated(annotations: dict[str, Any], **spec: Any) -> dict[str, Any]:
 
 POD_ERRORS = [
     # --- object and metadata
-    ("not a mapping", ["a"], 'pods.yaml: document 3: expected a Pod (a mapping), got list'),
+    ("not a mapping", ["a"], "pods.yaml: document 3: expected a Pod (a mapping), got list"),
     ("wrong kind", {**a_pod(), "kind": "Node"}, P + 'kind: expected Pod, got "Node"'),
-    ("wrong apiVersion", {**a_pod(), "apiVersion": "apps/v1"},
-     P + 'apiVersion: "apps/v1" is not supported for Pod (want v1)'),
-    ("no metadata", {"spec": {"containers": [{"name": "a"}]}},
-     "pods.yaml: document 3: metadata: is required"),
-    ("no name", {"metadata": {"namespace": "x"}, "spec": {}},
-     "pods.yaml: document 3: metadata.name: is required"),
-    ("generateName", {"metadata": {"generateName": "web-"}, "spec": {}},
-     "pods.yaml: document 3: metadata.name: is required (generateName is not supported)"),
-    ("name not a string", {"metadata": {"name": 12}, "spec": {}},
-     'pods.yaml: document 3: metadata.name: expected a string, got integer 12 (quote it)'),
-    ("bad name", a_pod("Web_1"),
-     'pods.yaml: Pod default/Web_1: metadata.name: "Web_1" is not a valid name: a lowercase '
-     "RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and "
-     "must start and end with an alphanumeric character"),
-    ("bad namespace", {**a_pod(), "metadata": {"name": "web-1", "namespace": "a.b"}},
-     'pods.yaml: Pod a.b/web-1: metadata.namespace: "a.b" is not a valid namespace: a lowercase '
-     "RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start "
-     "and end with an alphanumeric character"),
-    ("labels not a mapping", {**a_pod(), "metadata": {"name": "web-1", "labels": ["a"]}},
-     P + "metadata.labels: expected a mapping, got list"),
-    ("label value a number", {**a_pod(), "metadata": {"name": "web-1", "labels": {"tier": 1}}},
-     P + "metadata.labels.tier: expected a string, got integer 1 (quote it)"),
-    ("label value a YAML boolean",
-     {**a_pod(), "metadata": {"name": "web-1", "labels": {"gpu": True}}},
-     P + "metadata.labels.gpu: expected a string, got boolean true (quote it)"),
-    ("label key invalid", {**a_pod(), "metadata": {"name": "web-1", "labels": {"a b": "x"}}},
-     P + 'metadata.labels[a b]: key "a b" is not valid: name part must consist of alphanumeric '
-     "characters, '-', '_' or '.', and must start and end with an alphanumeric character"),
-    ("label value invalid", {**a_pod(), "metadata": {"name": "web-1", "labels": {"a": "-x"}}},
-     P + 'metadata.labels.a: "-x" is not valid: a valid label must be an empty string or consist '
-     "of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric "
-     "character"),
-    ("label key non-string", {**a_pod(), "metadata": {"name": "web-1", "labels": {1: "x"}}},
-     P + "metadata.labels: keys must be strings, got integer 1"),
-    ("annotation value a number",
-     {**a_pod(), "metadata": {"name": "web-1", "annotations": {"kubus.io/gpu-count": 2}}},
-     P + "metadata.annotations[kubus.io/gpu-count]: expected a string, got integer 2 (quote it)"),
-    ("bad timestamp", {**a_pod(), "metadata": {"name": "web-1", "creationTimestamp": "yesterday"}},
-     P + 'metadata.creationTimestamp: "yesterday" is not an RFC 3339 time '
-     "(such as 2024-05-01T12:00:00Z)"),
-    ("timestamp without zone",
-     {**a_pod(), "metadata": {"name": "web-1", "creationTimestamp": "2024-01-02T03:04:05"}},
-     P + 'metadata.creationTimestamp: "2024-01-02T03:04:05" is not an RFC 3339 time '
-     "(such as 2024-05-01T12:00:00Z)"),
-    ("date only", {**a_pod(), "metadata": {"name": "web-1", "creationTimestamp": "2024-01-02"}},
-     P + 'metadata.creationTimestamp: "2024-01-02" is not an RFC 3339 time '
-     "(such as 2024-05-01T12:00:00Z)"),
+    (
+        "wrong apiVersion",
+        {**a_pod(), "apiVersion": "apps/v1"},
+        P + 'apiVersion: "apps/v1" is not supported for Pod (want v1)',
+    ),
+    ("no metadata", {"spec": {"containers": [{"name": "a"}]}}, "pods.yaml: document 3: metadata: is required"),
+    ("no name", {"metadata": {"namespace": "x"}, "spec": {}}, "pods.yaml: document 3: metadata.name: is required"),
+    (
+        "generateName",
+        {"metadata": {"generateName": "web-"}, "spec": {}},
+        "pods.yaml: document 3: metadata.name: is required (generateName is not supported)",
+    ),
+    (
+        "name not a string",
+        {"metadata": {"name": 12}, "spec": {}},
+        "pods.yaml: document 3: metadata.name: expected a string, got integer 12 (quote it)",
+    ),
+    (
+        "bad name",
+        a_pod("Web_1"),
+        'pods.yaml: Pod default/Web_1: metadata.name: "Web_1" is not a valid name: a lowercase '
+        "RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and "
+        "must start and end with an alphanumeric character",
+    ),
+    (
+        "bad namespace",
+        {**a_pod(), "metadata": {"name": "web-1", "namespace": "a.b"}},
+        'pods.yaml: Pod a.b/web-1: metadata.namespace: "a.b" is not a valid namespace: a lowercase '
+        "RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start "
+        "and end with an alphanumeric character",
+    ),
+    (
+        "labels not a mapping",
+        {**a_pod(), "metadata": {"name": "web-1", "labels": ["a"]}},
+        P + "metadata.labels: expected a mapping, got list",
+    ),
+    (
+        "label value a number",
+        {**a_pod(), "metadata": {"name": "web-1", "labels": {"tier": 1}}},
+        P + "metadata.labels.tier: expected a string, got integer 1 (quote it)",
+    ),
+    (
+        "label value a YAML boolean",
+        {**a_pod(), "metadata": {"name": "web-1", "labels": {"gpu": True}}},
+        P + "metadata.labels.gpu: expected a string, got boolean true (quote it)",
+    ),
+    (
+        "label key invalid",
+        {**a_pod(), "metadata": {"name": "web-1", "labels": {"a b": "x"}}},
+        P + 'metadata.labels[a b]: key "a b" is not valid: name part must consist of alphanumeric '
+        "characters, '-', '_' or '.', and must start and end with an alphanumeric character",
+    ),
+    (
+        "label value invalid",
+        {**a_pod(), "metadata": {"name": "web-1", "labels": {"a": "-x"}}},
+        P + 'metadata.labels.a: "-x" is not valid: a valid label must be an empty string or consist '
+        "of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric "
+        "character",
+    ),
+    (
+        "label key non-string",
+        {**a_pod(), "metadata": {"name": "web-1", "labels": {1: "x"}}},
+        P + "metadata.labels: keys must be strings, got integer 1",
+    ),
+    (
+        "annotation value a number",
+        {**a_pod(), "metadata": {"name": "web-1", "annotations": {"kubus.io/gpu-count": 2}}},
+        P + "metadata.annotations[kubus.io/gpu-count]: expected a string, got integer 2 (quote it)",
+    ),
+    (
+        "bad timestamp",
+        {**a_pod(), "metadata": {"name": "web-1", "creationTimestamp": "yesterday"}},
+        P + 'metadata.creationTimestamp: "yesterday" is not an RFC 3339 time (such as 2024-05-01T12:00:00Z)',
+    ),
+    (
+        "timestamp without zone",
+        {**a_pod(), "metadata": {"name": "web-1", "creationTimestamp": "2024-01-02T03:04:05"}},
+        P + 'metadata.creationTimestamp: "2024-01-02T03:04:05" is not an RFC 3339 time (such as 2024-05-01T12:00:00Z)',
+    ),
+    (
+        "date only",
+        {**a_pod(), "metadata": {"name": "web-1", "creationTimestamp": "2024-01-02"}},
+        P + 'metadata.creationTimestamp: "2024-01-02" is not an RFC 3339 time (such as 2024-05-01T12:00:00Z)',
+    ),
     # --- spec basics
     ("no spec", {"metadata": {"name": "web-1"}}, P + "spec: is required"),
-    ("spec a list", {"metadata": {"name": "web-1"}, "spec": []},
-     P + "spec: expected a mapping, got list"),
-    ("no containers", a_pod(containers=[]),
-     P + "spec.containers: is required: a pod needs at least one container"),
-    ("containers a mapping", a_pod(containers={"name": "a"}),
-     P + "spec.containers: expected a list, got mapping"),
-    ("null container", a_pod(containers=[None]),
-     P + "spec.containers[0]: expected a container, got null"),
-    ("container without name", a_pod(containers=[{"image": "x"}]),
-     P + "spec.containers[0].name: is required"),
-    ("container bad name", a_pod(containers=[{"name": "App"}]),
-     P + 'spec.containers[0].name: "App" is not a valid container name: a lowercase RFC 1123 '
-     "label must consist of lower case alphanumeric characters or '-', and must start and end "
-     "with an alphanumeric character"),
-    ("duplicate container names",
-     a_pod(containers=[{"name": "a"}], initContainers=[{"name": "a"}]),
-     P + 'spec.containers[0].name: duplicate container name "a" (also spec.initContainers[0])'),
-    ("image a number", with_container(image=3),
-     P + f"{C0}.image: expected a string, got integer 3 (quote it)"),
-    ("priority a word", a_pod(priority="high"),
-     P + 'spec.priority: expected an integer, got string "high"'),
+    ("spec a list", {"metadata": {"name": "web-1"}, "spec": []}, P + "spec: expected a mapping, got list"),
+    ("no containers", a_pod(containers=[]), P + "spec.containers: is required: a pod needs at least one container"),
+    ("containers a mapping", a_pod(containers={"name": "a"}), P + "spec.containers: expected a list, got mapping"),
+    ("null container", a_pod(containers=[None]), P + "spec.containers[0]: expected a container, got null"),
+    ("container without name", a_pod(containers=[{"image": "x"}]), P + "spec.containers[0].name: is required"),
+    (
+        "container bad name",
+        a_pod(containers=[{"name": "App"}]),
+        P + 'spec.containers[0].name: "App" is not a valid container name: a lowercase RFC 1123 '
+        "label must consist of lower case alphanumeric characters or '-', and must start and end "
+        "with an alphanumeric character",
+    ),
+    (
+        "duplicate container names",
+        a_pod(containers=[{"name": "a"}], initContainers=[{"name": "a"}]),
+        P + 'spec.containers[0].name: duplicate container name "a" (also spec.initContainers[0])',
+    ),
+    ("image a number", with_container(image=3), P + f"{C0}.image: expected a string, got integer 3 (quote it)"),
+    ("priority a word", a_pod(priority="high"), P + 'spec.priority: expected an integer, got string "high"'),
     ("priority fractional", a_pod(priority=1.5), P + "spec.priority: expected an integer, got number 1.5"),
-    ("priority boolean", a_pod(priority=True),
-     P + "spec.priority: expected an integer, got boolean true"),
-    ("priority out of int32", a_pod(priority=2**31),
-     P + "spec.priority: must be between -2147483648 and 2147483647, inclusive"),
-    ("preemptionPolicy unknown", a_pod(preemptionPolicy="Sometimes"),
-     P + 'spec.preemptionPolicy: unsupported value "Sometimes" '
-     "(supported: PreemptLowerPriority, Never)"),
-    ("preemptionPolicy empty", a_pod(preemptionPolicy=""),
-     P + 'spec.preemptionPolicy: unsupported value "" (supported: PreemptLowerPriority, Never)'),
-    ("schedulerName a number", a_pod(schedulerName=5),
-     P + "spec.schedulerName: expected a string, got integer 5 (quote it)"),
-    ("nodeName invalid", a_pod(nodeName="Node_1"),
-     P + 'spec.nodeName: "Node_1" is not a valid node name: a lowercase RFC 1123 subdomain must '
-     "consist of lower case alphanumeric characters, '-' or '.', and must start and end with an "
-     "alphanumeric character"),
-    ("nodeSelector value a boolean", a_pod(nodeSelector={"gpu": True}),
-     P + "spec.nodeSelector.gpu: expected a string, got boolean true (quote it)"),
-    ("nodeSelector a list", a_pod(nodeSelector=["a"]),
-     P + "spec.nodeSelector: expected a mapping, got list"),
-    ("gate without name", a_pod(schedulingGates=[{}]),
-     P + "spec.schedulingGates[0].name: is required"),
-    ("gate a string", a_pod(schedulingGates=["g"]),
-     P + 'spec.schedulingGates[0]: expected a mapping, got string "g"'),
-    ("duplicate gates", a_pod(schedulingGates=[{"name": "a"}, {"name": "a"}]),
-     P + 'spec.schedulingGates[1].name: duplicate scheduling gate "a"'),
-    ("gates with nodeName", a_pod(schedulingGates=[{"name": "a"}], nodeName="n1"),
-     P + "spec.schedulingGates: cannot be set on a pod that already has spec.nodeName"),
+    ("priority boolean", a_pod(priority=True), P + "spec.priority: expected an integer, got boolean true"),
+    (
+        "priority out of int32",
+        a_pod(priority=2**31),
+        P + "spec.priority: must be between -2147483648 and 2147483647, inclusive",
+    ),
+    (
+        "preemptionPolicy unknown",
+        a_pod(preemptionPolicy="Sometimes"),
+        P + 'spec.preemptionPolicy: unsupported value "Sometimes" (supported: PreemptLowerPriority, Never)',
+    ),
+    (
+        "preemptionPolicy empty",
+        a_pod(preemptionPolicy=""),
+        P + 'spec.preemptionPolicy: unsupported value "" (supported: PreemptLowerPriority, Never)',
+    ),
+    (
+        "schedulerName a number",
+        a_pod(schedulerName=5),
+        P + "spec.schedulerName: expected a string, got integer 5 (quote it)",
+    ),
+    (
+        "nodeName invalid",
+        a_pod(nodeName="Node_1"),
+        P + 'spec.nodeName: "Node_1" is not a valid node name: a lowercase RFC 1123 subdomain must '
+        "consist of lower case alphanumeric characters, '-' or '.', and must start and end with an "
+        "alphanumeric character",
+    ),
+    (
+        "nodeSelector value a boolean",
+        a_pod(nodeSelector={"gpu": True}),
+        P + "spec.nodeSelector.gpu: expected a string, got boolean true (quote it)",
+    ),
+    ("nodeSelector a list", a_pod(nodeSelector=["a"]), P + "spec.nodeSelector: expected a mapping, got list"),
+    ("gate without name", a_pod(schedulingGates=[{}]), P + "spec.schedulingGates[0].name: is required"),
+    ("gate a string", a_pod(schedulingGates=["g"]), P + 'spec.schedulingGates[0]: expected a mapping, got string "g"'),
+    (
+        "duplicate gates",
+        a_pod(schedulingGates=[{"name": "a"}, {"name": "a"}]),
+        P + 'spec.schedulingGates[1].name: duplicate scheduling gate "a"',
+    ),
+    (
+        "gates with nodeName",
+        a_pod(schedulingGates=[{"name": "a"}], nodeName="n1"),
+        P + "spec.schedulingGates: cannot be set on a pod that already has spec.nodeName",
+    ),
     # --- resources
-    ("bad quantity", with_resources({"cpu": "abc"}),
-     P + f'{C0}.resources.requests.cpu: quantity "abc" is not valid'),
-    ("bad suffix", with_resources({"memory": "1GB"}),
-     P + f'{C0}.resources.requests.memory: quantity "1GB" is not valid'),
-    ("negative request", with_resources({"memory": "-1Gi"}),
-     P + f'{C0}.resources.requests.memory: quantity "-1Gi" must not be negative'),
-    ("negative limit", with_resources(limits={"cpu": -1}),
-     P + f'{C0}.resources.limits.cpu: quantity "-1" must not be negative'),
-    ("boolean quantity", with_resources({"cpu": True}),
-     P + f"{C0}.resources.requests.cpu: expected a quantity (string or number), got boolean true"),
-    ("null quantity", with_resources({"cpu": None}),
-     P + f"{C0}.resources.requests.cpu: expected a quantity (string or number), got null"),
-    ("too large", with_resources({"cpu": "10E"}),
-     P + f'{C0}.resources.requests.cpu: quantity "10E" is too large'),
-    ("unknown resource", with_resources({"cpus": "1"}),
-     P + f'{C0}.resources.requests.cpus: "cpus" is not a resource a pod can request (cpu, '
-     "memory, ephemeral-storage, hugepages-<size>, or an extended resource such as "
-     "nvidia.com/gpu)"),
-    ("bad extended resource name", with_resources({"nvidia.com/GPU!": 1}),
-     P + f'{C0}.resources.requests[nvidia.com/GPU!]: resource name "nvidia.com/GPU!" is not '
-     "valid: name part must consist of alphanumeric characters, '-', '_' or '.', and must "
-     "start and end with an alphanumeric character"),
-    ("fractional gpu", with_resources(limits={"nvidia.com/gpu": "0.5"}),
-     P + f'{C0}.resources.limits[nvidia.com/gpu]: quantity "0.5" must be a whole number for '
-     "nvidia.com/gpu"),
-    ("request above limit", with_resources({"cpu": "2"}, {"cpu": "1500m"}),
-     P + f"{C0}.resources.requests.cpu: must be less than or equal to cpu limit of 1500m"),
-    ("gpu request differs from limit", with_resources({"nvidia.com/gpu": 1}, {"nvidia.com/gpu": 2}),
-     P + f"{C0}.resources.requests[nvidia.com/gpu]: must be equal to nvidia.com/gpu limit of 2"),
-    ("hugepages request differs", with_resources({"hugepages-2Mi": "2Mi"}, {"hugepages-2Mi": "4Mi"}),
-     P + f"{C0}.resources.requests.hugepages-2Mi: must be equal to hugepages-2Mi limit of 4194304"),
-    ("resources a list", with_container(resources=["cpu"]),
-     P + f"{C0}.resources: expected a mapping, got list"),
-    ("overhead bad", a_pod(overhead={"memory": "x"}),
-     P + 'spec.overhead.memory: quantity "x" is not valid'),
-    ("init container bad quantity",
-     a_pod(initContainers=[{"name": "i", "resources": {"requests": {"cpu": "1 core"}}}]),
-     P + 'spec.initContainers[0].resources.requests.cpu: quantity "1 core" is not valid'),
-    ("init restartPolicy", a_pod(initContainers=[{"name": "i", "restartPolicy": "OnFailure"}]),
-     P + 'spec.initContainers[0].restartPolicy: unsupported value "OnFailure" '
-     "(supported: Always)"),
+    ("bad quantity", with_resources({"cpu": "abc"}), P + f'{C0}.resources.requests.cpu: quantity "abc" is not valid'),
+    (
+        "bad suffix",
+        with_resources({"memory": "1GB"}),
+        P + f'{C0}.resources.requests.memory: quantity "1GB" is not valid',
+    ),
+    (
+        "negative request",
+        with_resources({"memory": "-1Gi"}),
+        P + f'{C0}.resources.requests.memory: quantity "-1Gi" must not be negative',
+    ),
+    (
+        "negative limit",
+        with_resources(limits={"cpu": -1}),
+        P + f'{C0}.resources.limits.cpu: quantity "-1" must not be negative',
+    ),
+    (
+        "boolean quantity",
+        with_resources({"cpu": True}),
+        P + f"{C0}.resources.requests.cpu: expected a quantity (string or number), got boolean true",
+    ),
+    (
+        "null quantity",
+        with_resources({"cpu": None}),
+        P + f"{C0}.resources.requests.cpu: expected a quantity (string or number), got null",
+    ),
+    ("too large", with_resources({"cpu": "10E"}), P + f'{C0}.resources.requests.cpu: quantity "10E" is too large'),
+    (
+        "unknown resource",
+        with_resources({"cpus": "1"}),
+        P + f'{C0}.resources.requests.cpus: "cpus" is not a resource a pod can request (cpu, '
+        "memory, ephemeral-storage, hugepages-<size>, or an extended resource such as "
+        "nvidia.com/gpu)",
+    ),
+    (
+        "bad extended resource name",
+        with_resources({"nvidia.com/GPU!": 1}),
+        P + f'{C0}.resources.requests[nvidia.com/GPU!]: resource name "nvidia.com/GPU!" is not '
+        "valid: name part must consist of alphanumeric characters, '-', '_' or '.', and must "
+        "start and end with an alphanumeric character",
+    ),
+    (
+        "fractional gpu",
+        with_resources(limits={"nvidia.com/gpu": "0.5"}),
+        P + f'{C0}.resources.limits[nvidia.com/gpu]: quantity "0.5" must be a whole number for nvidia.com/gpu',
+    ),
+    (
+        "request above limit",
+        with_resources({"cpu": "2"}, {"cpu": "1500m"}),
+        P + f"{C0}.resources.requests.cpu: must be less than or equal to cpu limit of 1500m",
+    ),
+    (
+        "gpu request differs from limit",
+        with_resources({"nvidia.com/gpu": 1}, {"nvidia.com/gpu": 2}),
+        P + f"{C0}.resources.requests[nvidia.com/gpu]: must be equal to nvidia.com/gpu limit of 2",
+    ),
+    (
+        "hugepages request differs",
+        with_resources({"hugepages-2Mi": "2Mi"}, {"hugepages-2Mi": "4Mi"}),
+        P + f"{C0}.resources.requests.hugepages-2Mi: must be equal to hugepages-2Mi limit of 4194304",
+    ),
+    ("resources a list", with_container(resources=["cpu"]), P + f"{C0}.resources: expected a mapping, got list"),
+    ("overhead bad", a_pod(overhead={"memory": "x"}), P + 'spec.overhead.memory: quantity "x" is not valid'),
+    (
+        "init container bad quantity",
+        a_pod(initContainers=[{"name": "i", "resources": {"requests": {"cpu": "1 core"}}}]),
+        P + 'spec.initContainers[0].resources.requests.cpu: quantity "1 core" is not valid',
+    ),
+    (
+        "init restartPolicy",
+        a_pod(initContainers=[{"name": "i", "restartPolicy": "OnFailure"}]),
+        P + 'spec.initContainers[0].restartPolicy: unsupported value "OnFailure" (supported: Always)',
+    ),
     # --- ports
-    ("port without containerPort", with_container(ports=[{"hostPort": 80}]),
-     P + f"{C0}.ports[0].containerPort: is required"),
-    ("port out of range", with_container(ports=[{"containerPort": 70000}]),
-     P + f"{C0}.ports[0].containerPort: must be between 1 and 65535, inclusive"),
-    ("hostPort as a string", with_container(ports=[{"containerPort": 80, "hostPort": "80"}]),
-     P + f'{C0}.ports[0].hostPort: expected an integer, got string "80"'),
-    ("bad protocol", with_container(ports=[{"containerPort": 80, "protocol": "HTTP"}]),
-     P + f'{C0}.ports[0].protocol: unsupported value "HTTP" (supported: TCP, UDP, SCTP)'),
-    ("bad hostIP", with_container(ports=[{"containerPort": 80, "hostIP": "localhost"}]),
-     P + f'{C0}.ports[0].hostIP: "localhost" is not a valid IP address'),
+    (
+        "port without containerPort",
+        with_container(ports=[{"hostPort": 80}]),
+        P + f"{C0}.ports[0].containerPort: is required",
+    ),
+    (
+        "port out of range",
+        with_container(ports=[{"containerPort": 70000}]),
+        P + f"{C0}.ports[0].containerPort: must be between 1 and 65535, inclusive",
+    ),
+    (
+        "hostPort as a string",
+        with_container(ports=[{"containerPort": 80, "hostPort": "80"}]),
+        P + f'{C0}.ports[0].hostPort: expected an integer, got string "80"',
+    ),
+    (
+        "bad protocol",
+        with_container(ports=[{"containerPort": 80, "protocol": "HTTP"}]),
+        P + f'{C0}.ports[0].protocol: unsupported value "HTTP" (supported: TCP, UDP, SCTP)',
+    ),
+    (
+        "bad hostIP",
+        with_container(ports=[{"containerPort": 80, "hostIP": "localhost"}]),
+        P + f'{C0}.ports[0].hostIP: "localhost" is not a valid IP address',
+    ),
     # --- tolerations
-    ("toleration operator unknown", a_pod(tolerations=[{"key": "k", "operator": "Equals"}]),
-     P + 'spec.tolerations[0].operator: unsupported value "Equals" (supported: Exists, Equal)'),
-    ("toleration effect unknown", a_pod(tolerations=[{"key": "k", "effect": "NoSchedul"}]),
-     P + 'spec.tolerations[0].effect: unsupported value "NoSchedul" '
-     "(supported: NoSchedule, PreferNoSchedule, NoExecute)"),
-    ("Exists with value", a_pod(tolerations=[{"key": "k", "operator": "Exists", "value": "v"}]),
-     P + "spec.tolerations[0].value: must be empty when `operator` is 'Exists'"),
-    ("empty key with Equal", a_pod(tolerations=[{"value": "v"}]),
-     P + "spec.tolerations[0].operator: must be Exists when `key` is empty "
-     "(to tolerate every taint)"),
-    ("tolerationSeconds without NoExecute",
-     a_pod(tolerations=[{"key": "k", "operator": "Exists", "tolerationSeconds": 5}]),
-     P + "spec.tolerations[0].effect: must be 'NoExecute' when `tolerationSeconds` is set"),
-    ("tolerationSeconds a string",
-     a_pod(tolerations=[{"key": "k", "effect": "NoExecute", "tolerationSeconds": "5"}]),
-     P + 'spec.tolerations[0].tolerationSeconds: expected an integer, got string "5"'),
-    ("toleration not a mapping", a_pod(tolerations=["k=v:NoSchedule"]),
-     P + 'spec.tolerations[0]: expected a mapping, got string "k=v:NoSchedule"'),
-    ("toleration key invalid", a_pod(tolerations=[{"key": "a/b/c", "operator": "Exists"}]),
-     P + 'spec.tolerations[0].key: "a/b/c" is not a valid taint key: prefix part a lowercase '
-     "RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and "
-     "must start and end with an alphanumeric character"),
+    (
+        "toleration operator unknown",
+        a_pod(tolerations=[{"key": "k", "operator": "Equals"}]),
+        P + 'spec.tolerations[0].operator: unsupported value "Equals" (supported: Exists, Equal)',
+    ),
+    (
+        "toleration effect unknown",
+        a_pod(tolerations=[{"key": "k", "effect": "NoSchedul"}]),
+        P + 'spec.tolerations[0].effect: unsupported value "NoSchedul" '
+        "(supported: NoSchedule, PreferNoSchedule, NoExecute)",
+    ),
+    (
+        "Exists with value",
+        a_pod(tolerations=[{"key": "k", "operator": "Exists", "value": "v"}]),
+        P + "spec.tolerations[0].value: must be empty when `operator` is 'Exists'",
+    ),
+    (
+        "empty key with Equal",
+        a_pod(tolerations=[{"value": "v"}]),
+        P + "spec.tolerations[0].operator: must be Exists when `key` is empty (to tolerate every taint)",
+    ),
+    (
+        "tolerationSeconds without NoExecute",
+        a_pod(tolerations=[{"key": "k", "operator": "Exists", "tolerationSeconds": 5}]),
+        P + "spec.tolerations[0].effect: must be 'NoExecute' when `tolerationSeconds` is set",
+    ),
+    (
+        "tolerationSeconds a string",
+        a_pod(tolerations=[{"key": "k", "effect": "NoExecute", "tolerationSeconds": "5"}]),
+        P + 'spec.tolerations[0].tolerationSeconds: expected an integer, got string "5"',
+    ),
+    (
+        "toleration not a mapping",
+        a_pod(tolerations=["k=v:NoSchedule"]),
+        P + 'spec.tolerations[0]: expected a mapping, got string "k=v:NoSchedule"',
+    ),
+    (
+        "toleration key invalid",
+        a_pod(tolerations=[{"key": "a/b/c", "operator": "Exists"}]),
+        P + 'spec.tolerations[0].key: "a/b/c" is not a valid taint key: prefix part a lowercase '
+        "RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and "
+        "must start and end with an alphanumeric character",
+    ),
     # --- node affinity
-    ("In without values", node_affinity({"key": "zone", "operator": "In"}),
-     P + f"{NA}.matchExpressions[0].values: must be specified when `operator` is 'In' or 'NotIn'"),
-    ("NotIn empty values", node_affinity({"key": "zone", "operator": "NotIn", "values": []}),
-     P + f"{NA}.matchExpressions[0].values: must be specified when `operator` is 'In' or 'NotIn'"),
-    ("Exists with values", node_affinity({"key": "zone", "operator": "Exists", "values": ["a"]}),
-     P + f"{NA}.matchExpressions[0].values: may not be specified when `operator` is 'Exists' or "
-     "'DoesNotExist'"),
-    ("Gt with two values", node_affinity({"key": "cores", "operator": "Gt", "values": ["1", "2"]}),
-     P + f"{NA}.matchExpressions[0].values: must be specified single value when `operator` is "
-     "'Lt' or 'Gt'"),
-    ("Lt with a word", node_affinity({"key": "cores", "operator": "Lt", "values": ["many"]}),
-     P + f'{NA}.matchExpressions[0].values[0]: "many" is not an integer'),
-    ("Gt with a float", node_affinity({"key": "cores", "operator": "Gt", "values": ["1.5"]}),
-     P + f'{NA}.matchExpressions[0].values[0]: "1.5" is not an integer'),
-    ("value a number", node_affinity({"key": "cores", "operator": "Gt", "values": [4]}),
-     P + f"{NA}.matchExpressions[0].values[0]: expected a string, got integer 4 (quote it)"),
-    ("operator unknown", node_affinity({"key": "zone", "operator": "in", "values": ["a"]}),
-     P + f'{NA}.matchExpressions[0].operator: unsupported value "in" '
-     "(supported: In, NotIn, Exists, DoesNotExist, Gt, Lt)"),
-    ("operator missing", node_affinity({"key": "zone", "values": ["a"]}),
-     P + f"{NA}.matchExpressions[0].operator: is required"),
-    ("key missing", node_affinity({"operator": "Exists"}),
-     P + f"{NA}.matchExpressions[0].key: is required"),
-    ("matchFields other key",
-     node_affinity(fields=[{"key": "metadata.labels", "operator": "In", "values": ["a"]}]),
-     P + f'{NA}.matchFields[0].key: "metadata.labels" is not supported: must be metadata.name'),
-    ("matchFields Exists",
-     node_affinity(fields=[{"key": "metadata.name", "operator": "Exists"}]),
-     P + f'{NA}.matchFields[0].operator: "Exists" is not supported: must be In or NotIn'),
-    ("matchFields two values",
-     node_affinity(fields=[{"key": "metadata.name", "operator": "In", "values": ["a", "b"]}]),
-     P + f"{NA}.matchFields[0].values: must be only one value when `operator` is 'In' or "
-     "'NotIn' for node field selector"),
-    ("no terms", a_pod(affinity={"nodeAffinity": {
-        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}}),
-     P + "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
-     ".nodeSelectorTerms: must have at least one node selector term"),
-    ("preferred weight 0", a_pod(affinity={"nodeAffinity": {
-        "preferredDuringSchedulingIgnoredDuringExecution": [
-            {"weight": 0, "preference": {"matchExpressions": []}}]}}),
-     P + "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight: "
-     "must be between 1 and 100, inclusive"),
-    ("preferred without preference", a_pod(affinity={"nodeAffinity": {
-        "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1}]}}),
-     P + "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[0]"
-     ".preference: is required"),
+    (
+        "In without values",
+        node_affinity({"key": "zone", "operator": "In"}),
+        P + f"{NA}.matchExpressions[0].values: must be specified when `operator` is 'In' or 'NotIn'",
+    ),
+    (
+        "NotIn empty values",
+        node_affinity({"key": "zone", "operator": "NotIn", "values": []}),
+        P + f"{NA}.matchExpressions[0].values: must be specified when `operator` is 'In' or 'NotIn'",
+    ),
+    (
+        "Exists with values",
+        node_affinity({"key": "zone", "operator": "Exists", "values": ["a"]}),
+        P + f"{NA}.matchExpressions[0].values: may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
+    ),
+    (
+        "Gt with two values",
+        node_affinity({"key": "cores", "operator": "Gt", "values": ["1", "2"]}),
+        P + f"{NA}.matchExpressions[0].values: must be specified single value when `operator` is 'Lt' or 'Gt'",
+    ),
+    (
+        "Lt with a word",
+        node_affinity({"key": "cores", "operator": "Lt", "values": ["many"]}),
+        P + f'{NA}.matchExpressions[0].values[0]: "many" is not an integer',
+    ),
+    (
+        "Gt with a float",
+        node_affinity({"key": "cores", "operator": "Gt", "values": ["1.5"]}),
+        P + f'{NA}.matchExpressions[0].values[0]: "1.5" is not an integer',
+    ),
+    (
+        "value a number",
+        node_affinity({"key": "cores", "operator": "Gt", "values": [4]}),
+        P + f"{NA}.matchExpressions[0].values[0]: expected a string, got integer 4 (quote it)",
+    ),
+    (
+        "operator unknown",
+        node_affinity({"key": "zone", "operator": "in", "values": ["a"]}),
+        P + f'{NA}.matchExpressions[0].operator: unsupported value "in" '
+        "(supported: In, NotIn, Exists, DoesNotExist, Gt, Lt)",
+    ),
+    (
+        "operator missing",
+        node_affinity({"key": "zone", "values": ["a"]}),
+        P + f"{NA}.matchExpressions[0].operator: is required",
+    ),
+    ("key missing", node_affinity({"operator": "Exists"}), P + f"{NA}.matchExpressions[0].key: is required"),
+    (
+        "matchFields other key",
+        node_affinity(fields=[{"key": "metadata.labels", "operator": "In", "values": ["a"]}]),
+        P + f'{NA}.matchFields[0].key: "metadata.labels" is not supported: must be metadata.name',
+    ),
+    (
+        "matchFields Exists",
+        node_affinity(fields=[{"key": "metadata.name", "operator": "Exists"}]),
+        P + f'{NA}.matchFields[0].operator: "Exists" is not supported: must be In or NotIn',
+    ),
+    (
+        "matchFields two values",
+        node_affinity(fields=[{"key": "metadata.name", "operator": "In", "values": ["a", "b"]}]),
+        P + f"{NA}.matchFields[0].values: must be only one value when `operator` is 'In' or "
+        "'NotIn' for node field selector",
+    ),
+    (
+        "no terms",
+        a_pod(affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}}),
+        P + "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+        ".nodeSelectorTerms: must have at least one node selector term",
+    ),
+    (
+        "preferred weight 0",
+        a_pod(
+            affinity={
+                "nodeAffinity": {
+                    "preferredDuringSchedulingIgnoredDuringExecution": [
+                        {"weight": 0, "preference": {"matchExpressions": []}}
+                    ]
+                }
+            }
+        ),
+        P + "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight: "
+        "must be between 1 and 100, inclusive",
+    ),
+    (
+        "preferred without preference",
+        a_pod(affinity={"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1}]}}),
+        P + "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].preference: is required",
+    ),
     # --- pod (anti-)affinity
-    ("no topologyKey", anti_affinity_term(labelSelector={}),
-     P + f"{PAA}.topologyKey: is required"),
-    ("label selector Gt", anti_affinity_term(topologyKey="zone", labelSelector={
-        "matchExpressions": [{"key": "a", "operator": "Gt", "values": ["1"]}]}),
-     P + f'{PAA}.labelSelector.matchExpressions[0].operator: "Gt" is not a valid label selector '
-     "operator (supported: In, NotIn, Exists, DoesNotExist)"),
-    ("label selector In without values", anti_affinity_term(topologyKey="zone", labelSelector={
-        "matchExpressions": [{"key": "a", "operator": "In"}]}),
-     P + f"{PAA}.labelSelector.matchExpressions[0].values: must be specified when `operator` is "
-     "'In' or 'NotIn'"),
-    ("namespaces a string", anti_affinity_term(topologyKey="zone", namespaces="prod"),
-     P + f'{PAA}.namespaces: expected a list, got string "prod"'),
-    ("weighted term weight 101", a_pod(affinity={"podAffinity": {
-        "preferredDuringSchedulingIgnoredDuringExecution": [
-            {"weight": 101, "podAffinityTerm": {"topologyKey": "zone"}}]}}),
-     P + "spec.affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight: "
-     "must be between 1 and 100, inclusive"),
-    ("weighted term missing", a_pod(affinity={"podAffinity": {
-        "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1}]}}),
-     P + "spec.affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution[0]"
-     ".podAffinityTerm: is required"),
+    ("no topologyKey", anti_affinity_term(labelSelector={}), P + f"{PAA}.topologyKey: is required"),
+    (
+        "label selector Gt",
+        anti_affinity_term(
+            topologyKey="zone", labelSelector={"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["1"]}]}
+        ),
+        P + f'{PAA}.labelSelector.matchExpressions[0].operator: "Gt" is not a valid label selector '
+        "operator (supported: In, NotIn, Exists, DoesNotExist)",
+    ),
+    (
+        "label selector In without values",
+        anti_affinity_term(topologyKey="zone", labelSelector={"matchExpressions": [{"key": "a", "operator": "In"}]}),
+        P + f"{PAA}.labelSelector.matchExpressions[0].values: must be specified when `operator` is 'In' or 'NotIn'",
+    ),
+    (
+        "namespaces a string",
+        anti_affinity_term(topologyKey="zone", namespaces="prod"),
+        P + f'{PAA}.namespaces: expected a list, got string "prod"',
+    ),
+    (
+        "weighted term weight 101",
+        a_pod(
+            affinity={
+                "podAffinity": {
+                    "preferredDuringSchedulingIgnoredDuringExecution": [
+                        {"weight": 101, "podAffinityTerm": {"topologyKey": "zone"}}
+                    ]
+                }
+            }
+        ),
+        P + "spec.affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight: "
+        "must be between 1 and 100, inclusive",
+    ),
+    (
+        "weighted term missing",
+        a_pod(affinity={"podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1}]}}),
+        P + "spec.affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].podAffinityTerm: is required",
+    ),
     # --- topology spread
-    ("maxSkew 0", spread(maxSkew=0),
-     P + "spec.topologySpreadConstraints[0].maxSkew: must be between 1 and 2147483647, inclusive"),
-    ("whenUnsatisfiable unknown", spread(whenUnsatisfiable="Never"),
-     P + 'spec.topologySpreadConstraints[0].whenUnsatisfiable: unsupported value "Never" '
-     "(supported: DoNotSchedule, ScheduleAnyway)"),
-    ("whenUnsatisfiable missing", spread(whenUnsatisfiable=None),
-     P + "spec.topologySpreadConstraints[0].whenUnsatisfiable: is required"),
-    ("minDomains with ScheduleAnyway", spread(whenUnsatisfiable="ScheduleAnyway", minDomains=2),
-     P + "spec.topologySpreadConstraints[0].minDomains: can only be set when `whenUnsatisfiable` "
-     "is 'DoNotSchedule'"),
-    ("minDomains 0", spread(minDomains=0),
-     P + "spec.topologySpreadConstraints[0].minDomains: must be between 1 and 2147483647, "
-     "inclusive"),
-    ("nodeTaintsPolicy unknown", spread(nodeTaintsPolicy="Respect"),
-     P + 'spec.topologySpreadConstraints[0].nodeTaintsPolicy: unsupported value "Respect" '
-     "(supported: Honor, Ignore)"),
-    ("duplicate constraints", a_pod(topologySpreadConstraints=[
-        {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"},
-        {"maxSkew": 2, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}]),
-     P + "spec.topologySpreadConstraints[1]: duplicate topologyKey and whenUnsatisfiable pair "
-     "(zone, DoNotSchedule) with spec.topologySpreadConstraints[0]"),
+    (
+        "maxSkew 0",
+        spread(maxSkew=0),
+        P + "spec.topologySpreadConstraints[0].maxSkew: must be between 1 and 2147483647, inclusive",
+    ),
+    (
+        "whenUnsatisfiable unknown",
+        spread(whenUnsatisfiable="Never"),
+        P + 'spec.topologySpreadConstraints[0].whenUnsatisfiable: unsupported value "Never" '
+        "(supported: DoNotSchedule, ScheduleAnyway)",
+    ),
+    (
+        "whenUnsatisfiable missing",
+        spread(whenUnsatisfiable=None),
+        P + "spec.topologySpreadConstraints[0].whenUnsatisfiable: is required",
+    ),
+    (
+        "minDomains with ScheduleAnyway",
+        spread(whenUnsatisfiable="ScheduleAnyway", minDomains=2),
+        P + "spec.topologySpreadConstraints[0].minDomains: can only be set when `whenUnsatisfiable` is 'DoNotSchedule'",
+    ),
+    (
+        "minDomains 0",
+        spread(minDomains=0),
+        P + "spec.topologySpreadConstraints[0].minDomains: must be between 1 and 2147483647, inclusive",
+    ),
+    (
+        "nodeTaintsPolicy unknown",
+        spread(nodeTaintsPolicy="Respect"),
+        P + 'spec.topologySpreadConstraints[0].nodeTaintsPolicy: unsupported value "Respect" '
+        "(supported: Honor, Ignore)",
+    ),
+    (
+        "duplicate constraints",
+        a_pod(
+            topologySpreadConstraints=[
+                {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"},
+                {"maxSkew": 2, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"},
+            ]
+        ),
+        P + "spec.topologySpreadConstraints[1]: duplicate topologyKey and whenUnsatisfiable pair "
+        "(zone, DoNotSchedule) with spec.topologySpreadConstraints[0]",
+    ),
     # --- GPU annotations
-    ("gpu-memory invalid", annotated({"kubus.io/gpu-memory": "20 GB"}),
-     P + 'metadata.annotations[kubus.io/gpu-memory]: quantity "20 GB" is not valid'),
-    ("gpu-count without memory", annotated({"kubus.io/gpu-count": "2"}),
-     P + "metadata.annotations[kubus.io/gpu-count]: needs kubus.io/gpu-memory (the slice of "
-     "each shared GPU to take); to ask for whole GPUs use the resource nvidia.com/gpu"),
-    ("gpu-model without a gpu", annotated({"kubus.io/gpu-model": "A100"}),
-     P + "metadata.annotations[kubus.io/gpu-model]: the pod asks for no GPU: add the resource "
-     "nvidia.com/gpu (whole GPUs) or kubus.io/gpu-memory (a shared slice)"),
-    ("gpu-devices malformed", annotated({"kubus.io/gpu-devices": "0 3"}, nodeName="n1"),
-     P + 'metadata.annotations[kubus.io/gpu-devices]: "0 3" is not a comma-separated list of '
-     'GPU indices (such as "0,3")'),
-    ("gpu-devices without a gpu", annotated({"kubus.io/gpu-devices": "0"}, nodeName="n1"),
-     P + "metadata.annotations[kubus.io/gpu-devices]: the pod asks for no GPU"),
-    ("gpu-devices unbound", annotated({"kubus.io/gpu-devices": "0", "kubus.io/gpu-memory": "1Gi"}),
-     P + "metadata.annotations[kubus.io/gpu-devices]: is only valid on a pod bound to a node "
-     "(spec.nodeName)"),
-    ("gpu-devices count mismatch",
-     annotated({"kubus.io/gpu-devices": "0,1"}, nodeName="n1", containers=[
-         {"name": "a", "resources": {"limits": {"nvidia.com/gpu": 1}}}]),
-     P + "metadata.annotations[kubus.io/gpu-devices]: lists 2 GPU(s) but the pod asks for 1"),
+    (
+        "gpu-memory invalid",
+        annotated({"kubus.io/gpu-memory": "20 GB"}),
+        P + 'metadata.annotations[kubus.io/gpu-memory]: quantity "20 GB" is not valid',
+    ),
+    (
+        "gpu-count without memory",
+        annotated({"kubus.io/gpu-count": "2"}),
+        P + "metadata.annotations[kubus.io/gpu-count]: needs kubus.io/gpu-memory (the slice of "
+        "each shared GPU to take); to ask for whole GPUs use the resource nvidia.com/gpu",
+    ),
+    (
+        "gpu-model without a gpu",
+        annotated({"kubus.io/gpu-model": "A100"}),
+        P + "metadata.annotations[kubus.io/gpu-model]: the pod asks for no GPU: add the resource "
+        "nvidia.com/gpu (whole GPUs) or kubus.io/gpu-memory (a shared slice)",
+    ),
+    (
+        "gpu-devices malformed",
+        annotated({"kubus.io/gpu-devices": "0 3"}, nodeName="n1"),
+        P + 'metadata.annotations[kubus.io/gpu-devices]: "0 3" is not a comma-separated list of '
+        'GPU indices (such as "0,3")',
+    ),
+    (
+        "gpu-devices without a gpu",
+        annotated({"kubus.io/gpu-devices": "0"}, nodeName="n1"),
+        P + "metadata.annotations[kubus.io/gpu-devices]: the pod asks for no GPU",
+    ),
+    (
+        "gpu-devices unbound",
+        annotated({"kubus.io/gpu-devices": "0", "kubus.io/gpu-memory": "1Gi"}),
+        P + "metadata.annotations[kubus.io/gpu-devices]: is only valid on a pod bound to a node (spec.nodeName)",
+    ),
+    (
+        "gpu-devices count mismatch",
+        annotated(
+            {"kubus.io/gpu-devices": "0,1"},
+            nodeName="n1",
+            containers=[{"name": "a", "resources": {"limits": {"nvidia.com/gpu": 1}}}],
+        ),
+        P + "metadata.annotations[kubus.io/gpu-devices]: lists 2 GPU(s) but the pod asks for 1",
+    ),
 ]
 
 
@@ -940,8 +1213,13 @@ def test_pod_errors(obj: Any, message: str) -> None:
 def test_pod_gpu_annotations_accepted() -> None:
     shared = parse_pod(annotated({"kubus.io/gpu-memory": "10Gi", "kubus.io/gpu-count": "2"}))
     assert pod_gpu_request(shared) is not None
-    bound = parse_pod(annotated({"kubus.io/gpu-devices": "1,3"}, nodeName="n1", containers=[
-        {"name": "a", "resources": {"limits": {"nvidia.com/gpu": 2}}}]))
+    bound = parse_pod(
+        annotated(
+            {"kubus.io/gpu-devices": "1,3"},
+            nodeName="n1",
+            containers=[{"name": "a", "resources": {"limits": {"nvidia.com/gpu": 2}}}],
+        )
+    )
     assert bound.metadata.annotations["kubus.io/gpu-devices"] == "1,3"
 
 
@@ -953,57 +1231,108 @@ NODE_ERRORS = [
     ("not a mapping", "n1", 'nodes.yaml: document 2: expected a Node (a mapping), got string "n1"'),
     ("wrong kind", {**a_node(), "kind": "Pod"}, N + 'kind: expected Node, got "Pod"'),
     ("no name", {"metadata": {}}, "nodes.yaml: document 2: metadata.name: is required"),
-    ("bad capacity", a_node(capacity={"cpu": "lots"}),
-     N + 'status.capacity.cpu: quantity "lots" is not valid'),
-    ("negative allocatable", a_node(allocatable={"memory": "-1"}),
-     N + 'status.allocatable.memory: quantity "-1" must not be negative'),
-    ("resource name with a space", a_node(capacity={"my resource": "1"}),
-     N + 'status.capacity[my resource]: resource name "my resource" is not valid: name part '
-     "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
-     "alphanumeric character"),
-    ("label key with a newline",
-     {**a_node(), "metadata": {"name": "n1", "labels": {"a\nb": "x"}}},
-     N + 'metadata.labels[a\\nb]: key "a\\nb" is not valid: name part must consist of '
-     "alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric "
-     "character"),
-    ("fractional extended resource", a_node(capacity={"example.com/fpga": "1.5"}),
-     N + 'status.capacity[example.com/fpga]: quantity "1.5" must be a whole number for '
-     "example.com/fpga"),
-    ("unschedulable a string", {**a_node(), "spec": {"unschedulable": "true"}},
-     N + 'spec.unschedulable: expected true or false, got string "true"'),
-    ("taint without effect", {**a_node(), "spec": {"taints": [{"key": "k"}]}},
-     N + "spec.taints[0].effect: is required"),
-    ("taint effect unknown", {**a_node(), "spec": {"taints": [{"key": "k", "effect": "Never"}]}},
-     N + 'spec.taints[0].effect: unsupported value "Never" '
-     "(supported: NoSchedule, PreferNoSchedule, NoExecute)"),
-    ("taint without key", {**a_node(), "spec": {"taints": [{"effect": "NoSchedule"}]}},
-     N + "spec.taints[0].key: is required"),
-    ("taint value invalid",
-     {**a_node(), "spec": {"taints": [{"key": "k", "value": "a b", "effect": "NoSchedule"}]}},
-     N + 'spec.taints[0].value: "a b" is not valid: a valid label must be an empty string or '
-     "consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
-     "alphanumeric character"),
-    ("duplicate taint", {**a_node(), "spec": {"taints": [
-        {"key": "k", "value": "a", "effect": "NoSchedule"},
-        {"key": "k", "value": "b", "effect": "NoSchedule"}]}},
-     N + "spec.taints[1]: taints must be unique by key and effect: k:NoSchedule repeats "
-     "spec.taints[0]"),
-    ("image names a string", a_node(images=[{"names": "busybox"}]),
-     N + 'status.images[0].names: expected a list, got string "busybox"'),
-    ("image size negative", a_node(images=[{"names": ["a"], "sizeBytes": -1}]),
-     N + "status.images[0].sizeBytes: must be between 0 and 9223372036854775807, inclusive"),
-    ("condition status bool", a_node(conditions=[{"type": "Ready", "status": True}]),
-     N + "status.conditions[0].status: expected a string, got boolean true (quote it)"),
-    ("condition status unknown", a_node(conditions=[{"type": "Ready", "status": "Yes"}]),
-     N + 'status.conditions[0].status: unsupported value "Yes" (supported: True, False, Unknown)'),
-    ("gpus not JSON",
-     {**a_node(), "metadata": {"name": "n1", "annotations": {"kubus.io/gpus": "8x H100"}}},
-     N + "metadata.annotations[kubus.io/gpus]: not valid JSON: unexpected content after "
-     "document: line 1 column 2 (char 1)"),
-    ("gpus bad device",
-     {**a_node(), "metadata": {"name": "n1", "annotations": {
-         "kubus.io/gpus": '[{"index": 0, "model": "A100", "memory": "40GB"}]'}}},
-     N + 'metadata.annotations[kubus.io/gpus]: [0].memory: quantity "40GB" is not valid'),
+    ("bad capacity", a_node(capacity={"cpu": "lots"}), N + 'status.capacity.cpu: quantity "lots" is not valid'),
+    (
+        "negative allocatable",
+        a_node(allocatable={"memory": "-1"}),
+        N + 'status.allocatable.memory: quantity "-1" must not be negative',
+    ),
+    (
+        "resource name with a space",
+        a_node(capacity={"my resource": "1"}),
+        N + 'status.capacity[my resource]: resource name "my resource" is not valid: name part '
+        "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
+        "alphanumeric character",
+    ),
+    (
+        "label key with a newline",
+        {**a_node(), "metadata": {"name": "n1", "labels": {"a\nb": "x"}}},
+        N + 'metadata.labels[a\\nb]: key "a\\nb" is not valid: name part must consist of '
+        "alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric "
+        "character",
+    ),
+    (
+        "fractional extended resource",
+        a_node(capacity={"example.com/fpga": "1.5"}),
+        N + 'status.capacity[example.com/fpga]: quantity "1.5" must be a whole number for example.com/fpga',
+    ),
+    (
+        "unschedulable a string",
+        {**a_node(), "spec": {"unschedulable": "true"}},
+        N + 'spec.unschedulable: expected true or false, got string "true"',
+    ),
+    (
+        "taint without effect",
+        {**a_node(), "spec": {"taints": [{"key": "k"}]}},
+        N + "spec.taints[0].effect: is required",
+    ),
+    (
+        "taint effect unknown",
+        {**a_node(), "spec": {"taints": [{"key": "k", "effect": "Never"}]}},
+        N + 'spec.taints[0].effect: unsupported value "Never" (supported: NoSchedule, PreferNoSchedule, NoExecute)',
+    ),
+    (
+        "taint without key",
+        {**a_node(), "spec": {"taints": [{"effect": "NoSchedule"}]}},
+        N + "spec.taints[0].key: is required",
+    ),
+    (
+        "taint value invalid",
+        {**a_node(), "spec": {"taints": [{"key": "k", "value": "a b", "effect": "NoSchedule"}]}},
+        N + 'spec.taints[0].value: "a b" is not valid: a valid label must be an empty string or '
+        "consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
+        "alphanumeric character",
+    ),
+    (
+        "duplicate taint",
+        {
+            **a_node(),
+            "spec": {
+                "taints": [
+                    {"key": "k", "value": "a", "effect": "NoSchedule"},
+                    {"key": "k", "value": "b", "effect": "NoSchedule"},
+                ]
+            },
+        },
+        N + "spec.taints[1]: taints must be unique by key and effect: k:NoSchedule repeats spec.taints[0]",
+    ),
+    (
+        "image names a string",
+        a_node(images=[{"names": "busybox"}]),
+        N + 'status.images[0].names: expected a list, got string "busybox"',
+    ),
+    (
+        "image size negative",
+        a_node(images=[{"names": ["a"], "sizeBytes": -1}]),
+        N + "status.images[0].sizeBytes: must be between 0 and 9223372036854775807, inclusive",
+    ),
+    (
+        "condition status bool",
+        a_node(conditions=[{"type": "Ready", "status": True}]),
+        N + "status.conditions[0].status: expected a string, got boolean true (quote it)",
+    ),
+    (
+        "condition status unknown",
+        a_node(conditions=[{"type": "Ready", "status": "Yes"}]),
+        N + 'status.conditions[0].status: unsupported value "Yes" (supported: True, False, Unknown)',
+    ),
+    (
+        "gpus not JSON",
+        {**a_node(), "metadata": {"name": "n1", "annotations": {"kubus.io/gpus": "8x H100"}}},
+        N + "metadata.annotations[kubus.io/gpus]: not valid JSON: unexpected content after "
+        "document: line 1 column 2 (char 1)",
+    ),
+    (
+        "gpus bad device",
+        {
+            **a_node(),
+            "metadata": {
+                "name": "n1",
+                "annotations": {"kubus.io/gpus": '[{"index": 0, "model": "A100", "memory": "40GB"}]'},
+            },
+        },
+        N + 'metadata.annotations[kubus.io/gpus]: [0].memory: quantity "40GB" is not valid',
+    ),
 ]
 
 
@@ -1019,8 +1348,7 @@ NODE_N = "apiVersion: v1\nkind: Node\nmetadata: {name: n}\n"
 
 
 def test_multi_document_yaml_keeps_order_and_skips_empty_documents() -> None:
-    text = f"---\n{POD_A}---\n---\n{NODE_N}---\n# only a comment\n---\n" + POD_A.replace(
-        "name: a", "name: b")
+    text = f"---\n{POD_A}---\n---\n{NODE_N}---\n# only a comment\n---\n" + POD_A.replace("name: a", "name: b")
     m = load_manifests(text)
     assert [p.name for p in m.pods] == ["a", "b"]
     assert [n.name for n in m.nodes] == ["n"]
@@ -1039,10 +1367,15 @@ def test_lists(kind: str) -> None:
 
 
 def test_nested_list_and_empty_items() -> None:
-    text = orjson.dumps({"kind": "List", "items": [
-        {"kind": "List", "items": [yaml.safe_load(POD_A)]},
-        {"kind": "PodList", "items": None},
-    ]})
+    text = orjson.dumps(
+        {
+            "kind": "List",
+            "items": [
+                {"kind": "List", "items": [yaml.safe_load(POD_A)]},
+                {"kind": "PodList", "items": None},
+            ],
+        }
+    )
     assert [p.name for p in load_manifests(text).pods] == ["a"]
 
 
@@ -1090,8 +1423,8 @@ def test_parse_manifests_never_reads_a_path(tmp_path: Path) -> None:
         parse_manifests(str(f))
     assert str(info.value) == (
         f'<stdin>: document 1: expected a Kubernetes object (a mapping), got string "{f}"'
-        if len(str(f)) <= 40 else
-        "<stdin>: document 1: expected a Kubernetes object (a mapping), got string"
+        if len(str(f)) <= 40
+        else "<stdin>: document 1: expected a Kubernetes object (a mapping), got string"
     )
     one_line = "{kind: Pod, metadata: {name: a}, spec: {containers: [{name: c}]}}"
     assert [p.name for p in parse_manifests(one_line, source="bus").pods] == ["a"]
@@ -1122,25 +1455,36 @@ def test_file_errors(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("kind: Pod\nmetadata: {name: a\nspec: {}\n",
-         "m.yaml: document 1: invalid YAML at line 3, column 5: did not find expected ',' or '}'"),
+        (
+            "kind: Pod\nmetadata: {name: a\nspec: {}\n",
+            "m.yaml: document 1: invalid YAML at line 3, column 5: did not find expected ',' or '}'",
+        ),
         ("- 1\n- 2\n", "m.yaml: document 1: expected a Kubernetes object (a mapping), got list"),
-        ("just text\n", 'm.yaml: document 1: expected a Kubernetes object (a mapping), got string '
-         '"just text"'),
+        ("just text\n", 'm.yaml: document 1: expected a Kubernetes object (a mapping), got string "just text"'),
         ("metadata: {name: a}\n", "m.yaml: document 1: kind: is required (Pod, Node or List)"),
-        ("kind: Deployment\napiVersion: apps/v1\nmetadata: {name: a}\n",
-         'm.yaml: document 1: kind: "Deployment" is not supported; kubus reads Pod, Node and '
-         "List (PodList, NodeList)"),
-        ("kind: 3\n", "m.yaml: document 1: kind: integer 3 is not supported; kubus reads Pod, "
-         "Node and List (PodList, NodeList)"),
-        ("kind: List\napiVersion: v2\nitems: []\n",
-         'm.yaml: document 1: apiVersion: "v2" is not supported for List (want v1)'),
+        (
+            "kind: Deployment\napiVersion: apps/v1\nmetadata: {name: a}\n",
+            'm.yaml: document 1: kind: "Deployment" is not supported; kubus reads Pod, Node and '
+            "List (PodList, NodeList)",
+        ),
+        (
+            "kind: 3\n",
+            "m.yaml: document 1: kind: integer 3 is not supported; kubus reads Pod, Node and List (PodList, NodeList)",
+        ),
+        (
+            "kind: List\napiVersion: v2\nitems: []\n",
+            'm.yaml: document 1: apiVersion: "v2" is not supported for List (want v1)',
+        ),
         ("kind: List\nitems: {a: 1}\n", "m.yaml: document 1: items: expected a list, got mapping"),
-        ("kind: List\nitems: [1]\n",
-         "m.yaml: document 1 items[0]: expected a Kubernetes object (a mapping), got integer 1"),
+        (
+            "kind: List\nitems: [1]\n",
+            "m.yaml: document 1 items[0]: expected a Kubernetes object (a mapping), got integer 1",
+        ),
         ("kind: List\nitems: [{kind: Pod}]\n", "m.yaml: document 1 items[0]: metadata: is required"),
-        ("kind: List\nitems: [{metadata: {name: a}}]\n",
-         "m.yaml: document 1 items[0]: kind: is required (Pod, Node or List)"),
+        (
+            "kind: List\nitems: [{metadata: {name: a}}]\n",
+            "m.yaml: document 1 items[0]: kind: is required (Pod, Node or List)",
+        ),
     ],
 )
 def test_document_errors(text: str, message: str) -> None:
@@ -1150,10 +1494,11 @@ def test_document_errors(text: str, message: str) -> None:
 @pytest.mark.parametrize(
     ("text", "start"),
     [
-        (POD_A + "---\nkind: Pod\n  bad: indent\n",
-         "m.yaml: document 2: invalid YAML at line 7, column 6: mapping values are not allowed"),
-        ("a: *nope\n", "m.yaml: document 1: invalid YAML at line 1, column 4: found undefined "
-         "alias"),
+        (
+            POD_A + "---\nkind: Pod\n  bad: indent\n",
+            "m.yaml: document 2: invalid YAML at line 7, column 6: mapping values are not allowed",
+        ),
+        ("a: *nope\n", "m.yaml: document 1: invalid YAML at line 1, column 4: found undefined alias"),
     ],
 )
 def test_yaml_errors_name_the_line(text: str, start: str) -> None:
@@ -1163,8 +1508,7 @@ def test_yaml_errors_name_the_line(text: str, start: str) -> None:
 
 def test_duplicates_are_errors() -> None:
     assert load_error(POD_A + "---\n" + POD_A) == (
-        "m.yaml: Pod default/a: metadata.name: duplicate: the same pod is already defined in "
-        "document 1"
+        "m.yaml: Pod default/a: metadata.name: duplicate: the same pod is already defined in document 1"
     )
     assert load_error(NODE_N + "---\n" + NODE_N) == (
         "m.yaml: Node n: metadata.name: duplicate: the same node is already defined in document 1"
@@ -1175,24 +1519,22 @@ def test_duplicates_are_errors() -> None:
 
 
 def test_every_bad_object_is_reported_once() -> None:
-    text = "\n---\n".join([
-        POD_A.replace("name: a}", "name: a, labels: [x]}"),
-        POD_A.replace("name: a", "name: b"),
-        "kind: Service\n",
-        NODE_N.replace("{name: n}", "{name: n, annotations: {kubus.io/gpus: '[1]'}}"),
-        POD_A.replace("{name: c}", "{name: c, ports: [{containerPort: 0}]}").replace(
-            "name: a}", "name: e}"),
-    ])
+    text = "\n---\n".join(
+        [
+            POD_A.replace("name: a}", "name: a, labels: [x]}"),
+            POD_A.replace("name: a", "name: b"),
+            "kind: Service\n",
+            NODE_N.replace("{name: n}", "{name: n, annotations: {kubus.io/gpus: '[1]'}}"),
+            POD_A.replace("{name: c}", "{name: c, ports: [{containerPort: 0}]}").replace("name: a}", "name: e}"),
+        ]
+    )
     with pytest.raises(ManifestErrors) as info:
         load_manifests(text, source="all.yaml")
     assert str(info.value).splitlines() == [
         "all.yaml: Pod default/a: metadata.labels: expected a mapping, got list",
-        'all.yaml: document 3: kind: "Service" is not supported; kubus reads Pod, Node and List '
-        "(PodList, NodeList)",
-        "all.yaml: Node n: metadata.annotations[kubus.io/gpus]: [0]: expected a GPU object, "
-        "got integer",
-        "all.yaml: Pod default/e: spec.containers[0].ports[0].containerPort: must be between 1 "
-        "and 65535, inclusive",
+        'all.yaml: document 3: kind: "Service" is not supported; kubus reads Pod, Node and List (PodList, NodeList)',
+        "all.yaml: Node n: metadata.annotations[kubus.io/gpus]: [0]: expected a GPU object, got integer",
+        "all.yaml: Pod default/e: spec.containers[0].ports[0].containerPort: must be between 1 and 65535, inclusive",
     ]
     assert len(info.value.errors) == 4
 
@@ -1200,27 +1542,50 @@ def test_every_bad_object_is_reported_once() -> None:
 # --- fuzz: bad input never escapes as anything but ManifestError --------------------------------
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=True)
-    | st.text(max_size=12) | st.sampled_from(["", "1", "500m", "1Gi", "-1", "In", "Exists",
-                                              "NoSchedule", "Always", "metadata.name"]),
-    lambda children: st.lists(children, max_size=3)
-    | st.dictionaries(st.text(max_size=8) | st.sampled_from(
-        ["key", "operator", "values", "name", "cpu", "effect", "items", "kind"]), children,
-        max_size=3),
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=True)
+    | st.text(max_size=12)
+    | st.sampled_from(["", "1", "500m", "1Gi", "-1", "In", "Exists", "NoSchedule", "Always", "metadata.name"]),
+    lambda children: (
+        st.lists(children, max_size=3)
+        | st.dictionaries(
+            st.text(max_size=8)
+            | st.sampled_from(["key", "operator", "values", "name", "cpu", "effect", "items", "kind"]),
+            children,
+            max_size=3,
+        )
+    ),
     max_leaves=12,
 )
 
 POD_PATHS = [
-    ("metadata",), ("metadata", "name"), ("metadata", "labels"), ("metadata", "annotations"),
-    ("metadata", "creationTimestamp"), ("spec",), ("spec", "containers"),
-    ("spec", "containers", 0), ("spec", "containers", 0, "resources"),
+    ("metadata",),
+    ("metadata", "name"),
+    ("metadata", "labels"),
+    ("metadata", "annotations"),
+    ("metadata", "creationTimestamp"),
+    ("spec",),
+    ("spec", "containers"),
+    ("spec", "containers", 0),
+    ("spec", "containers", 0, "resources"),
     ("spec", "containers", 0, "resources", "requests"),
     ("spec", "containers", 0, "resources", "limits", "cpu"),
-    ("spec", "containers", 0, "ports"), ("spec", "initContainers"), ("spec", "tolerations"),
-    ("spec", "affinity"), ("spec", "affinity", "nodeAffinity"),
-    ("spec", "affinity", "podAntiAffinity"), ("spec", "topologySpreadConstraints"),
-    ("spec", "overhead"), ("spec", "schedulingGates"), ("spec", "priority"),
-    ("spec", "nodeSelector"), ("spec", "preemptionPolicy"), ("kind",), ("apiVersion",),
+    ("spec", "containers", 0, "ports"),
+    ("spec", "initContainers"),
+    ("spec", "tolerations"),
+    ("spec", "affinity"),
+    ("spec", "affinity", "nodeAffinity"),
+    ("spec", "affinity", "podAntiAffinity"),
+    ("spec", "topologySpreadConstraints"),
+    ("spec", "overhead"),
+    ("spec", "schedulingGates"),
+    ("spec", "priority"),
+    ("spec", "nodeSelector"),
+    ("spec", "preemptionPolicy"),
+    ("kind",),
+    ("apiVersion",),
 ]
 
 
@@ -1242,9 +1607,12 @@ def test_fuzzed_pods_raise_only_manifest_errors(path: tuple[Any, ...], value: An
 
 
 @settings(max_examples=200)
-@given(value=json_values, key=st.sampled_from(
-    ["metadata", "spec", "status", "capacity", "allocatable", "taints", "images", "conditions",
-     "annotations"]))
+@given(
+    value=json_values,
+    key=st.sampled_from(
+        ["metadata", "spec", "status", "capacity", "allocatable", "taints", "images", "conditions", "annotations"]
+    ),
+)
 def test_fuzzed_nodes_raise_only_manifest_errors(value: Any, key: str) -> None:
     obj: dict[str, Any] = {"kind": "Node", "metadata": {"name": "n"}, "spec": {}, "status": {}}
     if key in ("metadata", "spec", "status"):
@@ -1291,7 +1659,10 @@ def test_example_cluster() -> None:
     assert all(g.memory == 40 * Gi for g in a100.gpus)
     assert nodes["cpu-a1"].status.images
     assert {n.metadata.labels["topology.kubernetes.io/zone"] for n in m.nodes} == {
-        "us-east-1a", "us-east-1b", "us-east-1c"}
+        "us-east-1a",
+        "us-east-1b",
+        "us-east-1c",
+    }
 
 
 def test_example_pods() -> None:

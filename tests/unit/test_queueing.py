@@ -496,3 +496,23 @@ def test_several_bad_pods_are_reported_on_one_line() -> None:
     line = str(caught.value)
     assert "\n" not in line and "default/a" in line and "default/b" in line
     assert caught.value.key == "default/a"
+
+
+def test_events_in_flight_are_counted_per_pod_in_constant_time() -> None:
+    clock = FakeClock()
+    queue = make_queue(clock)
+    for name in "ab":
+        add(queue, name)
+    [a] = queue.pop(1)
+    queue.move_for_event("pod.finished")  # while a is in flight, before b is popped
+    queue.move_for_event("pod.accepted")  # not a cluster event: never counted
+    [b] = queue.pop(1)
+    queue.move_for_event("node.lost")
+    assert queue.events_in_flight(queue.in_flight(a.uid)) == {"pod.finished", "node.lost"}  # type: ignore[arg-type]
+    assert queue.events_in_flight(queue.in_flight(b.uid)) == {"node.lost"}  # type: ignore[arg-type]
+    # NodeResourcesFit is helped by pod.finished (seen by a), not by node.lost (all b saw).
+    assert queue.add_unschedulable(a.uid, ["NodeResourcesFit"]) is QueueName.BACKOFF
+    assert queue.add_unschedulable(b.uid, ["NodeResourcesFit"]) is QueueName.UNSCHEDULABLE
+    assert queue.unschedulable_count == 1
+    assert queue.move_for_event("pod.deleted") == 1
+    assert queue.unschedulable_count == 0

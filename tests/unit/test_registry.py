@@ -121,9 +121,7 @@ def test_from_class_needs_a_name() -> None:
 
     with pytest.raises(RegistryError) as e:
         PluginSpec.from_class(Nameless)
-    assert str(e.value) == (
-        "plugin class test_from_class_needs_a_name.<locals>.Nameless has no `name: ClassVar[str]`"
-    )
+    assert str(e.value) == ("plugin class test_from_class_needs_a_name.<locals>.Nameless has no `name: ClassVar[str]`")
     with pytest.raises(RegistryError, match="not a plugin class"):
         PluginSpec.from_class(FilterScore())  # type: ignore[arg-type]
 
@@ -206,9 +204,7 @@ def test_duplicate_registration_is_an_error() -> None:
 # --- out-of-tree plugins through entry points: a fake distribution on sys.path ---------------
 
 
-def _fake_distribution(
-    root: Path, dist: str, entry_points: dict[str, str], group: str, module: str, code: str
-) -> None:
+def _fake_distribution(root: Path, dist: str, entry_points: dict[str, str], group: str, module: str, code: str) -> None:
     (root / f"{module}.py").write_text(code)
     info = root / f"{dist}-1.0.dist-info"
     info.mkdir()
@@ -261,9 +257,7 @@ def group() -> str:
     return f"kubus.plugins.test-{uuid.uuid4().hex}"
 
 
-def test_load_entry_point_plugins(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, group: str
-) -> None:
+def test_load_entry_point_plugins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, group: str) -> None:
     module = f"kubus_fake_{uuid.uuid4().hex}"
     _fake_distribution(
         tmp_path,
@@ -290,9 +284,7 @@ def test_default_group_is_kubus_plugins(tmp_path: Path, monkeypatch: pytest.Monk
     module = f"kubus_fake_{uuid.uuid4().hex}"
     name = f"Gate{uuid.uuid4().hex[:8]}"
     code = _PLUGIN_MODULE.replace('"Gate"', f'"{name}"')
-    _fake_distribution(
-        tmp_path, "kubus-fake-default", {name: f"{module}:Gate"}, ENTRY_POINT_GROUP, module, code
-    )
+    _fake_distribution(tmp_path, "kubus-fake-default", {name: f"{module}:Gate"}, ENTRY_POINT_GROUP, module, code)
     monkeypatch.syspath_prepend(str(tmp_path))
     reg = Registry()
     load_entry_point_plugins(reg)
@@ -322,13 +314,9 @@ def test_broken_entry_point_is_named(
     assert str(e.value).startswith(prefix + problem)
 
 
-def test_module_that_fails_on_import(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, group: str
-) -> None:
+def test_module_that_fails_on_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, group: str) -> None:
     module = f"kubus_fake_{uuid.uuid4().hex}"
-    _fake_distribution(
-        tmp_path, "kubus-raises", {"Boom": f"{module}:Boom"}, group, module, "1 / 0\n"
-    )
+    _fake_distribution(tmp_path, "kubus-raises", {"Boom": f"{module}:Boom"}, group, module, "1 / 0\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(RegistryError) as e:
         load_entry_point_plugins(Registry(), group=group)
@@ -344,9 +332,7 @@ def test_entry_point_clashing_with_a_registered_name(
 ) -> None:
     module = f"kubus_fake_{uuid.uuid4().hex}"
     code = _PLUGIN_MODULE.replace('"ZonePreference"', '"FilterScore"')
-    _fake_distribution(
-        tmp_path, "kubus-clash", {"FilterScore": f"{module}:ZonePreference"}, group, module, code
-    )
+    _fake_distribution(tmp_path, "kubus-clash", {"FilterScore": f"{module}:ZonePreference"}, group, module, code)
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(RegistryError) as e:
         load_entry_point_plugins(Registry([FilterScore]), group=group)
