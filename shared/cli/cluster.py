@@ -21,7 +21,7 @@ import yaml
 from kubus import codec
 from kubus.api.errors import ManifestError
 from kubus.api.manifests import parse_manifests, parse_pod
-from kubus.bus.connection import publish_durable
+from kubus.bus.connection import Publication, publish_durable, publish_durable_many
 from kubus.bus.messages import PodDeletion, encode
 from kubus.bus.subjects import MAX_MSG_SIZE, PODS_DELETE, PODS_SUBMIT
 from kubus.cli.connect import UsageError, open_bus, open_state
@@ -175,22 +175,21 @@ def pod_manifests(objects: Sequence[dict[str, Any]], source: str = "<generated>"
 async def submit(
     js: Any, pods: Sequence[SubmitManifest], *, window: int = _PUBLISH_WINDOW, on_ack: Any = None
 ) -> list[bool]:
-    """Publish every pod to ``kubus.pods.submit``, ``window`` at a time; returns, in order,
-    whether each was new (False: JetStream already had this exact manifest, a duplicate).
-    ``on_ack(i, duplicate, monotonic_time)`` is called as each is stored. Raises the first
-    publish error (earlier pods stay submitted: submitting is idempotent, run it again)."""
-    results: list[bool] = [False] * len(pods)
-    it = iter(range(len(pods)))
-
-    async def worker() -> None:
-        for i in it:
-            pod = pods[i]
-            ack = await publish_durable(js, PODS_SUBMIT, pod.data, pod.msg_id)
-            results[i] = not ack.duplicate
+    """Publish every pod to ``kubus.pods.submit``, ``window`` at a time (sent together, then
+    their acks awaited); returns, in order, whether each was new (False: JetStream already had
+    this exact manifest, a duplicate). ``on_ack(i, duplicate, monotonic_time)`` is called as
+    each is stored. Raises the first publish error (earlier pods stay submitted: submitting is
+    idempotent, run it again)."""
+    results: list[bool] = []
+    for start in range(0, len(pods), max(1, window)):
+        chunk = pods[start : start + max(1, window)]
+        acks = await publish_durable_many(js, [Publication(PODS_SUBMIT, pod.data, pod.msg_id) for pod in chunk])
+        now = time.monotonic()
+        for i, ack in enumerate(acks, start):
+            duplicate = bool(ack.duplicate)  # type: ignore[union-attr]  # errors raise, not returned
+            results.append(not duplicate)
             if on_ack is not None:
-                on_ack(i, bool(ack.duplicate), time.monotonic())
-
-    await asyncio.gather(*(worker() for _ in range(max(1, min(window, len(pods))))))
+                on_ack(i, duplicate, now)
     return results
 
 
