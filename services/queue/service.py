@@ -38,6 +38,7 @@ from kubus.api.objects import Pod
 from kubus.bus import (
     EVENTS,
     EVENTS_STREAM,
+    MAX_MANIFEST_SIZE,
     MSG_ID_HEADER,
     PODS_DELETE,
     PODS_REQUEUE,
@@ -138,9 +139,9 @@ class QueueOptions:
     """Seconds JetStream waits for an ack before redelivering."""
     durable: str = "kubus-queue"
     """Name of the durable consumer on KUBUS_PODS."""
-    max_manifest_bytes: int = 256 * 1024
-    """Largest pod manifest (as JSON) accepted; bigger ones are rejected (TooLarge). Keeps a
-    pop reply of even one such pod under NATS' 1 MiB payload."""
+    max_manifest_bytes: int = MAX_MANIFEST_SIZE
+    """Largest pod manifest (as JSON) accepted; bigger ones are rejected (TooLarge). Default:
+    `kubus.bus.MAX_MANIFEST_SIZE`, the limit `kubus apply` checks too."""
     max_pop: int = 10_000
     """Most pods one pop hands out, whatever it asks."""
     max_pop_wait: float = 5.0

@@ -34,6 +34,7 @@ __all__ = [
     "BIND_STREAM",
     "EVENTS",
     "EVENTS_STREAM",
+    "MAX_MANIFEST_SIZE",
     "MAX_MSG_SIZE",
     "NODES_STREAM",
     "NODE_PODS_ALL",
@@ -61,6 +62,10 @@ PREFIX = "kubus"
 
 MAX_MSG_SIZE = 1024 * 1024
 """Largest message any kubus stream accepts, in bytes (1 MiB, NATS' default max_payload)."""
+
+MAX_MANIFEST_SIZE = 256 * 1024
+"""Largest pod manifest (as JSON) kubus accepts: `kubus apply` refuses bigger ones, the queue
+rejects them (TooLarge). Keeps a pop reply of even one such pod well under `MAX_MSG_SIZE`."""
 
 # -- tokens --------------------------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ from kubus.api.errors import ManifestError
 from kubus.api.manifests import parse_manifests, parse_pod
 from kubus.bus.connection import Publication, publish_durable, publish_durable_many
 from kubus.bus.messages import PodDeletion, encode
-from kubus.bus.subjects import MAX_MSG_SIZE, PODS_DELETE, PODS_SUBMIT
+from kubus.bus.subjects import MAX_MANIFEST_SIZE, PODS_DELETE, PODS_SUBMIT
 from kubus.cli.connect import UsageError, open_bus, open_state
 from kubus.settings import ConnectionSettings
 from kubus.store.cluster_state import ClusterState, node_info_of
@@ -154,9 +154,9 @@ def read_pod_manifests(paths: Sequence[str], stdin: Any = None) -> list[SubmitMa
                 data = codec.dumps(obj)
             except TypeError as e:
                 raise UsageError(f"{where}: cannot be sent as JSON: {e}") from None
-            if len(data) > MAX_MSG_SIZE:
+            if len(data) > MAX_MANIFEST_SIZE:
                 raise UsageError(
-                    f"{where}: the manifest is {len(data)} bytes as JSON; the bus takes at most {MAX_MSG_SIZE}"
+                    f"{where}: the manifest is {len(data)} bytes as JSON; kubus accepts at most {MAX_MANIFEST_SIZE}"
                 )
             out.append(SubmitManifest(pod.namespace, pod.name, data, pod.metadata.uid))
     return out

@@ -177,9 +177,9 @@ async def test_apply_bad_manifest_exits_2_and_publishes_nothing(
         ("{not yaml: [", "invalid YAML"),
         ("apiVersion: v1\nkind: Deployment\nmetadata: {name: d}\n", "not supported"),
         (
-            "apiVersion: v1\nkind: Pod\nmetadata: {name: big, annotations: {junk: '" + "x" * (1100 * 1024) + "'}}\n"
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: big, annotations: {junk: '" + "x" * (300 * 1024) + "'}}\n"
             "spec: {containers: [{name: c, image: i}]}\n",
-            "the bus takes at most",
+            "kubus accepts at most",
         ),
     ],
 )
