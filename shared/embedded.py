@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import ctypes
 import importlib.metadata
 import json
 import os
@@ -27,6 +28,7 @@ import subprocess
 import sys
 import sysconfig
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -40,6 +42,7 @@ from redis.backoff import NoBackoff
 __all__ = [
     "EmbeddedServers",
     "ServerStartError",
+    "die_with_parent_preexec",
     "free_port",
     "nats_server_binary",
     "valkey_server_binary",
@@ -129,6 +132,19 @@ def _kill_leftovers() -> None:
     _live.clear()
 
 
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+
+
+def die_with_parent_preexec() -> Callable[[], None] | None:
+    """A ``preexec_fn`` for `subprocess.Popen` on Linux (None elsewhere): the child gets SIGTERM
+    when the thread that started it ends, even when its process is SIGKILLed, so a killed
+    `kubus up` or test session leaves no servers or services behind."""
+    return _die_with_parent if sys.platform.startswith("linux") else None
+
+
 class _Process:
     """One server child process: started with its output appended to a log file, stopped with
     SIGTERM then SIGKILL, polled without blocking the event loop."""
@@ -152,6 +168,7 @@ class _Process:
                 # Its own session: a Ctrl-C in the terminal reaches kubus, which stops the servers
                 # last, in order, instead of the terminal killing them under the services.
                 start_new_session=True,
+                preexec_fn=die_with_parent_preexec(),
             )
         _live.add(self.proc)
 

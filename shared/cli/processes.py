@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
-import ctypes
 import os
 import signal
 import subprocess
@@ -21,6 +20,8 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from kubus.embedded import die_with_parent_preexec
 
 __all__ = [
     "STOP_ORDER",
@@ -117,13 +118,6 @@ def _kill_leftovers() -> None:
     _live.clear()
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    """Linux: the child gets SIGTERM when its parent dies, even by SIGKILL (PR_SET_PDEATHSIG)."""
-    with contextlib.suppress(Exception):
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
-
-
 @dataclass
 class ServiceProcess:
     """One service child process and its log file (appended to across restarts)."""
@@ -169,7 +163,7 @@ class ServiceProcess:
                 # Its own session: a Ctrl-C in the terminal reaches kubus, which stops the services
                 # in order, instead of the terminal signalling every child at once.
                 start_new_session=True,
-                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+                preexec_fn=die_with_parent_preexec(),
             )
         _live.add(self.proc)
         self.started_at = time.monotonic()

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
 import socket
+import sys
 from pathlib import Path
 
 import pytest
@@ -131,3 +135,33 @@ async def test_a_bus_client_reconnects_after_a_restart(tmp_path: Path) -> None:
     finally:
         await nc.close()
         await servers.stop()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux only")
+async def test_servers_die_with_a_killed_parent(tmp_path: Path) -> None:
+    # A parent that starts the servers, prints their pids, then hangs until it is SIGKILLed.
+    script = (
+        "import json, sys, time\n"
+        "from kubus.embedded import EmbeddedServers\n"
+        f"servers = EmbeddedServers({str(tmp_path)!r})\n"
+        "servers.start_sync()\n"
+        "print(json.dumps(servers.pids()), flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    parent = await asyncio.create_subprocess_exec(sys.executable, "-c", script, stdout=asyncio.subprocess.PIPE)
+    assert parent.stdout is not None
+    pids = json.loads(await asyncio.wait_for(parent.stdout.readline(), 60))
+    assert set(pids) == {"nats-server", "valkey-server"}
+    parent.kill()
+    await parent.wait()
+
+    def gone() -> None:
+        for pid in pids.values():
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                continue
+            status = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            assert status == "Z", f"server {pid} still running"  # a zombie has exited
+
+    await eventually(gone, timeout=15)
