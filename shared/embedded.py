@@ -28,10 +28,10 @@ import subprocess
 import sys
 import sysconfig
 import time
-from collections.abc import Callable
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import IO, Self
 
 import nats
 import nats.errors
@@ -42,9 +42,10 @@ from redis.backoff import NoBackoff
 __all__ = [
     "EmbeddedServers",
     "ServerStartError",
-    "die_with_parent_preexec",
+    "forget_child",
     "free_port",
     "nats_server_binary",
+    "spawn_child",
     "valkey_server_binary",
 ]
 
@@ -117,8 +118,8 @@ def free_port(host: str = HOST) -> int:
         return int(sock.getsockname()[1])
 
 
-# Children still running when the interpreter exits (a test run interrupted, a forgotten
-# stop()) are killed, so no orphaned server keeps a port and a data dir busy.
+# Children still running when the interpreter exits (a test run interrupted, a crash of `kubus
+# up`, a forgotten stop()) are killed, so no orphan keeps a port, a data dir or a cluster busy.
 _live: set[subprocess.Popen[bytes]] = set()
 
 
@@ -138,11 +139,31 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
         libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
 
 
-def die_with_parent_preexec() -> Callable[[], None] | None:
-    """A ``preexec_fn`` for `subprocess.Popen` on Linux (None elsewhere): the child gets SIGTERM
-    when the thread that started it ends, even when its process is SIGKILLed, so a killed
-    `kubus up` or test session leaves no servers or services behind."""
-    return _die_with_parent if sys.platform.startswith("linux") else None
+def spawn_child(
+    argv: Sequence[str], *, cwd: Path, log: IO[bytes], env: Mapping[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """A child process that does not outlive kubus: stdin closed, stdout and stderr to ``log``,
+    its own session (a Ctrl-C in the terminal reaches kubus, which stops its children in order,
+    instead of the terminal signalling them all at once), SIGTERM when the thread that started it
+    ends even by SIGKILL (Linux, PR_SET_PDEATHSIG), and killed at interpreter exit until
+    `forget_child`."""
+    proc = subprocess.Popen(
+        list(argv),
+        cwd=cwd,
+        env=None if env is None else dict(env),
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+    )
+    _live.add(proc)
+    return proc
+
+
+def forget_child(proc: subprocess.Popen[bytes]) -> None:
+    """``proc`` has ended (or is ending under its owner's watch): no kill at exit."""
+    _live.discard(proc)
 
 
 class _Process:
@@ -159,18 +180,7 @@ class _Process:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self._log_offset = log.tell()
-            self.proc = subprocess.Popen(
-                argv,
-                cwd=cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                # Its own session: a Ctrl-C in the terminal reaches kubus, which stops the servers
-                # last, in order, instead of the terminal killing them under the services.
-                start_new_session=True,
-                preexec_fn=die_with_parent_preexec(),
-            )
-        _live.add(self.proc)
+            self.proc = spawn_child(argv, cwd=cwd, log=log)
 
     def exited(self) -> int | None:
         """The exit code if the process has ended, else None."""
@@ -211,7 +221,7 @@ class _Process:
                     while proc.poll() is None:
                         await asyncio.sleep(_POLL_INTERVAL)
         finally:
-            _live.discard(proc)
+            forget_child(proc)
 
 
 class EmbeddedServers:

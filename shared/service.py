@@ -30,7 +30,10 @@ from collections.abc import Callable, Coroutine
 from types import TracebackType
 from typing import Any, Protocol, Self, TextIO, TypeVar
 
+import nats.errors
+import nats.js.errors
 import redis.asyncio as aioredis
+import redis.exceptions
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
@@ -39,6 +42,7 @@ from kubus.metrics import Metrics
 from kubus.settings import ConnectionSettings, redis_client
 
 __all__ = [
+    "TRANSIENT_ERRORS",
     "Service",
     "ServiceError",
     "ServiceState",
@@ -47,6 +51,22 @@ __all__ = [
     "install_signal_handlers",
     "logger",
 ]
+
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    redis.exceptions.BusyLoadingError,
+    redis.exceptions.TryAgainError,
+    nats.errors.TimeoutError,
+    nats.errors.ConnectionClosedError,
+    nats.errors.NoRespondersError,
+    nats.js.errors.ServiceUnavailableError,
+    nats.js.errors.NoStreamResponseError,
+    TimeoutError,
+    OSError,  # ConnectionError among them
+)
+"""Errors of a server that is down, slow or restarting: a step that meets one is retried (or
+left to the repair that retries it), never a reason to crash."""
 
 # -- structured logging --------------------------------------------------------------------------
 
@@ -216,6 +236,31 @@ class Service:
         task = self._group.create_task(self._root(name, coro_fn, args), name=f"{self.name}: {name}")
         self._tasks[name] = task
         return task
+
+    async def fetch(self, subscription: Any, batch: int, timeout: float) -> list[Any]:
+        """The next batch of up to ``batch`` messages from a JetStream pull ``subscription``;
+        [] after ``timeout`` seconds with none, on a passing NATS error (logged, after a short
+        pause) or as soon as the service stops."""
+        fetch = asyncio.ensure_future(subscription.fetch(batch, timeout=timeout))
+        stop = asyncio.ensure_future(self.stopping.wait())
+        try:
+            await asyncio.wait((fetch, stop), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+        if not fetch.done():
+            fetch.cancel()
+            with contextlib.suppress(BaseException):
+                await fetch
+            return []
+        try:
+            return fetch.result()
+        except TimeoutError:  # nats.errors.TimeoutError is one too: nothing to fetch
+            return []
+        except (nats.errors.ConnectionClosedError, nats.js.errors.APIError, OSError) as exc:
+            if not self.stopping.is_set():
+                self.log.warning("fetch failed, retrying", error=repr(exc))
+                await asyncio.sleep(min(1.0, timeout))
+            return []
 
     def intake(self, subscription: _S) -> _S:
         """Register a NATS subscription that brings work in; stop() unsubscribes it first. Returns it."""

@@ -11,7 +11,8 @@ Tests wipe the servers (FLUSHALL, every stream deleted): never point ``KUBUS_*_U
 
 Fixtures: ``servers`` (the endpoints), ``nats_url``, ``redis_url`` (strings), and per test
 ``redis`` (redis.asyncio client, bytes, FLUSHALL first), ``nats`` (connected nats-py client,
-every JetStream stream deleted first, drained after) and ``js`` (its JetStream context). Tests
+every JetStream stream deleted first, drained after), ``js`` (its JetStream context), ``settings``
+(ConnectionSettings for services on those emptied servers) and ``state`` (a ClusterState on them). Tests
 using any of them are marked ``integration`` automatically.
 """
 
@@ -33,6 +34,8 @@ from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
 from kubus.embedded import EmbeddedServers
+from kubus.settings import ConnectionSettings
+from kubus.store import ClusterState
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
@@ -169,6 +172,18 @@ async def nats(nats_url: str) -> AsyncIterator[NATS]:
             with contextlib.suppress(Exception):
                 await client.drain()
             await client.close()
+
+
+@pytest.fixture
+def settings(nats: NATS, redis: aioredis.Redis, nats_url: str, redis_url: str) -> ConnectionSettings:
+    """Connection settings for services, on servers the ``nats`` and ``redis`` fixtures emptied."""
+    return ConnectionSettings(nats_url=nats_url, redis_url=redis_url)
+
+
+@pytest.fixture
+def state(redis: aioredis.Redis) -> ClusterState:
+    """The store over the ``redis`` fixture's empty database."""
+    return ClusterState(redis)
 
 
 @pytest.fixture

@@ -46,9 +46,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
-import nats.errors
-import nats.js.errors
-import redis.exceptions
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import PubAck
@@ -59,6 +56,7 @@ from kubus.bus import (
     EventKind,
     Publication,
     consumer_name,
+    deliveries,
     ensure_pull_consumer,
     event_subject,
     node_pods,
@@ -78,7 +76,7 @@ from kubus.bus.messages import (
     encode,
 )
 from kubus.framework.status import Status
-from kubus.service import Service, StructuredLogger
+from kubus.service import TRANSIENT_ERRORS, Service, StructuredLogger
 from kubus.settings import ConnectionSettings
 from kubus.store import ClusterState, EventType, PodEvent, PodPhase, StoreCode
 from kubus.store.cluster_state import Binding, BindingResult
@@ -118,25 +116,9 @@ class BindResult(StrEnum):
     """A transient error: nak'ed, to be delivered again."""
 
 
-_TRANSIENT: tuple[type[BaseException], ...] = (
-    redis.exceptions.ConnectionError,
-    redis.exceptions.TimeoutError,
-    redis.exceptions.BusyLoadingError,
-    redis.exceptions.TryAgainError,
-    nats.errors.TimeoutError,
-    nats.errors.ConnectionClosedError,
-    nats.errors.NoRespondersError,
-    nats.js.errors.ServiceUnavailableError,
-    nats.js.errors.NoStreamResponseError,
-    TimeoutError,
-    ConnectionError,
-    OSError,
-)
-
-
 def is_transient(exc: BaseException) -> bool:
     """Whether ``exc`` means Redis or NATS is briefly unreachable (retry later), not a bug."""
-    return isinstance(exc, _TRANSIENT)
+    return isinstance(exc, TRANSIENT_ERRORS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,36 +206,11 @@ class BinderService(Service):
     async def _bind_loop(self, subscription: JetStreamContext.PullSubscription) -> None:
         try:
             while not self.stopping.is_set():
-                messages = await self._fetch(subscription)
+                messages = await self.fetch(subscription, self.options.batch, self.options.fetch_timeout)
                 if messages:
                     await self.handle_batch(messages)
         finally:
             self._consumed.set()
-
-    async def _fetch(self, subscription: JetStreamContext.PullSubscription) -> list[Msg]:
-        """The next batch, or [] on a timeout, a passing NATS hiccup or stop."""
-        fetch = asyncio.ensure_future(subscription.fetch(self.options.batch, timeout=self.options.fetch_timeout))
-        stop = asyncio.ensure_future(self.stopping.wait())
-        try:
-            await asyncio.wait((fetch, stop), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stop.cancel()
-        if not fetch.done():
-            fetch.cancel()
-            with contextlib.suppress(BaseException):
-                await fetch
-            return []
-        try:
-            return fetch.result()
-        except TimeoutError:  # nats.errors.TimeoutError is one too: nothing to fetch
-            return []
-        except (nats.errors.ConnectionClosedError, nats.js.errors.APIError, OSError) as exc:
-            if not self.stopping.is_set():
-                self.log.warning("fetch failed, retrying", error=repr(exc))
-                await asyncio.sleep(min(1.0, self.options.fetch_timeout))
-            return []
-
-    # -- a batch of requests ---------------------------------------------------------------------
 
     async def handle(self, msg: Msg) -> BindResult | None:
         """Handle one delivered BindRequest to the end (acked, nak'ed or terminated). Never
@@ -471,7 +428,7 @@ class BinderService(Service):
 
     async def _failed(self, request: BindRequest, msg: Msg, exc: Exception, log: StructuredLogger) -> BindResult:
         """A step raised: retry later (nak), or on the last delivery hand the pod back."""
-        delivered = _num_delivered(msg)
+        delivered = deliveries(msg)
         transient = is_transient(exc)
         if delivered < self.options.max_deliver:
             delay = redelivery_delay(delivered)
@@ -619,10 +576,3 @@ def _check(request: BindRequest) -> None:
         raise MessageError(f"BindRequest.attempt: negative ({request.attempt})")
     if any(d < 0 for d in request.gpu_devices):
         raise MessageError(f"BindRequest.gpu_devices: negative index in {list(request.gpu_devices)}")
-
-
-def _num_delivered(msg: Msg) -> int:
-    try:
-        return int(msg.metadata.num_delivered)
-    except Exception:
-        return 1

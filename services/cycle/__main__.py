@@ -1,25 +1,21 @@
 """``python -m kubus.cycle --profile NAME``: run one scheduling-cycle replica until SIGTERM/SIGINT.
 
-Exits 0 after a clean stop, 1 with one line naming the failed task when a root task dies (or
-NATS/Redis do not answer), 2 with one line for a bad config, an unknown profile, bad settings
-or flags.
+Exit status as `kubus.entrypoint` says: 0 after a clean stop, 1 when it could not start or a root
+task died, 2 with one line for a bad config, an unknown profile, bad settings or flags.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from collections.abc import Sequence
 
 from kubus.cycle.service import CycleOptions, CycleService
+from kubus.entrypoint import add_service_flags, run_service, settings_from_flags
 from kubus.framework.config import default_config, load_config
 from kubus.framework.runtime import Framework
 from kubus.kernels.backend import BACKENDS, BackendUnavailable
-from kubus.metrics import serve_metrics
 from kubus.plugins import in_tree_registry
-from kubus.service import ServiceError, configure_logging, install_signal_handlers
-from kubus.settings import load_settings
 
 PROG = "kubus.cycle"
 
@@ -37,9 +33,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--config", metavar="SCHED.yaml", help="KubeSchedulerConfiguration (default: kube's default profile)"
     )
-    p.add_argument("--settings", metavar="FILE", help="connection settings (YAML); see kubus.settings")
-    p.add_argument("--nats", metavar="URL", help="NATS URL (default $KUBUS_NATS_URL or nats://127.0.0.1:4222)")
-    p.add_argument("--redis", metavar="URL", help="Redis URL (default $KUBUS_REDIS_URL or redis://127.0.0.1:6379/0)")
+    add_service_flags(p)
     p.add_argument(
         "--batch-size",
         type=int,
@@ -47,8 +41,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         metavar="N",
         help=f"pods popped and scheduled at a time (default {defaults.batch_size})",
     )
-    p.add_argument("--metrics-port", type=int, default=0, metavar="N", help="serve /metrics on this port (0 = none)")
-    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     p.add_argument(
         "--backend",
         default=defaults.backend,
@@ -63,7 +55,7 @@ def build(args: argparse.Namespace) -> CycleService:
     if args.batch_size < 1:
         raise UsageError(f"--batch-size: must be at least 1, got {args.batch_size}")
     try:
-        settings = load_settings(file=args.settings, overrides={"nats_url": args.nats, "redis_url": args.redis})
+        settings = settings_from_flags(args)
         registry = in_tree_registry(entry_points=True)
         config = load_config(args.config, registry=registry) if args.config else default_config(registry)
         try:
@@ -79,27 +71,8 @@ def build(args: argparse.Namespace) -> CycleService:
         raise UsageError(" ".join(str(exc).split("\n"))) from None
 
 
-async def _run(service: CycleService, metrics_port: int) -> int:
-    if metrics_port:
-        serve_metrics(service.metrics, metrics_port, health=service)
-    install_signal_handlers(service)
-    await service.run()
-    return 0
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    configure_logging(args.log_level.upper())
-    try:
-        service = build(args)
-    except UsageError as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return 2
-    try:
-        return asyncio.run(_run(service, args.metrics_port))
-    except (ServiceError, ConnectionError, OSError) as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return 1
+    return run_service(PROG, parse_args(argv), build, usage_errors=(UsageError,))
 
 
 if __name__ == "__main__":

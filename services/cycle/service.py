@@ -48,7 +48,6 @@ from dataclasses import dataclass, field
 
 import nats.errors
 import nats.js.errors
-import redis.exceptions
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
@@ -78,7 +77,7 @@ from kubus.framework.scheduling import Scheduler, ScheduleResult
 from kubus.framework.status import Code
 from kubus.kernels import NodeTable, select_backend
 from kubus.plugins.node_resources_fit import is_extended_resource
-from kubus.service import Service
+from kubus.service import TRANSIENT_ERRORS, Service
 from kubus.settings import ConnectionSettings
 from kubus.store import ClusterState, Move, PodPhase, Reservation, StoreCode
 
@@ -105,20 +104,6 @@ PLACING_EVENTS = frozenset(k.value for k in (EventKind.POD_RESERVED, EventKind.P
 """Pod events that change nothing in the table when it already accounts the pod on that node
 (most of them: this cycle reserved the pod and assumed it at once)."""
 
-_TRANSIENT: tuple[type[BaseException], ...] = (
-    redis.exceptions.ConnectionError,
-    redis.exceptions.TimeoutError,
-    redis.exceptions.BusyLoadingError,
-    redis.exceptions.TryAgainError,
-    nats.errors.TimeoutError,
-    nats.errors.ConnectionClosedError,
-    nats.errors.NoRespondersError,
-    nats.js.errors.ServiceUnavailableError,
-    nats.js.errors.NoStreamResponseError,
-    TimeoutError,
-    ConnectionError,
-    OSError,
-)
 """Errors that mean Redis or NATS is briefly unreachable, not a bug."""
 
 SCHEDULE_EXTENSION_POINT = "SchedulePod"
@@ -330,7 +315,7 @@ class CycleService(Service):
                     queued = await self._pop(token)
                     if queued:
                         await self._run_batch(_Batch(queued, token))
-                except _TRANSIENT as exc:
+                except TRANSIENT_ERRORS as exc:
                     self.log.warning("redis or nats unavailable; the node table will be reloaded", error=repr(exc))
                     self.snapshot = None
                     await self._pause(0.5)
@@ -463,7 +448,7 @@ class CycleService(Service):
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            if isinstance(exc, _TRANSIENT):
+            if isinstance(exc, TRANSIENT_ERRORS):
                 self.log.warning("batch failed: redis or nats unavailable", error=repr(exc))
             else:
                 self.log.exception("batch failed", error=repr(exc))
@@ -579,7 +564,7 @@ class CycleService(Service):
         ]
         try:
             writes = await state.transition_many(moves)
-        except _TRANSIENT as exc:
+        except TRANSIENT_ERRORS as exc:
             for r, _ in wanted:
                 self._forget(r.pod, r.node or "")
                 batch.error(_uid(r.pod), f"reserving on node {r.node} failed: {exc!r}")
@@ -619,7 +604,7 @@ class CycleService(Service):
             holds.append((result, write.version, reservation))
         try:
             answers = await state.reserve_many([h[2] for h in holds])
-        except _TRANSIENT as exc:
+        except TRANSIENT_ERRORS as exc:
             for result, attempt, _ in holds:
                 self._forget(result.pod, result.node or "")
                 undo.append(self._back_to_pending(_uid(result.pod), attempt))
@@ -682,7 +667,7 @@ class CycleService(Service):
         publications = [Publication(bind(self.profile), encode(q), f"bind/{q.uid}/{q.attempt}") for q in requests]
         try:
             acks = await publish_durable_many(self._js(), publications, return_exceptions=True)
-        except _TRANSIENT as exc:
+        except TRANSIENT_ERRORS as exc:
             acks = [exc] * len(reserved)
         failed = []
         for r, ack in zip(reserved, acks, strict=True):
@@ -704,7 +689,7 @@ class CycleService(Service):
         self._forget(pod, node)
         try:
             await self._store().unreserve(node, _uid(pod), str(attempt))
-        except _TRANSIENT as exc:
+        except TRANSIENT_ERRORS as exc:
             self.log.warning("unreserve failed; the janitor will", pod=pod.key, node=node, error=repr(exc))
             return
         await self._back_to_pending(_uid(pod), attempt)
@@ -714,7 +699,7 @@ class CycleService(Service):
             await self._store().transition(
                 uid, PodPhase.PENDING, expected_version=attempt, expected_phases={PodPhase.RESERVED}
             )
-        except _TRANSIENT as exc:
+        except TRANSIENT_ERRORS as exc:
             self.log.warning("back to Pending failed; the janitor will", uid=uid, error=repr(exc))
 
     async def _report(self, batch: _Batch) -> None:
@@ -802,7 +787,7 @@ class CycleService(Service):
             return ""
         try:
             record = await self._store().get_pod(uid)
-        except _TRANSIENT as exc:
+        except TRANSIENT_ERRORS as exc:
             self.log.warning("event: cannot look up the pod's node", pod=event.name, error=repr(exc))
             return ""
         return record.node if record is not None else ""

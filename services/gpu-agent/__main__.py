@@ -6,26 +6,23 @@
 
 ``--node`` defaults to ``$NODE_NAME`` (a DaemonSet passes it with the downward API). A
 simulation owns the KUBUS_NODES stream: run it against a NATS without per-node agents.
-Exits 0 after a clean stop, 1 with one line naming the failed task when a root task dies, 2 for
-bad settings, flags or manifests.
+Exit status as `kubus.entrypoint` says: 0 after a clean stop, 1 when it could not start or a root
+task died, 2 for bad settings, flags or manifests.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 from collections.abc import Sequence
 
 from kubus.api.errors import ManifestError
-from kubus.bus import ConsumerConflictError
+from kubus.entrypoint import add_service_flags, run_service, settings_from_flags
 from kubus.gpu_agent.inventory import NodeInventory, load_node_template
 from kubus.gpu_agent.service import AgentOptions, AgentService
-from kubus.metrics import serve_metrics
-from kubus.service import ServiceError, configure_logging, install_signal_handlers
-from kubus.settings import SettingsError, load_settings
 
+PROG = "kubus.gpu_agent"
 _SIMULATED_POD_DURATION = 30.0
 
 
@@ -61,11 +58,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         metavar="SECONDS",
         help=f"seconds between heartbeats (default {defaults.heartbeat_interval:g})",
     )
-    p.add_argument("--settings", metavar="FILE", help="connection settings (YAML); see kubus.settings")
-    p.add_argument("--nats", metavar="URL", help="NATS URL (default $KUBUS_NATS_URL or nats://127.0.0.1:4222)")
-    p.add_argument("--redis", metavar="URL", help="Redis URL (default $KUBUS_REDIS_URL or redis://127.0.0.1:6379/0)")
-    p.add_argument("--metrics-port", type=int, default=0, metavar="N", help="serve /metrics on this port (0 = none)")
-    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    add_service_flags(p)
     args = p.parse_args(argv)
     if args.simulate is not None:
         if args.template is None:
@@ -84,7 +77,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def build(args: argparse.Namespace) -> AgentService:
     """The agent the flags describe (settings loaded, manifests read). Raises SettingsError,
     ManifestError or ValueError for bad input."""
-    settings = load_settings(file=args.settings, overrides={"nats_url": args.nats, "redis_url": args.redis})
+    settings = settings_from_flags(args)
     duration = args.pod_duration
     if duration is None:
         duration = _SIMULATED_POD_DURATION if args.simulate is not None else 0.0
@@ -99,26 +92,8 @@ def build(args: argparse.Namespace) -> AgentService:
     return AgentService.for_node(settings, NodeInventory.discover(args.node, args.manifest), options)
 
 
-async def _run(args: argparse.Namespace) -> int:
-    agent = build(args)
-    if args.metrics_port:
-        serve_metrics(agent.metrics, args.metrics_port, health=agent)
-    install_signal_handlers(agent)
-    await agent.run()
-    return 0
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    configure_logging(args.log_level.upper())
-    try:
-        return asyncio.run(_run(args))
-    except (SettingsError, ManifestError, ValueError) as exc:
-        print(f"kubus.gpu_agent: {exc}", file=sys.stderr)
-        return 2
-    except (ServiceError, ConsumerConflictError, ConnectionError, OSError) as exc:
-        print(f"kubus.gpu_agent: {exc}", file=sys.stderr)
-        return 1
+    return run_service(PROG, parse_args(argv), build, usage_errors=(ValueError, ManifestError))
 
 
 if __name__ == "__main__":

@@ -53,9 +53,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, TypeVar
 
-import nats.errors
-import nats.js.errors
-import redis.exceptions
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
@@ -66,6 +63,7 @@ from kubus.bus import (
     EventKind,
     Publication,
     consumer_name,
+    deliveries,
     ensure_pull_consumer,
     event_filter,
     event_subject,
@@ -78,7 +76,7 @@ from kubus.bus.messages import ClusterEvent, MessageError, NodeAssignment, decod
 from kubus.gpu_agent.admission import Verdict, admit
 from kubus.gpu_agent.inventory import NodeInventory
 from kubus.gpu_agent.simulation import pod_duration, simulated_nodes
-from kubus.service import Service, StructuredLogger
+from kubus.service import TRANSIENT_ERRORS, Service, StructuredLogger
 from kubus.settings import ConnectionSettings
 from kubus.store import (
     AdmissionView,
@@ -96,18 +94,6 @@ __all__ = ["AdmissionResult", "AgentOptions", "AgentService", "RunningPod"]
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
-
-_TRANSIENT: tuple[type[BaseException], ...] = (
-    redis.exceptions.ConnectionError,
-    redis.exceptions.TimeoutError,
-    redis.exceptions.BusyLoadingError,
-    nats.errors.TimeoutError,
-    nats.errors.ConnectionClosedError,
-    nats.js.errors.ServiceUnavailableError,
-    nats.js.errors.NoStreamResponseError,
-    TimeoutError,
-    OSError,
-)
 
 
 class AdmissionResult(StrEnum):
@@ -351,7 +337,7 @@ class AgentService(Service):
     async def _assignment_loop(self, subscription: JetStreamContext.PullSubscription) -> None:
         while not self.stopping.is_set():
             began = time.monotonic()
-            messages = await self._fetch(subscription)
+            messages = await self.fetch(subscription, self.options.batch, self.options.fetch_timeout)
             if not messages:
                 continue
             await self.handle_batch(messages)
@@ -359,29 +345,6 @@ class AgentService(Service):
                 left = self.options.batch_wait - (time.monotonic() - began)
                 if left > 0:
                     await self._sleep(left)
-
-    async def _fetch(self, subscription: JetStreamContext.PullSubscription) -> list[Msg]:
-        """The next batch, or [] on a timeout, a passing NATS hiccup or stop."""
-        fetch = asyncio.ensure_future(subscription.fetch(self.options.batch, timeout=self.options.fetch_timeout))
-        stop = asyncio.ensure_future(self.stopping.wait())
-        try:
-            await asyncio.wait((fetch, stop), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stop.cancel()
-        if not fetch.done():
-            fetch.cancel()
-            with contextlib.suppress(BaseException):
-                await fetch
-            return []
-        try:
-            return fetch.result()
-        except TimeoutError:  # nats.errors.TimeoutError is one too: nothing to fetch
-            return []
-        except (nats.errors.ConnectionClosedError, nats.js.errors.APIError, OSError) as exc:
-            if not self.stopping.is_set():
-                self.log.warning("fetch failed, retrying", error=repr(exc))
-                await asyncio.sleep(min(1.0, self.options.fetch_timeout))
-            return []
 
     async def handle_batch(self, messages: Sequence[Msg]) -> list[AdmissionResult | None]:
         """Handle delivered NodeAssignments to the end (each acked, nak'ed or terminated), in
@@ -451,7 +414,7 @@ class AgentService(Service):
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            delivered = _num_delivered(msg)
+            delivered = deliveries(msg)
             if delivered < self.options.max_deliver:
                 self._log_failure("admission failed, will retry", exc, log=log, delivery=delivered)
                 with contextlib.suppress(Exception):
@@ -908,7 +871,7 @@ class AgentService(Service):
         self, event: str, exc: BaseException, *, log: StructuredLogger | None = None, **fields: Any
     ) -> None:
         log = log or self.log
-        if isinstance(exc, _TRANSIENT):
+        if isinstance(exc, TRANSIENT_ERRORS):
             log.warning(event, error=repr(exc), **fields)
         else:
             log.log(logging.ERROR, event, exc_info=exc, error=repr(exc), **fields)
@@ -962,10 +925,3 @@ def _str(value: Any) -> str:
     if value is None:
         return ""
     return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _num_delivered(msg: Msg) -> int:
-    try:
-        return int(msg.metadata.num_delivered)
-    except Exception:
-        return 1

@@ -12,11 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
 from kubus import codec
 from kubus.api.errors import ManifestError
-from kubus.api.manifests import parse_manifests, parse_pod
+from kubus.api.manifests import parse_manifests, parse_pod, read_documents
 from kubus.api.objects import Pod
 
 __all__ = ["Rejected", "Submission", "identify", "read_submission"]
@@ -25,21 +23,6 @@ _MAX_LINE = 1000
 """A rejection message longer than this is cut (it travels in events and logs)."""
 
 _LIST_ITEM_KIND = {"List": None, "PodList": "Pod", "NodeList": "Node"}
-
-# The YAML loader kubus.api.manifests validates with: safe, timestamps left as strings (kube
-# decodes YAML through JSON, where a timestamp is a string). The raw documents are read the same
-# way so the JSON stored is exactly what was validated.
-_BaseLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-class _Loader(_BaseLoader):  # type: ignore[misc]
-    pass
-
-
-_Loader.yaml_implicit_resolvers = {
-    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-    for first, resolvers in _BaseLoader.yaml_implicit_resolvers.items()
-}
 
 
 class Rejected(ValueError):
@@ -154,13 +137,7 @@ def _submission(
 
 
 def _documents(data: bytes) -> list[Any]:
-    text = data.decode("utf-8-sig")
-    if text.lstrip()[:1] in ("{", "["):
-        try:
-            return [codec.loads(text)]
-        except codec.DecodeError:
-            pass
-    return list(yaml.load_all(text, Loader=_Loader))
+    return list(read_documents(data.decode("utf-8-sig")))
 
 
 def _raw_pods(data: bytes) -> list[dict[str, Any]]:

@@ -46,6 +46,7 @@ from kubus.bus import (
     PODS_SUBMIT,
     EventKind,
     Publication,
+    deliveries,
     ensure_pull_consumer,
     event_filter,
     event_subject,
@@ -346,19 +347,10 @@ class QueueService(Service):
             raise RuntimeError("queue: not connected")
         return self.store
 
-    async def _publish_event(
-        self,
-        kind: EventKind,
-        name: str,
-        msg_id: str,
-        *,
-        node: str = "",
-        reason: str = "",
-        message: str = "",
-        data: Mapping[str, Any] | None = None,
-    ) -> None:
+    async def _publish_event(self, kind: EventKind, name: str, msg_id: str, **fields: Any) -> None:
+        """Publish one event; ``fields`` as `_event_publication` takes them."""
         assert self.js is not None
-        p = self._event_publication(kind, name, msg_id, node=node, reason=reason, message=message, data=data)
+        p = self._event_publication(kind, name, msg_id, **fields)
         await publish_durable(self.js, p.subject, p.payload, p.msg_id)
 
     @staticmethod
@@ -386,17 +378,8 @@ class QueueService(Service):
     async def _consume_pods(self) -> None:
         sub = self._pods_sub
         while not self.stopping.is_set():
-            try:
-                msgs = await sub.fetch(self.options.fetch_batch, timeout=1.0)
-            except TimeoutError:  # nothing within the second (nats-py raises its own subclass, or asyncio's)
-                continue
-            except Exception as exc:
-                if self.stopping.is_set():
-                    return
-                if not isinstance(exc, _TRANSIENT):
-                    raise
-                self.log.warning("fetch from KUBUS_PODS failed; retrying", error=repr(exc))
-                await asyncio.sleep(0.5)
+            msgs = await self.fetch(sub, self.options.fetch_batch, timeout=1.0)
+            if not msgs:
                 continue
             self._consumer_idle.clear()
             try:
@@ -446,7 +429,7 @@ class QueueService(Service):
     async def _failed_message(self, msg: Msg, exc: Exception) -> None:
         """A message whose handling failed (not bad input): nak'd to be retried after a delay,
         rejected after its last delivery. Called while ``exc`` is being handled. Never raises."""
-        delivered = msg.metadata.num_delivered or 1
+        delivered = deliveries(msg)
         if delivered >= self.options.max_deliver:
             self.log.exception("giving up on a message", subject=msg.subject, deliveries=delivered)
             await self._reject(
@@ -490,7 +473,7 @@ class QueueService(Service):
         for submission in read_submission(
             msg.data, source=PODS_SUBMIT, max_manifest_bytes=self.options.max_manifest_bytes
         ):
-            await self._accept(submission.pod, submission.manifest, redelivered=(msg.metadata.num_delivered or 1) > 1)
+            await self._accept(submission.pod, submission.manifest, redelivered=deliveries(msg) > 1)
 
     async def _submit_batch(self, msgs: list[Msg]) -> None:
         """Submits about different pods, handled together: each read once, every pod stored
@@ -536,7 +519,7 @@ class QueueService(Service):
                         if (publication := await self._accepted(record, sub.pod, sub.manifest)) is not None:
                             announce.append(publication)
                     else:
-                        redelivered = (msg.metadata.num_delivered or 1) > 1
+                        redelivered = deliveries(msg) > 1
                         await self._accept_stored(sub.pod, sub.manifest, redelivered=redelivered)
             except Rejected as exc:
                 await self._reject(msg, exc)

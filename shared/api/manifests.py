@@ -61,7 +61,7 @@ import os
 import re
 import sys
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import Enum
@@ -128,6 +128,7 @@ __all__ = [
     "parse_manifests",
     "parse_node",
     "parse_pod",
+    "read_documents",
 ]
 
 DEFAULT_SCHEDULER_NAME = "default-scheduler"
@@ -1120,19 +1121,23 @@ def _yaml_error(e: yaml.YAMLError) -> str:
     return f"invalid YAML: {problem}"
 
 
-def _documents(text: str, collector: _Collector) -> None:
-    stripped = text.lstrip()
-    if stripped[:1] in ("{", "["):
+def read_documents(text: str) -> Iterator[Any]:
+    """The documents of a manifest text as kube reads them: the JSON document when it is JSON,
+    else every YAML document (safe loader, timestamps left as strings). Raises yaml.YAMLError
+    when it reaches a document that is not valid YAML."""
+    if text.lstrip()[:1] in ("{", "["):
         try:
-            doc = orjson.loads(text)
+            yield orjson.loads(text)
+            return
         except orjson.JSONDecodeError:
             pass  # not JSON after all (or bad JSON): YAML reads it, or says where it is wrong
-        else:
-            collector.document(doc, 1)
-            return
+    yield from yaml.load_all(text, Loader=_Loader)
+
+
+def _documents(text: str, collector: _Collector) -> None:
     number = 0
     try:
-        for number, doc in enumerate(yaml.load_all(text, Loader=_Loader), start=1):
+        for number, doc in enumerate(read_documents(text), start=1):
             collector.document(doc, number)
     except yaml.YAMLError as e:
         collector.errors.append(ManifestError(collector.source, f"document {number + 1}", "", _yaml_error(e)))

@@ -14,7 +14,13 @@ from kubus.bus.connection import (
     publish_durable_many,
     stream_config,
 )
-from kubus.bus.consumers import ConsumerConflictError, consumer_name, ensure_pull_consumer, redelivery_delay
+from kubus.bus.consumers import (
+    ConsumerConflictError,
+    consumer_name,
+    deliveries,
+    ensure_pull_consumer,
+    redelivery_delay,
+)
 from kubus.bus.subjects import (
     BIND_ALL,
     BIND_STREAM,
@@ -68,6 +74,7 @@ __all__ = [
     "bind",
     "connect_bus",
     "consumer_name",
+    "deliveries",
     "ensure_pull_consumer",
     "ensure_streams",
     "event_filter",

@@ -9,12 +9,13 @@ service does the same with the same name and shares the consumer (each message g
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import nats.js.errors
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-__all__ = ["ConsumerConflictError", "consumer_name", "ensure_pull_consumer", "redelivery_delay"]
+__all__ = ["ConsumerConflictError", "consumer_name", "deliveries", "ensure_pull_consumer", "redelivery_delay"]
 
 _NOT_UNIQUE_ON_WORK_QUEUE = 10100  # JetStream err_code: filtered consumer not unique on workqueue stream
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_-]")
@@ -81,3 +82,11 @@ def redelivery_delay(num_delivered: int, *, base: float = 0.5, cap: float = 15.0
     """Seconds to wait before a retryable message is delivered again (``nak(delay)``): ``base``
     after the first delivery, doubling per delivery, at most ``cap``."""
     return min(cap, base * 2 ** max(0, num_delivered - 1))
+
+
+def deliveries(msg: Any) -> int:
+    """How many times JetStream has delivered ``msg`` (1 the first time; 1 when it cannot say)."""
+    try:
+        return int(msg.metadata.num_delivered) or 1
+    except Exception:
+        return 1

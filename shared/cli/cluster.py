@@ -15,12 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-import orjson
-import yaml
-
 from kubus import codec
 from kubus.api.errors import ManifestError
-from kubus.api.manifests import parse_manifests, parse_pod
+from kubus.api.manifests import parse_manifests, parse_pod, read_documents
 from kubus.bus.connection import Publication, publish_durable, publish_durable_many
 from kubus.bus.messages import PodDeletion, encode
 from kubus.bus.subjects import MAX_MANIFEST_SIZE, PODS_DELETE, PODS_SUBMIT
@@ -51,20 +48,6 @@ _PUBLISH_WINDOW = 256
 
 # ---- apply -------------------------------------------------------------------------------------
 
-# The same YAML reading as kubus.api.manifests: the safe loader, timestamps left as strings (kube
-# decodes YAML through JSON), so the JSON published is what validation read.
-_BaseLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-class _Loader(_BaseLoader):  # type: ignore[misc]
-    pass
-
-
-_Loader.yaml_implicit_resolvers = {
-    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-    for first, resolvers in _BaseLoader.yaml_implicit_resolvers.items()
-}
-
 _LIST_KINDS = ("List", "PodList", "NodeList")
 
 
@@ -90,17 +73,8 @@ class SubmitManifest:
 
 def _objects(text: str) -> list[Any]:
     """The top-level objects of a manifest text, List items flattened, in order."""
-    stripped = text.lstrip()
-    docs: list[Any]
-    if stripped[:1] in ("{", "["):
-        try:
-            docs = [orjson.loads(text)]
-        except orjson.JSONDecodeError:
-            docs = list(yaml.load_all(text, Loader=_Loader))
-    else:
-        docs = list(yaml.load_all(text, Loader=_Loader))
     out: list[Any] = []
-    for doc in docs:
+    for doc in read_documents(text):
         if isinstance(doc, dict) and doc.get("kind") in _LIST_KINDS and isinstance(doc.get("items"), list):
             implied = {"PodList": "Pod", "NodeList": "Node"}.get(doc["kind"])
             for item in doc["items"]:

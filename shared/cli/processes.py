@@ -10,7 +10,6 @@ connection in the environment (``KUBUS_NATS_URL``, ``KUBUS_REDIS_URL``) and, whe
 from __future__ import annotations
 
 import asyncio
-import atexit
 import contextlib
 import os
 import signal
@@ -21,7 +20,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kubus.embedded import die_with_parent_preexec
+from kubus.embedded import forget_child, spawn_child
 
 __all__ = [
     "STOP_ORDER",
@@ -103,21 +102,6 @@ def _file_safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
 
 
-# Children still running when the interpreter exits (an interrupted test, a crash of `kubus up`)
-# are killed, so no orphan keeps scheduling against a cluster nobody watches.
-_live: set[subprocess.Popen[bytes]] = set()
-
-
-@atexit.register
-def _kill_leftovers() -> None:
-    for proc in list(_live):
-        with contextlib.suppress(OSError):
-            proc.kill()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=2)
-    _live.clear()
-
-
 @dataclass
 class ServiceProcess:
     """One service child process and its log file (appended to across restarts)."""
@@ -153,19 +137,7 @@ class ServiceProcess:
             log.write(f"--- kubus: starting {' '.join(self.argv())} at {time.strftime('%Y-%m-%dT%H:%M:%S')}\n".encode())
             log.flush()
             self._log_offset = log.tell()
-            self.proc = subprocess.Popen(
-                self.argv(),
-                cwd=self.cwd,
-                env=dict(self.env),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                # Its own session: a Ctrl-C in the terminal reaches kubus, which stops the services
-                # in order, instead of the terminal signalling every child at once.
-                start_new_session=True,
-                preexec_fn=die_with_parent_preexec(),
-            )
-        _live.add(self.proc)
+            self.proc = spawn_child(self.argv(), cwd=self.cwd, log=log, env=self.env)
         self.started_at = time.monotonic()
         self.expected_exit = False
 
@@ -216,7 +188,7 @@ class ServiceProcess:
                     proc.kill()
                 while proc.poll() is None:
                     await asyncio.sleep(_POLL)
-        _live.discard(proc)
+        forget_child(proc)
         return proc.returncode
 
 

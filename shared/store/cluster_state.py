@@ -698,10 +698,7 @@ class ClusterState:
             count_attempt=count_attempt,
             manifest=manifest,
         )
-        args = self._transition_args(move)
-        if isinstance(args, PodWrite):
-            return args
-        return await self._finish_transition(move, await self._pod_script(self.scripts.transition, uid, args))
+        return await self.transition_move(move)
 
     async def transition_many(self, moves: Sequence[Move]) -> list[PodWrite]:
         """`transition` for many pods in one pipelined round trip (on a single Redis), results
@@ -744,7 +741,10 @@ class ClusterState:
         args = self._transition_args(move)
         if isinstance(args, PodWrite):
             return args
-        return await self._finish_transition(move, await self._pod_script(self.scripts.transition, move.uid, args))
+        result = await self._pod_script(self.scripts.transition, move.uid, args)
+        if self.cluster and result.ok:
+            await self._fix_indexes(move.uid, str(result.phase), str(move.phase), await self._profile_of(move.uid))
+        return result
 
     async def _learn_profiles(self, uids: Iterable[str]) -> None:
         """Read, in one round trip, the profiles of the pods whose profile is not cached."""
@@ -796,11 +796,6 @@ class ClusterState:
             return out
 
         return args
-
-    async def _finish_transition(self, move: Move, result: PodWrite) -> PodWrite:
-        if self.cluster and result.ok:
-            await self._fix_indexes(move.uid, str(result.phase), str(move.phase), await self._profile_of(move.uid))
-        return result
 
     async def bind_pod(
         self, uid: str, node: str, devices: Sequence[int] = (), *, expected_version: int | None = None

@@ -26,7 +26,7 @@ from kubus.binder import __main__ as binder_main
 from kubus.cycle import __main__ as cycle_main
 from kubus.gpu_agent import __main__ as agent_main
 from kubus.queue import __main__ as queue_main
-from kubus.settings import ENV_PREFIX, load_settings
+from kubus.settings import ENV_PREFIX
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -140,18 +140,11 @@ def check_service_command(
     stderr = io.StringIO()
     try:
         with contextlib.redirect_stderr(stderr):
-            if module == "kubus.queue":
-                args = queue_main._parser().parse_args(argv)
-                queue_main._load(args)
-            elif module == "kubus.cycle":
-                args = cycle_main.parse_args(argv)
-                cycle_main.build(args)
-            elif module == "kubus.binder":
-                args = binder_main.parse_args(argv)
-                load_settings(file=args.settings, overrides={"nats_url": args.nats, "redis_url": args.redis})
-            else:
-                args = agent_main.parse_args(argv)
-                agent_main.build(args)
+            main = {"kubus.queue": queue_main, "kubus.cycle": cycle_main, "kubus.binder": binder_main}.get(
+                module, agent_main
+            )
+            args = main.parse_args(argv)
+            main.build(args)
     except SystemExit:
         pytest.fail(f"{' '.join(command)}: {stderr.getvalue().strip()}", pytrace=False)
     assert 0 < args.metrics_port < 65536, f"{' '.join(command)}: no --metrics-port, so no probes to answer"

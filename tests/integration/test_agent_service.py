@@ -8,8 +8,6 @@ import time
 from typing import Any
 
 import pytest
-import redis.asyncio as aioredis
-from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 from support import eventually
 
@@ -27,16 +25,6 @@ _ids = itertools.count()
 
 
 # ---- building blocks ---------------------------------------------------------------------------
-
-
-@pytest.fixture
-def settings(nats: NATS, redis: aioredis.Redis, nats_url: str, redis_url: str) -> ConnectionSettings:
-    return ConnectionSettings(nats_url=nats_url, redis_url=redis_url)
-
-
-@pytest.fixture
-def state(redis: aioredis.Redis) -> ClusterState:
-    return ClusterState(redis)
 
 
 def template(*, cpu: str = "4", gpus: int = 2) -> Node:

@@ -9,8 +9,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-import redis.asyncio as aioredis
-from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 from nats.js.api import PubAck
 from support import eventually
@@ -42,17 +40,6 @@ _ids = itertools.count()
 
 
 # ---- building blocks ---------------------------------------------------------------------------
-
-
-@pytest.fixture
-def settings(nats: NATS, redis: aioredis.Redis, nats_url: str, redis_url: str) -> ConnectionSettings:
-    """Connection settings for services, on servers the `nats` and `redis` fixtures emptied."""
-    return ConnectionSettings(nats_url=nats_url, redis_url=redis_url)
-
-
-@pytest.fixture
-def state(redis: aioredis.Redis) -> ClusterState:
-    return ClusterState(redis)
 
 
 def options(**kw: Any) -> BinderOptions:

@@ -16,8 +16,6 @@ import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-import pytest
-import redis.asyncio as aioredis
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
@@ -65,17 +63,6 @@ _ids = itertools.count()
 
 
 # ---- building blocks ---------------------------------------------------------------------------
-
-
-@pytest.fixture
-def settings(nats: NATS, redis: aioredis.Redis, nats_url: str, redis_url: str) -> ConnectionSettings:
-    """Connection settings for services, on servers the `nats` and `redis` fixtures emptied."""
-    return ConnectionSettings(nats_url=nats_url, redis_url=redis_url)
-
-
-@pytest.fixture
-def state(redis: aioredis.Redis) -> ClusterState:
-    return ClusterState(redis)
 
 
 def framework(profile: str = PROFILE) -> Framework:

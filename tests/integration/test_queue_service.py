@@ -679,7 +679,7 @@ def test_a_bad_config_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.Capt
     bad.write_text("apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles: 3\n")
     assert queue_main(["--config", str(bad)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("python -m kubus.queue: ") and str(bad) in err and "\n" not in err
+    assert err.startswith("kubus.queue: ") and str(bad) in err and "\n" not in err
     assert queue_main(["--config", str(tmp_path / "missing.yaml")]) == 2
     assert queue_main(["--metrics-port", "-1"]) == 2
 

@@ -120,11 +120,6 @@ async def place(state: ClusterState, pod: Pod, node: str, devices: tuple[int, ..
     assert (await state.bind_pod(uid, node, devices)).ok
 
 
-@pytest.fixture
-def state(redis: aioredis.Redis) -> ClusterState:
-    return ClusterState(redis)
-
-
 async def usage(state: ClusterState, node: str) -> dict[str, int]:
     raw = await state.redis.hgetall(state.keys.node_usage(node))
     return {k.decode(): int(v) for k, v in raw.items()}
