@@ -44,6 +44,7 @@ __all__ = [
     "ServerStartError",
     "forget_child",
     "free_port",
+    "log_tail",
     "nats_server_binary",
     "spawn_child",
     "valkey_server_binary",
@@ -161,6 +162,17 @@ def spawn_child(
     return proc
 
 
+def log_tail(path: Path, offset: int, lines: int) -> str:
+    """The last ``lines`` lines written to ``path`` after byte ``offset`` ("" if unreadable)."""
+    try:
+        with open(path, "rb") as log:
+            log.seek(offset)
+            text = log.read().decode(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
 def forget_child(proc: subprocess.Popen[bytes]) -> None:
     """``proc`` has ended (or is ending under its owner's watch): no kill at exit."""
     _live.discard(proc)
@@ -188,13 +200,7 @@ class _Process:
 
     def log_tail(self, lines: int = _LOG_TAIL_LINES) -> str:
         """The last lines this run (since the last spawn) wrote to the log."""
-        try:
-            with open(self.log_path, "rb") as log:
-                log.seek(self._log_offset)
-                text = log.read().decode(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
+        return log_tail(self.log_path, self._log_offset, lines)
 
     def failure(self, what: str) -> ServerStartError:
         code = self.exited()

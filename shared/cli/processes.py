@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kubus.embedded import forget_child, spawn_child
+from kubus.embedded import forget_child, log_tail, spawn_child
 
 __all__ = [
     "STOP_ORDER",
@@ -151,13 +151,7 @@ class ServiceProcess:
 
     def log_tail(self, lines: int = _TAIL_LINES) -> str:
         """The last lines this run of the process wrote."""
-        try:
-            with open(self.log_path, "rb") as log:
-                log.seek(self._log_offset)
-                text = log.read().decode(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
+        return log_tail(self.log_path, self._log_offset, lines)
 
     def kill(self) -> None:
         """SIGKILL, as a crash would (`kill -9`); the exit is expected. Does not wait."""
