@@ -28,7 +28,7 @@ import subprocess
 import sys
 import sysconfig
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
@@ -134,10 +134,16 @@ def _kill_leftovers() -> None:
     _live.clear()
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    with contextlib.suppress(Exception):
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+def _die_with(parent: int) -> Callable[[], None]:
+    def die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+        with contextlib.suppress(Exception):
+            libc = ctypes.CDLL("libc.so.6", use_errno=True)
+            libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+        # The parent may have died between fork and prctl: then no signal would ever come.
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return die_with_parent
 
 
 def spawn_child(
@@ -146,8 +152,9 @@ def spawn_child(
     """A child process that does not outlive kubus: stdin closed, stdout and stderr to ``log``,
     its own session (a Ctrl-C in the terminal reaches kubus, which stops its children in order,
     instead of the terminal signalling them all at once), SIGTERM when the thread that started it
-    ends even by SIGKILL (Linux, PR_SET_PDEATHSIG), and killed at interpreter exit until
-    `forget_child`."""
+    ends even by SIGKILL (Linux, PR_SET_PDEATHSIG; a kubus service then stops within its stop
+    timeout, see `kubus.entrypoint`), and killed at interpreter exit until `forget_child`.
+    Call it from the thread that lives as long as the child should (the event loop's)."""
     proc = subprocess.Popen(
         list(argv),
         cwd=cwd,
@@ -156,7 +163,7 @@ def spawn_child(
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
-        preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+        preexec_fn=_die_with(os.getpid()) if sys.platform.startswith("linux") else None,
     )
     _live.add(proc)
     return proc

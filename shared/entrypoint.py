@@ -3,15 +3,24 @@ until SIGTERM/SIGINT with one set of exit codes.
 
     0  after a clean stop;
     1  when the service could not start (NATS or Redis do not answer, the durable consumer is
-       someone else's) or a root task died: one line on stderr naming it;
-    2  for a mistake in the flags, the scheduler configuration, the settings or a manifest: one line.
+       someone else's), a root task died, or the stop had to abandon work (NATS or Redis gone,
+       in-flight work left for redelivery): one line on stderr saying which; also when the stop
+       did not end within ``--stop-timeout`` plus `EXIT_GRACE` seconds and the process ended itself;
+    2  for a mistake in the flags, the scheduler configuration, the settings or a manifest: one line;
+    128+N  a second signal N (SIGTERM, SIGINT) while stopping: the process exits at once.
+
+Every wait on the way out is bounded, so SIGTERM ends the process within ``--stop-timeout`` plus
+a few seconds whatever state its connections are in: as kubelet expects before its SIGKILL.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import signal
 import sys
+import threading
 from collections.abc import Callable
 
 from kubus.bus import ConsumerConflictError
@@ -19,10 +28,22 @@ from kubus.metrics import serve_metrics
 from kubus.service import Service, ServiceError, configure_logging, install_signal_handlers
 from kubus.settings import ConnectionSettings, load_settings
 
-__all__ = ["EXIT_FAILED", "EXIT_USAGE", "add_service_flags", "run_service", "settings_from_flags"]
+__all__ = [
+    "DEFAULT_STOP_TIMEOUT",
+    "EXIT_FAILED",
+    "EXIT_GRACE",
+    "EXIT_USAGE",
+    "add_service_flags",
+    "run_service",
+    "settings_from_flags",
+]
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+DEFAULT_STOP_TIMEOUT = 10.0
+"""Seconds a service has after SIGTERM to finish or hand back its in-flight work (``--stop-timeout``)."""
+EXIT_GRACE = 5.0
+"""Seconds after the stop timeout before a process whose stop is stuck ends itself (os._exit)."""
 _FAILURES = (ServiceError, ConsumerConflictError, ConnectionError, OSError)
 
 
@@ -41,6 +62,14 @@ def add_service_flags(parser: argparse.ArgumentParser) -> None:
         help="serve /metrics, /healthz and /readyz on this port (0 = none)",
     )
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    parser.add_argument(
+        "--stop-timeout",
+        type=float,
+        default=DEFAULT_STOP_TIMEOUT,
+        metavar="SECONDS",
+        help=f"after SIGTERM, time to finish or hand back in-flight work (default {DEFAULT_STOP_TIMEOUT:g}); "
+        f"the process exits at most {EXIT_GRACE:g}s later whatever happens",
+    )
 
 
 def settings_from_flags(args: argparse.Namespace) -> ConnectionSettings:
@@ -59,16 +88,29 @@ def run_service(
     configure_logging(args.log_level.upper())
     if not 0 <= args.metrics_port <= 65535:
         return _fail(prog, f"--metrics-port: {args.metrics_port} is not a port (0-65535)", EXIT_USAGE)
+    if not 0 < args.stop_timeout <= 3600:
+        return _fail(prog, f"--stop-timeout: expected seconds in (0, 3600], got {args.stop_timeout:g}", EXIT_USAGE)
     try:
         service = build(args)
     except usage_errors as exc:
         return _fail(prog, exc, EXIT_USAGE)
 
+    def exit_now(sig: signal.Signals) -> None:
+        _exit_now(prog, f"{sig.name} again while stopping: exiting now", 128 + sig.value)
+
     async def serve() -> None:
         if args.metrics_port:
             serve_metrics(service.metrics, args.metrics_port, health=service)
-        install_signal_handlers(service)
-        await service.run()
+        install_signal_handlers(service, timeout=args.stop_timeout, on_repeat=exit_now)
+        # Armed when the stop begins, for whatever reason: ends the process if anything on the
+        # way out (a hook, a close, the event loop's own teardown) outlasts the stop timeout.
+        watchdog = asyncio.create_task(_watch_stop(service, prog, args.stop_timeout + EXIT_GRACE),
+                                       name=f"{service.name}: stop watchdog")  # fmt: skip
+        try:
+            await service.run()
+        finally:
+            if not service.stopping.is_set():
+                watchdog.cancel()
 
     try:
         asyncio.run(serve())
@@ -76,7 +118,23 @@ def run_service(
         return _fail(prog, exc, EXIT_FAILED)
     except KeyboardInterrupt:
         return 130
+    if service.abandoned:
+        return _fail(prog, f"stopped, abandoning: {'; '.join(service.abandoned)}", EXIT_FAILED)
     return 0
+
+
+async def _watch_stop(service: Service, prog: str, seconds: float) -> None:
+    await service.stopping.wait()
+    # A thread, not a task: it must fire even if the event loop never gets to run it again.
+    timer = threading.Timer(seconds, _exit_now, (prog, f"did not stop within {seconds:g}s: exiting now", EXIT_FAILED))
+    timer.daemon = True
+    timer.start()
+
+
+def _exit_now(prog: str, why: str, status: int) -> None:
+    """End the process at once (no cleanup: what is in flight is redelivered to another replica)."""
+    print(f"{prog}: {why}", file=sys.stderr, flush=True)
+    os._exit(status)
 
 
 def _fail(prog: str, exc: BaseException | str, status: int) -> int:

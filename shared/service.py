@@ -143,6 +143,17 @@ def configure_logging(level: int | str = logging.INFO, *, stream: TextIO | None 
 # -- the service lifecycle ----------------------------------------------------------------------
 
 
+_CLOSE_GRACE = 2.0
+"""Seconds a connection close may take after stop()'s deadline (a socket that died under it)."""
+
+
+async def _bounded(task: asyncio.Task[Any], timeout: float) -> bool:
+    """Wait up to ``timeout`` seconds for ``task`` to end, without cancelling it or raising its
+    error; True when it ended."""
+    done, _ = await asyncio.wait((task,), timeout=timeout)
+    return bool(done)
+
+
 class ServiceState(enum.Enum):
     """Where a service is in its one-way lifecycle."""
 
@@ -211,6 +222,8 @@ class Service:
         self._failure: tuple[str, BaseException] | None = None
         self._on_start_called = False
         self._intake: list[_Unsubscribable] = []
+        self.abandoned: tuple[str, ...] = ()
+        """What the last stop() could not do (empty after a clean stop): one phrase each."""
 
     # -- what subclasses implement ---------------------------------------------------------------
 
@@ -377,33 +390,57 @@ class Service:
         """Stop in order: intake → on_stop → cancel root tasks → drain NATS → close Redis.
 
         Idempotent; safe before start(), during start() (the start is cancelled) and from several
-        tasks at once (all wait for the one stop). ``timeout`` (seconds) bounds on_stop and the
-        wait for root tasks; connections are closed regardless. Never raises for a root task's
-        error (run() does); the hook's own errors are logged.
+        tasks at once (all wait for the one stop; the first caller's ``timeout`` holds). Returns
+        within ``timeout`` seconds plus a few for closing the connections, whatever state they are
+        in (NATS reconnecting, Redis down, a publish pending): each step is bounded, and one that
+        fails does not keep the next from running. Never raises: a root task's error is raised
+        by run(); what a step could not do is logged in the one "service stopped" line and kept
+        in `abandoned`.
         """
         if self._stop_task is None:
             self._stop_task = asyncio.create_task(self._shutdown(timeout), name=f"{self.name}: stop")
         await asyncio.shield(self._stop_task)
 
     async def _shutdown(self, timeout: float) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
         if self._state is ServiceState.NEW:
             self._state = ServiceState.STOPPED
             self._stopped.set()
             return
         self._state = ServiceState.STOPPING
-        self.log.info("service stopping")
+        self.log.info("service stopping", timeout=timeout)
         self.stopping.set()
+        abandoned: list[str] = []
+        try:
+            await self._stop_steps(timeout, abandoned)
+        finally:
+            # Whatever happened above, the service is stopped: run() returns and the process exits.
+            self.abandoned = tuple(abandoned)
+            self._state = ServiceState.STOPPED
+            self._stopped.set()
+            fields = {"failed_task": self._failure[0] if self._failure else "-"}
+            if abandoned:
+                self.log.warning("service stopped, work abandoned", abandoned="; ".join(abandoned), **fields)
+            else:
+                self.log.info("service stopped", **fields)
+
+    async def _stop_steps(self, timeout: float, abandoned: list[str]) -> None:
+        """The steps of stop(), together bounded by ``timeout`` seconds (the closes by a short grace
+        after it), none able to skip the next: what a step could not do is added to ``abandoned``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+
+        def left(minimum: float = 0.0) -> float:
+            return max(deadline - loop.time(), minimum)
+
         if self._start_task is not None and not self._start_task.done():
             self._start_task.cancel()
-            with contextlib.suppress(BaseException):
-                await self._start_task
+            await _bounded(self._start_task, left(_CLOSE_GRACE))
 
         # 1. Stop taking work.
         for subscription in self._intake:
             try:
-                await subscription.unsubscribe()
+                async with asyncio.timeout(left(_CLOSE_GRACE)):
+                    await subscription.unsubscribe()
             except Exception as exc:
                 self.log.warning("unsubscribe failed", error=repr(exc))
 
@@ -413,40 +450,45 @@ class Service:
                 async with asyncio.timeout_at(deadline):
                     await self.on_stop()
             except TimeoutError:
-                self.log.error("on_stop did not finish in time; in-flight work will be redelivered", timeout=timeout)
-            except Exception:
+                abandoned.append(f"in-flight work not finished within {timeout:g}s (left for redelivery)")
+            except Exception as exc:
                 self.log.exception("on_stop failed")
+                abandoned.append(f"in-flight work: on_stop failed ({exc!r})")
 
         # 3. Cancel the root tasks.
         if self._supervisor is not None:
             self._release_roots.set()
-            try:
-                async with asyncio.timeout_at(max(deadline, loop.time() + 1.0)):
-                    await asyncio.shield(self._supervisor)
-            except TimeoutError:
+            if not await _bounded(self._supervisor, left(1.0)):
                 stuck = [name for name, task in self._tasks.items() if not task.done()]
-                self.log.error("root tasks ignore cancellation", tasks=",".join(stuck))
+                abandoned.append(f"root tasks ignoring cancellation: {', '.join(stuck)}")
 
-        # 4. Drain NATS: deliver what subscriptions hold, flush what was published.
-        if self.nc is not None and not self.nc.is_closed:
-            try:
-                async with asyncio.timeout(max(deadline - loop.time(), 1.0)):
-                    await self.nc.drain()
-            except Exception as exc:
-                self.log.warning("nats drain failed", error=repr(exc))
-            if not self.nc.is_closed:
-                await self.nc.close()
+        # 4. Drain NATS: deliver what subscriptions hold, flush what was published. A client that
+        # is reconnecting cannot drain; what it buffered is lost (JetStream publishes unacked by
+        # the server are retried by whoever published them, after redelivery).
+        nc = self.nc
+        if nc is not None and not nc.is_closed:
+            if nc.is_connected:
+                try:
+                    async with asyncio.timeout(left(1.0)):
+                        await nc.drain()
+                except Exception as exc:
+                    abandoned.append(f"nats drain: {exc!r}")
+            else:
+                abandoned.append(f"nats not connected ({nc.pending_data_size} buffered bytes dropped)")
+            if not nc.is_closed:
+                try:
+                    async with asyncio.timeout(_CLOSE_GRACE):
+                        await nc.close()
+                except Exception as exc:  # the socket died under it: nothing more to flush
+                    self.log.debug("nats close failed", error=repr(exc))
 
         # 5. Close Redis.
         if self.redis is not None:
             try:
-                await self.redis.aclose()
+                async with asyncio.timeout(_CLOSE_GRACE):
+                    await self.redis.aclose()
             except Exception as exc:
-                self.log.warning("redis close failed", error=repr(exc))
-
-        self._state = ServiceState.STOPPED
-        self._stopped.set()
-        self.log.info("service stopped", failed_task=self._failure[0] if self._failure else "-")
+                self.log.debug("redis close failed", error=repr(exc))
 
     async def _supervise(self, ready: asyncio.Future[None]) -> None:
         try:
@@ -486,11 +528,18 @@ class Service:
 
 
 def install_signal_handlers(
-    service: Service, signals: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT)
+    service: Service,
+    signals: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT),
+    *,
+    timeout: float = 10.0,
+    on_repeat: Callable[[signal.Signals], None] | None = None,
 ) -> Callable[[], None]:
-    """Make SIGTERM and SIGINT call ``service.stop()`` in the running loop; returns an uninstaller.
+    """Make SIGTERM and SIGINT call ``service.stop(timeout)`` in the running loop; returns an
+    uninstaller.
 
-    Call from inside the loop (Unix only). A repeated signal while stopping is logged and ignored.
+    Call from inside the loop (Unix only). A signal while the service is already stopping calls
+    ``on_repeat(sig)`` (a process's entry point exits at once there, as a second Ctrl-C does);
+    without one it is logged and otherwise ignored.
     """
     loop = asyncio.get_running_loop()
     pending: set[asyncio.Task[None]] = set()
@@ -498,9 +547,11 @@ def install_signal_handlers(
     def handle(sig: signal.Signals) -> None:
         if service.stopping.is_set():
             service.log.warning("signal received while stopping", signal=sig.name)
+            if on_repeat is not None:
+                on_repeat(sig)
             return
         service.log.info("signal received, stopping", signal=sig.name)
-        task = loop.create_task(service.stop(), name=f"{service.name}: stop on {sig.name}")
+        task = loop.create_task(service.stop(timeout), name=f"{service.name}: stop on {sig.name}")
         pending.add(task)
         task.add_done_callback(pending.discard)
 

@@ -21,8 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kubus.embedded import forget_child, log_tail, spawn_child
+from kubus.entrypoint import DEFAULT_STOP_TIMEOUT, EXIT_GRACE
 
 __all__ = [
+    "GROUP_STOP_WAIT",
+    "SERVICE_STOP_WAIT",
     "STOP_ORDER",
     "ServiceGroup",
     "ServiceProcess",
@@ -32,6 +35,13 @@ __all__ = [
 
 _POLL = 0.05
 _TAIL_LINES = 20
+
+SERVICE_STOP_WAIT = DEFAULT_STOP_TIMEOUT + EXIT_GRACE
+"""Seconds between SIGTERM and SIGKILL for one service: its own stop timeout and grace, so a
+service that stops itself in time is never killed."""
+GROUP_STOP_WAIT = 30.0
+"""Seconds a whole group may take to stop (kubelet's default grace period): with NATS or Redis
+gone each role could otherwise take its full stop timeout in turn."""
 
 STOP_ORDER = ("cycle", "binder", "queue", "gpu-agent")
 """Roles in the order they are stopped: first the cycles (no new decisions), then the binders
@@ -167,7 +177,7 @@ class ServiceProcess:
             await asyncio.sleep(_POLL)
         return self.returncode()
 
-    async def stop(self, timeout: float = 10.0) -> int | None:
+    async def stop(self, timeout: float = SERVICE_STOP_WAIT) -> int | None:
         """SIGTERM, up to ``timeout`` seconds to exit, then SIGKILL. Idempotent; the exit status."""
         proc = self.proc
         if proc is None:
@@ -228,14 +238,18 @@ class ServiceGroup:
                 out.append(service)
         return out
 
-    async def stop(self, timeout: float = 10.0) -> dict[str, int | None]:
+    async def stop(self, timeout: float = SERVICE_STOP_WAIT, total: float = GROUP_STOP_WAIT) -> dict[str, int | None]:
         """Stop every service, role by role in STOP_ORDER (a role's replicas together): SIGTERM,
-        then SIGKILL after ``timeout`` seconds. Idempotent. Returns each one's exit status."""
+        then SIGKILL after ``timeout`` seconds. Idempotent. The whole stop takes at most about
+        ``total`` seconds: roles not yet stopped by then are killed (their in-flight work is
+        redelivered, as after any crash). Returns each one's exit status."""
         codes: dict[str, int | None] = {}
+        deadline = time.monotonic() + total
         roles = [*STOP_ORDER, *sorted({s.spec.role for s in self.services.values()} - set(STOP_ORDER))]
         for role in roles:
             group = self.by_role(role)
-            results = await asyncio.gather(*(s.stop(timeout) for s in group))
+            wait = min(timeout, max(deadline - time.monotonic(), 0.0))
+            results = await asyncio.gather(*(s.stop(wait) for s in group))
             codes.update({s.name: code for s, code in zip(group, results, strict=True)})
         return codes
 

@@ -27,7 +27,7 @@ from kubus.api.manifests import load_manifests
 from kubus.cli.commands import scheduler_config
 from kubus.cli.connect import Unreachable, UsageError, open_state, safe_url
 from kubus.cli.endpoints import Endpoints, data_dir, read_endpoints, remove_endpoints, write_endpoints
-from kubus.cli.processes import ServiceGroup, ServiceProcess, cluster_services
+from kubus.cli.processes import SERVICE_STOP_WAIT, ServiceGroup, ServiceProcess, cluster_services
 from kubus.cli.progress import sleep_or
 from kubus.cli.workload import NODE_TEMPLATE, gpu_scheduler_config
 from kubus.embedded import EmbeddedServers, ServerStartError
@@ -79,8 +79,9 @@ class Cluster:
     nodes: int
     config: str | None
 
-    async def stop(self, timeout: float = 10.0) -> dict[str, int | None]:
-        """Services in order (SIGTERM, SIGKILL after ``timeout``), then the servers. Idempotent."""
+    async def stop(self, timeout: float = SERVICE_STOP_WAIT) -> dict[str, int | None]:
+        """Services in order (SIGTERM, SIGKILL after ``timeout``; all of them within
+        `GROUP_STOP_WAIT`), then the servers. Idempotent."""
         codes = await self.group.stop(timeout)
         if self.servers is not None:
             await self.servers.stop()

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
 
 import pytest
+from support import eventually
 
 from kubus.service import Service, ServiceError, ServiceState, install_signal_handlers, logger
 from kubus.settings import ConnectionSettings
@@ -211,3 +213,41 @@ async def test_an_unreachable_bus_fails_start_clearly() -> None:
     with pytest.raises(ConnectionError, match="did not answer"):
         await service.start()
     assert service.state is ServiceState.STOPPED
+
+
+async def test_a_stop_that_runs_out_of_time_says_what_it_abandoned() -> None:
+    service = Recorder(stop_hook_delay=30)
+    await service.start()
+    await asyncio.wait_for(service.stop(timeout=0.1), 5)
+    assert service.state is ServiceState.STOPPED
+    assert len(service.abandoned) == 1 and "in-flight work not finished within 0.1s" in service.abandoned[0]
+
+
+async def test_a_clean_stop_abandons_nothing() -> None:
+    service = Recorder()
+    await service.start()
+    await service.stop()
+    assert service.abandoned == ()
+
+
+async def test_a_signal_while_stopping_calls_on_repeat() -> None:
+    service = Recorder(stop_hook_delay=30)
+    repeated: list[signal.Signals] = []
+    uninstall = install_signal_handlers(service, timeout=5, on_repeat=repeated.append)
+    try:
+        runner = asyncio.create_task(service.run())
+        await service.running.wait()
+        os.kill(os.getpid(), signal.SIGTERM)
+        await asyncio.wait_for(service.stopping.wait(), 5)
+        os.kill(os.getpid(), signal.SIGINT)
+
+        def repeated_once() -> None:
+            assert repeated == [signal.SIGINT]
+
+        await eventually(repeated_once)
+        assert not runner.done()  # the first stop goes on; what to do now is on_repeat's call
+        runner.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await runner
+    finally:
+        uninstall()

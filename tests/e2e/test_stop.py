@@ -1,0 +1,249 @@
+"""Stopping, whatever state the servers are in: every service exits within its stop timeout on
+SIGTERM even after NATS or Redis was killed under load, and nothing `kubus up` started outlives
+it (a normal stop after its servers died, kill -9 of `kubus up` after it restarted a service).
+
+These tests own their servers (they kill them), so they start embedded ones of their own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from cluster_support import service_logs
+from support import eventually
+
+from kubus.bus.connection import connect_bus
+from kubus.cli.cluster import pod_manifests, submit
+from kubus.cli.processes import GROUP_STOP_WAIT, SERVICE_STOP_WAIT
+from kubus.cli.up import start_cluster, wait_ready
+from kubus.cli.workload import NODE_TEMPLATE, gpu_scheduler_config, mixed_workload
+from kubus.entrypoint import DEFAULT_STOP_TIMEOUT, EXIT_GRACE
+from kubus.settings import redis_client
+from kubus.store import ClusterState, PodPhase
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")]
+
+STOP_BOUND = DEFAULT_STOP_TIMEOUT + EXIT_GRACE
+"""What `kubus.entrypoint` promises: a service is gone this many seconds after SIGTERM."""
+
+
+# -- processes, read from /proc -------------------------------------------------------------------
+
+
+def _stat(pid: int) -> tuple[int, str, int] | None:
+    """(parent pid, state letter, start time in ticks) of a live process; None if it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2 :].split()
+    return int(fields[1]), fields[0], int(fields[19])
+
+
+def _cmdline(pid: int) -> str:
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    return ""
+
+
+def descendants(root: int) -> dict[int, tuple[int, str]]:
+    """Every live process below ``root`` (zombies are not): pid → (start time, command line)."""
+    parents: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (stat := _stat(int(entry))) is not None:
+            parents.setdefault(stat[0], []).append(int(entry))
+    out: dict[int, tuple[int, str]] = {}
+    todo = [root]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            stat = _stat(child)
+            if stat is not None and stat[1] != "Z":
+                out[child] = (stat[2], _cmdline(child))
+                todo.append(child)
+    return out
+
+
+def still_alive(processes: dict[int, tuple[int, str]]) -> list[str]:
+    """Those of ``processes`` that still run (the same process: same start time; zombies are dead)."""
+    alive = []
+    for pid, (started, cmdline) in processes.items():
+        stat = _stat(pid)
+        if stat is not None and stat[2] == started and stat[1] != "Z":
+            alive.append(f"{pid} ({stat[1]}) {cmdline}")
+    return alive
+
+
+# -- services, when a server dies under load --------------------------------------------------------
+
+
+@pytest.mark.parametrize("server", ["nats-server", "valkey-server"])
+async def test_every_service_stops_in_time_after_a_server_is_killed_under_load(tmp_path: Path, server: str) -> None:
+    config = tmp_path / "scheduler-config.yaml"
+    config.write_text(gpu_scheduler_config())
+    template = tmp_path / "node-template.yaml"
+    template.write_text(NODE_TEMPLATE)
+    since = time.time()
+    cluster = await start_cluster(
+        tmp_path, config=str(config), profiles=("default-scheduler",), nodes=50, node_template=str(template),
+        pod_duration=0.0,
+    )  # fmt: skip
+    assert cluster.servers is not None
+    redis = redis_client(cluster.settings)
+    nc, js = await connect_bus(cluster.settings, "test")
+    try:
+        state = ClusterState(redis)
+        assert not await wait_ready(cluster, state, timeout=90, since=since), service_logs(cluster)
+        manifests = pod_manifests(mixed_workload(3000, seed=5, namespace="stop"))
+        flow = asyncio.create_task(submit(js, manifests))
+
+        async def placing() -> None:
+            bound = await state.pods_in_phase(PodPhase.RUNNING)
+            assert len(bound) >= 100, len(bound)
+
+        await eventually(placing, timeout=60, interval=0.2)  # pods are flowing through every service
+        os.kill(cluster.servers.pids()[server], signal.SIGKILL)
+        flow.cancel()
+        await asyncio.sleep(1.0)  # every service meets the dead server mid-work
+
+        started = time.monotonic()
+        for service in cluster.group:
+            assert service.running, service_logs(cluster)
+            service.expected_exit = True
+            service.proc.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
+        codes = {s.name: await s.wait(STOP_BOUND + 5) for s in cluster.group}
+        took = time.monotonic() - started
+        assert all(code is not None for code in codes.values()), f"still running: {codes}\n{service_logs(cluster)}"
+        assert took <= STOP_BOUND + 2, f"stopping took {took:.1f}s\n{service_logs(cluster)}"
+        # Each ended itself: exit 0 (clean) or 1 (it says what it abandoned), not a signal.
+        assert set(codes.values()) <= {0, 1}, f"{codes}\n{service_logs(cluster)}"
+        for service in cluster.group:
+            tail = service.log_tail(5)
+            assert 'event="service stopped' in tail, tail
+            if service.returncode() == 1:
+                assert "stopped, abandoning: " in tail, tail
+        if server == "nats-server":
+            # With the bus gone, whatever they had buffered for it is reported as abandoned.
+            assert any(code == 1 for code in codes.values()), codes
+    finally:
+        with contextlib.suppress(Exception):
+            await nc.close()
+        await redis.aclose()
+        await cluster.stop(timeout=2)
+
+
+# -- kubus up leaves nothing behind -----------------------------------------------------------------
+
+
+class _KubusUp:
+    """`kubus up` as a child of the test, with its output in a file."""
+
+    def __init__(self, directory: Path) -> None:
+        self.output = directory / "up.out"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "kubus.cli", "up", "--nodes", "10", "--fresh", "--data-dir", str(directory)],
+            stdin=subprocess.DEVNULL,
+            stdout=self.output.open("wb"),
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "KUBUS_HOME": str(directory)},
+        )
+
+    def text(self) -> str:
+        return self.output.read_text(errors="replace")
+
+    async def ready(self) -> None:
+        def check() -> None:
+            assert self.proc.poll() is None, self.text()
+            assert "ready in" in self.text(), self.text()
+
+        await eventually(check, timeout=90, interval=0.2)
+
+    def child(self, needle: str) -> int:
+        """The one live child whose command line has ``needle`` (AssertionError: none or several)."""
+        found = [pid for pid, (_, cmdline) in descendants(self.proc.pid).items() if needle in cmdline]
+        assert len(found) == 1, found
+        return found[0]
+
+    async def exited(self, timeout: float) -> int:
+        deadline = time.monotonic() + timeout
+        while self.proc.poll() is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        assert self.proc.returncode is not None, f"kubus up still running after {timeout:g}s\n{self.text()}"
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.kill()
+        self.proc.wait()
+
+
+@pytest.mark.parametrize("impatient", [False, True], ids=["waited-for", "kill-9-while-stopping"])
+async def test_kubus_up_stopped_after_its_servers_died_leaves_no_process(tmp_path: Path, impatient: bool) -> None:
+    """SIGTERM to `kubus up` once its NATS and Redis are dead; then either wait for it, or (an
+    impatient user, a supervisor's kill timeout) SIGKILL it two seconds into its stop."""
+    up = _KubusUp(tmp_path)
+    children: dict[int, tuple[int, str]] = {}
+    try:
+        await up.ready()
+        children = descendants(up.proc.pid)
+        assert len(children) == 6, children  # two servers, queue, cycle, binder, gpu-agent
+        os.kill(up.child("nats-server"), signal.SIGKILL)
+        os.kill(up.child("valkey-server"), signal.SIGKILL)
+        await asyncio.sleep(1.0)
+        up.proc.send_signal(signal.SIGTERM)
+        if impatient:
+            await asyncio.sleep(2.0)
+            up.kill()
+            await eventually(lambda: _none_alive(children), timeout=SERVICE_STOP_WAIT + 5, interval=0.2)
+        else:
+            await up.exited(GROUP_STOP_WAIT + 15)
+            assert "kubus up: stopped" in up.text(), up.text()
+            await eventually(lambda: _none_alive(children), timeout=5, interval=0.1)
+    finally:
+        up.kill()
+        _kill(children)
+
+
+async def test_kill_9_of_kubus_up_after_a_restart_leaves_no_process(tmp_path: Path) -> None:
+    up = _KubusUp(tmp_path)
+    children: dict[int, tuple[int, str]] = {}
+    try:
+        await up.ready()
+        first_queue = up.child("kubus.queue")
+        os.kill(first_queue, signal.SIGKILL)
+
+        def restarted() -> int:
+            pid = up.child("kubus.queue")
+            assert pid != first_queue
+            return pid
+
+        await eventually(restarted, timeout=20, interval=0.1)
+        assert "starting it again" in up.text(), up.text()
+        children = descendants(up.proc.pid)
+        assert len(children) == 6, children
+        up.kill()  # SIGKILL: no chance to stop anything itself
+        # Each child learns of it from the kernel (PR_SET_PDEATHSIG) and stops within its timeout.
+        await eventually(lambda: _none_alive(children), timeout=SERVICE_STOP_WAIT + 5, interval=0.2)
+    finally:
+        up.kill()
+        _kill(children)
+
+
+def _none_alive(children: dict[int, tuple[int, str]]) -> None:
+    left = still_alive(children)
+    assert not left, "outlived kubus up:\n" + "\n".join(left)
+
+
+def _kill(children: dict[int, tuple[int, str]]) -> None:
+    """Clean up after a failed test (nothing to do after a passing one)."""
+    for pid in children:
+        if _stat(pid) is not None:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
