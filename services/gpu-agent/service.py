@@ -733,10 +733,10 @@ class AgentService(Service):
         """Forget tracked pods that are not Running on their node in Redis any more."""
         state = self._store()
         pods = [pod for pod in self.running.values() if pod.confirmed]
-        if pods and not state.cluster:
-            # The Running index changes atomically with the records on a single Redis: one
-            # membership query per 5,000 pods, and only the pods it misses are read. A Running
-            # pod never changes node (bound is for life), so the index says all there is.
+        if pods:
+            # The Running index changes atomically with the records: one membership query per
+            # 5,000 pods, and only the pods it misses are read. A Running pod never changes
+            # node (bound is for life), so the index says all there is.
             index = state.keys.phase_index(str(PodPhase.RUNNING))
             suspects: list[RunningPod] = []
             for start in range(0, len(pods), 5000):
@@ -763,16 +763,8 @@ class AgentService(Service):
         held by a bound reservation, not running here. Admitted as if assigned (idempotent with
         an assignment arriving late)."""
         state = self._store()
-        candidates: list[str] = []
-        if not state.cluster:  # the Bound index is exact on a single Redis: a few pods, not every node
-            candidates = [uid for uid in await state.pod_uids_in_phase(PodPhase.BOUND) if uid not in self.running]
-        for start in range(0, len(self._names) if state.cluster else 0, 500):
-            chunk = self._names[start : start + 500]
-            pipe = state.redis.pipeline(transaction=False)
-            for name in chunk:
-                pipe.smembers(state.keys.node_bound(name))
-            for members in await pipe.execute():
-                candidates += [uid for uid in map(_str, members) if uid not in self.running]
+        # The Bound index is exact (changed with the records): a few pods, not every node.
+        candidates = [uid for uid in await state.pod_uids_in_phase(PodPhase.BOUND) if uid not in self.running]
         if not candidates:
             return
         now = self.clock()

@@ -287,12 +287,10 @@ def _heartbeat_result(reply: list[Any]) -> HeartbeatResult:
 
 
 class ClusterState:
-    """The shared state of the cluster in Redis (a `redis.asyncio.Redis`, or a RedisCluster with
-    `cluster=True`). Safe to share between tasks; processes each build their own.
-
-    With `cluster=False` (a single Redis) the indexes change in the same script as the records;
-    with `cluster=True` they are updated right after (see `kubus.store.keys`). The client may
-    or may not decode responses.
+    """The shared state of the cluster in one Redis (a `redis.asyncio.Redis`; for high
+    availability, Redis with replicas behind Sentinel or a managed failover endpoint). Safe to
+    share between tasks; processes each build their own. The indexes change in the same script
+    as the records. The client may or may not decode responses.
     """
 
     def __init__(
@@ -300,13 +298,11 @@ class ClusterState:
         redis: Any,
         *,
         prefix: str = DEFAULT_PREFIX,
-        cluster: bool = False,
         event_cap: int = 100,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.redis = redis
         self.keys = Keys(prefix)
-        self.cluster = cluster
         self.event_cap = event_cap
         """Events kept per pod; older ones are dropped."""
         self.clock = clock
@@ -320,16 +316,15 @@ class ClusterState:
         return list(reply) if isinstance(reply, list | tuple) else [reply]
 
     def _node_keys(self, node: str) -> list[str]:
-        keys = self.keys.node_keys(node)
-        if not self.cluster:
-            keys += [self.keys.nodes_index(), self.keys.heartbeats_index()]
-        return keys
+        return [*self.keys.node_keys(node), self.keys.nodes_index(), self.keys.heartbeats_index()]
 
     def _pod_keys(self, uid: str, profile: str) -> list[str]:
-        keys = [self.keys.pod_record(uid)]
-        if not self.cluster:
-            keys += [self.keys.pod_keys_index(), *self.keys.phase_indexes(), self.keys.pending_index(profile)]
-        return keys
+        return [
+            self.keys.pod_record(uid),
+            self.keys.pod_keys_index(),
+            *self.keys.phase_indexes(),
+            self.keys.pending_index(profile),
+        ]
 
     def know_profile(self, uid: str, profile: str) -> None:
         """Tell the store the profile of a pod it is about to write (a caller that knows it,
@@ -352,24 +347,8 @@ class ClusterState:
         return profile
 
     def _pipeline(self) -> Any:
-        """A pipeline for bulk reads: MULTI/EXEC on a single Redis (a consistent snapshot),
-        plain batching on a cluster."""
-        return self.redis.pipeline(transaction=not self.cluster)
-
-    async def _fix_indexes(self, uid: str, old: str | None, new: str, profile: str, key: str | None = None) -> None:
-        """Cluster mode: move the uid between index sets after a script changed its phase."""
-        pipe = self.redis.pipeline(transaction=True)  # every index key is in the {idx} slot
-        if old and old != new:
-            pipe.srem(self.keys.phase_index(old), uid)
-        pipe.sadd(self.keys.phase_index(new), uid)
-        pending = self.keys.pending_index(profile)
-        if new == PodPhase.PENDING:
-            pipe.sadd(pending, uid)
-        else:
-            pipe.srem(pending, uid)
-        if key is not None:
-            pipe.hset(self.keys.pod_keys_index(), key, uid)
-        await pipe.execute()
+        """A pipeline for bulk reads: MULTI/EXEC, so a consistent snapshot."""
+        return self.redis.pipeline(transaction=True)
 
     # ---- nodes ---------------------------------------------------------------------------------
 
@@ -387,8 +366,6 @@ class ClusterState:
             self._node_keys(record.name),
             [record.name, record.encode_static(), manifest or b"", codec.dumps(shape)],
         )
-        if self.cluster:
-            await self.redis.sadd(self.keys.nodes_index(), record.name)
         return PutNodeResult(changed=_code(reply[0]) is StoreCode.OK, generation=int(_text(reply[1])))
 
     async def get_node(self, name: str) -> NodeRecord | None:
@@ -417,9 +394,6 @@ class ClusterState:
         them on (a reserved pod back to Pending, a bound one to Failed).
         """
         reply = await self._run(self.scripts.delete_node, self._node_keys(name), [name])
-        if self.cluster:
-            await self.redis.srem(self.keys.nodes_index(), name)
-            await self.redis.zrem(self.keys.heartbeats_index(), name)
         return [Reservation.decode(j) for j in reply[1:]]
 
     async def heartbeat(self, name: str, at: float | None = None) -> HeartbeatResult:
@@ -429,23 +403,17 @@ class ClusterState:
         the heartbeats index (`silent_nodes`)."""
         at = self.clock() if at is None else at
         reply = await self._run(self.scripts.heartbeat, self._node_keys(name), [repr(float(at)), name])
-        result = _heartbeat_result(reply)
-        if self.cluster and result.found:
-            await self.redis.zadd(self.keys.heartbeats_index(), {name: float(at)})
-        return result
+        return _heartbeat_result(reply)
 
     async def heartbeat_many(self, names: Sequence[str], at: float | None = None) -> list[HeartbeatResult]:
         """`heartbeat` for many nodes (an agent simulating thousands), pipelined: one round trip
-        per 500 nodes on a single Redis. Results in the order of `names`; each node's heartbeat
+        per 500 nodes. Results in the order of `names`; each node's heartbeat
         is atomic, the batch is not."""
         at = self.clock() if at is None else at
         arg = repr(float(at))
         out: list[HeartbeatResult] = []
         for start in range(0, len(names), _BATCH):
             chunk = names[start : start + _BATCH]
-            if self.cluster:  # a cluster pipeline does not route scripts: one call per node
-                out += [await self.heartbeat(name, at) for name in chunk]
-                continue
             pipe = self.redis.pipeline(transaction=False)
             for name in chunk:
                 await self.scripts.heartbeat(keys=self._node_keys(name), args=[arg, name], client=pipe)
@@ -524,13 +492,13 @@ class ClusterState:
 
     async def reserve_many(self, reservations: Sequence[Reservation]) -> list[ReserveResult]:
         """`reserve` for many pods, each on its `Reservation.node`, in one pipelined round trip
-        (on a single Redis); results in order. Each reservation is atomic on its own and sees
+       ; results in order. Each reservation is atomic on its own and sees
         the ones before it in the batch. Raises ValueError for a reservation without a node."""
         for r in reservations:
             if not r.node:
                 raise ValueError(f"reservation of {r.pod_key} names no node")
-        if self.cluster or not reservations:
-            return [await self.reserve(r.node, r) for r in reservations]
+        if not reservations:
+            return []
         pipe = self.redis.pipeline(transaction=False)
         for r in reservations:
             await self.scripts.reserve(keys=self.keys.node_keys(r.node), args=[r.pod_uid, r.encode()], client=pipe)
@@ -577,17 +545,12 @@ class ClusterState:
         code = _code(reply[0])
         profile = _text(reply[3])
         self._remember_profile(record.uid, profile)
-        if self.cluster:
-            phase = _text(reply[2])
-            await self._fix_indexes(record.uid, None, phase, profile, record.key if code is StoreCode.OK else None)
         return code is StoreCode.OK
 
     async def put_pods(self, records: Sequence[PodRecord]) -> list[bool]:
         """`put_pod` for many pods at the cost of about one round trip (PUT_PODS: one script
-        call per 500 pods on a single Redis). Results in the order of ``records``. A uid given
+        call per 500 pods). Results in the order of ``records``. A uid given
         twice is stored once: the first wins, the second answers False."""
-        if self.cluster:  # the records and the indexes are in different slots: one call per pod
-            return [await self.put_pod(record) for record in records]
         out: list[bool] = []
         head = [self.keys.pod_keys_index(), *self.keys.phase_indexes()]
         for start in range(0, len(records), _BATCH):
@@ -701,14 +664,9 @@ class ClusterState:
         return await self.transition_move(move)
 
     async def transition_many(self, moves: Sequence[Move]) -> list[PodWrite]:
-        """`transition` for many pods in one pipelined round trip (on a single Redis), results
+        """`transition` for many pods in one pipelined round trip, results
         in the order of ``moves``. Each move is atomic on its own, the batch is not."""
         plans = [self._transition_args(m) for m in moves]
-        if self.cluster:
-            return [
-                p if isinstance(p, PodWrite) else await self.transition_move(m)
-                for m, p in zip(moves, plans, strict=True)
-            ]
         unknown = [m.uid for m, p in zip(moves, plans, strict=True) if not isinstance(p, PodWrite)]
         await self._learn_profiles(unknown)
         pipe = self.redis.pipeline(transaction=False)
@@ -741,10 +699,7 @@ class ClusterState:
         args = self._transition_args(move)
         if isinstance(args, PodWrite):
             return args
-        result = await self._pod_script(self.scripts.transition, move.uid, args)
-        if self.cluster and result.ok:
-            await self._fix_indexes(move.uid, str(result.phase), str(move.phase), await self._profile_of(move.uid))
-        return result
+        return await self._pod_script(self.scripts.transition, move.uid, args)
 
     async def _learn_profiles(self, uids: Iterable[str]) -> None:
         """Read, in one round trip, the profiles of the pods whose profile is not cached."""
@@ -806,12 +761,9 @@ class ClusterState:
         now = repr(float(self.clock()))
         devices_text = format_gpu_devices(list(devices))
         expected = "" if expected_version is None else str(expected_version)
-        result = await self._pod_script(
+        return await self._pod_script(
             self.scripts.bind_pod, uid, lambda profile: [node, devices_text, profile, now, expected]
         )
-        if self.cluster and result.ok:
-            await self._fix_indexes(uid, str(result.phase), str(PodPhase.BOUND), await self._profile_of(uid))
-        return result
 
     async def bind_many(self, bindings: Sequence[Binding]) -> list[BindingResult]:
         """The binder's Bind step for many pods at the cost of about one round trip: per pod,
@@ -819,10 +771,8 @@ class ClusterState:
         expected_version=attempt)``; bound now: `Binding.event` appended; bind refused (GONE,
         CONFLICT, NOT_FOUND): ``release(node, uid, attempt)``. On a single Redis each pod's
         steps are one atomic script (BIND_MANY in kubus.store.scripts), so a crash leaves a pod
-        either untouched or done; the batch as a whole is not atomic. On Redis Cluster the
-        steps run one by one. Idempotent like the steps. Results in the order of `bindings`."""
-        if self.cluster:
-            return [await self._bind_one(b) for b in bindings]
+        either untouched or done; the batch as a whole is not atomic. Idempotent like the
+        steps. Results in the order of `bindings`."""
         out: list[BindingResult | None] = [None] * len(bindings)
         todo = [(i, b, b.profile) for i, b in enumerate(bindings)]
         for _ in range(2):  # a second round for pods whose profile was not the one given
@@ -856,25 +806,6 @@ class ClusterState:
             raise RuntimeError(f"pod {todo[0][1].uid}: profile changed under us")
         return [r for r in out if r is not None]
 
-    async def _bind_one(self, b: Binding) -> BindingResult:
-        """`bind_many` for one pod, step by step (Redis Cluster: the pod's and the node's keys
-        are in different slots)."""
-        attempt = str(b.attempt) if b.attempt else None
-        marked = await self.mark_bound(b.node, b.uid, attempt)
-        if marked in (StoreCode.NOT_FOUND, StoreCode.CONFLICT):
-            record = await self.get_pod(b.uid)
-            if record is None:
-                return BindingResult(marked)
-            return BindingResult(marked, phase=record.phase, version=record.version)
-        write = await self.bind_pod(b.uid, b.node, b.devices, expected_version=b.attempt or None)
-        if write.code in (StoreCode.OK, StoreCode.ALREADY):
-            if write.ok and b.event is not None:
-                await self.append_event(b.uid, b.event)
-            record = await self.get_pod(b.uid)
-            created, attempts = (record.created_at, record.attempts) if record is not None else (0.0, 0)
-            return BindingResult(marked, write, created_at=created, attempts=attempts)
-        return BindingResult(marked, write, released=await self.release(b.node, b.uid, attempt))
-
     async def append_event(self, uid: str, event: PodEvent) -> None:
         """Add an event to the pod's history, keeping the newest `event_cap`."""
         key = self.keys.pod_events(uid)
@@ -891,7 +822,7 @@ class ClusterState:
 
     async def admission_views(self, pods: Sequence[tuple[str, str]]) -> list[AdmissionView]:
         """For each (node, uid): the pod's phase, node, profile and last update, and its
-        reservation on that node, pipelined (one round trip per 500 pods on a single Redis).
+        reservation on that node, pipelined (one round trip per 500 pods).
         Each pod's fields are read together, not atomically with its reservation: the agent
         decides on them and `start_pods` checks again atomically. Remembers the profiles, so a
         later `transition` of these pods reads nothing first."""
@@ -901,21 +832,11 @@ class ClusterState:
             chunk = pods[start : start + _BATCH]
             pipe = self.redis.pipeline(transaction=False)
             rows: list[Any] = []
-            if self.cluster:  # pod and node keys in different slots: three plain reads
-                for node, uid in chunk:
-                    pipe.hmget(self.keys.pod_record(uid), "phase", "node", "profile", "updated_at")
-                    pipe.hget(self.keys.node_reservations(node), uid)
-                    pipe.sismember(self.keys.node_bound(node), uid)
-                replies = await pipe.execute()
-                for i in range(len(chunk)):
-                    (phase, pod_node, profile, updated_at), value, bound = replies[3 * i : 3 * i + 3]
-                    rows.append((phase, pod_node, profile, updated_at, value, bound))
-            else:  # one read-only script per pod (a third of the commands)
-                for node, uid in chunk:
-                    keys = [self.keys.pod_record(uid), self.keys.node_reservations(node), self.keys.node_bound(node)]
-                    await self.scripts.admission_view(keys=keys, args=[uid], client=pipe)
-                for phase, pod_node, profile, updated_at, value, bound in await pipe.execute():
-                    rows.append((phase or None, pod_node, profile, updated_at, value or None, int(bound)))
+            for node, uid in chunk:  # one read-only script per pod (a third of the commands)
+                keys = [self.keys.pod_record(uid), self.keys.node_reservations(node), self.keys.node_bound(node)]
+                await self.scripts.admission_view(keys=keys, args=[uid], client=pipe)
+            for phase, pod_node, profile, updated_at, value, bound in await pipe.execute():
+                rows.append((phase or None, pod_node, profile, updated_at, value or None, int(bound)))
             for (node, uid), (phase, pod_node, profile, updated_at, value, bound) in zip(chunk, rows, strict=True):
                 reservation = None if value is None else Reservation.decode(value, bound=bool(bound))
                 if phase is None:
@@ -942,10 +863,7 @@ class ClusterState:
         on its node, holding a bound reservation there of its attempt) and its event (see
         START_POD in kubus.store.scripts); pipelined, one round trip per 500 pods on a single
         Redis. Results in the order of `starts`; each pod's start is atomic, the batch is not.
-        Idempotent: a pod Running already answers ALREADY and gets no second event. On Redis
-        Cluster (pod and node keys in different slots) each pod is checked, then transitioned."""
-        if self.cluster:
-            return [await self._start_pod_unbatched(s) for s in starts]
+        Idempotent: a pod Running already answers ALREADY and gets no second event."""
         out: list[PodStartResult] = []
         now = repr(float(self.clock()))
         cap = str(self.event_cap)
@@ -966,37 +884,6 @@ class ClusterState:
             for reply in await pipe.execute():
                 out.append(_start_result(list(reply)))
         return out
-
-    async def _start_pod_unbatched(self, s: PodStart) -> PodStartResult:
-        """`start_pods` for one pod, in steps: the checks, then a compare-and-set transition
-        (on the version the checks saw), then the event."""
-        record = await self.get_pod(s.uid)
-        if record is None:
-            return PodStartResult(StoreCode.NOT_FOUND)
-        if record.phase is PodPhase.DELETED:
-            return PodStartResult(StoreCode.GONE, record.version, record.phase)
-        if record.node != s.node:
-            return PodStartResult(StoreCode.CONFLICT, record.version, record.phase, "the pod is on another node")
-        if record.phase is PodPhase.RUNNING:
-            return PodStartResult(StoreCode.ALREADY, record.version, record.phase)
-        if record.phase is not PodPhase.BOUND:
-            return PodStartResult(StoreCode.CONFLICT, record.version, record.phase, "the pod is not bound")
-        reservation = await self.reservation(s.node, s.uid)
-        reason = ""
-        if reservation is None:
-            reason = "no reservation"
-        elif reservation.state is not ReservationState.BOUND:
-            reason = "its reservation is not bound"
-        elif s.attempt and reservation.attempt != s.attempt:
-            reason = "the reservation is another attempt's"
-        if reason:
-            return PodStartResult(StoreCode.CONFLICT, record.version, record.phase, reason)
-        write = await self.transition(
-            s.uid, PodPhase.RUNNING, expected_version=record.version, expected_phases={PodPhase.BOUND}
-        )
-        if write.code is StoreCode.OK and s.event is not None:
-            await self.append_event(s.uid, s.event)
-        return PodStartResult(write.code, write.version, write.phase)
 
     # ---- leases --------------------------------------------------------------------------------
 
@@ -1125,7 +1012,7 @@ class ClusterState:
         return out
 
     async def repair_indexes(self) -> list[str]:
-        """Rebuild the indexes from the records (after a crash on Redis Cluster, or drift).
+        """Rebuild the indexes from the records (after drift, e.g. keys edited by hand).
         Returns what it fixed, one line each; empty when the indexes were right."""
         k = self.keys
         fixes: list[str] = []

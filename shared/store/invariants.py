@@ -65,7 +65,7 @@ async def _gather_nodes(state: ClusterState) -> dict[str, _Node]:
     names = {n for key in await _scan(state, f"{k.prefix}:{{node:*}}:*") if (n := _node_of_key(k.prefix, key))}
     nodes: dict[str, _Node] = {}
     for name in sorted(names):
-        pipe = state.redis.pipeline(transaction=not state.cluster)
+        pipe = state.redis.pipeline(transaction=True)
         pipe.hgetall(k.node_info(name))
         pipe.hgetall(k.node_usage(name))
         pipe.hgetall(k.node_reservations(name))

@@ -1,8 +1,8 @@
 """The Redis key layout of kubus: one function per key, and the one place key names are spelled.
 
 Every key starts with a prefix (default ``kubus``) so several clusters can share one Redis.
-Keys that a Lua script changes together carry the same *hash tag* (the part in braces), so they
-live in one hash slot and the script stays legal on Redis Cluster:
+Keys carry a *hash tag* (the part in braces) naming what they belong to; kubus runs on one
+Redis (Redis Cluster is not supported: its scripts write a pod's and a node's keys together):
 
 Per node ``N`` (tag ``{node:N}``)::
 
@@ -45,10 +45,8 @@ Indexes (tag ``{idx}``, one slot of their own)::
     <p>:{idx}:pending:<prof>   set   uids of Pending pods of one profile (schedulerName)
     <p>:{idx}:pod-keys         hash  "namespace/name" -> uid of the newest pod with that key
 
-On a single Redis (the default) the scripts update the indexes atomically with the records,
-passing the index keys as KEYS too. On Redis Cluster the index slot differs from the record's,
-so the scripts leave the indexes alone and `ClusterState` updates them right after, idempotently
-(`ClusterState.repair_indexes` rebuilds them from the records). The records are the truth.
+The scripts update the indexes atomically with the records, the index keys passed as KEYS too
+(`ClusterState.repair_indexes` rebuilds them from the records, which are the truth).
 
 Names are escaped: every character outside ``[A-Za-z0-9._~-]`` is percent-encoded (UTF-8), so
 any node, pod, profile or lease name gives a distinct key and can never open or close a hash
@@ -164,7 +162,7 @@ class Keys:
     def lease_fence(self, lease: str) -> str:
         return f"{self.prefix}:{{lease:{escape(lease)}}}:fence"
 
-    # ---- indexes (one slot, not atomic with the records on Redis Cluster) ----------------------
+    # ---- indexes ---------------------------------------------------------------------------------
 
     def nodes_index(self) -> str:
         return f"{self.prefix}:{{idx}}:nodes"

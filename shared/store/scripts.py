@@ -58,7 +58,7 @@ PUT_PODS     PUT_POD for many pods, single Redis only: KEYS = pod-keys index, 7 
              then per pod its record and its profile's pending index; ARGV per pod: uid,
              namespace/name, profile, JSON object of the fields. -> one PUT_POD reply per pod.
 TRANSITION   ARGV: new phase, expected version ('' = any), expected phases (comma-separated,
-             '' = any), profile ('' without indexes), now, attempts increment, field, value, ...
+             '' = any), profile, now, attempts increment, field, value, ...
              Compare-and-set of the phase. Allowed moves:
                  Pending  -> Pending, Reserved, Failed, Deleted
                  Reserved -> Pending, Reserved, Failed, Deleted
@@ -77,8 +77,8 @@ BIND_POD     ARGV: node, devices ("0,3"), profile, now, expected version ('' = a
              that node) | CONFLICT ... (bound elsewhere, reserved elsewhere, failed unbound, or
              version mismatch) | GONE ... (deleted) | NOT_FOUND | PROFILE profile.
 
-Binder script (single Redis only: it writes a node's keys and a pod's keys together)
--------------------------------------------------------------------------------------
+Binder script (it writes a node's keys and a pod's keys together)
+-----------------------------------------------------------------
 BIND_MANY    KEYS = the 7 phase indexes (PHASES order), then per pod: its node's info, usage,
              reservations, bound, the pod's record, events, the pending index of the profile.
              ARGV: now, event cap, then per pod: uid, attempt ('' = any), node, devices,
@@ -92,8 +92,7 @@ BIND_MANY    KEYS = the 7 phase indexes (PHASES order), then per pod: its node's
              and version as BIND_POD replies them; created_at and attempts of the record when
              bind is OK or ALREADY) | PROFILE profile (not the pod's profile: nothing changed).
 
-START_POD    Pod and node keys in one script, so a single Redis only (a cluster uses transition).
-             KEYS = the pod's record and events list, the node's reservations hash and bound
+START_POD    KEYS = the pod's record and events list, the node's reservations hash and bound
              set, the Bound and Running phase indexes (the only ones a Bound -> Running move
              touches; no profile needed). ARGV: node, attempt ('' = any), now, event JSON
              ('' = none), events kept. An agent starts a pod it admitted: Bound on that node,
@@ -102,7 +101,7 @@ START_POD    Pod and node keys in one script, so a single Redis only (a cluster 
              profile (Running already: a redelivery; nothing changed) | CONFLICT version phase
              profile reason (not Bound, on another node, no reservation, not bound, another
              attempt's; nothing changed) | GONE ... (deleted) | NOT_FOUND.
-ADMISSION_VIEW Read only; a single Redis only. KEYS = the pod's record, the node's reservations
+ADMISSION_VIEW Read only. KEYS = the pod's record, the node's reservations
              hash and bound set. ARGV: pod uid. -> phase ('' = no such pod), node, profile,
              updated_at, reservation JSON ('' = none), 1 when bound else 0: what
              `ClusterState.admission_views` pipelines one command per pod for.
@@ -184,9 +183,8 @@ _POD_LIB = (
     + ", ".join(f"'{p}'" for p in PHASES)
     + "}\n"
     + r"""
--- With index keys (single Redis): move the uid between the phase and pending sets.
+-- Move the uid between the phase and pending sets (KEYS[3..9] and KEYS[10]).
 local function index_move(uid, old, new)
-  if #KEYS < 10 then return end
   for i, p in ipairs(PHASES) do
     if p == new then redis.call('SADD', KEYS[2 + i], uid)
     elseif p == old then redis.call('SREM', KEYS[2 + i], uid) end
@@ -212,7 +210,7 @@ if redis.call('EXISTS', info) == 1
    and redis.call('HGET', info, 'record') == ARGV[2]
    and (redis.call('HGET', info, 'manifest') or '') == ARGV[3]
    and redis.call('HGET', info, 'unreachable') == unreachable then
-  if #KEYS > 5 then redis.call('SADD', KEYS[6], ARGV[1]) end
+  redis.call('SADD', KEYS[6], ARGV[1])
   return {'NOOP', int(gen)}
 end
 local heartbeat = redis.call('HGET', info, 'heartbeat')
@@ -244,7 +242,7 @@ for _, j in ipairs(redis.call('HVALS', resv)) do
     end
   end
 end
-if #KEYS > 5 then redis.call('SADD', KEYS[6], ARGV[1]) end
+redis.call('SADD', KEYS[6], ARGV[1])
 return {'OK', int(gen)}
 """
 )
@@ -253,8 +251,8 @@ DELETE_NODE = r"""
 local removed = redis.call('HVALS', KEYS[3])
 local existed = redis.call('EXISTS', KEYS[1])
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
-if #KEYS > 5 then redis.call('SREM', KEYS[6], ARGV[1]) end
-if #KEYS > 6 then redis.call('ZREM', KEYS[7], ARGV[1]) end
+redis.call('SREM', KEYS[6], ARGV[1])
+redis.call('ZREM', KEYS[7], ARGV[1])
 if existed == 0 and #removed == 0 then return {'NOOP'} end
 local out = {'OK'}
 for _, j in ipairs(removed) do out[#out + 1] = j end
@@ -266,7 +264,7 @@ HEARTBEAT = (
     + r"""
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOT_FOUND'} end
 redis.call('HSET', KEYS[1], 'heartbeat', ARGV[1])
-if #KEYS > 6 then redis.call('ZADD', KEYS[7], ARGV[1], ARGV[2]) end
+redis.call('ZADD', KEYS[7], ARGV[1], ARGV[2])
 local gen = num(redis.call('HGET', KEYS[1], 'generation'))
 if redis.call('HGET', KEYS[1], 'unreachable') == '1' then
   redis.call('HSET', KEYS[1], 'unreachable', '0', 'generation', int(gen + 1))
@@ -417,10 +415,8 @@ if redis.call('EXISTS', rec) == 1 then
 end
 set_fields(rec, ARGV, 4)
 local phase = redis.call('HGET', rec, 'phase')
-if #KEYS >= 10 then
-  redis.call('HSET', KEYS[2], ARGV[2], ARGV[1])
-  index_move(ARGV[1], '', phase)
-end
+redis.call('HSET', KEYS[2], ARGV[2], ARGV[1])
+index_move(ARGV[1], '', phase)
 return {'OK', redis.call('HGET', rec, 'version'), phase, ARGV[3]}
 """
 )
@@ -473,7 +469,7 @@ local rec = KEYS[1]
 if redis.call('EXISTS', rec) == 0 then return {'NOT_FOUND'} end
 local cur = redis.call('HMGET', rec, 'phase', 'version', 'profile', 'uid')
 local phase, version, profile, uid = cur[1], cur[2], cur[3], cur[4]
-if #KEYS >= 10 and profile ~= ARGV[4] then return {'PROFILE', profile} end
+if profile ~= ARGV[4] then return {'PROFILE', profile} end
 local new = ARGV[1]
 if phase == new and SETTLED[new] then return {'ALREADY', version, phase, profile} end
 if phase == 'Deleted' then return {'GONE', version, phase, profile} end
@@ -498,7 +494,7 @@ local rec = KEYS[1]
 if redis.call('EXISTS', rec) == 0 then return {'NOT_FOUND'} end
 local cur = redis.call('HMGET', rec, 'phase', 'version', 'profile', 'uid', 'node')
 local phase, version, profile, uid, node = cur[1], cur[2], cur[3], cur[4], cur[5] or ''
-if #KEYS >= 10 and profile ~= ARGV[3] then return {'PROFILE', profile} end
+if profile ~= ARGV[3] then return {'PROFILE', profile} end
 if phase == 'Deleted' then return {'GONE', version, phase, profile} end
 if phase == 'Bound' or phase == 'Running' or phase == 'Succeeded' or phase == 'Failed' then
   if node == ARGV[1] and (phase ~= 'Failed' or redis.call('HGET', rec, 'bindings') ~= '0') then
@@ -658,7 +654,7 @@ SOURCES: dict[str, str] = {
 
 
 class Scripts:
-    """The scripts registered on one client (redis.asyncio.Redis or RedisCluster).
+    """The scripts registered on one client (redis.asyncio.Redis).
 
     Attributes are redis-py Script objects, awaited as `await scripts.reserve(keys=[...],
     args=[...])`. Registering sends nothing; the first call loads the script (SCRIPT LOAD on

@@ -590,7 +590,7 @@ async def test_lease_fencing_and_hand_over(state: ClusterState) -> None:
         await state.acquire_lease("x", "a", 0)
 
 
-# ---- snapshots, invariants, cluster mode -------------------------------------------------------
+# ---- snapshots, invariants, index repair -------------------------------------------------------
 
 
 async def test_snapshot_after_restart_matches_redis(redis: aioredis.Redis, redis_url: str) -> None:
@@ -659,8 +659,8 @@ async def test_invariants_catch_corruption(state: ClusterState) -> None:
     assert await state.repair_indexes() == []
 
 
-async def test_cluster_mode_keeps_indexes_outside_the_scripts(redis: aioredis.Redis) -> None:
-    state = ClusterState(redis, cluster=True)
+async def test_repair_indexes_rebuilds_lost_index_entries(redis: aioredis.Redis) -> None:
+    state = ClusterState(redis)
     await state.put_node(make_node("n1"))
     pods = [make_pod(f"p{i}", profile="batch") for i in range(3)]
     for pod, manifest in pods:
@@ -672,7 +672,7 @@ async def test_cluster_mode_keeps_indexes_outside_the_scripts(redis: aioredis.Re
     assert await state.pod_uids_in_phase(PodPhase.PENDING, profile="batch") == {"uid-p2"}
     assert await state.node_names() == ["n1"]
 
-    # a crash between a script and its index update, then the repair
+    # index entries lost (edited by hand, a restore from an older backup), then the repair
     await state.redis.delete(state.keys.pending_index("batch"), state.keys.nodes_index())
     await state.redis.hdel(state.keys.pod_keys_index(), "default/p2")
     assert len(await check_invariants(state)) == 3
@@ -698,11 +698,10 @@ async def test_concurrent_retries_of_one_bind_bind_once(state: ClusterState) -> 
     assert await check_invariants(state) == []
 
 
-@pytest.mark.parametrize("cluster", [False, True], ids=["one-script", "cluster-steps"])
-async def test_bind_many_is_mark_bound_bind_pod_release_per_pod(redis: aioredis.Redis, cluster: bool) -> None:
+async def test_bind_many_is_mark_bound_bind_pod_release_per_pod(redis: aioredis.Redis) -> None:
     from kubus.store.cluster_state import Binding
 
-    state = ClusterState(redis, cluster=cluster)
+    state = ClusterState(redis)
     await state.put_node(make_node("n1", cpu="16", memory="64Gi", gpus=h100s(2)))
     await state.put_node(make_node("n2"))
 
@@ -802,16 +801,15 @@ async def test_bind_many_is_mark_bound_bind_pod_release_per_pod(redis: aioredis.
     assert await state.bind_many([]) == []
 
 
-@pytest.mark.parametrize("cluster", [False, True], ids=["pipelined", "cluster-one-by-one"])
-async def test_transition_many_and_reserve_many_equal_one_call_per_pod(redis: aioredis.Redis, cluster: bool) -> None:
+async def test_transition_many_and_reserve_many_equal_one_call_per_pod(redis: aioredis.Redis) -> None:
     from kubus.store import Move
 
-    state = ClusterState(redis, cluster=cluster)
+    state = ClusterState(redis)
     await state.put_node(make_node("n1", cpu="2", pods=10))
     pods = [make_pod(f"p{i}", cpu="1") for i in range(3)]
     for pod, manifest in pods:
         await submit(state, pod, manifest)
-    fresh = ClusterState(redis, cluster=cluster)  # knows no profile yet: reads them first
+    fresh = ClusterState(redis)  # knows no profile yet: reads them first
     moves = [
         Move(
             f"uid-p{i}", PodPhase.RESERVED, expected_phases=frozenset({PodPhase.PENDING}), node="n1", count_attempt=True
@@ -842,11 +840,10 @@ async def test_transition_many_and_reserve_many_equal_one_call_per_pod(redis: ai
         await fresh.reserve_many([reservation(pods[0][0], "")])
 
 
-@pytest.mark.parametrize("cluster", [False, True], ids=["one-script", "cluster-steps"])
-async def test_admission_views_and_start_pods(redis: aioredis.Redis, cluster: bool) -> None:
+async def test_admission_views_and_start_pods(redis: aioredis.Redis) -> None:
     from kubus.store import PodStart
 
-    state = ClusterState(redis, cluster=cluster)
+    state = ClusterState(redis)
     await state.put_node(make_node("n1", cpu="16", memory="64Gi", gpus=h100s(2)))
     await state.put_node(make_node("n2"))
 
@@ -866,7 +863,7 @@ async def test_admission_views_and_start_pods(redis: aioredis.Redis, cluster: bo
     w = await state.transition("uid-reserved-only", PodPhase.RESERVED, node="n1", count_attempt=True)
     assert (await state.reserve("n1", reservation(pod, "n1", attempt=str(w.version)))).ok
 
-    fresh = ClusterState(redis, cluster=cluster)  # knows no profile yet: the views tell it
+    fresh = ClusterState(redis)  # knows no profile yet: the views tell it
     views = await fresh.admission_views(
         [("n1", "uid-p0"), ("n2", "uid-p1"), ("n1", "ghost"), ("n1", "uid-reserved-only")]
     )
