@@ -3,7 +3,9 @@
 - `kubus.store.keys`: the key layout (hash-tagged per node, per pod, per lease) and escaping.
 - `kubus.store.records`: NodeRecord, PodRecord, Reservation, PodEvent and their encodings.
 - `kubus.store.scripts`: the Lua scripts (each atomic change is one) and their return codes.
-- `kubus.store.cluster_state`: ClusterState, the async API every service uses.
+- `kubus.store.cluster_state`: ClusterState, the async API every service uses, made of one part
+  per aggregate: `nodes`, `reservations`, `pods`, `agents` (admission), `leases`, `recovery`
+  (over `_core`: the client, keys, scripts).
 - `kubus.store.invariants`: check_invariants, no overcommit / no loss / no double binding.
 """
 

@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubus.api.objects import PODS
-from kubus.store.cluster_state import ClusterState, _reservations
+from kubus.store.cluster_state import ClusterState
+from kubus.store.nodes import _reservations
 from kubus.store.keys import PHASES, unescape
 from kubus.store.records import NodeRecord, PodPhase, PodRecord, Reservation, ReservationState, _text
 

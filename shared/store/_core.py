@@ -1,0 +1,91 @@
+"""The core every part of `ClusterState` shares: the client, the key layout, the scripts,
+the cache of pod profiles, and the reply helpers."""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from kubus.store.keys import DEFAULT_PREFIX, Keys
+from kubus.store.records import (
+    _text,
+)
+from kubus.store.scripts import Scripts, StoreCode
+
+_MAX_LUA_INT = 2**53
+"""Quantities the scripts compare are doubles in Lua: exact up to here (see scripts.py)."""
+
+_BATCH = 500
+"""Commands per pipeline round trip in bulk reads."""
+
+_BIND_CHUNK = 128
+"""Pods per BIND_MANY script call (bounds how long one call holds Redis)."""
+
+
+def _code(reply: Any) -> StoreCode:
+    return StoreCode(_text(reply))
+
+
+class StoreCore:
+    """The shared state of the cluster in one Redis (a `redis.asyncio.Redis`; for high
+    availability, Redis with replicas behind Sentinel or a managed failover endpoint). Safe to
+    share between tasks; processes each build their own. The indexes change in the same script
+    as the records. The client may or may not decode responses.
+    """
+
+    def __init__(
+        self,
+        redis: Any,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        event_cap: int = 100,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.redis = redis
+        self.keys = Keys(prefix)
+        self.event_cap = event_cap
+        """Events kept per pod; older ones are dropped."""
+        self.clock = clock
+        self.scripts = Scripts(redis)
+        self._profiles: OrderedDict[str, str] = OrderedDict()
+
+    async def _run(self, script: Any, keys: Sequence[str], args: Sequence[Any]) -> list[Any]:
+        reply = await script(keys=list(keys), args=list(args))
+        return list(reply) if isinstance(reply, list | tuple) else [reply]
+
+    def _node_keys(self, node: str) -> list[str]:
+        return [*self.keys.node_keys(node), self.keys.nodes_index(), self.keys.heartbeats_index()]
+
+    def _pod_keys(self, uid: str, profile: str) -> list[str]:
+        return [
+            self.keys.pod_record(uid),
+            self.keys.pod_keys_index(),
+            *self.keys.phase_indexes(),
+            self.keys.pending_index(profile),
+        ]
+
+    def know_profile(self, uid: str, profile: str) -> None:
+        """Tell the store the profile of a pod it is about to write (a caller that knows it,
+        like a cycle holding the pod it popped): saves reading it first. A wrong profile costs
+        a retry, never a wrong write (the scripts check it)."""
+        self._remember_profile(uid, profile)
+
+    def _remember_profile(self, uid: str, profile: str) -> None:
+        self._profiles[uid] = profile
+        self._profiles.move_to_end(uid)
+        if len(self._profiles) > 65536:
+            self._profiles.popitem(last=False)
+
+    async def _profile_of(self, uid: str) -> str:
+        profile = self._profiles.get(uid)
+        if profile is None:
+            profile = _text(await self.redis.hget(self.keys.pod_record(uid), "profile"))
+            if profile:
+                self._remember_profile(uid, profile)
+        return profile
+
+    def _pipeline(self) -> Any:
+        """A pipeline for bulk reads: MULTI/EXEC, so a consistent snapshot."""
+        return self.redis.pipeline(transaction=True)

@@ -1,0 +1,253 @@
+"""Nodes in Redis: their records, heartbeats and liveness, usage, and the snapshot a cycle
+builds its node table from."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from kubus import codec
+from kubus.api.objects import Node
+from kubus.framework.nodeinfo import NodeInfo
+from kubus.store._core import _BATCH, _MAX_LUA_INT, StoreCore, _code
+from kubus.store.records import (
+    NodeRecord,
+    Reservation,
+    ReservationState,
+    _text,
+)
+from kubus.store.scripts import StoreCode
+
+
+@dataclass(frozen=True, slots=True)
+class PutNodeResult:
+    changed: bool
+    """False when the node was stored exactly like this already (generation unchanged)."""
+    generation: int
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatResult:
+    found: bool
+    """False for an unknown node (nothing recorded)."""
+    revived: bool = False
+    """The node was marked unreachable and is not any more (its generation was bumped)."""
+    generation: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class GPUUsage:
+    index: int
+    memory: int
+    """Total device memory, bytes."""
+    used: int
+    """Memory held by reservations (a whole-GPU holder holds all of it)."""
+    healthy: bool
+    holders: tuple[str, ...]
+    """Uids of the pods holding the device."""
+    exclusive: bool
+    """Held whole by one pod."""
+
+    @property
+    def free(self) -> int:
+        return self.memory - self.used
+
+
+@dataclass(frozen=True, slots=True)
+class NodeUsage:
+    """What the reservations on one node hold, as Redis accounts it."""
+
+    node: str
+    requested: dict[str, int]
+    """Sum of the reservations' requests per resource (zero sums omitted)."""
+    pods: int
+    gpus: tuple[GPUUsage, ...]
+    host_ports: dict[tuple[str, int, str], int]
+    """(protocol, port, hostIP) -> reservations using it."""
+
+
+def _heartbeat_result(reply: list[Any]) -> HeartbeatResult:
+    if _code(reply[0]) is StoreCode.NOT_FOUND:
+        return HeartbeatResult(found=False)
+    return HeartbeatResult(found=True, revived=_text(reply[1]) == "revived", generation=int(_text(reply[2])))
+
+
+class NodeStore(StoreCore):
+    """Nodes: `ClusterState` is one."""
+
+    async def put_node(self, node: Node, manifest: bytes | None = None) -> PutNodeResult:
+        """Add or replace a node (its reservations and heartbeat stay). Atomic; idempotent: a
+        node stored exactly like this already is left alone (changed=False)."""
+        record = NodeRecord.of(node, manifest)
+        shape = {
+            "alloc": [[r, min(q, _MAX_LUA_INT)] for r, q in sorted(record.allocatable.items())],
+            "gpus": [[min(g.memory, _MAX_LUA_INT), g.healthy] for g in record.gpus],
+            "unreachable": record.unreachable,
+        }
+        reply = await self._run(
+            self.scripts.put_node,
+            self._node_keys(record.name),
+            [record.name, record.encode_static(), manifest or b"", codec.dumps(shape)],
+        )
+        return PutNodeResult(changed=_code(reply[0]) is StoreCode.OK, generation=int(_text(reply[1])))
+
+    async def get_node(self, name: str) -> NodeRecord | None:
+        raw = await self.redis.hgetall(self.keys.node_info(name))
+        return NodeRecord.from_hash(raw) if raw else None
+
+    async def node_names(self) -> list[str]:
+        """Names of all nodes (from the index), sorted."""
+        return sorted(_text(n) for n in await self.redis.smembers(self.keys.nodes_index()))
+
+    async def list_nodes(self) -> list[NodeRecord]:
+        """Every node, sorted by name."""
+        names = await self.node_names()
+        out: list[NodeRecord] = []
+        for start in range(0, len(names), _BATCH):
+            pipe = self._pipeline()
+            for name in names[start : start + _BATCH]:
+                pipe.hgetall(self.keys.node_info(name))
+            out += [NodeRecord.from_hash(raw) for raw in await pipe.execute() if raw]
+        return out
+
+    async def delete_node(self, name: str) -> list[Reservation]:
+        """Remove a node with its usage and reservations, atomically. Idempotent.
+
+        Returns the reservations it dropped: their pods lost their node, and the caller moves
+        them on (a reserved pod back to Pending, a bound one to Failed).
+        """
+        reply = await self._run(self.scripts.delete_node, self._node_keys(name), [name])
+        return [Reservation.decode(j) for j in reply[1:]]
+
+    async def heartbeat(self, name: str, at: float | None = None) -> HeartbeatResult:
+        """Record the node's heartbeat time (seconds since the epoch; default now); a node
+        marked unreachable becomes reachable again (`revived`: publish node.updated). A
+        heartbeat never creates a node (`found` False). The time is also the node's score in
+        the heartbeats index (`silent_nodes`)."""
+        at = self.clock() if at is None else at
+        reply = await self._run(self.scripts.heartbeat, self._node_keys(name), [repr(float(at)), name])
+        return _heartbeat_result(reply)
+
+    async def heartbeat_many(self, names: Sequence[str], at: float | None = None) -> list[HeartbeatResult]:
+        """`heartbeat` for many nodes (an agent simulating thousands), pipelined: one round trip
+        per 500 nodes. Results in the order of `names`; each node's heartbeat
+        is atomic, the batch is not."""
+        at = self.clock() if at is None else at
+        arg = repr(float(at))
+        out: list[HeartbeatResult] = []
+        for start in range(0, len(names), _BATCH):
+            chunk = names[start : start + _BATCH]
+            pipe = self.redis.pipeline(transaction=False)
+            for name in chunk:
+                await self.scripts.heartbeat(keys=self._node_keys(name), args=[arg, name], client=pipe)
+            out += [_heartbeat_result(list(reply)) for reply in await pipe.execute()]
+        return out
+
+    async def mark_unreachable(self, name: str, unreachable: bool = True) -> bool:
+        """Mark the node lost (reserve answers NODE_GONE; `to_node` adds the unreachable
+        taints) or back. False when the node is unknown. Idempotent."""
+        reply = await self._run(self.scripts.mark_unreachable, self.keys.node_keys(name), ["1" if unreachable else "0"])
+        return _code(reply[0]) is not StoreCode.NOT_FOUND
+
+    async def silent_nodes(self, before: float) -> list[str]:
+        """Names of the nodes whose last heartbeat (per the heartbeats index) is at or before
+        ``before``, oldest first. Nodes that never heartbeated are not in the index."""
+        return [_text(n) for n in await self.redis.zrangebyscore(self.keys.heartbeats_index(), "-inf", before)]
+
+    async def node_count(self) -> int:
+        """How many nodes there are (from the index)."""
+        return int(await self.redis.scard(self.keys.nodes_index()))
+
+    async def index_heartbeats(self, beats: Mapping[str, float]) -> int:
+        """Add nodes missing from the heartbeats index with these times (a node's heartbeat
+        field, read by whoever heals the index); entries there already are left alone (a
+        heartbeat since is newer). Returns how many were added."""
+        if not beats:
+            return 0
+        return int(await self.redis.zadd(self.keys.heartbeats_index(), dict(beats), nx=True))
+
+    async def forget_heartbeats(self, names: Iterable[str]) -> None:
+        """Drop index entries of nodes that no longer exist (deleted behind the store's back)."""
+        names = list(names)
+        if names:
+            await self.redis.zrem(self.keys.heartbeats_index(), *names)
+
+    async def node_usage(self, name: str) -> NodeUsage | None:
+        """What the node's reservations hold, per resource, GPU and host port; None for an
+        unknown node."""
+        pipe = self._pipeline()
+        pipe.hgetall(self.keys.node_info(name))
+        pipe.hgetall(self.keys.node_usage(name))
+        pipe.hvals(self.keys.node_reservations(name))
+        pipe.smembers(self.keys.node_bound(name))
+        info, usage, values, bound = await pipe.execute()
+        if not info:
+            return None
+        record = NodeRecord.from_hash(info)
+        return _node_usage(record, {_text(k): int(_text(v)) for k, v in usage.items()}, _reservations(values, bound))
+
+    async def load_snapshot(self, names: Iterable[str] | None = None) -> list[tuple[Node, list[Reservation]]]:
+        """Every node with the reservations on it, sorted by node name: what a scheduling cycle
+        rebuilds its node table from after a restart (see `node_info_of`). Each node is read
+        consistently with its reservations. With `names`, only those nodes (in that order; an
+        unknown one is left out): how a cycle refreshes the rows events told it about."""
+        names = await self.node_names() if names is None else list(names)
+        out: list[tuple[Node, list[Reservation]]] = []
+        for start in range(0, len(names), _BATCH):
+            pipe = self._pipeline()
+            for name in names[start : start + _BATCH]:
+                pipe.hgetall(self.keys.node_info(name))
+                pipe.hvals(self.keys.node_reservations(name))
+                pipe.smembers(self.keys.node_bound(name))
+            replies = await pipe.execute()
+            for i in range(0, len(replies), 3):
+                info, values, bound = replies[i : i + 3]
+                if info:
+                    out.append((NodeRecord.from_hash(info).to_node(), _reservations(values, bound)))
+        return out
+
+
+def _reservations(values: Iterable[Any], bound: Iterable[Any]) -> list[Reservation]:
+    bound_uids = {_text(u) for u in bound}
+    out = []
+    for j in values:
+        r = Reservation.decode(j)
+        out.append(replace(r, state=ReservationState.BOUND) if r.pod_uid in bound_uids else r)
+    out.sort(key=lambda r: (r.pod_key, r.pod_uid))
+    return out
+
+
+def _node_usage(record: NodeRecord, usage: dict[str, int], reservations: list[Reservation]) -> NodeUsage:
+    requested = {f[2:]: v for f, v in usage.items() if f.startswith("r:")}
+    ports: dict[tuple[str, int, str], int] = {}
+    for f, v in usage.items():
+        parts = f.split(":", 3)
+        if parts[0] == "p" and len(parts) == 4:
+            ports[(parts[1], int(parts[2]), parts[3])] = v
+    holders: dict[int, list[str]] = {}
+    exclusive: dict[int, bool] = {}
+    for r in reservations:
+        for d in r.gpu_devices:
+            holders.setdefault(d, []).append(r.pod_uid)
+            exclusive[d] = exclusive.get(d, False) or not r.gpu_shared
+    gpus = tuple(
+        GPUUsage(
+            index=g.index,
+            memory=g.memory,
+            used=usage.get(f"g:{g.index}:used", 0),
+            healthy=g.healthy,
+            holders=tuple(sorted(holders.get(g.index, []))),
+            exclusive=exclusive.get(g.index, False),
+        )
+        for g in record.gpus
+    )
+    return NodeUsage(record.name, requested, usage.get("pods", 0), gpus, ports)
+
+
+def node_info_of(node: Node, reservations: Iterable[Reservation]) -> NodeInfo:
+    """A NodeInfo with the node's reservations accounted, exactly as Redis accounts them."""
+    info = NodeInfo(node)
+    for r in reservations:
+        info.add_pod(r.pod_info())
+    return info

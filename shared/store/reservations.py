@@ -1,0 +1,110 @@
+"""Reservations: a pod's room on a node, held from Reserve until the pod finishes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from kubus.store._core import StoreCore, _code
+from kubus.store.nodes import _reservations
+from kubus.store.records import (
+    Reservation,
+    _text,
+)
+from kubus.store.scripts import StoreCode
+
+
+@dataclass(frozen=True, slots=True)
+class ReserveResult:
+    code: StoreCode
+    """OK, CONFLICT, NODE_GONE or FENCED."""
+    reasons: tuple[str, ...] = ()
+    """Why not (CONFLICT: every shortfall, "Insufficient cpu", "gpu 3 busy", ...)."""
+    already: bool = False
+    """OK because the pod already held a reservation on this node (an idempotent retry)."""
+
+    @property
+    def ok(self) -> bool:
+        return self.code is StoreCode.OK
+
+    @property
+    def reason(self) -> str:
+        return ", ".join(self.reasons)
+
+
+class ReservationStore(StoreCore):
+    """Reservations: `ClusterState` is one."""
+
+    async def reservations(self, name: str) -> list[Reservation]:
+        """The reservations on a node (with their state), sorted by pod key."""
+        pipe = self._pipeline()
+        pipe.hvals(self.keys.node_reservations(name))
+        pipe.smembers(self.keys.node_bound(name))
+        values, bound = await pipe.execute()
+        return _reservations(values, bound)
+
+    async def reservation(self, node: str, uid: str) -> Reservation | None:
+        """The pod's reservation on the node, or None."""
+        pipe = self._pipeline()
+        pipe.hget(self.keys.node_reservations(node), uid)
+        pipe.sismember(self.keys.node_bound(node), uid)
+        value, bound = await pipe.execute()
+        return None if value is None else Reservation.decode(value, bound=bool(bound))
+
+    async def reserve(self, node: str, reservation: Reservation) -> ReserveResult:
+        """Reserve room for a pod on a node, atomically, or say why not (see RESERVE in
+        kubus.store.scripts). Idempotent: a pod that holds a reservation here gets OK again.
+        Raises ValueError when `reservation.node` names another node."""
+        if reservation.node != node:
+            if reservation.node:
+                raise ValueError(f"reservation of {reservation.pod_key} is for node {reservation.node!r}, not {node!r}")
+            reservation = replace(reservation, node=node)
+        reply = await self._run(
+            self.scripts.reserve, self.keys.node_keys(node), [reservation.pod_uid, reservation.encode()]
+        )
+        code = _code(reply[0])
+        details = tuple(_text(r) for r in reply[1:])
+        if code is StoreCode.OK:
+            return ReserveResult(code, already=details == ("already reserved",))
+        return ReserveResult(code, details)
+
+    async def reserve_many(self, reservations: Sequence[Reservation]) -> list[ReserveResult]:
+        """`reserve` for many pods, each on its `Reservation.node`, in one pipelined round trip
+        ; results in order. Each reservation is atomic on its own and sees
+         the ones before it in the batch. Raises ValueError for a reservation without a node."""
+        for r in reservations:
+            if not r.node:
+                raise ValueError(f"reservation of {r.pod_key} names no node")
+        if not reservations:
+            return []
+        pipe = self.redis.pipeline(transaction=False)
+        for r in reservations:
+            await self.scripts.reserve(keys=self.keys.node_keys(r.node), args=[r.pod_uid, r.encode()], client=pipe)
+        out = []
+        for reply in await pipe.execute():
+            reply = list(reply) if isinstance(reply, list | tuple) else [reply]
+            code, details = _code(reply[0]), tuple(_text(r) for r in reply[1:])
+            ok = code is StoreCode.OK
+            out.append(
+                ReserveResult(code, already=details == ("already reserved",)) if ok else ReserveResult(code, details)
+            )
+        return out
+
+    async def unreserve(self, node: str, uid: str, attempt: str | None = None) -> StoreCode:
+        """Give back a reserved (not bound) reservation, only if `attempt` made it (when given).
+        OK, NOOP (none), BOUND (refused: bound) or CONFLICT (refused: another attempt's)."""
+        reply = await self._run(self.scripts.unreserve, self.keys.node_keys(node), [uid, attempt or ""])
+        return _code(reply[0])
+
+    async def mark_bound(self, node: str, uid: str, attempt: str | None = None) -> StoreCode:
+        """Mark the reservation bound: OK, ALREADY, NOT_FOUND (the reservation is gone) or
+        CONFLICT (it is another attempt's, when `attempt` is given)."""
+        reply = await self._run(self.scripts.mark_bound, self.keys.node_keys(node), [uid, attempt or ""])
+        return _code(reply[0])
+
+    async def release(self, node: str, uid: str, attempt: str | None = None) -> StoreCode:
+        """Give back the pod's reservation, bound or not: the pod finished or was deleted, or
+        (with its `attempt`) a binder backs out after mark_bound. OK, NOOP or CONFLICT (the
+        reservation is another attempt's)."""
+        reply = await self._run(self.scripts.release, self.keys.node_keys(node), [uid, attempt or ""])
+        return _code(reply[0])
