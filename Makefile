@@ -21,16 +21,19 @@ simulate: $(BIN)/kubus
 	$(BIN)/kubus simulate -f deploy/examples/cluster.yaml -f deploy/examples/pods.yaml \
 		--config deploy/examples/scheduler-config.yaml
 
-# Lint, then every test (unit, integration, e2e; GPU tests skip visibly without a GPU).
+# Lint, type-check (strict, the packages [tool.mypy] lists), then every test (unit, integration,
+# e2e; GPU tests skip visibly without a GPU).
 test: $(BIN)/kubus
 	$(BIN)/ruff check shared services tests bench
+	$(BIN)/mypy
 	$(BIN)/pytest -q
 
 lint: $(BIN)/kubus
 	$(BIN)/ruff check shared services tests bench
+	$(BIN)/mypy
 
 bench: $(BIN)/kubus
 	$(BIN)/python bench/scheduling.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .hypothesis .kubus
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .mypy_cache .hypothesis .kubus

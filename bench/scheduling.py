@@ -22,13 +22,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kubus.framework.config import default_config
-from kubus.framework.nodeinfo import NodeInfo
 from kubus.framework.runtime import Framework
 from kubus.framework.scheduling import Scheduler
 from kubus.kernels.backend import select_backend
 from kubus.kernels.node_table import NodeTable
+from kubus.kernels.nodeinfo import NodeInfo
 from kubus.plugins import in_tree_registry
-from kubus.plugins.nodewise import ReferenceScheduler, reference_profile
+from kubus.reference import ReferenceScheduler, reference_profile
 from kubus.synthetic import make_nodes, make_pods, make_replicas
 
 

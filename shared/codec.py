@@ -21,3 +21,11 @@ def dumps(obj: Any, *, pretty: bool = False) -> bytes:
 def loads(data: bytes | str) -> Any:
     """Parse JSON. Raises DecodeError (a ValueError) on malformed input."""
     return orjson.loads(data)
+
+
+def text(value: Any) -> str:
+    """``value`` as str: bytes decoded as UTF-8 (a Redis reply, whether or not the client
+    decodes responses), None as "", anything else by str()."""
+    if isinstance(value, bytes):
+        return value.decode()
+    return "" if value is None else str(value)

@@ -39,6 +39,8 @@ import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
+from kubus.errors import KubusError
+
 __all__ = [
     "EmbeddedServers",
     "ServerStartError",
@@ -55,7 +57,7 @@ _LOG_TAIL_LINES = 30
 _POLL_INTERVAL = 0.02
 
 
-class ServerStartError(RuntimeError):
+class ServerStartError(KubusError, RuntimeError):
     """An embedded server did not start or did not answer in time; the message ends with its log's tail."""
 
 

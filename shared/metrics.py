@@ -158,7 +158,8 @@ def serve_metrics(
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         probe = probes.get(environ.get("PATH_INFO", ""))
         if probe is None:
-            return metrics_app(environ, start_response)
+            body: Iterable[bytes] = metrics_app(environ, start_response)
+            return body
         reason = probe()
         status = "200 OK" if reason is None else "503 Service Unavailable"
         start_response(status, [("Content-Type", "text/plain; charset=utf-8")])

@@ -38,6 +38,7 @@ from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
 from kubus.bus.connection import connect_bus, ensure_streams
+from kubus.errors import KubusError
 from kubus.metrics import Metrics
 from kubus.settings import ConnectionSettings, redis_client
 
@@ -60,6 +61,9 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
     nats.errors.TimeoutError,
     nats.errors.ConnectionClosedError,
     nats.errors.NoRespondersError,
+    nats.errors.NoServersError,
+    nats.errors.ConnectionReconnectingError,
+    nats.errors.StaleConnectionError,
     nats.js.errors.ServiceUnavailableError,
     nats.js.errors.NoStreamResponseError,
     TimeoutError,
@@ -164,7 +168,7 @@ class ServiceState(enum.Enum):
     STOPPED = "stopped"
 
 
-class ServiceError(RuntimeError):
+class ServiceError(KubusError, RuntimeError):
     """A root task of a service died with an exception (its ``__cause__``); the service stopped."""
 
     def __init__(self, service: str, task: str, error: BaseException) -> None:
@@ -266,7 +270,8 @@ class Service:
                 await fetch
             return []
         try:
-            return fetch.result()
+            messages: list[Any] = fetch.result()
+            return messages
         except TimeoutError:  # nats.errors.TimeoutError is one too: nothing to fetch
             return []
         except (nats.errors.ConnectionClosedError, nats.js.errors.APIError, OSError) as exc:
@@ -274,6 +279,12 @@ class Service:
                 self.log.warning("fetch failed, retrying", error=repr(exc))
                 await asyncio.sleep(min(1.0, timeout))
             return []
+
+    def jetstream(self) -> JetStreamContext:
+        """The JetStream context; RuntimeError before start() connected it (or with no settings)."""
+        if self.js is None:
+            raise RuntimeError(f"{self.name}: not connected")
+        return self.js
 
     def intake(self, subscription: _S) -> _S:
         """Register a NATS subscription that brings work in; stop() unsubscribes it first. Returns it."""

@@ -17,6 +17,8 @@ from urllib.parse import urlparse
 import redis.asyncio as aioredis
 import yaml
 
+from kubus.errors import KubusError
+
 __all__ = [
     "ENV_PREFIX",
     "ConnectionSettings",
@@ -36,7 +38,7 @@ REDIS_POOL_WAIT = 30.0
 """Seconds a command waits for a free pooled connection before raising."""
 
 
-class SettingsError(ValueError):
+class SettingsError(KubusError, ValueError):
     """A settings file, variable or flag is wrong; the message names where and which key."""
 
 

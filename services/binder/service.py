@@ -55,18 +55,17 @@ from kubus.bus import (
     PODS_REQUEUE,
     EventKind,
     Publication,
+    announcements,
     consumer_name,
     deliveries,
     ensure_pull_consumer,
-    event_subject,
-    node_pods,
+    msgids,
     publish_durable,
     publish_durable_many,
     redelivery_delay,
 )
 from kubus.bus.messages import (
     BindRequest,
-    ClusterEvent,
     MessageError,
     NodeAssignment,
     Outcome,
@@ -393,10 +392,7 @@ class BinderService(Service):
                 gpu_devices=request.gpu_devices,
                 attempt=attempt,
             )
-            pubs = [
-                Publication(node_pods(request.node), encode(assignment), f"assign/{uid}/{attempt}"),
-                self._event_publication(EventKind.POD_BOUND, request, f"bound/{uid}/{attempt}"),
-            ]
+            pubs = announcements.bound(assignment, request.profile, at=self.clock())
             if write.ok and result.created_at:
                 latency = max(0.0, self.clock() - result.created_at)
                 self.metrics.pod_scheduling_sli_duration.labels(attempts=str(result.attempts)).observe(latency)
@@ -405,7 +401,7 @@ class BinderService(Service):
             return BindResult.BOUND, pubs
         pubs = []
         if result.released is StoreCode.OK:
-            pubs.append(self._event_publication(EventKind.POD_UNRESERVED, request, f"unreserved/{uid}/{attempt}"))
+            pubs.append(self._event_publication(EventKind.POD_UNRESERVED, request))
         if write.code is StoreCode.GONE:
             self._log(request).info("pod deleted while binding: room released")
             return BindResult.DELETED, pubs
@@ -424,7 +420,7 @@ class BinderService(Service):
 
     async def _publish(self, publications: Sequence[Publication]) -> list[PubAck | Exception]:
         """Publish durably, all at once; an error in the place of each message not stored."""
-        return await publish_durable_many(self._js(), publications, return_exceptions=True)
+        return await publish_durable_many(self.jetstream(), publications, return_exceptions=True)
 
     async def _failed(self, request: BindRequest, msg: Msg, exc: Exception, log: StructuredLogger) -> BindResult:
         """A step raised: retry later (nak), or on the last delivery hand the pod back."""
@@ -480,7 +476,8 @@ class BinderService(Service):
                 return False
             code = await state.release(request.node, request.uid, attempt)
         if code is StoreCode.OK:
-            await self._event(EventKind.POD_UNRESERVED, request, f"unreserved/{request.uid}/{request.attempt}")
+            p = self._event_publication(EventKind.POD_UNRESERVED, request)
+            await publish_durable(self.jetstream(), p.subject, p.payload, p.msg_id)
         await self._requeue(request, message)
         if msg is not None:
             await msg.ack()
@@ -499,27 +496,24 @@ class BinderService(Service):
         """``Outcome(BIND_FAILED)`` on kubus.pods.requeue: the queue moves the pod back to Pending
         (compare-and-set on the attempt) and queues it. Once per attempt (the msg id)."""
         p = self._requeue_publication(request, message)
-        await publish_durable(self._js(), p.subject, p.payload, p.msg_id)
+        await publish_durable(self.jetstream(), p.subject, p.payload, p.msg_id)
 
     def _requeue_publication(self, request: BindRequest, message: str) -> Publication:
         outcome = Outcome(
             uid=request.uid, kind=OutcomeKind.BIND_FAILED, node=request.node, message=message, attempt=request.attempt
         )
-        return Publication(PODS_REQUEUE, encode(Outcomes((outcome,))), f"requeue/{request.uid}/{request.attempt}")
+        return Publication(PODS_REQUEUE, encode(Outcomes((outcome,))), msgids.requeue(request.uid, request.attempt))
 
-    async def _event(self, kind: EventKind, request: BindRequest, msg_id: str) -> None:
-        p = self._event_publication(kind, request, msg_id)
-        await publish_durable(self._js(), p.subject, p.payload, p.msg_id)
-
-    def _event_publication(self, kind: EventKind, request: BindRequest, msg_id: str) -> Publication:
-        event = ClusterEvent(
-            kind=kind.value,
-            name=request.key,
-            node=request.node,
+    def _event_publication(self, kind: EventKind, request: BindRequest) -> Publication:
+        return announcements.pod_event(
+            kind,
+            request.key,
+            request.uid,
             at=self.clock(),
-            data={"uid": request.uid, "attempt": request.attempt, "profile": request.profile},
+            node=request.node,
+            attempt=request.attempt,
+            profile=request.profile,
         )
-        return Publication(event_subject(kind, request.key), encode(event), msg_id)
 
     async def _reject(self, msg: Msg, reason: str) -> None:
         self.metrics.rejected_messages.labels(subject=msg.subject).inc()
@@ -543,11 +537,6 @@ class BinderService(Service):
         if self.cluster is None:
             raise RuntimeError(f"{self.name}: not started")
         return self.cluster
-
-    def _js(self) -> JetStreamContext:
-        if self.js is None:
-            raise RuntimeError(f"{self.name}: not started")
-        return self.js
 
     def _log(self, request: BindRequest) -> StructuredLogger:
         return self.log.bind(pod=request.key, uid=request.uid, node=request.node, attempt=request.attempt)

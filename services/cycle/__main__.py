@@ -12,16 +12,13 @@ from collections.abc import Sequence
 
 from kubus.cycle.service import CycleOptions, CycleService
 from kubus.entrypoint import add_service_flags, run_service, settings_from_flags
+from kubus.errors import UsageError
 from kubus.framework.config import default_config, load_config
 from kubus.framework.runtime import Framework
 from kubus.kernels.backend import BACKENDS, BackendUnavailable
 from kubus.plugins import in_tree_registry
 
 PROG = "kubus.cycle"
-
-
-class UsageError(Exception):
-    """A mistake in the flags, the config or the settings: one line, exit 2."""
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

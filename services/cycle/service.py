@@ -50,12 +50,11 @@ import nats.errors
 import nats.js.errors
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
-from nats.js import JetStreamContext
 
 from kubus.api.errors import ManifestError
 from kubus.api.manifests import parse_manifests
 from kubus.api.objects import Pod
-from kubus.bus import EventKind, Publication, bind, event_filter, publish_durable_many, queue_done, queue_pop
+from kubus.bus import EventKind, Publication, bind, event_filter, msgids, publish_durable_many, queue_done, queue_pop
 from kubus.bus.messages import (
     BindRequest,
     ClusterEvent,
@@ -63,6 +62,7 @@ from kubus.bus.messages import (
     Outcome,
     OutcomeKind,
     Outcomes,
+    PodChange,
     PopReply,
     PopRequest,
     QueuedPod,
@@ -71,12 +71,12 @@ from kubus.bus.messages import (
 )
 from kubus.cycle.leadership import Leadership, lease_name
 from kubus.cycle.snapshot import NodeSnapshot
-from kubus.framework.nodeinfo import PodInfo
 from kubus.framework.runtime import Framework
 from kubus.framework.scheduling import Scheduler, ScheduleResult
 from kubus.framework.status import Code
 from kubus.kernels import NodeTable, select_backend
-from kubus.plugins.node_resources_fit import is_extended_resource
+from kubus.kernels.nodeinfo import PodInfo
+from kubus.plugins.node_resources_fit import NodeResourcesFit
 from kubus.service import TRANSIENT_ERRORS, Service
 from kubus.settings import ConnectionSettings
 from kubus.store import ClusterState, Move, PodPhase, Reservation, StoreCode
@@ -90,7 +90,6 @@ NODE_EVENTS = frozenset(
 POD_EVENTS = frozenset(
     k.value
     for k in (
-        EventKind.POD_RESERVED,
         EventKind.POD_UNRESERVED,
         EventKind.POD_BOUND,
         EventKind.POD_FINISHED,
@@ -100,11 +99,9 @@ POD_EVENTS = frozenset(
 """Events after which the reservations of the pod's node are read again."""
 _PENDING_ONLY = frozenset({PodPhase.PENDING})
 
-PLACING_EVENTS = frozenset(k.value for k in (EventKind.POD_RESERVED, EventKind.POD_BOUND))
+PLACING_EVENTS = frozenset({EventKind.POD_BOUND.value})
 """Pod events that change nothing in the table when it already accounts the pod on that node
 (most of them: this cycle reserved the pod and assumed it at once)."""
-
-"""Errors that mean Redis or NATS is briefly unreachable, not a bug."""
 
 SCHEDULE_EXTENSION_POINT = "SchedulePod"
 """`extension_point` label of the whole vectorized algorithm for a batch (PreFilter through
@@ -246,8 +243,7 @@ class CycleService(Service):
         self._loop_done = asyncio.Event()
         self._queue_answering = True
         fit = framework.plugins.get("NodeResourcesFit")
-        self._ignored_resources: frozenset[str] = frozenset(getattr(fit, "ignored_resources", ()) or ())
-        self._ignored_groups: frozenset[str] = frozenset(getattr(fit, "ignored_groups", ()) or ())
+        self._fit: NodeResourcesFit | None = fit if isinstance(fit, NodeResourcesFit) else None
 
     # -- views -----------------------------------------------------------------------------------
 
@@ -596,8 +592,7 @@ class CycleService(Service):
                     ignored=self._ignored(pod_info.requests),
                 )
             except ValueError as exc:
-                self._forget(pod, node)
-                undo.append(self._back_to_pending(uid, write.version))
+                undo.append(self._give_back(pod, node, write.version))
                 batch.error(uid, f"reserving on node {node} failed: {exc!r}")
                 continue
             batch.touched.add(node)
@@ -606,8 +601,7 @@ class CycleService(Service):
             answers = await state.reserve_many([h[2] for h in holds])
         except TRANSIENT_ERRORS as exc:
             for result, attempt, _ in holds:
-                self._forget(result.pod, result.node or "")
-                undo.append(self._back_to_pending(_uid(result.pod), attempt))
+                undo.append(self._give_back(result.pod, result.node or "", attempt))
                 batch.error(_uid(result.pod), f"reserving on node {result.node} failed: {exc!r}")
             answers = []
         reserved: list[_Reserved] = []
@@ -617,8 +611,7 @@ class CycleService(Service):
             if answer.ok:
                 reserved.append(_Reserved(result, node, attempt))
                 continue
-            self._forget(pod, node)
-            undo.append(self._back_to_pending(uid, attempt))
+            undo.append(self._give_back(pod, node, attempt))
             if answer.code is StoreCode.FENCED:
                 self._leadership().step_down(f"reservation fenced on node {node}: {answer.reason}")
                 batch.error(uid, _lost_lease_message(self.profile))
@@ -644,7 +637,7 @@ class CycleService(Service):
 
         async def undo(r: _Reserved, message: str) -> None:
             async with limit:
-                await self._undo(r.result.pod, r.node, r.attempt)
+                await self._give_back(r.result.pod, r.node, r.attempt)
             batch.error(_uid(r.result.pod), message)
 
         if not self._still_leading(batch.token):
@@ -664,9 +657,9 @@ class CycleService(Service):
             )
             for r in reserved
         ]
-        publications = [Publication(bind(self.profile), encode(q), f"bind/{q.uid}/{q.attempt}") for q in requests]
+        publications = [Publication(bind(self.profile), encode(q), msgids.bind(q.uid, q.attempt)) for q in requests]
         try:
-            acks = await publish_durable_many(self._js(), publications, return_exceptions=True)
+            acks = await publish_durable_many(self.jetstream(), publications, return_exceptions=True)
         except TRANSIENT_ERRORS as exc:
             acks = [exc] * len(reserved)
         failed = []
@@ -683,24 +676,19 @@ class CycleService(Service):
             )
         await asyncio.gather(*failed)
 
-    async def _undo(self, pod: Pod, node: str, attempt: int) -> None:
-        """Give back this attempt's room and make the pod Pending again (both conditional on the
-        attempt, so a newer attempt is never touched); what fails is left to the janitor."""
+    def _give_back(self, pod: Pod, node: str, attempt: int) -> Awaitable[None]:
+        """Take the pod off the node in the table now, and return the store step to await: give
+        back this attempt's room and make the pod Pending again, in one step conditional on the
+        attempt (`ClusterState.give_back`), so a newer attempt is never touched; the outcome sent
+        to the queue says why. What fails is left to the janitor."""
         self._forget(pod, node)
-        try:
-            await self._store().unreserve(node, _uid(pod), str(attempt))
-        except TRANSIENT_ERRORS as exc:
-            self.log.warning("unreserve failed; the janitor will", pod=pod.key, node=node, error=repr(exc))
-            return
-        await self._back_to_pending(_uid(pod), attempt)
+        return self._give_back_in_store(pod, node, attempt)
 
-    async def _back_to_pending(self, uid: str, attempt: int) -> None:
+    async def _give_back_in_store(self, pod: Pod, node: str, attempt: int) -> None:
         try:
-            await self._store().transition(
-                uid, PodPhase.PENDING, expected_version=attempt, expected_phases={PodPhase.RESERVED}
-            )
+            await self._store().give_back(_uid(pod), node, attempt)
         except TRANSIENT_ERRORS as exc:
-            self.log.warning("back to Pending failed; the janitor will", uid=uid, error=repr(exc))
+            self.log.warning("give back failed; the janitor will", pod=pod.key, node=node, error=repr(exc))
 
     async def _report(self, batch: _Batch) -> None:
         """docs/services.md 4d: the batch's outcomes to the queue, retried; then left to the
@@ -778,12 +766,15 @@ class CycleService(Service):
         """True when the table already accounts the event's pod (same uid) on the event's node."""
         placed = self.snapshot.placed.get(event.name) if self.snapshot is not None else None
         return (
-            placed is not None and placed.uid == event.data.get("uid") and (not event.node or placed.node == event.node)
+            placed is not None
+            and isinstance(event.data, PodChange)
+            and placed.uid == event.data.uid
+            and (not event.node or placed.node == event.node)
         )
 
     async def _node_of_pod(self, event: ClusterEvent) -> str:
-        uid = event.data.get("uid")
-        if not isinstance(uid, str) or not uid:
+        uid = event.data.uid if isinstance(event.data, PodChange) else ""
+        if not uid:
             return ""
         try:
             record = await self._store().get_pod(uid)
@@ -796,11 +787,7 @@ class CycleService(Service):
 
     def _ignored(self, requests: dict[str, int]) -> tuple[str, ...]:
         """The requests NodeResourcesFit ignores (ignoredResources/Groups): Redis skips them too."""
-        return tuple(
-            r
-            for r in requests
-            if is_extended_resource(r) and (r in self._ignored_resources or r.split("/", 1)[0] in self._ignored_groups)
-        )
+        return self._fit.ignored_requests(requests) if self._fit is not None else ()
 
     def _forget(self, pod: Pod, node: str) -> None:
         if self.snapshot is not None and node:
@@ -832,11 +819,6 @@ class CycleService(Service):
         if self.nc is None:
             raise RuntimeError(f"{self.name}: not started")
         return self.nc
-
-    def _js(self) -> JetStreamContext:
-        if self.js is None:
-            raise RuntimeError(f"{self.name}: not started")
-        return self.js
 
 
 def _uid(pod: Pod) -> str:

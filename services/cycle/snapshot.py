@@ -16,8 +16,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from kubus.api.objects import Node
-from kubus.framework.nodeinfo import PodInfo
 from kubus.kernels import NUMPY, Backend, NodeTable
+from kubus.kernels.nodeinfo import PodInfo
 from kubus.store import UNREACHABLE_TAINT_KEY, Reservation
 
 __all__ = ["NodeSnapshot", "PlacedPod", "SyncStats"]

@@ -6,8 +6,11 @@ node.yaml`` for N simulated nodes in one process. The protocol it follows is in
 """
 
 from kubus.gpu_agent.admission import Verdict, admit
+from kubus.gpu_agent.assignments import AdmissionResult
 from kubus.gpu_agent.inventory import NVML, NodeInventory, host_node, load_node_template, renamed, with_gpus
-from kubus.gpu_agent.service import AdmissionResult, AgentOptions, AgentService, RunningPod
+from kubus.gpu_agent.options import AgentOptions
+from kubus.gpu_agent.running import RunningPod
+from kubus.gpu_agent.service import AgentService
 from kubus.gpu_agent.simulation import MAX_SIMULATED_NODES, pod_duration, simulated_node_names, simulated_nodes
 
 __all__ = [

@@ -20,7 +20,8 @@ from collections.abc import Sequence
 from kubus.api.errors import ManifestError
 from kubus.entrypoint import add_service_flags, run_service, settings_from_flags
 from kubus.gpu_agent.inventory import NodeInventory, load_node_template
-from kubus.gpu_agent.service import AgentOptions, AgentService
+from kubus.gpu_agent.options import AgentOptions
+from kubus.gpu_agent.service import AgentService
 
 PROG = "kubus.gpu_agent"
 _SIMULATED_POD_DURATION = 30.0

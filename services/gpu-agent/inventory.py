@@ -103,27 +103,35 @@ def host_node(name: str) -> Node:
 
 
 class NVML:
-    """The GPUs of this machine through NVML. `NVML.open()` gives None where NVML is missing."""
+    """The GPUs of this machine through NVML. `NVML.open()` gives None where NVML is missing.
+
+    What NVML answers with an error (``pynvml.NVMLError``: a GPU lost or fallen off the bus,
+    a query the GPU does not support) is a GPU to report unhealthy, never a crash; any other
+    exception is a bug and propagates."""
 
     def __init__(self, module: Any) -> None:
         self._nvml = module
+        self._error: type[Exception] = getattr(module, "NVMLError", Exception)
+        """``pynvml.NVMLError``, the base of every NVML error; for a stand-in module without
+        one (a test's fake), any Exception."""
 
     @classmethod
     def open(cls, module: ModuleType | None = None) -> NVML | None:
         """NVML initialised, or None (logged once, with why) when the package is not installed,
         the driver is missing, or initialisation fails. ``module`` replaces ``import pynvml``."""
-        if module is None:
+        nvml: Any = module
+        if nvml is None:
             try:
-                import pynvml as module  # type: ignore[import-not-found, no-redef]
+                import pynvml as nvml  # type: ignore[import-not-found, no-redef]
             except ImportError:
                 _log.info("nvml unavailable", reason="pynvml (nvidia-ml-py) not installed")
                 return None
         try:
-            module.nvmlInit()
-        except Exception as exc:
+            nvml.nvmlInit()
+        except getattr(nvml, "NVMLError", Exception) as exc:  # no driver, no library, no GPU
             _log.info("nvml unavailable", reason=f"nvmlInit failed: {exc}")
             return None
-        return cls(module)
+        return cls(nvml)
 
     def devices(self) -> tuple[GPUDevice, ...]:
         """Every GPU NVML sees, by index. A device that does not answer is listed unhealthy."""
@@ -132,10 +140,10 @@ class NVML:
         for index in range(int(nvml.nvmlDeviceGetCount())):
             try:
                 handle = nvml.nvmlDeviceGetHandleByIndex(index)
-                name = _text(nvml.nvmlDeviceGetName(handle))
-                device_uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+                name = codec.text(nvml.nvmlDeviceGetName(handle))
+                device_uuid = codec.text(nvml.nvmlDeviceGetUUID(handle))
                 memory = int(nvml.nvmlDeviceGetMemoryInfo(handle).total)
-            except Exception as exc:
+            except self._error as exc:
                 _log.warning("gpu does not answer", index=index, error=repr(exc))
                 out.append(GPUDevice(index=index, uuid="", model="unknown", memory=0, healthy=False))
                 continue
@@ -145,33 +153,32 @@ class NVML:
         return tuple(out)
 
     def healthy(self, index: int) -> bool:
-        """Whether device ``index`` exists and answers without a pending row-remapping failure."""
+        """Whether device ``index`` exists and answers without a pending row-remapping failure.
+        False when NVML answers with an error (no such device, lost, fallen off the bus)."""
         try:
-            return self._healthy(self._nvml.nvmlDeviceGetHandleByIndex(index))
-        except Exception:
+            handle = self._nvml.nvmlDeviceGetHandleByIndex(index)
+        except self._error:
             return False
+        return self._healthy(handle)
 
     def _healthy(self, handle: Any) -> bool:
         nvml = self._nvml
         try:
             nvml.nvmlDeviceGetMemoryInfo(handle)
-        except Exception:
-            return False
+        except self._error:
+            return False  # the device does not answer
         try:
             remapped = nvml.nvmlDeviceGetRemappedRows(handle)  # (corrected, uncorrected, pending, failure)
-        except Exception:
+        except self._error:
             return True  # not supported on this GPU (pre-Ampere): nothing to say against it
         return not bool(remapped[3])
 
     def close(self) -> None:
+        """Shut NVML down; an NVML error doing so is logged (debug) and ignored."""
         try:
             self._nvml.nvmlShutdown()
-        except Exception as exc:
+        except self._error as exc:
             _log.debug("nvml shutdown failed", error=repr(exc))
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class NodeInventory:

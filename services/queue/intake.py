@@ -1,191 +1,346 @@
-"""What clients publish to the queue, read and checked: pod manifests to submit, each bad one as one line.
-
-`read_submission` turns the bytes of a ``kubus.pods.submit`` message (YAML or JSON, one or more
-Pods, or a PodList) into `Submission`s: the Pod as `kubus.api.manifests` validates it and its
-manifest as the JSON the rest of kubus reads (uid and namespace filled in, so every hop parses
-the same pod). Anything else raises `Rejected`, whose ``str()`` is one line naming the object,
-the field and the problem.
-"""
+"""The queue's intake: the KUBUS_PODS consumer. Submitted pods are read, stored Pending and
+queued (in batches); deletions and hand-backs are applied; bad input is rejected with an event."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+import asyncio
+import time
+from dataclasses import replace
 
-from kubus import codec
-from kubus.api.errors import ManifestError
-from kubus.api.manifests import parse_manifests, parse_pod, read_documents
+from nats.aio.msg import Msg
+
 from kubus.api.objects import Pod
-
-__all__ = ["Rejected", "Submission", "identify", "read_submission"]
-
-_MAX_LINE = 1000
-"""A rejection message longer than this is cut (it travels in events and logs)."""
-
-_LIST_ITEM_KIND = {"List": None, "PodList": "Pod", "NodeList": "Node"}
-
-
-class Rejected(ValueError):
-    """Input the queue refuses. ``str()`` is one line; ``key``/``uid`` name the pod when it could
-    be read that far (else ""); ``reason`` is a CamelCase word for events (Invalid, TooLarge,
-    WrongKind)."""
-
-    def __init__(self, message: str, *, reason: str = "Invalid", key: str = "", uid: str = "") -> None:
-        line = " ".join(message.split("\n"))
-        if len(line) > _MAX_LINE:
-            line = line[: _MAX_LINE - 3] + "..."
-        super().__init__(line)
-        self.reason = reason
-        self.key = key
-        self.uid = uid
-
-
-@dataclass(frozen=True, slots=True)
-class Submission:
-    """One pod accepted for scheduling."""
-
-    pod: Pod
-    """Parsed from `manifest` (so it is exactly what the cycle will parse)."""
-    manifest: bytes
-    """The pod object as JSON."""
+from kubus.bus import (
+    MSG_ID_HEADER,
+    PODS_DELETE,
+    PODS_REQUEUE,
+    PODS_SUBMIT,
+    EventKind,
+    Publication,
+    announcements,
+    deliveries,
+    msgids,
+    publish_durable_many,
+    redelivery_delay,
+)
+from kubus.bus.messages import (
+    MessageError,
+    Outcomes,
+    PodDeletion,
+    decode,
+)
+from kubus.queue._base import QueueBase, Retry
+from kubus.queue.queueing import QueueName
+from kubus.queue.submission import Rejected, Submission, identify, read_submission
+from kubus.store import (
+    EventType,
+    PodPhase,
+    PodRecord,
+    StoreCode,
+)
 
 
-def read_submission(data: bytes, *, source: str, max_manifest_bytes: int) -> list[Submission]:
-    """The pods of a submit message, validated. Raises Rejected for anything that is not one or
-    more valid Pods (garbage, another kind, a Node, invalid values, a manifest whose JSON is over
-    ``max_manifest_bytes``); nothing else for bad input. ``source`` names the input in errors.
-
-    The common case, one Pod as JSON, is read once: decoded, validated and stored as is (the
-    same steps `parse_manifests` takes for it). Anything else takes the general path."""
-    doc = _json_pod(data)
-    if doc is not None:
-        try:
-            pod = parse_pod(doc, source=source)
-        except ManifestError as exc:
-            raise _rejected(exc, data) from None
-        return [_submission(pod, doc, source, max_manifest_bytes, reparse=False)]
+def _lane(msg: Msg) -> str:
+    """Which pod a KUBUS_PODS message is about, cheaply: messages of one lane are handled in
+    order, lanes at once. Submits name their pod in the msg id (``submit/<ns>/<name>/<sha>``,
+    docs/services.md); a submit without one is read for its name; deletions and hand-backs
+    are small JSON. Whatever cannot be told shares one lane (in order, as before)."""
     try:
-        manifests = parse_manifests(data, source=source)
-    except ManifestError as exc:
-        raise _rejected(exc, data) from None
-    if manifests.nodes:
-        raise Rejected(
-            f"{source}: Node {manifests.nodes[0].name}: a node is not submitted to the queue; its agent registers it",
-            reason="WrongKind",
-        )
-    if not manifests.pods:
-        raise Rejected(f"{source}: no Pod in the message", reason="Invalid")
-    raw_pods = _raw_pods(data)
-    if len(raw_pods) != len(manifests.pods):  # cannot be: both read the same documents
-        raise Rejected(f"{source}: could not match the pods to their documents", reason="Invalid")
-    out: list[Submission] = []
-    for pod, raw in zip(manifests.pods, raw_pods, strict=True):
-        out.append(_submission(pod, raw, source, max_manifest_bytes))
-    return out
+        if msg.subject == PODS_SUBMIT:
+            named = msgids.submitted_pod((msg.headers or {}).get(MSG_ID_HEADER, ""))
+            if named is not None:
+                return f"pod:{named[0]}/{named[1]}"
+            key = identify(msg.data)[0]
+            return f"pod:{key}" if key else "?"
+        if msg.subject == PODS_DELETE:
+            deletion = decode(PodDeletion, msg.data)
+            return f"pod:{deletion.namespace}/{deletion.name}"
+        if msg.subject == PODS_REQUEUE:
+            outcomes = decode(Outcomes, msg.data).outcomes
+            return f"uid:{outcomes[0].uid}" if len(outcomes) == 1 else "?"
+    except MessageError:  # bad input: read again, and rejected, in its turn
+        return "?"
+    return "?"
 
 
-def _json_pod(data: bytes) -> dict[str, Any] | None:
-    """The Pod of a message that is exactly one JSON object of kind Pod, else None (the general
-    path reads it: YAML, lists, a byte order mark, leading blanks, bad JSON, bad UTF-8)."""
-    if data[:1] != b"{":
-        return None
-    try:
-        doc = codec.loads(data)
-    except codec.DecodeError:
-        return None
-    return doc if isinstance(doc, dict) and doc.get("kind") == "Pod" else None
+class Intake(QueueBase):
+    """Takes submitted, deleted and handed-back pods from JetStream."""
 
+    async def _consume_pods(self) -> None:
+        sub = self._pods_sub
+        while not self.stopping.is_set():
+            msgs = await self.fetch(sub, self.options.fetch_batch, timeout=1.0)
+            if not msgs:
+                continue
+            self._consumer_idle.clear()
+            try:
+                # One lane per pod: a pod's messages in their order, different pods at once. The
+                # batch runs in rounds, round i taking the i-th message of every lane, so the
+                # submits of one round (each about another pod) share their round trips.
+                lanes: dict[str, list[Msg]] = {}
+                for msg in msgs:
+                    lanes.setdefault(_lane(msg), []).append(msg)
+                for i in range(max((len(lane) for lane in lanes.values()), default=0)):
+                    round_ = [lane[i] for lane in lanes.values() if i < len(lane)]
+                    if self.stopping.is_set():  # hand the rest back: the next queue gets them at once
+                        for msg in round_:
+                            await self._settle(msg.nak())
+                        continue
+                    submits = [m for m in round_ if m.subject == PODS_SUBMIT]
+                    others = [m for m in round_ if m.subject != PODS_SUBMIT]
+                    await asyncio.gather(self._submit_batch(submits), *map(self._handle_pods_message, others))
+            finally:
+                self._consumer_idle.set()
+            self._after_change()
 
-def _rejected(exc: ManifestError, data: bytes) -> Rejected:
-    errors = list(exc) if hasattr(exc, "errors") else [exc]
-    first = errors[0]
-    key, uid = identify(data)
-    reason = "WrongKind" if first.field == "kind" else "Invalid"
-    return Rejected("; ".join(str(e) for e in errors), reason=reason, key=key, uid=uid)
-
-
-def _submission(
-    pod: Pod, raw: dict[str, Any], source: str, max_manifest_bytes: int, *, reparse: bool = True
-) -> Submission:
-    label = f"{source}: Pod {pod.key}"
-    doc = dict(raw)
-    metadata = dict(doc.get("metadata") or {})
-    metadata["namespace"] = pod.namespace
-    metadata["uid"] = pod.metadata.uid
-    doc["metadata"] = metadata
-    doc["apiVersion"] = "v1"
-    doc["kind"] = "Pod"
-    try:
-        manifest = codec.dumps(doc)
-    except TypeError as exc:  # YAML that has no JSON form (binary, non-string keys)
-        raise Rejected(f"{label}: cannot be stored as JSON: {exc}", key=pod.key, uid=pod.metadata.uid) from None
-    if len(manifest) > max_manifest_bytes:
-        raise Rejected(
-            f"{label}: the manifest is {len(manifest)} bytes as JSON, "
-            f"more than the {max_manifest_bytes} the queue accepts",
-            reason="TooLarge",
-            key=pod.key,
-            uid=pod.metadata.uid,
-        )
-    if not reparse:  # decoded from JSON: the JSON stored reads back as exactly this pod
-        return Submission(pod, manifest)
-    try:
-        parsed = parse_pod(codec.loads(manifest), source=source)
-    except ManifestError as exc:  # cannot be: the same object validated a moment ago
-        raise Rejected(str(exc), key=pod.key, uid=pod.metadata.uid) from None
-    return Submission(parsed, manifest)
-
-
-def _documents(data: bytes) -> list[Any]:
-    return list(read_documents(data.decode("utf-8-sig")))
-
-
-def _raw_pods(data: bytes) -> list[dict[str, Any]]:
-    """The Pod objects of the documents, in the order parse_manifests reads them."""
-    out: list[dict[str, Any]] = []
-
-    def item(doc: Any, implied: str | None) -> None:
-        if not isinstance(doc, dict):
+    async def _handle_pods_message(self, msg: Msg) -> None:
+        """Process one KUBUS_PODS message; ack once its effect is in Redis. Never raises. A
+        submit is a batch of one (`_submit_batch`)."""
+        if msg.subject == PODS_SUBMIT:
+            await self._submit_batch([msg])
             return
-        kind = doc.get("kind", implied)
-        if kind == "Pod":
-            out.append(doc)
-        elif kind in _LIST_ITEM_KIND:
-            for sub in doc.get("items") or ():
-                item(sub, _LIST_ITEM_KIND[kind])
+        try:
+            if msg.subject == PODS_DELETE:
+                await self._on_delete(msg)
+            elif msg.subject == PODS_REQUEUE:
+                await self._on_requeue(msg)
+            else:
+                raise Rejected(f"{msg.subject}: not a subject the queue reads", reason="UnknownSubject")
+        except Rejected as exc:
+            await self._reject(msg, exc)
+        except MessageError as exc:
+            await self._reject(msg, Rejected(f"{msg.subject}: {exc}"))
+        except Exception as exc:
+            await self._failed_message(msg, exc)
+            return
+        await self._settle(msg.ack())
 
-    for doc in _documents(data):
-        item(doc, None)
-    return out
+    async def _failed_message(self, msg: Msg, exc: Exception) -> None:
+        """A message whose handling failed (not bad input): nak'd to be retried after a delay,
+        rejected after its last delivery. Called while ``exc`` is being handled. Never raises."""
+        delivered = deliveries(msg)
+        if delivered >= self.options.max_deliver:
+            self.log.exception("giving up on a message", subject=msg.subject, deliveries=delivered)
+            await self._reject(
+                msg, Rejected(f"{msg.subject}: gave up after {delivered} deliveries: {exc!r}", reason="Failed")
+            )
+        else:
+            delay = redelivery_delay(delivered)
+            self.log.warning(
+                "message will be retried", subject=msg.subject, deliveries=delivered, delay=delay, error=repr(exc)
+            )
+            await self._settle(msg.nak(delay=delay))
 
+    async def _reject(self, msg: Msg, exc: Rejected) -> None:
+        """Bad input: count it, log it, announce it (pod.rejected, and a Warning PodEvent when
+        the pod is named). The caller acks it. Never raises."""
+        self._count_rejected(msg.subject)
+        seq = msg.metadata.sequence.stream if msg.metadata.sequence else 0
+        name = exc.key or f"invalid/{seq}"
+        self.log.warning("message rejected", subject=msg.subject, pod=exc.key or "-", reason=exc.reason, error=str(exc))
+        try:
+            await self._publish(
+                announcements.rejection_event(
+                    name, msg.subject, seq, at=time.time(), reason=exc.reason, message=str(exc)
+                )
+            )
+            if exc.uid:
+                await self._pod_event(exc.uid, EventType.WARNING, "Rejected", str(exc), "queue")
+        except Exception as publish_error:
+            self.log.warning("could not announce a rejection", pod=name, error=repr(publish_error))
 
-def identify(data: bytes) -> tuple[str, str]:
-    """Best effort for a message that failed validation: the (``namespace/name``, uid) of the
-    first pod it names (the uid the API would give it, when the manifest has none), or ("", "")."""
-    try:
-        docs = _documents(data)
-    except Exception:  # garbage: no identity, and no second error
+    async def _submit_batch(self, msgs: list[Msg]) -> None:
+        """Submits about different pods, handled together: each read once, every pod stored
+        with one round trip (`put_pods`), the pod.accepted events published with one, then each
+        message acked, only once Redis has its pods. A pod stored already (a redelivery, a
+        resubmit) takes `_accept_stored`. Per message: bad input rejected and acked, a failure
+        nak'd or given up on (`_failed_message`). Never raises."""
+        if not msgs:
+            return
+        read: list[tuple[Msg, list[Submission]]] = []
+        for msg in msgs:
+            try:
+                subs = read_submission(msg.data, source=PODS_SUBMIT, max_manifest_bytes=self.options.max_manifest_bytes)
+            except Rejected as exc:
+                await self._reject(msg, exc)
+                await self._settle(msg.ack())
+            except Exception as exc:  # not bad input: a bug or a server error; retried, then rejected
+                await self._failed_message(msg, exc)
+            else:
+                read.append((msg, subs))
+        if not read:
+            return
+        now = time.time()
+        records = [self._pending_record(sub.pod, sub.manifest, now) for _, subs in read for sub in subs]
+        try:
+            stored = await self._cluster().put_pods(records)
+        except Exception as exc:
+            if len(read) == 1:
+                await self._failed_message(read[0][0], exc)
+                return
+            # One message at a time (as before batching), so that whatever failed fails alone.
+            self.log.warning("storing a batch failed; one message at a time", messages=len(read), error=repr(exc))
+            await asyncio.gather(*(self._submit_batch([msg]) for msg, _ in read))
+            return
+        announce: list[Publication] = []
+        settled: list[Msg] = []
+        at = 0
+        for msg, subs in read:
+            first, at = at, at + len(subs)
+            try:
+                for sub, record, new in zip(subs, records[first:at], stored[first:at], strict=True):
+                    if new:
+                        if (publication := await self._accepted(record, sub.pod, sub.manifest)) is not None:
+                            announce.append(publication)
+                    else:
+                        redelivered = deliveries(msg) > 1
+                        await self._accept_stored(sub.pod, sub.manifest, redelivered=redelivered)
+            except Rejected as exc:
+                await self._reject(msg, exc)
+            except Exception as exc:
+                await self._failed_message(msg, exc)
+                continue
+            settled.append(msg)
+        await self._announce(announce)
+        for msg in settled:
+            await self._settle(msg.ack())
+
+    def _pending_record(self, pod: Pod, manifest: bytes, now: float) -> PodRecord:
+        reason, message = self._pending_reason(pod)
+        record = PodRecord.of(pod, manifest, now=now)
+        return replace(record, reason=reason, message=message) if reason or message else record
+
+    async def _announce(self, publications: list[Publication]) -> None:
+        """Publish pod.accepted events, all at once. An announcement only: failures are logged."""
+        if not publications:
+            return
+        assert self.js is not None
+        try:
+            results = await publish_durable_many(self.js, publications, return_exceptions=True)
+        except Exception as exc:
+            self.log.warning("could not announce accepted pods", pods=len(publications), error=repr(exc))
+            return
+        for publication, result in zip(publications, results, strict=True):
+            if isinstance(result, Exception):
+                self.log.warning("could not announce an accepted pod", event=publication.msg_id, error=repr(result))
+
+    async def _accept_stored(self, pod: Pod, manifest: bytes, *, redelivered: bool) -> None:
+        """A submitted pod whose uid Redis has already: a redelivery (queued again if pending),
+        a resubmit with changes (`_update`), or a pod that is over (refused)."""
+        state = self._cluster()
+        uid, key = pod.metadata.uid, pod.key
+        queue = self.queues.get(pod.spec.scheduler_name)
+        existing = await state.get_pod(uid)
+        if existing is None:
+            raise Retry(f"pod {key}: stored and gone at once")
+        if existing.phase.terminal:
+            if redelivered:
+                return  # our own earlier delivery, acked too late
+            raise Rejected(
+                f"{PODS_SUBMIT}: Pod {key}: its uid {uid} belongs to a pod already {existing.phase}; "
+                "give the new pod its own metadata.uid to run it again",
+                reason="AlreadyExists",
+                key=key,
+            )
+        if existing.manifest != manifest:
+            await self._update(existing, pod, manifest)
+        elif existing.phase is PodPhase.PENDING and queue is not None:
+            queue.add(pod, manifest, attempts=existing.attempts)  # a redelivery: make sure it is queued
+
+    async def _accepted(self, record: PodRecord, pod: Pod, manifest: bytes) -> Publication | None:
+        """A pod stored just now: queue it. Returns its pod.accepted event for the caller to
+        publish (None for a pod of no profile, announced here as unschedulable)."""
+        uid, key, profile = pod.metadata.uid, pod.key, pod.spec.scheduler_name
+        queue = self.queues.get(profile)
+        if queue is None:
+            self.log.warning("pod accepted for no profile", pod=key, uid=uid, profile=profile)
+            await self._pod_event(uid, EventType.WARNING, "FailedScheduling", record.message, "queue")
+            await self._publish(
+                self._pod_announcement(
+                    EventKind.POD_UNSCHEDULABLE, record, reason=record.reason, message=record.message
+                )
+            )
+            return None
+        where = queue.add(pod, manifest)
+        self.log.info("pod accepted", pod=key, uid=uid, profile=profile, queue=where)
+        return self._pod_announcement(EventKind.POD_ACCEPTED, record)
+
+    def _pending_reason(self, pod: Pod) -> tuple[str, str]:
+        """The (reason, message) a pod starts Pending with: none, no such profile, or gated."""
+        profile = pod.spec.scheduler_name
+        queue = self.queues.get(profile)
+        if queue is None:
+            known = ", ".join(f'"{p}"' for p in self.queues)
+            return "NoSchedulerProfile", f'no scheduler profile "{profile}" (known: {known})'
+        gate = queue.gate_message(pod)
+        if gate:
+            return "SchedulingGated", gate
         return "", ""
-    for doc in docs:
-        if isinstance(doc, dict) and doc.get("kind", "Pod") in ("Pod", "PodList", "List"):
-            candidates = [doc] if doc.get("kind", "Pod") == "Pod" else list(doc.get("items") or ())
-            for candidate in candidates:
-                found = _identity(candidate)
-                if found[0]:
-                    return found
-    return "", ""
 
+    async def _update(self, existing: PodRecord, pod: Pod, manifest: bytes) -> None:
+        """A pending pod resubmitted with changes (e.g. its scheduling gates removed)."""
+        key, uid = pod.key, pod.metadata.uid
+        if existing.phase is not PodPhase.PENDING:
+            raise Rejected(
+                f"{PODS_SUBMIT}: Pod {key}: already {existing.phase}; a changed manifest is applied only while the "
+                "pod is Pending",
+                reason="AlreadyScheduled",
+                key=key,
+                uid=uid,
+            )
+        if existing.profile != pod.spec.scheduler_name:
+            raise Rejected(
+                f'{PODS_SUBMIT}: Pod {key}: spec.schedulerName: cannot change from "{existing.profile}" to '
+                f'"{pod.spec.scheduler_name}"',
+                key=key,
+                uid=uid,
+            )
+        queue = self.queues.get(existing.profile)
+        if queue is not None and queue.where(uid) is QueueName.IN_FLIGHT:
+            raise Retry(f"pod {key}: being scheduled; the update waits for the attempt's outcome")
+        reason, message = self._pending_reason(pod)
+        w = await self._cluster().transition(
+            uid,
+            PodPhase.PENDING,
+            expected_version=existing.version,
+            expected_phases={PodPhase.PENDING},
+            manifest=manifest,
+            reason=reason,
+            message=message,
+        )
+        if not w.ok:
+            raise Retry(f"pod {key}: changed while being updated ({w.code})")
+        where = None
+        if queue is not None:
+            where = queue.update(pod, manifest) or queue.add(pod, manifest, attempts=existing.attempts)
+        self.log.info("pod updated", pod=key, uid=uid, queue=str(where) if where else "-")
 
-def _identity(doc: Any) -> tuple[str, str]:
-    if not isinstance(doc, dict) or not isinstance(doc.get("metadata"), dict):
-        return "", ""
-    meta = doc["metadata"]
-    stub_meta = {k: meta[k] for k in ("name", "namespace", "uid") if isinstance(meta.get(k), str)}
-    if "name" not in stub_meta:
-        return "", ""
-    # The identity parse_pod gives a pod with this metadata (the uid derived as the API would).
-    try:
-        pod = parse_pod({"metadata": stub_meta, "spec": {"containers": [{"name": "c"}]}})
-    except ManifestError:
-        return "", ""
-    return pod.key, pod.metadata.uid
+    async def _on_delete(self, msg: Msg) -> None:
+        deletion = decode(PodDeletion, msg.data)
+        state = self._cluster()
+        key = f"{deletion.namespace}/{deletion.name}"
+        record = await state.find_pod(deletion.namespace, deletion.name)
+        if record is None:
+            raise Rejected(f"{PODS_DELETE}: Pod {key}: not found", reason="NotFound", key=key)
+        w = await state.transition(record.uid, PodPhase.DELETED)
+        if w.code not in (StoreCode.OK, StoreCode.ALREADY, StoreCode.GONE):
+            raise Retry(f"pod {key}: delete refused ({w.code})")
+        after = await state.get_pod(record.uid)
+        node = after.node if after is not None else record.node
+        if node:
+            await state.release(node, record.uid)
+        for queue in self.queues.values():
+            queue.delete(record.uid)
+        if w.ok:
+            await self._pod_event(record.uid, EventType.NORMAL, "Deleted", f"deleted (was {w.phase})", "queue")
+        self.log.info("pod deleted", pod=key, uid=record.uid, node=node or "-", was=str(w.phase or "-"))
+        await self._publish(
+            announcements.pod_event(
+                EventKind.POD_DELETED, key, record.uid, at=time.time(), node=node, profile=record.profile
+            )
+        )
+
+    async def _on_requeue(self, msg: Msg) -> None:
+        outcomes = decode(Outcomes, msg.data)
+        for outcome in outcomes.outcomes:
+            await self._hand_back(outcome)

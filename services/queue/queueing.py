@@ -84,7 +84,7 @@ POD_FREED = frozenset({"pod.finished", "pod.deleted", "pod.unreserved"})
 """Events that give a node's resources back."""
 CLUSTER_EVENTS = NODE_CHANGED | POD_FREED | frozenset({"node.lost", "node.deleted", "pod.bound", "pod.running"})
 """The event kinds that are changes of the cluster (docs/services.md, Events). Bookkeeping
-events (pod.accepted, pod.rejected, pod.reserved, pod.unschedulable) never move a pod."""
+events (pod.accepted, pod.rejected, pod.unschedulable) never move a pod."""
 
 PLUGIN_EVENTS: Mapping[str, frozenset[str]] = {
     "NodeResourcesFit": NODE_CHANGED | POD_FREED,

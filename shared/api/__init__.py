@@ -5,9 +5,11 @@
 - `kubus.api.manifests`: YAML/JSON manifests -> Pods and Nodes, with the API server's defaults.
 - `kubus.api.requests`: what a pod requests of a node (kube's PodRequests).
 - `kubus.api.gpus`: GPU devices of nodes and GPU requests of pods (`kubus.io/gpu*`).
+- `kubus.api.node_affinity`: the one decoder of a NodeAffinity, under kube's two validations.
+- `kubus.api.resource_names`: native and extended resource names, as kube classifies them.
 - `kubus.api.errors`: ManifestError, the one-line error for bad input.
 
-Only the standard library, PyYAML and orjson are imported here.
+Only the standard library, PyYAML, `kubus.codec` and `kubus.errors` are imported here.
 """
 
 from kubus.api.errors import ManifestError, ManifestErrors

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
+from kubus.errors import KubusError
 
-class ManifestError(Exception):
+
+class ManifestError(KubusError):
     """A manifest the user wrote is wrong. `str()` is one line, e.g.::
 
         pods.yaml: Pod default/web-1: spec.containers[0].resources.requests.cpu: quantity "abc" is not valid

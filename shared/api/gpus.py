@@ -51,11 +51,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-import orjson
-
+from kubus import codec
 from kubus.api.objects import NVIDIA_GPU, GPUDevice, Pod
 from kubus.api.quantity import to_base_units
 from kubus.api.requests import pod_requests
+from kubus.errors import KubusError
 
 GPUS_ANNOTATION = "kubus.io/gpus"
 GPU_MEMORY_ANNOTATION = "kubus.io/gpu-memory"
@@ -65,8 +65,23 @@ GPU_DEVICES_ANNOTATION = "kubus.io/gpu-devices"
 
 _DEVICE_KEYS = ("index", "uuid", "model", "memory", "healthy")
 
+# GPUFit's contract, shared by the production plugin (kubus.plugins.gpu_fit) and the reference
+# (kubus.reference.gpu_fit), which implement it independently: the scoring modes, and the reasons
+# a node fails a request, the first that applies, in this order.
+BINPACK = "binpack"
+"""GPUFit mode: prefer the fullest nodes and devices (keep whole GPUs free for large jobs)."""
+SPREAD = "spread"
+"""GPUFit mode: prefer the emptiest nodes and devices."""
+GPU_MODES = (BINPACK, SPREAD)
+REASON_NO_GPUS = "node(s) had no GPUs"
+REASON_MODEL = "node(s) didn't have the requested GPU model"
+REASON_HEALTHY = "node(s) didn't have enough healthy GPUs"
+REASON_MEMORY = "node(s) didn't have GPUs with enough memory"
+REASON_FREE_MEMORY = "node(s) didn't have enough free GPU memory"
+REASON_FREE_GPUS = "node(s) didn't have enough free GPUs"
 
-class GPUAnnotationError(ValueError):
+
+class GPUAnnotationError(KubusError, ValueError):
     """A `kubus.io/gpu*` annotation is wrong; `annotation` names which one."""
 
     def __init__(self, annotation: str, reason: str) -> None:
@@ -137,8 +152,8 @@ def parse_node_gpus(annotation_value: str) -> tuple[GPUDevice, ...]:
     are immutable): the nodes of a pool share one annotation value.
     """
     try:
-        raw = orjson.loads(annotation_value)
-    except orjson.JSONDecodeError as e:
+        raw = codec.loads(annotation_value)
+    except codec.DecodeError as e:
         raise ValueError(f"not valid JSON: {e}") from None
     if not isinstance(raw, list):
         raise ValueError(f"expected a JSON list of GPU objects, got {_type_name(raw)}")
@@ -303,3 +318,13 @@ def pod_gpu_devices(pod: Pod) -> tuple[int, ...]:
 def format_gpu_devices(indices: tuple[int, ...] | list[int]) -> str:
     """The `kubus.io/gpu-devices` value for these device indices ("0,3"), sorted."""
     return ",".join(str(i) for i in sorted(indices))
+
+
+def gpu_mode(args: Any) -> str:
+    """The `mode` of GPUFit's args (GPUArgs, or None: binpack), as a string of GPU_MODES.
+    Raises ValueError for an unknown mode."""
+    mode = getattr(args, "mode", None) or BINPACK
+    mode = str(getattr(mode, "value", mode))
+    if mode not in GPU_MODES:
+        raise ValueError(f"GPUFit mode {mode!r} is not one of {', '.join(GPU_MODES)}")
+    return mode

@@ -71,10 +71,6 @@ def label_value_error(text: str) -> str | None:
     return None
 
 
-def is_dns1123_subdomain(text: str) -> bool:
-    return dns1123_subdomain_error(text) is None
-
-
 def is_qualified_name(text: str) -> bool:
     return qualified_name_error(text) is None
 

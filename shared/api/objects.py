@@ -19,6 +19,9 @@ EPHEMERAL_STORAGE = "ephemeral-storage"
 PODS = "pods"
 NVIDIA_GPU = "nvidia.com/gpu"
 
+DEFAULT_SCHEDULER_NAME = "default-scheduler"
+"""The scheduler of a pod that names none, and the name of kube's lone default profile."""
+
 ResourceList = dict[str, int]
 """Resource name -> integer quantity (milli-CPU for `cpu`, bytes for memory, counts otherwise)."""
 
@@ -194,7 +197,7 @@ class Container:
 class PodSpec:
     containers: tuple[Container, ...] = ()
     init_containers: tuple[Container, ...] = ()
-    scheduler_name: str = "default-scheduler"
+    scheduler_name: str = DEFAULT_SCHEDULER_NAME
     priority: int = 0
     priority_class_name: str = ""
     preemption_policy: PreemptionPolicy = PreemptionPolicy.PREEMPT_LOWER_PRIORITY

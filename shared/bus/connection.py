@@ -15,6 +15,7 @@ from nats.js import JetStreamContext
 from nats.js.api import PubAck, RetentionPolicy, StorageType, StreamConfig
 
 from kubus.bus.subjects import STREAMS, Retention, StreamSpec
+from kubus.errors import KubusError
 from kubus.settings import ConnectionSettings, nats_connect_options
 
 __all__ = [
@@ -36,7 +37,7 @@ _STREAM_NAME_IN_USE = 10058  # JetStream API err_code: a stream of that name exi
 _log = logging.getLogger("kubus.bus")
 
 
-class StreamConfigError(RuntimeError):
+class StreamConfigError(KubusError, RuntimeError):
     """A stream exists with a configuration that cannot be changed to kubus' (e.g. its retention)."""
 
 
@@ -73,7 +74,7 @@ async def connect_bus(
                 name=name,
                 allow_reconnect=True,
                 max_reconnect_attempts=-1,
-                reconnect_time_wait=0.5,
+                reconnect_time_wait=0.5,  # type: ignore[arg-type]  # seconds; nats-py annotates int
                 error_cb=on_error,
                 disconnected_cb=on_disconnected,
                 reconnected_cb=on_reconnected,

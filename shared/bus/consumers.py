@@ -15,13 +15,15 @@ import nats.js.errors
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
+from kubus.errors import KubusError
+
 __all__ = ["ConsumerConflictError", "consumer_name", "deliveries", "ensure_pull_consumer", "redelivery_delay"]
 
 _NOT_UNIQUE_ON_WORK_QUEUE = 10100  # JetStream err_code: filtered consumer not unique on workqueue stream
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_-]")
 
 
-class ConsumerConflictError(RuntimeError):
+class ConsumerConflictError(KubusError, RuntimeError):
     """JetStream refused the consumer: on a work-queue stream no two consumers may have
     overlapping filters, and another consumer's filter overlaps this one's."""
 
@@ -81,7 +83,7 @@ async def ensure_pull_consumer(
 def redelivery_delay(num_delivered: int, *, base: float = 0.5, cap: float = 15.0) -> float:
     """Seconds to wait before a retryable message is delivered again (``nak(delay)``): ``base``
     after the first delivery, doubling per delivery, at most ``cap``."""
-    return min(cap, base * 2 ** max(0, num_delivered - 1))
+    return min(cap, base * 2.0 ** max(0, num_delivered - 1))
 
 
 def deliveries(msg: Any) -> int:

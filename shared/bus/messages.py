@@ -22,16 +22,18 @@ from __future__ import annotations
 import dataclasses
 import typing
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, TypeVar
 
 from kubus import codec
+from kubus.bus.subjects import EventKind
+from kubus.errors import KubusError
 
 T = TypeVar("T")
 
 
-class MessageError(ValueError):
+class MessageError(KubusError, ValueError):
     """A message that is not what its subject carries; str() says what is wrong in one line."""
 
 
@@ -136,8 +138,43 @@ class PodDeletion:
 
 
 @dataclass(frozen=True, slots=True)
+class PodChange:
+    """What a ``pod.*`` event is about, beyond its name."""
+
+    uid: str
+    attempt: int = 0
+    """The scheduling attempt (see BindRequest.attempt) when there is one, else 0."""
+    profile: str = ""
+    """The pod's scheduler profile, when the announcer knows it."""
+    phase: str = ""
+    """The phase a ``pod.finished`` event reports (Succeeded, Failed), else empty."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeChange:
+    """What a ``node.*`` event is about, beyond the node's name."""
+
+    generation: int = 0
+    """The node record's generation the event reports (see NodeRecord.generation)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """What a ``pod.rejected`` event is about: the message that was bad input."""
+
+    subject: str = ""
+    seq: int = 0
+    """Its stream sequence (0 when unknown)."""
+
+
+EventData = PodChange | NodeChange | Rejection
+"""The payload of a ClusterEvent: one dataclass per resource of `EventKind`."""
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterEvent:
-    """Something changed in the cluster. `kind` is a `kubus.bus.subjects.EventKind` value."""
+    """Something changed in the cluster. `kind` is a `kubus.bus.subjects.EventKind` value; `data`
+    is the payload its resource carries (`event_data_type`)."""
 
     kind: str
     name: str
@@ -146,7 +183,20 @@ class ClusterEvent:
     at: float = 0.0
     reason: str = ""
     message: str = ""
-    data: dict[str, Any] = field(default_factory=dict)
+    data: EventData | None = None
+    """Required on the wire: `decode` reads it as the payload type of `kind` (`event_data_type`)."""
+
+
+def event_data_type(kind: str) -> type[EventData]:
+    """The payload dataclass of events of ``kind`` (an `EventKind` value). Raises MessageError
+    for a kind kubus does not know."""
+    try:
+        kind = EventKind(kind).value
+    except ValueError:
+        raise MessageError(f"ClusterEvent.kind: unknown kind {kind!r}") from None
+    if kind == EventKind.POD_REJECTED.value:
+        return Rejection
+    return PodChange if kind.startswith("pod.") else NodeChange
 
 
 def encode(message: Any) -> bytes:
@@ -205,17 +255,37 @@ def _schema(cls: type) -> tuple[frozenset[str], tuple[tuple[str, _Convert, bool]
 def _build(cls: type[T], raw: Any, where: str) -> T:
     if not isinstance(raw, dict):
         raise MessageError(f"{where}: expected an object, got {type(raw).__name__}")
+    if cls is ClusterEvent:
+        return _build_event(raw, where)  # type: ignore[return-value]
+    return cls(**_values(cls, raw, where))
+
+
+def _values(cls: type, raw: dict[str, Any], where: str, *, skip: str = "") -> dict[str, Any]:
+    """The checked field values of ``cls`` in ``raw`` (all but the field ``skip``)."""
     names, fields = _schema(cls)
     if not names.issuperset(raw):
         raise MessageError(f"{where}: unknown field {sorted(set(raw) - names)[0]!r}")
     values = {}
     for name, convert, required in fields:
+        if name == skip:
+            continue
         if name not in raw:
             if required:
                 raise MessageError(f"{where}: missing field {name!r}")
             continue
         values[name] = convert(raw[name], f"{where}.{name}")
-    return cls(**values)
+    return values
+
+
+def _build_event(raw: dict[str, Any], where: str) -> ClusterEvent:
+    """A ClusterEvent: the envelope as any message, its data as the payload of its kind."""
+    if not isinstance(raw.get("kind"), str):
+        raise MessageError(f"{where}.kind: expected str")
+    payload = event_data_type(raw["kind"])
+    if not isinstance(raw.get("data"), dict):
+        raise MessageError(f"{where}.data: expected an object ({payload.__name__})")
+    values = _values(ClusterEvent, {k: v for k, v in raw.items() if k != "data"}, where, skip="data")
+    return ClusterEvent(**values, data=_build(payload, raw["data"], f"{where}.data"))
 
 
 def _converter(hint: Any) -> _Convert:
@@ -283,15 +353,20 @@ def _converter(hint: Any) -> _Convert:
 __all__ = [
     "BindRequest",
     "ClusterEvent",
+    "EventData",
     "MessageError",
     "NodeAssignment",
+    "NodeChange",
     "Outcome",
     "OutcomeKind",
     "Outcomes",
+    "PodChange",
     "PodDeletion",
     "PopReply",
     "PopRequest",
     "QueuedPod",
+    "Rejection",
     "decode",
     "encode",
+    "event_data_type",
 ]

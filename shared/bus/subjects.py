@@ -49,6 +49,7 @@ __all__ = [
     "StreamSpec",
     "bind",
     "event_filter",
+    "event_kind_of",
     "event_subject",
     "node_pods",
     "queue_done",
@@ -144,7 +145,6 @@ class EventKind(Enum):
     NODE_DELETED = "node.deleted"
     POD_ACCEPTED = "pod.accepted"
     POD_REJECTED = "pod.rejected"
-    POD_RESERVED = "pod.reserved"
     POD_UNRESERVED = "pod.unreserved"
     POD_BOUND = "pod.bound"
     POD_RUNNING = "pod.running"
@@ -161,6 +161,16 @@ def event_subject(kind: EventKind | str, name: str) -> str:
     """
     kind = EventKind(kind)
     return ".".join((PREFIX, "events", kind.value, *(token(part) for part in name.split("/"))))
+
+
+def event_kind_of(subject: str) -> str | None:
+    """The ``<resource>.<verb>`` of an event subject (`event_subject`), unchecked against
+    `EventKind` (a consumer drops kinds it does not read by this, before decoding); None for a
+    subject that is not an event's."""
+    parts = subject.split(".", 4)
+    if len(parts) < 5 or parts[0] != PREFIX or parts[1] != "events":
+        return None
+    return f"{parts[2]}.{parts[3]}"
 
 
 def event_filter(kind: EventKind | str | None = None) -> str:

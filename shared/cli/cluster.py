@@ -8,7 +8,6 @@ PodDeletion and waits until the queue has recorded it.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import sys
 import time
 from collections.abc import Sequence
@@ -18,6 +17,7 @@ from typing import Any, TextIO
 from kubus import codec
 from kubus.api.errors import ManifestError
 from kubus.api.manifests import parse_manifests, parse_pod, read_documents
+from kubus.bus import msgids
 from kubus.bus.connection import Publication, publish_durable, publish_durable_many
 from kubus.bus.messages import PodDeletion, encode
 from kubus.bus.subjects import MAX_MANIFEST_SIZE, PODS_DELETE, PODS_SUBMIT
@@ -67,8 +67,8 @@ class SubmitManifest:
 
     @property
     def msg_id(self) -> str:
-        """``submit/<ns>/<name>/<sha256 of the bytes>``: the same manifest twice is stored once."""
-        return f"submit/{self.namespace}/{self.name}/{hashlib.sha256(self.data).hexdigest()}"
+        """The same manifest twice is stored once (`kubus.bus.msgids.submit`)."""
+        return msgids.submit(self.namespace, self.name, self.data)
 
 
 def _objects(text: str) -> list[Any]:
@@ -229,14 +229,10 @@ def format_bytes(n: int) -> str:
 async def list_pods(state: ClusterState, namespace: str | None) -> list[PodRecord]:
     """The newest pod of every namespace/name (of one namespace unless None), sorted by key."""
     index = await state.redis.hgetall(state.keys.pod_keys_index())
-    pairs = sorted((_text(k), _text(v)) for k, v in index.items())
+    pairs = sorted((codec.text(k), codec.text(v)) for k, v in index.items())
     if namespace is not None:
         pairs = [(k, u) for k, u in pairs if k.partition("/")[0] == namespace]
     return [p for p in await state.get_pods([u for _, u in pairs]) if p is not None]
-
-
-def _text(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
 
 
 def _devices(devices: Sequence[int]) -> str:
@@ -399,7 +395,7 @@ async def delete_pod(
             out.write(f"pod/{name} already deleted\n")
             return 0
         async with open_bus(settings) as (_, js):
-            msg_id = f"delete/{namespace}/{name}/{pod.uid}/{time.time_ns()}"
+            msg_id = msgids.delete(namespace, name, pod.uid, time.time_ns())
             await publish_durable(js, PODS_DELETE, encode(PodDeletion(namespace=namespace, name=name)), msg_id)
         if wait is None:
             out.write(f"pod/{name} deletion submitted\n")

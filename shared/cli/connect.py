@@ -16,17 +16,14 @@ from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
 from kubus.bus.connection import connect_bus, ensure_streams
+from kubus.errors import KubusError, UsageError
 from kubus.settings import ConnectionSettings, redis_client
 from kubus.store.cluster_state import ClusterState
 
 __all__ = ["Unreachable", "UsageError", "open_bus", "open_state", "safe_url"]
 
 
-class UsageError(Exception):
-    """The user asked for something that cannot be done as asked; str() is one line (exit 2)."""
-
-
-class Unreachable(Exception):
+class Unreachable(KubusError):
     """NATS or Redis did not answer; str() is one line naming the URL (exit 1)."""
 
 

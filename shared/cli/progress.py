@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from kubus import codec
 from kubus.bus.messages import ClusterEvent, MessageError, decode
 from kubus.bus.subjects import EventKind, event_filter
 from kubus.store.cluster_state import ClusterState
@@ -69,10 +70,6 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     ordered = sorted(values)
     rank = max(0, min(len(ordered) - 1, math.ceil(q / 100 * len(ordered)) - 1))
     return ordered[rank]
-
-
-def _text(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else ("" if v is None else str(v))
 
 
 class PodTracker:
@@ -143,7 +140,7 @@ class PodTracker:
             for pod in chunk:
                 pipe.hmget(keys.pod_record(pod.uid), *_FIELDS)
             for pod, values in zip(chunk, await pipe.execute(), strict=True):
-                phase, node, created, updated, reason, message = (_text(v) for v in values)
+                phase, node, created, updated, reason, message = (codec.text(v) for v in values)
                 if not phase:
                     continue
                 read = PodPhase(phase)

@@ -16,13 +16,13 @@ from kubus.api.gpus import pod_gpu_devices, pod_gpu_request
 from kubus.api.manifests import Manifests
 from kubus.api.objects import Pod
 from kubus.framework.config import SchedulerConfiguration
-from kubus.framework.nodeinfo import PodInfo
 from kubus.framework.runtime import Framework
 from kubus.framework.scheduling import NodeExplain, Scheduler, ScheduleResult
 from kubus.kernels.backend import Backend
 from kubus.kernels.node_table import NodeTable
+from kubus.kernels.nodeinfo import PodInfo
 from kubus.plugins import in_tree_registry
-from kubus.plugins.nodewise.gpu_fit import pick_gpu_devices
+from kubus.plugins.gpu_fit import pick_devices
 
 SCHEDULED = "Scheduled"
 UNSCHEDULABLE = "Unschedulable"
@@ -50,7 +50,7 @@ def place_facts(table: NodeTable, pods: Sequence[Pod]) -> list[str]:
         devices = pod_gpu_devices(pod)
         request = pod_gpu_request(pod)
         if request is not None and not devices:
-            devices = pick_gpu_devices(request, table.node_info(pod.spec.node_name), "binpack")
+            devices = pick_devices(request, table.node_info(pod.spec.node_name))
         table.assume(PodInfo.of(pod, devices), pod.spec.node_name)
     return warnings
 

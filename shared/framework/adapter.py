@@ -9,17 +9,17 @@ then calls it once per node. Same results as a vectorized plugin, at Python spee
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
 from kubus.api.objects import Pod
 from kubus.framework.cycle_state import SNAPSHOT_STATE_KEY, CycleState
 from kubus.framework.interface import FilterResult, Rejection, Rows
-from kubus.framework.nodeinfo import NodeInfo
 from kubus.framework.registry import PluginSpec, extension_points_of
 from kubus.framework.status import Status
 from kubus.kernels.node_table import NodeTable, TableView
+from kubus.kernels.nodeinfo import NodeInfo
 
 
 def _with_snapshot(state: CycleState, table: NodeTable) -> None:
@@ -37,12 +37,10 @@ def _rows(view: TableView, rows: Rows) -> np.ndarray:
 class NodewisePlugin:
     """A vectorized face on a nodewise plugin instance."""
 
-    placement_sensitive: ClassVar[bool] = True
-
     def __init__(self, inner: Any) -> None:
         self.inner = inner
-        self.name = inner.name
-        self.placement_sensitive = getattr(inner, "placement_sensitive", True)
+        self.name: str = inner.name
+        self.placement_sensitive: bool = getattr(inner, "placement_sensitive", True)
 
     def __getattr__(self, name: str) -> Any:
         # extension points that see no node (pre_enqueue, less, permit, bind...) pass straight through
@@ -50,7 +48,8 @@ class NodewisePlugin:
 
     def pre_filter(self, state: CycleState, pod: Pod, table: NodeTable) -> tuple[frozenset[str] | None, Status]:
         _with_snapshot(state, table)
-        return self.inner.pre_filter(state, pod, list(table.node_infos()))
+        result: tuple[frozenset[str] | None, Status] = self.inner.pre_filter(state, pod, list(table.node_infos()))
+        return result
 
     def filter(self, state: CycleState, pod: Pod, view: TableView, rows: Rows) -> FilterResult:
         _with_snapshot(state, view.table)
@@ -73,7 +72,8 @@ class NodewisePlugin:
 
     def pre_score(self, state: CycleState, pod: Pod, table: NodeTable) -> Status:
         _with_snapshot(state, table)
-        return self.inner.pre_score(state, pod, list(table.node_infos()))
+        status: Status = self.inner.pre_score(state, pod, list(table.node_infos()))
+        return status
 
     def score(self, state: CycleState, pod: Pod, view: TableView, rows: Rows) -> Any:
         _with_snapshot(state, view.table)
@@ -91,7 +91,8 @@ class NodewisePlugin:
         return xp.asarray(np.array([values[str(i)] for i in range(len(values))], dtype=np.int64))
 
     def reserve(self, state: CycleState, pod: Pod, node_info: NodeInfo) -> Status:
-        return self.inner.reserve(state, pod, node_info)
+        status: Status = self.inner.reserve(state, pod, node_info)
+        return status
 
     def unreserve(self, state: CycleState, pod: Pod, node_info: NodeInfo) -> None:
         unreserve = getattr(self.inner, "unreserve", None)

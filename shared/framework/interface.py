@@ -26,8 +26,8 @@ from kubus.framework.cycle_state import CycleState
 from kubus.framework.status import Code, Status
 
 if TYPE_CHECKING:
-    from kubus.framework.nodeinfo import NodeInfo
     from kubus.kernels.node_table import NodeTable, TableView
+    from kubus.kernels.nodeinfo import NodeInfo
 
 Rows = slice | Any
 """slice(None) for all rows, or an integer index array (numpy or CuPy)."""

@@ -22,6 +22,8 @@ from enum import StrEnum
 from importlib.metadata import entry_points
 from typing import Any
 
+from kubus.errors import KubusError
+
 ENTRY_POINT_GROUP = "kubus.plugins"
 
 
@@ -68,7 +70,7 @@ PluginFactory = Callable[[Any, Any], Any]
 an args type); handle is the framework's handle, whatever the framework passes."""
 
 
-class RegistryError(ValueError):
+class RegistryError(KubusError, ValueError):
     """A plugin that cannot be registered or loaded: duplicate name, bad class, broken entry
     point. The message names the plugin (and the entry point, for out-of-tree plugins)."""
 

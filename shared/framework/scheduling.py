@@ -9,7 +9,7 @@ exactly what scheduling the pods one by one gives (the tests hold it to that).
 
 Differences from kube-scheduler, on purpose: nodes are visited in table row order (kube's order
 is its snapshot's, and its parallel filter makes the sampled set racy); ties among the best
-nodes go to the smallest seeded tie key (`kubus.framework.tiebreak`) instead of a random pick.
+nodes go to the smallest seeded tie key (`kubus.kernels.tiebreak`) instead of a random pick.
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ from kubus.api.objects import Pod
 from kubus.framework.config import num_feasible_nodes_to_find
 from kubus.framework.cycle_state import GPU_DEVICES_STATE_KEY, CycleState
 from kubus.framework.interface import ALL_ROWS, FilterResult, is_placement_sensitive
-from kubus.framework.nodeinfo import PodInfo
 from kubus.framework.runtime import Framework
 from kubus.framework.status import Code, Status
-from kubus.framework.tiebreak import pod_tie_hash, tie_keys
 from kubus.kernels.node_table import NodeTable
+from kubus.kernels.nodeinfo import PodInfo
+from kubus.kernels.tiebreak import pod_tie_hash, tie_keys
 
 NO_NODE_AVAILABLE = "0/{} nodes are available"
 NO_NODES_IN_CLUSTER = "no nodes available to schedule pods"
@@ -188,9 +188,9 @@ class Scheduler:
         filters = [p for p in fw.filter if p.name not in state.skip_filter_plugins]
         static_pass = candidates.copy()
         feasible = None
-        for plugin in filters:
-            res = plugin.filter(state, pod, view, ALL_ROWS)
-            if is_placement_sensitive(plugin):
+        for filter_plugin in filters:
+            res = filter_plugin.filter(state, pod, view, ALL_ROWS)
+            if is_placement_sensitive(filter_plugin):
                 feasible = res.passed if feasible is None else feasible & res.passed
             else:
                 static_pass &= res.passed
@@ -213,15 +213,15 @@ class Scheduler:
                 cls.status = status.with_plugin(plugin.name)
                 return
         view = table.view()
-        for plugin, weight in fw.score:
-            if plugin.name in cls.state.skip_score_plugins:
+        for score_plugin, weight in fw.score:
+            if score_plugin.name in cls.state.skip_score_plugins:
                 continue
-            raw = plugin.score(cls.state, cls.pod, view, ALL_ROWS)
+            raw = score_plugin.score(cls.state, cls.pod, view, ALL_ROWS)
             term = _ScoreTerm(
-                plugin,
+                score_plugin,
                 weight,
-                getattr(plugin, "normalize_score", None) is not None,
-                is_placement_sensitive(plugin),
+                getattr(score_plugin, "normalize_score", None) is not None,
+                is_placement_sensitive(score_plugin),
                 raw,
             )
             cls.terms.append(term)
@@ -356,7 +356,7 @@ class Scheduler:
         if not status.is_success:
             # PreFilter rejected the pod: every node gets that status, the message names it once.
             message = f"{NO_NODE_AVAILABLE.format(n)}: {status.message()}."
-            per_node = {
+            rejected_all = {
                 i.name: NodeExplain(_plugin_reason(status.plugin, status.reasons)) for i in self.table.node_infos()
             }
             return ScheduleResult(
@@ -365,7 +365,7 @@ class Scheduler:
                 Status(status.code, (message,), status.plugin),
                 message,
                 {r: n for r in status.reasons},
-                explain=per_node if explain else None,
+                explain=rejected_all if explain else None,
                 plugins=_plugins_of(status) or cls.narrowed_by,
             )
         per_node: dict[str, NodeExplain] = {}
@@ -421,13 +421,13 @@ class Scheduler:
                         if per_node is not None:
                             for r in np.flatnonzero(hit):
                                 per_row.setdefault(int(r), []).append(rej.reason)
-                for r, rs in per_row.items():
-                    node_reasons[r] = _plugin_reason(plugin.name, rs)
+                for row, rs in per_row.items():
+                    node_reasons[row] = _plugin_reason(plugin.name, rs)
             alive &= passed
         message = fit_error_message(len(table), reasons)
         if per_node is not None:
             for r in table.valid_rows():
-                name = table.infos[r].name
+                name = table.node_info(int(r)).name
                 per_node[name] = NodeExplain(node_reasons.get(int(r), "ok"))
         return message, dict(reasons), tuple(sorted(plugins))
 
@@ -438,7 +438,7 @@ class Scheduler:
         self._diagnose(cls, per_node)
         if totals:
             for row, total in totals.items():
-                name = self.table.infos[row].name
+                name = self.table.node_info(row).name
                 per_node[name] = NodeExplain(per_node[name].filter, details.get(name, {}), total)
         return per_node
 

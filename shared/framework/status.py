@@ -13,7 +13,6 @@ class Code(IntEnum):
     """Rejected, but preemption or a cluster event may help."""
     UNSCHEDULABLE_AND_UNRESOLVABLE = 3
     """Rejected, and preempting pods on the node would not help."""
-    WAIT = 4
     SKIP = 5
     PENDING = 6
 

@@ -6,6 +6,7 @@ numpy is the reference: the CuPy path must give the same placements.
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from types import ModuleType
@@ -13,10 +14,15 @@ from typing import Any
 
 import numpy as np
 
+from kubus.errors import KubusError
+
 BACKENDS = ("auto", "numpy", "cupy")
 
+log = logging.getLogger(__name__)
+_logged: set[tuple[str, str]] = set()
 
-class BackendUnavailable(RuntimeError):
+
+class BackendUnavailable(KubusError, RuntimeError):
     """KUBUS_BACKEND=cupy was asked for on a machine where CuPy or a GPU is missing."""
 
 
@@ -36,21 +42,33 @@ class Backend:
 
     def to_host(self, arr: Any) -> np.ndarray:
         """An array of this backend as a numpy array (no copy on numpy)."""
-        return arr if self.xp is np else self.xp.asnumpy(arr)
+        host: np.ndarray = arr if self.xp is np else self.xp.asnumpy(arr)
+        return host
 
 
 NUMPY = Backend("numpy", np)
 
 
-def _cupy() -> ModuleType | None:
+def _cupy() -> tuple[ModuleType | None, str]:
+    """(cupy, "") when CuPy imports and sees a CUDA device, else (None, why not)."""
     try:
         import cupy
-
+    except ImportError:
+        return None, "cupy not installed"
+    try:
         if cupy.cuda.runtime.getDeviceCount() < 1:
-            return None
-        return cupy
-    except Exception:  # ImportError, or CUDA present but unusable: both mean "no GPU here"
-        return None
+            return None, "no CUDA device"
+    except Exception as e:  # CUDA present but unusable (no driver, driver too old...): no GPU here
+        return None, f"CUDA unusable: {type(e).__name__}: {e}"
+    return cupy, ""
+
+
+def _chose(backend: Backend, why: str) -> Backend:
+    """Log, once per process and outcome, which backend was chosen and why."""
+    if (backend.name, why) not in _logged:
+        _logged.add((backend.name, why))
+        log.info("array backend=%s reason=%r", backend.name, why)
+    return backend
 
 
 def select_backend(name: str | None = None) -> Backend:
@@ -62,10 +80,10 @@ def select_backend(name: str | None = None) -> Backend:
     if choice not in BACKENDS:
         raise ValueError(f"KUBUS_BACKEND={choice!r} is not one of {', '.join(BACKENDS)}")
     if choice == "numpy":
-        return NUMPY
-    cupy = _cupy()
+        return _chose(NUMPY, "numpy asked for")
+    cupy, why_not = _cupy()
     if cupy is not None:
-        return Backend("cupy", cupy)
+        return _chose(Backend("cupy", cupy), f"{choice}: CuPy sees a CUDA device")
     if choice == "cupy":
-        raise BackendUnavailable("KUBUS_BACKEND=cupy but CuPy with a CUDA GPU is not available")
-    return NUMPY
+        raise BackendUnavailable(f"KUBUS_BACKEND=cupy but CuPy with a CUDA GPU is not available ({why_not})")
+    return _chose(NUMPY, f"auto: {why_not}")

@@ -1,6 +1,6 @@
 """The node table: every node of the cluster as a structure of arrays, for vectorized plugins.
 
-One row per node. NodeInfo objects (`kubus.framework.nodeinfo`) are the per-node truth; the
+One row per node. NodeInfo objects (`kubus.kernels.nodeinfo`) are the per-node truth; the
 arrays are derived from them and rewritten one row at a time when a node or a pod on it changes,
 so placing a pod costs O(resources), not O(nodes). Rows of removed nodes are tombstoned
 (`valid` False) and reused.
@@ -29,9 +29,9 @@ from typing import Any
 import numpy as np
 
 from kubus.api.objects import CPU, EPHEMERAL_STORAGE, MEMORY, PODS, Node
-from kubus.framework.nodeinfo import NodeInfo, PodInfo
-from kubus.framework.tiebreak import node_tie_hash
 from kubus.kernels.backend import NUMPY, Backend
+from kubus.kernels.nodeinfo import NodeInfo, PodInfo
+from kubus.kernels.tiebreak import node_tie_hash
 
 BASE_RESOURCES = (CPU, MEMORY, EPHEMERAL_STORAGE, PODS)
 
@@ -146,7 +146,7 @@ class NodeTable:
         old = self._host
         new: dict[str, np.ndarray] = {}
         for name, (dtype, kind) in _COLUMNS.items():
-            arr = np.zeros(self._shape(kind, cap, gpus), dtype=dtype)
+            arr: np.ndarray = np.zeros(self._shape(kind, cap, gpus), dtype=dtype)
             if name in old:
                 src = old[name]
                 arr[tuple(slice(0, s) for s in src.shape)] = src
@@ -305,12 +305,12 @@ class NodeTable:
             if key not in node.metadata.labels:
                 col[row] = 0
         for key, value in node.metadata.labels.items():
-            col = self._labels.get(key)
-            if col is None:
-                col = self._labels[key] = np.zeros(self._cap, dtype=np.int32)
+            label_col = self._labels.get(key)
+            if label_col is None:
+                label_col = self._labels[key] = np.zeros(self._cap, dtype=np.int32)
                 self.label_values[key] = Interned()
                 self._stale = True
-            col[row] = self.label_values[key].id(value)
+            label_col[row] = self.label_values[key].id(value)
         g = len(node.gpus)
         h["gpu_count"][row] = g
         for name in ("gpu_total", "gpu_healthy", "gpu_model"):

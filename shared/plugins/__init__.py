@@ -1,7 +1,7 @@
 """The in-tree plugins, vectorized over the node table, and the registry that names them.
 
 Each plugin matches kube-scheduler's plugin of the same name (results, reasons, scores);
-GPUFit is kubus's own. `kubus.plugins.nodewise` holds the same plugins written one node at a
+GPUFit is kubus's own. `kubus.reference` holds the same plugins written one node at a
 time, the kube way: the reference the tests compare against and the benchmark's baseline.
 """
 

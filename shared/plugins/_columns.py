@@ -19,7 +19,7 @@ from kubus.kernels.node_table import TableView
 
 
 def _n(view: TableView, rows: Rows) -> int:
-    return view.valid[rows].shape[0]
+    return int(view.valid[rows].shape[0])
 
 
 def requirement_mask(view: TableView, req: NodeSelectorRequirement, rows: Rows) -> Any:

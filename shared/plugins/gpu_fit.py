@@ -13,14 +13,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from kubus.api.gpus import GPURequest, pod_gpu_request
-from kubus.api.objects import Pod
-from kubus.framework.cycle_state import GPU_DEVICES_STATE_KEY, CycleState
-from kubus.framework.interface import MAX_NODE_SCORE, FilterResult, Rejection, Rows
-from kubus.framework.nodeinfo import NodeInfo
-from kubus.framework.status import Status
-from kubus.kernels.node_table import NodeTable, TableView
-from kubus.plugins.nodewise.gpu_fit import (
+from kubus.api.gpus import (
     BINPACK,
     REASON_FREE_GPUS,
     REASON_FREE_MEMORY,
@@ -28,10 +21,36 @@ from kubus.plugins.nodewise.gpu_fit import (
     REASON_MEMORY,
     REASON_MODEL,
     REASON_NO_GPUS,
+    GPURequest,
     gpu_mode,
-    reserve_gpu_devices,
+    pod_gpu_request,
 )
-from kubus.plugins.nodewise.gpu_fit import PRE_FILTER_STATE_KEY as _REQUEST_KEY
+from kubus.api.objects import Pod
+from kubus.framework.cycle_state import GPU_DEVICES_STATE_KEY, CycleState
+from kubus.framework.interface import MAX_NODE_SCORE, FilterResult, Rejection, Rows
+from kubus.framework.status import Status
+from kubus.kernels.node_table import NodeTable, TableView
+from kubus.kernels.nodeinfo import NodeInfo
+
+_REQUEST_KEY = "PreFilterGPUFit"
+
+
+def pick_devices(request: GPURequest, node_info: NodeInfo, mode: str = BINPACK) -> tuple[int, ...]:
+    """The devices GPUFit gives the pod on this node, as Score assumed it would: of the devices
+    that can take the request now, the `request.count` with the least free memory (binpack) or
+    the most (spread), ties to the lower index; sorted by index. Fewer when the node lacks them
+    (the caller checks)."""
+    free = node_info.gpu_free_memory
+    pods = node_info.gpu_pod_count
+    candidates = [
+        (free[d] if mode == BINPACK else -free[d], d)
+        for d, g in enumerate(node_info.node.gpus)
+        if g.healthy
+        and g.memory >= request.memory
+        and (not request.models or g.model in request.models)
+        and (free[d] >= request.memory if request.shared else pods[d] == 0)
+    ]
+    return tuple(sorted(d for _, d in sorted(candidates)[: request.count]))
 
 
 class GPUFit:
@@ -114,7 +133,16 @@ class GPUFit:
         return util if self.mode == BINPACK else MAX_NODE_SCORE - util
 
     def reserve(self, state: CycleState, pod: Pod, node_info: NodeInfo) -> Status:
-        return reserve_gpu_devices(state, pod, node_info, self.mode)
+        """Pick the devices and record them under GPU_DEVICES_STATE_KEY (nothing for a pod
+        without GPUs); Unschedulable when the node no longer has enough."""
+        request: GPURequest | None = state.get(_REQUEST_KEY) or pod_gpu_request(pod)
+        if request is None:
+            return Status.success()
+        devices = pick_devices(request, node_info, self.mode)
+        if len(devices) < request.count:
+            return Status.unschedulable(REASON_FREE_MEMORY if request.shared else REASON_FREE_GPUS)
+        state.write(GPU_DEVICES_STATE_KEY, devices)
+        return Status.success()
 
     def unreserve(self, state: CycleState, pod: Pod, node_info: NodeInfo) -> None:
         state.write(GPU_DEVICES_STATE_KEY, ())

@@ -9,9 +9,9 @@ import numpy as np
 from kubus.api.objects import Pod
 from kubus.framework.cycle_state import CycleState
 from kubus.framework.interface import FilterResult, Rows
-from kubus.framework.nodeinfo import host_port_conflicts, pod_host_ports
 from kubus.framework.status import Status
 from kubus.kernels.node_table import NodeTable, TableView
+from kubus.kernels.nodeinfo import host_port_conflicts, pod_host_ports
 
 ERR_REASON = "node(s) didn't have free ports for the requested pod ports"
 _STATE_KEY = "PreFilterNodePorts"

@@ -3,12 +3,14 @@ requests; scored by LeastAllocated (default), MostAllocated or RequestedToCapaci
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from kubus.api.objects import CPU, EPHEMERAL_STORAGE, MEMORY, PODS, Pod
 from kubus.api.requests import pod_nonzero_requests, pod_requests
+from kubus.api.resource_names import is_extended_resource_name
+from kubus.framework.config.args import MAX_CUSTOM_PRIORITY_SCORE
 from kubus.framework.cycle_state import CycleState
 from kubus.framework.interface import MAX_NODE_SCORE, FilterResult, Rejection, Rows
 from kubus.framework.status import Status
@@ -20,14 +22,6 @@ _PRE_FILTER_KEY = "PreFilterNodeResourcesFit"
 _PRE_SCORE_KEY = "PreScoreNodeResourcesFit"
 TOO_MANY_PODS = "Too many pods"
 MAX_UTILIZATION = 100
-MAX_CUSTOM_PRIORITY_SCORE = 10
-
-
-def is_extended_resource(name: str) -> bool:
-    """kube's IsExtendedResourceName: outside the kubernetes.io/ namespace, with a domain."""
-    if "/" not in name or "kubernetes.io/" in name:
-        return False
-    return not name.startswith("requests.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,9 +64,15 @@ class NodeResourcesFit:
         return None, Status.success()
 
     def _ignored(self, name: str) -> bool:
-        if not is_extended_resource(name):
+        if not is_extended_resource_name(name):
             return False
         return name in self.ignored_resources or name.split("/", 1)[0] in self.ignored_groups
+
+    def ignored_requests(self, requests: Iterable[str]) -> tuple[str, ...]:
+        """The resource names among ``requests`` this plugin does not check (its
+        ignoredResources and ignoredResourceGroups args; extended resources only, as kube): a
+        reservation leaves them out of Redis's capacity check too."""
+        return tuple(name for name in requests if self._ignored(name))
 
     def filter(self, state: CycleState, pod: Pod, view: TableView, rows: Rows) -> FilterResult:
         xp = view.xp

@@ -8,10 +8,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from kubus.codec import text
 from kubus.store.keys import DEFAULT_PREFIX, Keys
-from kubus.store.records import (
-    _text,
-)
 from kubus.store.scripts import Scripts, StoreCode
 
 _MAX_LUA_INT = 2**53
@@ -25,7 +23,7 @@ _BIND_CHUNK = 128
 
 
 def _code(reply: Any) -> StoreCode:
-    return StoreCode(_text(reply))
+    return StoreCode(text(reply))
 
 
 class StoreCore:
@@ -81,7 +79,7 @@ class StoreCore:
     async def _profile_of(self, uid: str) -> str:
         profile = self._profiles.get(uid)
         if profile is None:
-            profile = _text(await self.redis.hget(self.keys.pod_record(uid), "profile"))
+            profile = text(await self.redis.hget(self.keys.pod_record(uid), "profile"))
             if profile:
                 self._remember_profile(uid, profile)
         return profile

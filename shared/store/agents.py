@@ -1,4 +1,5 @@
-"""What node agents read and write: admission views and starting the pods they admitted."""
+"""What node agents read and write: admission views (and whether an assignment is still the
+agent's to run), starting the pods they admitted, and which of their pods stopped running."""
 
 from __future__ import annotations
 
@@ -6,14 +7,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kubus.codec import text
 from kubus.store._core import _BATCH, StoreCore, _code
 from kubus.store.records import (
     PodEvent,
     PodPhase,
     Reservation,
-    _text,
+    ReservationState,
 )
 from kubus.store.scripts import StoreCode
+
+_MEMBERSHIP_BATCH = 5000
+"""Pods per SMISMEMBER of a phase index (one reply of 5,000 small integers)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +37,32 @@ class AdmissionView:
     """The record's last change, seconds since the epoch (a Running pod's start)."""
     reservation: Reservation | None
     """The pod's reservation on `node` (with its state), or None."""
+
+    def refusal(self, attempt: str = "") -> str | None:
+        """Why the agent of `node` may not run this pod for a NodeAssignment of ``attempt`` (its
+        decimal string; '' = any attempt), as one phrase; None when it may: the pod is Bound or
+        Running on `node`, held by a bound reservation there of that attempt.
+
+        The checks START_POD makes atomically (`ClusterState.start_pods`), made on this view so
+        that an agent can decide before it starts anything; START_POD's answer still wins. One
+        check more: a Running pod must hold its bound reservation too (the agent runs it on
+        that reservation), where START_POD answers ALREADY for any pod Running on the node."""
+        phase, reservation = self.phase, self.reservation
+        if phase is None:
+            return "no such pod"
+        if phase.terminal:
+            return f"pod already finished ({phase})"
+        if self.pod_node != self.node:
+            return f"the pod is on another node ({self.pod_node or '-'})"
+        if reservation is None:
+            return "no bound reservation on this node (no reservation)"
+        if reservation.state is not ReservationState.BOUND:
+            return "no bound reservation on this node (its reservation is not bound)"
+        if attempt and reservation.attempt != attempt:
+            return f"the reservation is another attempt's ({reservation.attempt})"
+        if phase not in (PodPhase.BOUND, PodPhase.RUNNING):
+            return f"the pod is not bound ({phase})"
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,12 +100,12 @@ def _start_result(reply: list[Any]) -> PodStartResult:
     code = _code(reply[0])
     if code is StoreCode.NOT_FOUND:
         return PodStartResult(code)
-    reason = _text(reply[4]) if len(reply) > 4 else ""
-    return PodStartResult(code, int(_text(reply[1]) or 0), PodPhase(_text(reply[2])), reason)
+    reason = text(reply[4]) if len(reply) > 4 else ""
+    return PodStartResult(code, int(text(reply[1]) or 0), PodPhase(text(reply[2])), reason)
 
 
 class AgentStore(StoreCore):
-    """Admission: `ClusterState` is one."""
+    """What node agents read and write (admission, starting pods, resync): `ClusterState` is one."""
 
     async def admission_views(self, pods: Sequence[tuple[str, str]]) -> list[AdmissionView]:
         """For each (node, uid): the pod's phase, node, profile and last update, and its
@@ -98,17 +129,17 @@ class AgentStore(StoreCore):
                 if phase is None:
                     out.append(AdmissionView(uid, node, None, "", "", 0.0, reservation))
                     continue
-                profile_text = _text(profile)
+                profile_text = text(profile)
                 if profile_text:
                     self._remember_profile(uid, profile_text)
                 out.append(
                     AdmissionView(
                         uid,
                         node,
-                        PodPhase(_text(phase)),
-                        _text(pod_node),
+                        PodPhase(text(phase)),
+                        text(pod_node),
                         profile_text,
-                        float(_text(updated_at) or 0.0),
+                        float(text(updated_at) or 0.0),
                         reservation,
                     )
                 )
@@ -139,4 +170,33 @@ class AgentStore(StoreCore):
                 await self.scripts.start_pod(keys=keys, args=[s.node, s.attempt, now, event, cap], client=pipe)
             for reply in await pipe.execute():
                 out.append(_start_result(list(reply)))
+        return out
+
+    async def not_running_here(self, pods: Sequence[tuple[str, str]]) -> dict[str, PodPhase | None]:
+        """Which of these (node, uid) pods, each one an agent saw Running on that node, are not
+        Running there any more: their uids, each with its phase now (None: no such pod).
+        Read only.
+
+        Cheap for many pods: the Running phase index, which changes in the same script as the
+        records, is asked once per 5,000 pods, and only the pods missing from it are read (one
+        round trip per 500). A pod in the index is Running where it was: a Running pod never
+        changes node (bound is for life). Each answer is as Redis had it when read; a pod that
+        moves on right after is the next call's."""
+        pods = list(pods)
+        index = self.keys.phase_index(str(PodPhase.RUNNING))
+        suspects: list[tuple[str, str]] = []
+        for start in range(0, len(pods), _MEMBERSHIP_BATCH):
+            chunk = pods[start : start + _MEMBERSHIP_BATCH]
+            flags = await self.redis.smismember(index, [uid for _, uid in chunk])
+            suspects += [pod for pod, member in zip(chunk, flags, strict=True) if not int(member)]
+        out: dict[str, PodPhase | None] = {}
+        for start in range(0, len(suspects), _BATCH):
+            chunk = suspects[start : start + _BATCH]
+            pipe = self.redis.pipeline(transaction=False)
+            for _, uid in chunk:
+                pipe.hmget(self.keys.pod_record(uid), "phase", "node")
+            for (node, uid), (phase, pod_node) in zip(chunk, await pipe.execute(), strict=True):
+                now = PodPhase(text(phase)) if phase else None
+                if now is not PodPhase.RUNNING or text(pod_node) != node:
+                    out[uid] = now
         return out

@@ -11,23 +11,26 @@ pod record's version right after its Pending -> Reserved transition; every later
 - queue:  put_pod (insert if absent) -> Pending.
 - cycle:  v = transition(uid, RESERVED, node=n, expected_phases={PENDING}, count_attempt=True)
           .version; then reserve(n, Reservation.of(..., attempt=str(v), token=lease token)).
-          On CONFLICT/NODE_GONE/FENCED: transition(uid, PENDING, expected_version=v, reason=...).
+          On CONFLICT/NODE_GONE/FENCED, or any failure before the BindRequest is out:
+          give_back(uid, n, v) (room given back and Pending again, one step).
 - binder: mark_bound(n, uid, attempt) (NOT_FOUND: the attempt was abandoned, drop it), then
           bind_pod(uid, n, devices, expected_version=v) -> OK or ALREADY. Backing out after
           mark_bound takes release(n, uid, attempt): unreserve answers BOUND by then.
           A bound pod stays bound for life. bind_many does these steps for many pods at once.
 - agent:  transition(RUNNING), then transition(SUCCEEDED | FAILED) and release(n, uid).
 - delete: transition(DELETED) and release(n, uid).
-- janitor: reconcile(grace_s, reserved_timeout_s) repairs what a crash between steps left.
+- queue:  a hand-back of attempt v: give_back(uid, n, v, reason=...), then requeue.
+- janitor: expire_reserved(timeout_s, lost_after_s) repairs Reserved pods a crash left;
+          reconcile(grace_s) gives back room no pod holds.
 """
 
 from __future__ import annotations
 
 from kubus.store.agents import AdmissionView, AgentStore, PodStart, PodStartResult
 from kubus.store.leases import Lease, LeaseStore
-from kubus.store.nodes import GPUUsage, HeartbeatResult, NodeUsage, PutNodeResult, node_info_of
-from kubus.store.pods import Binding, BindingResult, Move, PodWrite
-from kubus.store.recovery import Recovery
+from kubus.store.nodes import GPUUsage, HeartbeatResult, Liveness, NodeUsage, PutNodeResult, node_info_of
+from kubus.store.pods import Binding, BindingResult, GiveBack, Move, PodWrite
+from kubus.store.recovery import Expiry, ExpiryKind, Recovery
 from kubus.store.reservations import ReserveResult
 
 __all__ = [
@@ -35,9 +38,13 @@ __all__ = [
     "Binding",
     "BindingResult",
     "ClusterState",
+    "Expiry",
+    "ExpiryKind",
     "GPUUsage",
+    "GiveBack",
     "HeartbeatResult",
     "Lease",
+    "Liveness",
     "Move",
     "NodeUsage",
     "PodStart",

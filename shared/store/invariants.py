@@ -30,10 +30,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubus.api.objects import PODS
+from kubus.codec import text
 from kubus.store.cluster_state import ClusterState
-from kubus.store.nodes import _reservations
 from kubus.store.keys import PHASES, unescape
-from kubus.store.records import NodeRecord, PodPhase, PodRecord, Reservation, ReservationState, _text
+from kubus.store.nodes import _reservations
+from kubus.store.records import NodeRecord, PodPhase, PodRecord, Reservation, ReservationState
 
 __all__ = ["check_invariants"]
 
@@ -50,7 +51,7 @@ class _Node:
 
 
 async def _scan(state: ClusterState, pattern: str) -> list[str]:
-    return sorted({_text(k) async for k in state.redis.scan_iter(match=pattern, count=1000)})
+    return sorted({text(k) async for k in state.redis.scan_iter(match=pattern, count=1000)})
 
 
 def _node_of_key(prefix: str, key: str) -> str | None:
@@ -73,11 +74,11 @@ async def _gather_nodes(state: ClusterState) -> dict[str, _Node]:
         pipe.smembers(k.node_bound(name))
         info, usage, resv, bound = await pipe.execute()
         node = _Node(name)
-        node.info = {_text(a): _text(b) if a not in (b"manifest", "manifest") else "" for a, b in info.items()}
-        node.usage = {_text(a): int(_text(b)) for a, b in usage.items()}
-        node.misfiled = sorted(_text(u) for u, j in resv.items() if Reservation.decode(j).pod_uid != _text(u))
+        node.info = {text(a): text(b) if a not in (b"manifest", "manifest") else "" for a, b in info.items()}
+        node.usage = {text(a): int(text(b)) for a, b in usage.items()}
+        node.misfiled = sorted(text(u) for u, j in resv.items() if Reservation.decode(j).pod_uid != text(u))
         node.reservations = _reservations(resv.values(), bound)
-        node.bound = {_text(u) for u in bound}
+        node.bound = {text(u) for u in bound}
         nodes[name] = node
     return nodes
 
@@ -222,25 +223,25 @@ async def check_invariants(state: ClusterState) -> list[str]:
 
     # indexes
     existing = {name for name, node in nodes.items() if node.info}
-    indexed = {_text(n) for n in await state.redis.smembers(k.nodes_index())}
+    indexed = {text(n) for n in await state.redis.smembers(k.nodes_index())}
     for name in sorted(existing - indexed):
         out.append(f"nodes index: node {name} missing")
     for name in sorted(indexed - existing):
         out.append(f"nodes index: lists node {name}, which does not exist")
     indexes: dict[str, set[str]] = {}
     for phase in PHASES:
-        indexes[f"phase:{phase}"] = {_text(u) for u in await state.redis.smembers(k.phase_index(phase))}
+        indexes[f"phase:{phase}"] = {text(u) for u in await state.redis.smembers(k.phase_index(phase))}
     for key in await _scan(state, k.pending_index_pattern()):
-        indexes[f"pending:{k.profile_of_pending_index(key)}"] = {_text(u) for u in await state.redis.smembers(key)}
+        indexes[f"pending:{k.profile_of_pending_index(key)}"] = {text(u) for u in await state.redis.smembers(key)}
     _check_pods(pods, held, indexes, out)
     by_key: Any = await state.redis.hgetall(k.pod_keys_index())
-    for key, uid in sorted((_text(a), _text(b)) for a, b in by_key.items()):
-        pod = pods.get(uid)
-        if pod is None:
+    for key, uid in sorted((text(a), text(b)) for a, b in by_key.items()):
+        indexed_pod = pods.get(uid)
+        if indexed_pod is None:
             out.append(f"pod-keys index: {key} -> {uid}, which does not exist")
-        elif pod.key != key:
-            out.append(f"pod-keys index: {key} -> {uid}, which is {pod.key}")
+        elif indexed_pod.key != key:
+            out.append(f"pod-keys index: {key} -> {uid}, which is {indexed_pod.key}")
     for pod in pods.values():
-        if _text(by_key.get(pod.key) or by_key.get(pod.key.encode()) or "") == "":
+        if text(by_key.get(pod.key) or by_key.get(pod.key.encode()) or "") == "":
             out.append(f"pod-keys index: {pod.key} missing")
     return out

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kubus.codec import text
 from kubus.store._core import StoreCore
-from kubus.store.records import (
-    _text,
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +31,7 @@ class LeaseStore(StoreCore):
         reply = await self.scripts.acquire_lease(
             keys=[self.keys.lease_holder(name), self.keys.lease_fence(name)], args=[holder, int(ttl_ms)]
         )
-        return None if reply is None else int(_text(reply))
+        return None if reply is None else int(text(reply))
 
     async def release_lease(self, name: str, holder: str) -> bool:
         """Give the lease up, if `holder` holds it. True when released."""
@@ -51,4 +49,4 @@ class LeaseStore(StoreCore):
         (holder, token), ttl = await pipe.execute()
         if holder is None:
             return None
-        return Lease(name, _text(holder), int(_text(token)), int(ttl))
+        return Lease(name, text(holder), int(text(token)), int(ttl))

@@ -9,13 +9,13 @@ from typing import Any
 
 from kubus import codec
 from kubus.api.objects import Node
-from kubus.framework.nodeinfo import NodeInfo
+from kubus.codec import text
+from kubus.kernels.nodeinfo import NodeInfo
 from kubus.store._core import _BATCH, _MAX_LUA_INT, StoreCore, _code
 from kubus.store.records import (
     NodeRecord,
     Reservation,
     ReservationState,
-    _text,
 )
 from kubus.store.scripts import StoreCode
 
@@ -34,6 +34,18 @@ class HeartbeatResult:
     revived: bool = False
     """The node was marked unreachable and is not any more (its generation was bumped)."""
     generation: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Liveness:
+    """How a node last showed it is alive (`ClusterState.node_liveness`)."""
+
+    heartbeat: float | None
+    """Its last heartbeat, seconds since the epoch; None when it never heartbeated."""
+    unreachable: bool
+    """Marked lost by the node lifecycle."""
+    generation: int
+    """The node record's generation (node events carry it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +82,7 @@ class NodeUsage:
 def _heartbeat_result(reply: list[Any]) -> HeartbeatResult:
     if _code(reply[0]) is StoreCode.NOT_FOUND:
         return HeartbeatResult(found=False)
-    return HeartbeatResult(found=True, revived=_text(reply[1]) == "revived", generation=int(_text(reply[2])))
+    return HeartbeatResult(found=True, revived=text(reply[1]) == "revived", generation=int(text(reply[2])))
 
 
 class NodeStore(StoreCore):
@@ -90,7 +102,7 @@ class NodeStore(StoreCore):
             self._node_keys(record.name),
             [record.name, record.encode_static(), manifest or b"", codec.dumps(shape)],
         )
-        return PutNodeResult(changed=_code(reply[0]) is StoreCode.OK, generation=int(_text(reply[1])))
+        return PutNodeResult(changed=_code(reply[0]) is StoreCode.OK, generation=int(text(reply[1])))
 
     async def get_node(self, name: str) -> NodeRecord | None:
         raw = await self.redis.hgetall(self.keys.node_info(name))
@@ -98,7 +110,7 @@ class NodeStore(StoreCore):
 
     async def node_names(self) -> list[str]:
         """Names of all nodes (from the index), sorted."""
-        return sorted(_text(n) for n in await self.redis.smembers(self.keys.nodes_index()))
+        return sorted(text(n) for n in await self.redis.smembers(self.keys.nodes_index()))
 
     async def list_nodes(self) -> list[NodeRecord]:
         """Every node, sorted by name."""
@@ -153,7 +165,7 @@ class NodeStore(StoreCore):
     async def silent_nodes(self, before: float) -> list[str]:
         """Names of the nodes whose last heartbeat (per the heartbeats index) is at or before
         ``before``, oldest first. Nodes that never heartbeated are not in the index."""
-        return [_text(n) for n in await self.redis.zrangebyscore(self.keys.heartbeats_index(), "-inf", before)]
+        return [text(n) for n in await self.redis.zrangebyscore(self.keys.heartbeats_index(), "-inf", before)]
 
     async def node_count(self) -> int:
         """How many nodes there are (from the index)."""
@@ -173,6 +185,23 @@ class NodeStore(StoreCore):
         if names:
             await self.redis.zrem(self.keys.heartbeats_index(), *names)
 
+    async def node_liveness(self, names: Sequence[str]) -> dict[str, Liveness]:
+        """The liveness of these nodes (those that exist), read without decoding whole nodes:
+        one pipelined round trip per 500 nodes. A node deleted meanwhile is left out."""
+        out: dict[str, Liveness] = {}
+        for start in range(0, len(names), _BATCH):
+            chunk = names[start : start + _BATCH]
+            pipe = self.redis.pipeline(transaction=False)
+            for name in chunk:
+                pipe.hmget(self.keys.node_info(name), "heartbeat", "unreachable", "generation")
+            for name, (heartbeat, unreachable, generation) in zip(chunk, await pipe.execute(), strict=True):
+                if generation is None:
+                    continue
+                out[name] = Liveness(
+                    float(heartbeat) if heartbeat else None, text(unreachable) == "1", int(text(generation))
+                )
+        return out
+
     async def node_usage(self, name: str) -> NodeUsage | None:
         """What the node's reservations hold, per resource, GPU and host port; None for an
         unknown node."""
@@ -185,7 +214,7 @@ class NodeStore(StoreCore):
         if not info:
             return None
         record = NodeRecord.from_hash(info)
-        return _node_usage(record, {_text(k): int(_text(v)) for k, v in usage.items()}, _reservations(values, bound))
+        return _node_usage(record, {text(k): int(text(v)) for k, v in usage.items()}, _reservations(values, bound))
 
     async def load_snapshot(self, names: Iterable[str] | None = None) -> list[tuple[Node, list[Reservation]]]:
         """Every node with the reservations on it, sorted by node name: what a scheduling cycle
@@ -209,7 +238,7 @@ class NodeStore(StoreCore):
 
 
 def _reservations(values: Iterable[Any], bound: Iterable[Any]) -> list[Reservation]:
-    bound_uids = {_text(u) for u in bound}
+    bound_uids = {text(u) for u in bound}
     out = []
     for j in values:
         r = Reservation.decode(j)

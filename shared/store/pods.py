@@ -8,12 +8,12 @@ from typing import Any
 
 from kubus import codec
 from kubus.api.gpus import format_gpu_devices
+from kubus.codec import text
 from kubus.store._core import _BATCH, _BIND_CHUNK, StoreCore, _code
 from kubus.store.records import (
     PodEvent,
     PodPhase,
     PodRecord,
-    _text,
 )
 from kubus.store.scripts import StoreCode
 
@@ -27,6 +27,23 @@ class PodWrite:
     """The new version (OK), else the current one (0 when NOT_FOUND)."""
     phase: PodPhase | None = None
     """The phase before the change (OK), else the current phase."""
+
+    @property
+    def ok(self) -> bool:
+        return self.code is StoreCode.OK
+
+
+@dataclass(frozen=True, slots=True)
+class GiveBack:
+    """What `ClusterState.give_back` did."""
+
+    code: StoreCode
+    """OK (back to Pending), BOUND (refused: a binder has the pod), CONFLICT (refused: not
+    Reserved there at that attempt), GONE (deleted) or NOT_FOUND."""
+    version: int = 0
+    released: bool = False
+    """The attempt's room was given back now (announce ``pod.unreserved``); False when it had
+    none (never reserved, or released before)."""
 
     @property
     def ok(self) -> bool:
@@ -94,17 +111,15 @@ class BindingResult:
 def _binding_result(reply: list[Any]) -> BindingResult:
     """One pod's reply of BIND_MANY (not PROFILE) as a BindingResult."""
     marked = _code(reply[0])
-    phase_text, version = _text(reply[3]), int(_text(reply[4]) or 0)
+    phase_text, version = text(reply[3]), int(text(reply[4]) or 0)
     phase = PodPhase(phase_text) if phase_text else None
     if marked in (StoreCode.NOT_FOUND, StoreCode.CONFLICT):
         return BindingResult(marked, phase=phase, version=version)
     code = _code(reply[1])
     write = PodWrite(code) if code is StoreCode.NOT_FOUND else PodWrite(code, version, phase)
-    released = _text(reply[2])
+    released = text(reply[2])
     if len(reply) > 5:
-        return BindingResult(
-            marked, write, created_at=float(_text(reply[5]) or 0.0), attempts=int(_text(reply[6]) or 0)
-        )
+        return BindingResult(marked, write, created_at=float(text(reply[5]) or 0.0), attempts=int(text(reply[6]) or 0))
     return BindingResult(marked, write, released=StoreCode(released) if released else None)
 
 
@@ -121,7 +136,7 @@ class PodStore(StoreCore):
             args += [name, value]
         reply = await self._run(self.scripts.put_pod, self._pod_keys(record.uid, record.profile), args)
         code = _code(reply[0])
-        profile = _text(reply[3])
+        profile = text(reply[3])
         self._remember_profile(record.uid, profile)
         return code is StoreCode.OK
 
@@ -144,7 +159,7 @@ class PodStore(StoreCore):
                 continue
             for record, reply in zip(chunk, await self.scripts.put_pods(keys=keys, args=args), strict=True):
                 reply = list(reply)
-                self._remember_profile(record.uid, _text(reply[3]))
+                self._remember_profile(record.uid, text(reply[3]))
                 out.append(_code(reply[0]) is StoreCode.OK)
         return out
 
@@ -166,7 +181,7 @@ class PodStore(StoreCore):
     async def find_pod(self, namespace: str, name: str) -> PodRecord | None:
         """The newest pod stored under namespace/name, or None."""
         uid = await self.redis.hget(self.keys.pod_keys_index(), f"{namespace}/{name}")
-        return None if uid is None else await self.get_pod(_text(uid))
+        return None if uid is None else await self.get_pod(text(uid))
 
     async def pod_uids_in_phase(self, phase: PodPhase, *, profile: str | None = None) -> set[str]:
         """Uids in a phase, from the index (Pending by profile when given)."""
@@ -174,7 +189,7 @@ class PodStore(StoreCore):
             key = self.keys.pending_index(profile)
         else:
             key = self.keys.phase_index(str(phase))
-        return {_text(u) for u in await self.redis.smembers(key)}
+        return {text(u) for u in await self.redis.smembers(key)}
 
     async def pods_in_phase(self, phase: PodPhase, *, profile: str | None = None) -> list[PodRecord]:
         """The pods in a phase (of one profile when given), sorted by creation then key. Read
@@ -193,7 +208,7 @@ class PodStore(StoreCore):
         reply = await self._run(script, self._pod_keys(uid, profile), args(profile))
         code = _code(reply[0])
         if code is StoreCode.PROFILE:  # our cached profile was wrong (cannot be, but be safe)
-            profile = _text(reply[1])
+            profile = text(reply[1])
             self._remember_profile(uid, profile)
             reply = await self._run(script, self._pod_keys(uid, profile), args(profile))
             code = _code(reply[0])
@@ -201,8 +216,8 @@ class PodStore(StoreCore):
             self._profiles.pop(uid, None)
             return PodWrite(code)
         if code is StoreCode.PROFILE:
-            raise RuntimeError(f"pod {uid}: profile changed under us ({_text(reply[1])!r})")
-        return PodWrite(code, int(_text(reply[1]) or 0), PodPhase(_text(reply[2])))
+            raise RuntimeError(f"pod {uid}: profile changed under us ({text(reply[1])!r})")
+        return PodWrite(code, int(text(reply[1]) or 0), PodPhase(text(reply[2])))
 
     async def transition(
         self,
@@ -269,7 +284,7 @@ class PodStore(StoreCore):
                 self._profiles.pop(move.uid, None)
                 out.append(PodWrite(code))
             else:
-                out.append(PodWrite(code, int(_text(reply[1]) or 0), PodPhase(_text(reply[2]))))
+                out.append(PodWrite(code, int(text(reply[1]) or 0), PodPhase(text(reply[2]))))
         return out
 
     async def transition_move(self, move: Move) -> PodWrite:
@@ -289,7 +304,7 @@ class PodStore(StoreCore):
             pipe.hget(self.keys.pod_record(uid), "profile")
         for uid, profile in zip(missing, await pipe.execute(), strict=True):
             if profile:
-                self._remember_profile(uid, _text(profile))
+                self._remember_profile(uid, text(profile))
 
     def _transition_args(self, move: Move) -> Callable[[str], list[Any]] | PodWrite:
         """The TRANSITION script's arguments for ``move`` (given the pod's profile), or the
@@ -329,6 +344,38 @@ class PodStore(StoreCore):
             return out
 
         return args
+
+    async def give_back(
+        self, uid: str, node: str, attempt: int | str, *, reason: str | None = None, message: str | None = None
+    ) -> GiveBack:
+        """Reserved -> Pending for attempt ``attempt`` on ``node``, with that attempt's room on
+        the node given back, in one atomic step (GIVE_BACK in kubus.store.scripts): what every
+        failure between Reserve and Bind does (a refused reservation, a lost lease, a bind that
+        failed, the janitor's timeout), before the pod is queued again. ``reason``/``message``
+        record why (kept when None). Idempotent: a retry answers CONFLICT (the pod moved on),
+        never undoes a newer attempt, and never frees a bound reservation (BOUND)."""
+        fields: list[Any] = []
+        if reason is not None:
+            fields += ["reason", reason]
+        if message is not None:
+            fields += ["message", message]
+        now = repr(float(self.clock()))
+        node_keys = self.keys.node_keys(node)[:4]
+        args = [uid, str(attempt), "", node, now, *fields]
+        for _ in range(2):  # a second time when the cached profile was not the pod's
+            profile = await self._profile_of(uid)
+            args[2] = profile
+            reply = await self._run(self.scripts.give_back, [*self._pod_keys(uid, profile), *node_keys], args)
+            code = _code(reply[0])
+            if code is StoreCode.PROFILE:
+                self._remember_profile(uid, text(reply[1]))
+                continue
+            if code is StoreCode.NOT_FOUND:
+                self._profiles.pop(uid, None)
+                return GiveBack(code)
+            released = len(reply) > 4 and text(reply[4]) == "OK"
+            return GiveBack(code, int(text(reply[1]) or 0), released)
+        raise RuntimeError(f"pod {uid}: profile changed under us")
 
     async def bind_pod(
         self, uid: str, node: str, devices: Sequence[int] = (), *, expected_version: int | None = None
@@ -374,7 +421,7 @@ class PodStore(StoreCore):
                 for (i, b, _profile), reply in zip(chunk, replies, strict=True):
                     reply = list(reply)
                     if _code(reply[0]) is StoreCode.PROFILE:
-                        retry.append((i, b, _text(reply[1])))
+                        retry.append((i, b, text(reply[1])))
                     else:
                         out[i] = _binding_result(reply)
             if not retry:

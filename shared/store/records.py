@@ -32,7 +32,8 @@ from kubus.api.objects import (
     Taint,
     TaintEffect,
 )
-from kubus.framework.nodeinfo import PodInfo
+from kubus.codec import text
+from kubus.kernels.nodeinfo import PodInfo
 
 UNREACHABLE_TAINT_KEY = "node.kubernetes.io/unreachable"
 """The taint kube's node lifecycle controller puts on a node that stopped reporting. A node
@@ -76,13 +77,6 @@ class EventType(StrEnum):
     WARNING = "Warning"
 
 
-def _text(value: Any) -> str:
-    """A Redis reply as str, whether or not the client decodes responses."""
-    if isinstance(value, bytes):
-        return value.decode()
-    return "" if value is None else str(value)
-
-
 def _blob(value: Any) -> bytes | None:
     if value is None:
         return None
@@ -92,7 +86,7 @@ def _blob(value: Any) -> bytes | None:
 
 
 def _str_dict(raw: Mapping[Any, Any]) -> dict[str, Any]:
-    return {_text(k): v for k, v in raw.items()}
+    return {text(k): v for k, v in raw.items()}
 
 
 def _devices(text: str) -> tuple[int, ...]:
@@ -204,7 +198,7 @@ class NodeRecord:
         """Decode a node info hash (HGETALL). Raises KeyError/ValueError when malformed."""
         h = _str_dict(raw)
         d = codec.loads(h["record"])
-        heartbeat = _text(h.get("heartbeat"))
+        heartbeat = text(h.get("heartbeat"))
         return cls(
             name=d["name"],
             uid=d["uid"],
@@ -218,9 +212,9 @@ class NodeRecord:
             images=tuple(ContainerImage(tuple(n), int(s)) for n, s in d["images"]),
             ready=bool(d["ready"]),
             gpus=tuple(GPUDevice(int(i), u, m, int(mem), bool(ok)) for i, u, m, mem, ok in d["gpus"]),
-            generation=int(_text(h.get("generation")) or 0),
+            generation=int(text(h.get("generation")) or 0),
             heartbeat=float(heartbeat) if heartbeat else None,
-            unreachable=_text(h.get("unreachable")) == "1",
+            unreachable=text(h.get("unreachable")) == "1",
             manifest=_blob(h.get("manifest")),
         )
 
@@ -308,21 +302,21 @@ class PodRecord:
         """Decode a pod record hash (HGETALL). Raises KeyError/ValueError when malformed."""
         h = _str_dict(raw)
         return cls(
-            uid=_text(h["uid"]),
-            namespace=_text(h["namespace"]),
-            name=_text(h["name"]),
-            profile=_text(h["profile"]),
+            uid=text(h["uid"]),
+            namespace=text(h["namespace"]),
+            name=text(h["name"]),
+            profile=text(h["profile"]),
             manifest=_blob(h.get("manifest")) or b"",
-            phase=PodPhase(_text(h["phase"])),
-            node=_text(h.get("node")),
-            gpu_devices=_devices(_text(h.get("gpu_devices"))),
-            attempts=int(_text(h.get("attempts")) or 0),
-            reason=_text(h.get("reason")),
-            message=_text(h.get("message")),
-            version=int(_text(h.get("version")) or 0),
-            bindings=int(_text(h.get("bindings")) or 0),
-            created_at=float(_text(h.get("created_at")) or 0.0),
-            updated_at=float(_text(h.get("updated_at")) or 0.0),
+            phase=PodPhase(text(h["phase"])),
+            node=text(h.get("node")),
+            gpu_devices=_devices(text(h.get("gpu_devices"))),
+            attempts=int(text(h.get("attempts")) or 0),
+            reason=text(h.get("reason")),
+            message=text(h.get("message")),
+            version=int(text(h.get("version")) or 0),
+            bindings=int(text(h.get("bindings")) or 0),
+            created_at=float(text(h.get("created_at")) or 0.0),
+            updated_at=float(text(h.get("updated_at")) or 0.0),
         )
 
 
@@ -342,7 +336,7 @@ def ordered_requests(requests: Mapping[str, int]) -> list[tuple[str, int]]:
 class Reservation:
     """Room a pod holds on a node: what `reserve` checks and accounts, atomically.
 
-    Accounting follows `kubus.framework.nodeinfo` exactly: every resource of `requests` is
+    Accounting follows `kubus.kernels.nodeinfo` exactly: every resource of `requests` is
     added to the node's usage, `pods` counts one per reservation, and each device of
     `gpu_devices` is held with `gpu_memory` bytes (shared) or all of its memory (whole), as
     `gpu_memory_taken` says. `pod_info()` gives back a PodInfo NodeInfo accounts identically.

@@ -2,45 +2,72 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from enum import Enum
+
+from kubus.codec import text
+from kubus.store._core import _BATCH
 from kubus.store.keys import PHASES
 from kubus.store.nodes import NodeStore
-from kubus.store.pods import PodStore
+from kubus.store.pods import Binding, PodStore
 from kubus.store.records import (
+    EventType,
+    PodEvent,
     PodPhase,
     PodRecord,
+    Reservation,
     ReservationState,
-    _text,
 )
 from kubus.store.reservations import ReservationStore
 from kubus.store.scripts import StoreCode
 
 
+class ExpiryKind(Enum):
+    """What the janitor did with a Reserved pod."""
+
+    GIVEN_BACK = "given back"
+    """Back to Pending (its room, if any, given back): queue it again."""
+    BOUND = "bound"
+    """Its bind finished: announce it (the assignment and pod.bound)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Expiry:
+    """One Reserved pod the janitor repaired (`ClusterState.expire_reserved`)."""
+
+    pod: PodRecord
+    """The record as it was read, before the repair (Reserved, with its manifest and node)."""
+    kind: ExpiryKind
+    attempt: int
+    reason: str
+    message: str
+    released: bool = False
+    """GIVEN_BACK: room was given back now (announce pod.unreserved)."""
+    devices: tuple[int, ...] = ()
+    """BOUND: the GPU devices it was bound with."""
+
+
+def _attempt(text: str) -> int:
+    return int(text) if text.isdigit() else 0
+
+
 class Recovery(PodStore, ReservationStore, NodeStore):
     """Repairs: `ClusterState` is one."""
 
-    async def reconcile(self, *, grace_s: float = 30.0, reserved_timeout_s: float | None = None) -> list[str]:
-        """Repair what a crash between two steps of the protocol leaves behind; one line per fix.
-
-        - A reservation whose pod is missing, not on a node, or on another node gives its room
-          back: at once when the pod finished or was deleted, after `grace_s` seconds otherwise
-          (the attempt may still be between two steps). A reserved one goes by
-          compare-and-delete on its attempt, so a newer reservation is never touched.
-        - A pod Reserved on a node where it holds no reservation, untouched for `grace_s`,
-          goes back to Pending (compare-and-set on its version), reason ReservationLost.
-        - With `reserved_timeout_s`: a pod Reserved that long whose reservation no binder has
-          marked bound (its BindRequest was never sent) gives the room back (on its attempt)
-          and goes back to Pending, reason ReservationTimeout.
-        Bound or running pods without a reservation are reported by check_invariants, not
-        changed here: their room cannot be reclaimed safely.
-        """
+    async def reconcile(self, *, grace_s: float = 30.0) -> list[str]:
+        """Give back the room a crash between two steps of the protocol left held; one line per
+        fix. A reservation whose pod is missing, not on a node, or on another node gives its
+        room back: at once when the pod finished or was deleted, after ``grace_s`` seconds
+        otherwise (the attempt may still be between two steps). A reserved one goes by
+        compare-and-delete on its attempt, so a newer reservation is never touched. Bound or
+        running pods without a reservation are reported by check_invariants, not changed here:
+        their room cannot be reclaimed safely. (Reserved pods: `expire_reserved`.)"""
         now = self.clock()
         fixes: list[str] = []
-        held: set[tuple[str, str]] = set()
         for name in await self.node_names():
             reservations = await self.reservations(name)
             pods = await self.get_pods(r.pod_uid for r in reservations)
             for r, pod in zip(reservations, pods, strict=True):
-                held.add((name, r.pod_uid))
                 if pod is not None and pod.phase.on_node and pod.node == name:
                     continue
                 finished = pod is not None and pod.phase.terminal
@@ -52,40 +79,85 @@ class Recovery(PodStore, ReservationStore, NodeStore):
                 else:
                     code = await self.unreserve(name, r.pod_uid, r.attempt)
                 if code is StoreCode.OK:
-                    held.discard((name, r.pod_uid))
                     fixes.append(f"node {name}: gave back the reservation of {r.pod_key} ({r.pod_uid}): {why}")
-        for pod in await self.pods_in_phase(PodPhase.RESERVED):
-            age = now - pod.updated_at
-            if (pod.node, pod.uid) in held:
-                if reserved_timeout_s is None or age < reserved_timeout_s:
-                    continue
-                r = await self.reservation(pod.node, pod.uid)
-                if r is not None:
-                    if r.state is ReservationState.BOUND or await self.unreserve(pod.node, pod.uid, r.attempt) not in (
-                        StoreCode.OK,
-                        StoreCode.NOOP,
-                    ):
-                        continue  # a binder has it now
-                    fixes.append(f"node {pod.node}: gave back the reservation of {pod.key} ({pod.uid}): never bound")
-                reason, message = "ReservationTimeout", f"not bound on node {pod.node} within {reserved_timeout_s}s"
-            else:
-                if age < grace_s or await self.reservation(pod.node, pod.uid) is not None:
-                    continue  # too young, or reserved since we listed the node
-                reason, message = "ReservationLost", f"its reservation on node {pod.node} is gone"
-            w = await self.transition(
-                pod.uid, PodPhase.PENDING, expected_version=pod.version, reason=reason, message=message
-            )
-            if w.ok:
-                fixes.append(f"pod {pod.key} ({pod.uid}): Reserved on {pod.node}, {reason}, back to Pending")
         return fixes
+
+    async def expire_reserved(self, *, timeout_s: float, lost_after_s: float, source: str = "janitor") -> list[Expiry]:
+        """The janitor: Reserved pods a crashed cycle or binder left behind, repaired; one
+        `Expiry` per pod repaired, for the caller to announce and requeue.
+
+        - Reserved ``lost_after_s`` seconds without a reservation on its node (a binder backed
+          out, then died): back to Pending (`give_back`), reason ReservationLost.
+        - Reserved ``timeout_s`` seconds with a reservation no binder marked bound (its
+          BindRequest was never sent): room given back and back to Pending, ReservationTimeout.
+        - Reserved with a bound reservation (the binder died between mark_bound and the bind):
+          the bind is finished (`bind_many`: bind_pod and the Scheduled event; ``source`` names
+          who did it), kind BOUND: the caller announces it as the binder would have.
+        Every step is conditional on the attempt, so a pod that moved on meanwhile is left alone.
+        """
+        out: list[Expiry] = []
+        for pod in await self._reserved_since(self.clock() - min(timeout_s, lost_after_s)):
+            age = self.clock() - pod.updated_at
+            held = await self.reservation(pod.node, pod.uid)
+            if held is not None and held.state is ReservationState.BOUND:
+                out += await self._finish_bind(pod, held, source)
+                continue
+            if held is None:
+                if age < lost_after_s:
+                    continue
+                reason, message = "ReservationLost", f"its reservation on node {pod.node} is gone"
+                attempt = str(pod.version)
+            else:
+                if age < timeout_s:
+                    continue
+                reason, message = "ReservationTimeout", f"not bound on node {pod.node} within {timeout_s:g}s"
+                attempt = held.attempt
+            result = await self.give_back(pod.uid, pod.node, attempt, reason=reason, message=message)
+            if result.code is StoreCode.BOUND:  # a binder marked it just now: finish it next time
+                continue
+            if result.ok:
+                out.append(Expiry(pod, ExpiryKind.GIVEN_BACK, _attempt(attempt), reason, message, result.released))
+        return out
+
+    async def _finish_bind(self, pod: PodRecord, reservation: Reservation, source: str) -> list[Expiry]:
+        attempt = _attempt(reservation.attempt)
+        message = f"Successfully assigned {pod.key} to {pod.node}"
+        binding = Binding(
+            pod.uid,
+            pod.node,
+            attempt,
+            reservation.gpu_devices,
+            pod.profile,
+            PodEvent(self.clock(), EventType.NORMAL, "Scheduled", message, source),
+        )
+        [result] = await self.bind_many([binding])
+        if not result.bound:
+            return []
+        return [Expiry(pod, ExpiryKind.BOUND, attempt, "Scheduled", message, devices=tuple(reservation.gpu_devices))]
+
+    async def _reserved_since(self, cutoff: float) -> list[PodRecord]:
+        """The Reserved pods untouched since ``cutoff`` (seconds since the epoch), oldest first.
+        Reads only the update times of the others (their manifests stay in Redis)."""
+        uids = sorted(await self.pod_uids_in_phase(PodPhase.RESERVED))
+        old: list[str] = []
+        for start in range(0, len(uids), _BATCH):
+            chunk = uids[start : start + _BATCH]
+            pipe = self.redis.pipeline(transaction=False)
+            for uid in chunk:
+                pipe.hget(self.keys.pod_record(uid), "updated_at")
+            for uid, updated in zip(chunk, await pipe.execute(), strict=True):
+                if updated is not None and float(updated) <= cutoff:
+                    old.append(uid)
+        records = [r for r in await self.get_pods(old) if r is not None and r.phase is PodPhase.RESERVED]
+        return sorted((r for r in records if r.updated_at <= cutoff), key=lambda r: r.updated_at)
 
     async def repair_indexes(self) -> list[str]:
         """Rebuild the indexes from the records (after drift, e.g. keys edited by hand).
         Returns what it fixed, one line each; empty when the indexes were right."""
         k = self.keys
         fixes: list[str] = []
-        node_names = {k.node_of_info_key(_text(key)) async for key in self.redis.scan_iter(match=k.node_info_pattern())}
-        indexed = {_text(n) for n in await self.redis.smembers(k.nodes_index())}
+        node_names = {k.node_of_info_key(text(key)) async for key in self.redis.scan_iter(match=k.node_info_pattern())}
+        indexed = {text(n) for n in await self.redis.smembers(k.nodes_index())}
         for name in sorted(node_names - indexed):
             await self.redis.sadd(k.nodes_index(), name)
             fixes.append(f"nodes index: added {name}")
@@ -102,7 +174,7 @@ class Recovery(PodStore, ReservationStore, NodeStore):
                 want_pending.setdefault(pod.profile, set()).add(pod.uid)
         for phase in PHASES:
             fixes += await _sync_set(self, k.phase_index(phase), want_phase[phase], f"phase index {phase}")
-        pending_keys = {_text(key) async for key in self.redis.scan_iter(match=k.pending_index_pattern())}
+        pending_keys = {text(key) async for key in self.redis.scan_iter(match=k.pending_index_pattern())}
         for profile in want_pending:
             pending_keys.add(k.pending_index(profile))
         for key in sorted(pending_keys):
@@ -114,7 +186,7 @@ class Recovery(PodStore, ReservationStore, NodeStore):
             best = by_key.get(pod.key)
             if best is None or (pod.created_at, pod.uid) > (best.created_at, best.uid):
                 by_key[pod.key] = pod
-        current = {_text(a): _text(b) for a, b in (await self.redis.hgetall(k.pod_keys_index())).items()}
+        current = {text(a): text(b) for a, b in (await self.redis.hgetall(k.pod_keys_index())).items()}
         uids = {p.uid: p for p in pods}
         for key, pod in sorted(by_key.items()):
             have = uids.get(current.get(key, ""))
@@ -128,7 +200,7 @@ class Recovery(PodStore, ReservationStore, NodeStore):
 
 
 async def _sync_set(state: Recovery, key: str, want: set[str], label: str) -> list[str]:
-    have = {_text(u) for u in await state.redis.smembers(key)}
+    have = {text(u) for u in await state.redis.smembers(key)}
     fixes = []
     if want - have:
         await state.redis.sadd(key, *sorted(want - have))
@@ -142,5 +214,5 @@ async def _sync_set(state: Recovery, key: str, want: set[str], label: str) -> li
 async def _all_pods(state: Recovery) -> list[PodRecord]:
     """Every pod record, found by SCAN (not by the indexes)."""
     pattern = state.keys.pod_record_pattern()
-    uids = [state.keys.pod_of_record_key(_text(k)) async for k in state.redis.scan_iter(match=pattern, count=1000)]
+    uids = [state.keys.pod_of_record_key(text(k)) async for k in state.redis.scan_iter(match=pattern, count=1000)]
     return [p for p in await state.get_pods(sorted(uids)) if p is not None]

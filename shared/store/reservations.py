@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from kubus.codec import text
 from kubus.store._core import StoreCore, _code
 from kubus.store.nodes import _reservations
 from kubus.store.records import (
     Reservation,
-    _text,
 )
 from kubus.store.scripts import StoreCode
 
@@ -63,7 +63,7 @@ class ReservationStore(StoreCore):
             self.scripts.reserve, self.keys.node_keys(node), [reservation.pod_uid, reservation.encode()]
         )
         code = _code(reply[0])
-        details = tuple(_text(r) for r in reply[1:])
+        details = tuple(text(r) for r in reply[1:])
         if code is StoreCode.OK:
             return ReserveResult(code, already=details == ("already reserved",))
         return ReserveResult(code, details)
@@ -83,7 +83,7 @@ class ReservationStore(StoreCore):
         out = []
         for reply in await pipe.execute():
             reply = list(reply) if isinstance(reply, list | tuple) else [reply]
-            code, details = _code(reply[0]), tuple(_text(r) for r in reply[1:])
+            code, details = _code(reply[0]), tuple(text(r) for r in reply[1:])
             ok = code is StoreCode.OK
             out.append(
                 ReserveResult(code, already=details == ("already reserved",)) if ok else ReserveResult(code, details)

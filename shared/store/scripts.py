@@ -71,6 +71,15 @@ TRANSITION   ARGV: new phase, expected version ('' = any), expected phases (comm
              version/phases not met, or a move not allowed) | GONE version phase profile (the
              pod is Deleted) | NOT_FOUND | PROFILE profile (the index key given is not the
              pod's profile's; the caller retries with the right one).
+GIVE_BACK    KEYS = the pod's (as TRANSITION), then its node's info, usage, reservations, bound.
+             ARGV: uid, attempt, profile, node, now, then field, value, ... (reason, message).
+             Reserved -> Pending for one attempt, with the attempt's room given back, as one
+             step (Unreserve + back to the queue): the pod must be Reserved on `node` at version
+             `attempt`; its reservation there, if it is that attempt's, is removed unless bound.
+             -> OK version old-phase profile released ('OK' when room was given back, '' when
+             there was none of that attempt) | BOUND version phase profile (the reservation is
+             bound: a binder has the pod; nothing changed) | CONFLICT ... (not Reserved there at
+             that attempt; nothing changed) | GONE ... | NOT_FOUND | PROFILE profile.
 BIND_POD     ARGV: node, devices ("0,3"), profile, now, expected version ('' = any). Exactly
              once: Pending/Reserved (on that node or none) -> Bound, bindings + 1.
              -> OK version old-phase profile | ALREADY ... (bound, running or finished on
@@ -487,6 +496,40 @@ return {'OK', tostring(v), phase, profile}
 """
 )
 
+GIVE_BACK = (
+    _LIB
+    + _POD_LIB
+    + r"""
+local rec = KEYS[1]
+local info, usage, resv, bound = KEYS[11], KEYS[12], KEYS[13], KEYS[14]
+local uid, attempt = ARGV[1], ARGV[2]
+if redis.call('EXISTS', rec) == 0 then return {'NOT_FOUND'} end
+local cur = redis.call('HMGET', rec, 'phase', 'version', 'profile', 'node')
+local phase, version, profile, node = cur[1], cur[2], cur[3], cur[4] or ''
+if profile ~= ARGV[3] then return {'PROFILE', profile} end
+if phase == 'Deleted' then return {'GONE', version, phase, profile} end
+if phase ~= 'Reserved' or version ~= attempt or node ~= ARGV[4] then
+  return {'CONFLICT', version, phase, profile}
+end
+local released = ''
+local j = redis.call('HGET', resv, uid)
+if j then
+  local r = cjson.decode(j)
+  if r.attempt == attempt then
+    if redis.call('SISMEMBER', bound, uid) == 1 then return {'BOUND', version, phase, profile} end
+    account(info, usage, r, -1)
+    redis.call('HDEL', resv, uid)
+    released = 'OK'
+  end
+end
+set_fields(rec, ARGV, 6)
+redis.call('HSET', rec, 'phase', 'Pending', 'node', '', 'gpu_devices', '', 'updated_at', ARGV[5])
+local v = redis.call('HINCRBY', rec, 'version', 1)
+index_move(uid, 'Reserved', 'Pending')
+return {'OK', tostring(v), phase, profile, released}
+"""
+)
+
 BIND_POD = (
     _POD_LIB
     + r"""
@@ -644,6 +687,7 @@ SOURCES: dict[str, str] = {
     "put_pod": PUT_POD,
     "transition": TRANSITION,
     "bind_pod": BIND_POD,
+    "give_back": GIVE_BACK,
     "bind_many": BIND_MANY,
     "acquire_lease": ACQUIRE_LEASE,
     "release_lease": RELEASE_LEASE,
@@ -674,6 +718,7 @@ class Scripts:
         self.put_pods = redis.register_script(PUT_PODS)
         self.transition = redis.register_script(TRANSITION)
         self.bind_pod = redis.register_script(BIND_POD)
+        self.give_back = redis.register_script(GIVE_BACK)
         self.bind_many = redis.register_script(BIND_MANY)
         self.acquire_lease = redis.register_script(ACQUIRE_LEASE)
         self.release_lease = redis.register_script(RELEASE_LEASE)

@@ -55,7 +55,7 @@ def test_device_table_syncs_only_changed_rows(cupy_backend: Backend) -> None:
     table.add_nodes(make_nodes(100, seed=1))
     view = table.view()
     before = cupy_backend.to_host(view.req).copy()
-    from kubus.framework.nodeinfo import PodInfo
+    from kubus.kernels.nodeinfo import PodInfo
 
     pod = make_pods(1, seed=2)[0]
     table.assume(PodInfo.of(pod), 7)

@@ -15,9 +15,9 @@ from kubus import codec
 from kubus.api.manifests import parse_node, parse_pod
 from kubus.api.objects import Node
 from kubus.bus import EVENTS_STREAM, NODES_STREAM, ConsumerConflictError, ensure_streams, event_subject, node_pods
-from kubus.bus.messages import ClusterEvent, NodeAssignment, encode
-from kubus.framework.nodeinfo import PodInfo
+from kubus.bus.messages import ClusterEvent, NodeAssignment, PodChange, encode
 from kubus.gpu_agent import AgentOptions, AgentService, NodeInventory
+from kubus.kernels.nodeinfo import PodInfo
 from kubus.settings import ConnectionSettings
 from kubus.store import ClusterState, PodPhase, PodRecord, Reservation, StoreCode, check_invariants
 
@@ -344,17 +344,23 @@ async def test_a_redelivered_batch_admits_nothing_twice(
 async def test_a_batch_that_fails_halfway_is_admitted_again_one_by_one(
     settings: ConnectionSettings, state: ClusterState, js: JetStreamContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import kubus.gpu_agent.service as service
+    import kubus.gpu_agent.assignments as assignments
 
     await put_nodes(state, js, template(), 1)
     pods = [await bound_pod(state, f"p{i}", "sim-00000") for i in range(3)]
     for assignment in pods:
         await assign(js, assignment)
 
-    async def unavailable(*args: Any, **kw: Any) -> Any:  # after the pods started in Redis
-        raise TimeoutError("JetStream did not answer")
+    publish = assignments.publish_durable_many
+    calls: list[int] = []
 
-    monkeypatch.setattr(service, "publish_durable_many", unavailable)
+    async def unavailable_once(*args: Any, **kw: Any) -> Any:  # after the pods started in Redis
+        calls.append(len(args[1]))
+        if len(calls) == 1:
+            raise TimeoutError("JetStream did not answer")
+        return await publish(*args, **kw)
+
+    monkeypatch.setattr(assignments, "publish_durable_many", unavailable_once)
     async with AgentService.simulating(settings, template(), 1, options(pod_duration=0)) as agent:
 
         async def settled() -> None:
@@ -363,6 +369,7 @@ async def test_a_batch_that_fails_halfway_is_admitted_again_one_by_one(
 
         await eventually(settled)
         assert set(agent.running) == {a.uid for a in pods}
+    assert calls == [3, 1, 1, 1]  # the batch, then each pod alone through the same code
     for a in pods:
         assert await phase(state, a.uid) is PodPhase.RUNNING
         assert [e.reason for e in await state.events(a.uid)] == ["Started"]
@@ -405,7 +412,7 @@ async def test_a_deleted_pod_stops(settings: ConnectionSettings, state: ClusterS
         # What the queue does on a delete: Deleted, release, then the event.
         assert (await state.transition(assignment.uid, PodPhase.DELETED)).ok
         assert await state.release("sim-00000", assignment.uid) is StoreCode.OK
-        event = ClusterEvent(kind="pod.deleted", name=assignment.key, data={"uid": assignment.uid})
+        event = ClusterEvent(kind="pod.deleted", name=assignment.key, data=PodChange(assignment.uid))
         await js.publish(event_subject("pod.deleted", assignment.key), encode(event))
 
         await eventually(lambda: _assert(agent.running == {} and agent.metrics.pods_running._value.get() == 0))

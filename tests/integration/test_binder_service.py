@@ -29,8 +29,8 @@ from kubus.bus import (
     node_pods,
 )
 from kubus.bus.messages import BindRequest, NodeAssignment, OutcomeKind, Outcomes, decode, encode
-from kubus.framework.nodeinfo import PodInfo
 from kubus.framework.status import Status
+from kubus.kernels.nodeinfo import PodInfo
 from kubus.service import ServiceState
 from kubus.settings import ConnectionSettings
 from kubus.store import ClusterState, PodPhase, PodRecord, Reservation, ReservationState, check_invariants

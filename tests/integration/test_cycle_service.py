@@ -27,9 +27,11 @@ from kubus.bus import BIND_STREAM, EventKind, bind, event_subject, queue_done, q
 from kubus.bus.messages import (
     BindRequest,
     ClusterEvent,
+    NodeChange,
     Outcome,
     OutcomeKind,
     Outcomes,
+    PodChange,
     PopReply,
     PopRequest,
     QueuedPod,
@@ -38,8 +40,8 @@ from kubus.bus.messages import (
 )
 from kubus.cycle import CycleOptions, CycleService, lease_name
 from kubus.framework.config import load_config
-from kubus.framework.nodeinfo import PodInfo
 from kubus.framework.runtime import Framework
+from kubus.kernels.nodeinfo import PodInfo
 from kubus.plugins import in_tree_registry
 from kubus.settings import ConnectionSettings
 from kubus.store import ClusterState, PodPhase, PodRecord, Reservation, check_invariants
@@ -215,7 +217,8 @@ async def bind_requests(js: JetStreamContext, profile: str = PROFILE) -> list[Bi
     return out
 
 
-async def publish_event(js: JetStreamContext, kind: EventKind, name: str, *, node: str = "", **data: Any) -> None:
+async def publish_event(js: JetStreamContext, kind: EventKind, name: str, *, node: str = "", uid: str = "") -> None:
+    data = PodChange(uid) if kind.value.startswith("pod.") else NodeChange(1)
     event = ClusterEvent(kind=kind.value, name=name, node=node, data=data)
     await js.publish(event_subject(kind, name), encode(event))
 

@@ -30,9 +30,11 @@ from kubus.bus import (
 from kubus.bus.messages import (
     ClusterEvent,
     NodeAssignment,
+    NodeChange,
     Outcome,
     OutcomeKind,
     Outcomes,
+    PodChange,
     PodDeletion,
     PopReply,
     PopRequest,
@@ -40,11 +42,11 @@ from kubus.bus.messages import (
     encode,
 )
 from kubus.framework.config import SchedulerConfiguration, load_config
-from kubus.framework.nodeinfo import PodInfo
+from kubus.kernels.nodeinfo import PodInfo
 from kubus.plugins import in_tree_registry
 from kubus.queue import ERROR_HEADER, QueueName, QueueOptions, QueueService, read_submission
 from kubus.queue.__main__ import main as queue_main
-from kubus.queue.intake import Rejected, identify
+from kubus.queue.submission import Rejected, identify
 from kubus.service import ServiceState
 from kubus.settings import ConnectionSettings
 from kubus.store import ClusterState, EventType, PodPhase, PodRecord, Reservation, check_invariants
@@ -309,9 +311,9 @@ async def test_unschedulable_outcome_records_the_reason_backs_off_and_waits_for_
     assert 'scheduler_pending_pods{queue="unschedulable"} 1.0' in queue.metrics.exposition().decode()
 
     # An event no rejecting plugin cares about leaves it; a node added may help it.
-    bound = ClusterEvent(kind="pod.bound", name="default/other", at=time.time())
+    bound = ClusterEvent(kind="pod.bound", name="default/other", at=time.time(), data=PodChange("uid-other"))
     await publish_durable(js, event_subject("pod.bound", "default/other"), encode(bound), "bound/other")
-    added = ClusterEvent(kind="node.added", name="n9", at=time.time())
+    added = ClusterEvent(kind="node.added", name="n9", at=time.time(), data=NodeChange(1))
     await publish_durable(js, event_subject("node.added", "n9"), encode(added), "added/n9")
     again = await pop(nats, wait_ms=5000)  # after its 1 s backoff
     assert [(p.uid, p.attempts) for p in again.pods] == [(popped.uid, 1)]

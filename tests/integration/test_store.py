@@ -13,10 +13,11 @@ from support import eventually
 from kubus import codec
 from kubus.api.manifests import parse_node, parse_pod
 from kubus.api.objects import Node, Pod
-from kubus.framework.nodeinfo import PodInfo
+from kubus.kernels.nodeinfo import PodInfo
 from kubus.store import (
     ClusterState,
     EventType,
+    ExpiryKind,
     HeartbeatResult,
     PodEvent,
     PodPhase,
@@ -360,10 +361,17 @@ async def test_reconcile_cleans_up_after_crashes(redis: aioredis.Redis) -> None:
     assert fixes == [
         "node n1: gave back the reservation of default/done (uid-done): pod Succeeded on n1",
         "node n1: gave back the reservation of default/orphan (uid-orphan): pod Pending on no node",
-        "pod default/lost (uid-lost): Reserved on n1, ReservationLost, back to Pending",
     ]
+    [lost_fix] = await state.expire_reserved(timeout_s=60, lost_after_s=30)
+    assert (lost_fix.pod.uid, lost_fix.kind, lost_fix.reason, lost_fix.released) == (
+        "uid-lost",
+        ExpiryKind.GIVEN_BACK,
+        "ReservationLost",
+        False,
+    )
     assert [r.pod_uid for r in await state.reservations("n1")] == ["uid-fine", "uid-young"]
     assert await state.reconcile(grace_s=30) == []
+    assert await state.expire_reserved(timeout_s=60, lost_after_s=30) == []
     lost = await state.get_pod("uid-lost")
     assert lost is not None and (lost.phase, lost.reason) == (PodPhase.PENDING, "ReservationLost")
     now[0] = 2000.0
@@ -375,20 +383,53 @@ async def test_reconcile_cleans_up_after_crashes(redis: aioredis.Redis) -> None:
     await submit(state, stuck, stuck_manifest)
     claim = await state.transition("uid-stuck", PodPhase.RESERVED, node="n1", count_attempt=True)
     assert (await state.reserve("n1", reservation(stuck, "n1", attempt=str(claim.version)))).ok
-    assert await state.reconcile(grace_s=30, reserved_timeout_s=60) == []
+    assert await state.expire_reserved(timeout_s=60, lost_after_s=30) == []
     now[0] = 2100.0
-    assert await state.reconcile(grace_s=30) == []  # no timeout asked for
-    assert await state.reconcile(grace_s=30, reserved_timeout_s=60) == [
-        "node n1: gave back the reservation of default/stuck (uid-stuck): never bound",
-        "pod default/stuck (uid-stuck): Reserved on n1, ReservationTimeout, back to Pending",
-    ]
-    # once a binder marked it bound, the reservation is the binder's: never timed out
+    assert await state.reconcile(grace_s=30) == []  # its pod holds it: not reconcile's to touch
+    [timed_out] = await state.expire_reserved(timeout_s=60, lost_after_s=30)
+    assert (timed_out.kind, timed_out.reason, timed_out.released, timed_out.attempt) == (
+        ExpiryKind.GIVEN_BACK,
+        "ReservationTimeout",
+        True,
+        claim.version,
+    )
+    assert "uid-stuck" not in {r.pod_uid for r in await state.reservations("n1")}
+    # once a binder marked it bound, the reservation is the binder's: the janitor finishes the bind
     claim = await state.transition("uid-stuck", PodPhase.RESERVED, node="n1", count_attempt=True)
     assert (await state.reserve("n1", reservation(stuck, "n1", attempt=str(claim.version)))).ok
     assert await state.mark_bound("n1", "uid-stuck", str(claim.version)) is StoreCode.OK
     now[0] = 3000.0
-    assert await state.reconcile(grace_s=30, reserved_timeout_s=60) == []
-    assert (await state.bind_pod("uid-stuck", "n1", expected_version=claim.version)).ok
+    [finished] = await state.expire_reserved(timeout_s=60, lost_after_s=30, source="queue")
+    assert (finished.kind, finished.attempt) == (ExpiryKind.BOUND, claim.version)
+    bound = await state.get_pod("uid-stuck")
+    assert bound is not None and (bound.phase, bound.node) == (PodPhase.BOUND, "n1")
+    assert [e.reason for e in await state.events("uid-stuck")][-1] == "Scheduled"
+    assert await check_invariants(state) == []
+
+
+async def test_give_back_is_one_step_conditional_on_the_attempt(state: ClusterState) -> None:
+    await state.put_node(make_node("n1"))
+    pod, manifest = make_pod("p")
+    await submit(state, pod, manifest)
+    claim = await state.transition("uid-p", PodPhase.RESERVED, node="n1", count_attempt=True)
+    assert (await state.reserve("n1", reservation(pod, "n1", attempt=str(claim.version)))).ok
+    assert (await state.give_back("uid-p", "n2", claim.version)).code is StoreCode.CONFLICT  # another node
+    assert (await state.give_back("uid-p", "n1", claim.version + 1)).code is StoreCode.CONFLICT  # another attempt
+    assert len(await state.reservations("n1")) == 1
+    result = await state.give_back("uid-p", "n1", claim.version, reason="Unschedulable", message="why")
+    assert (result.code, result.released) == (StoreCode.OK, True)
+    record = await state.get_pod("uid-p")
+    assert record is not None and (record.phase, record.node, record.reason) == (PodPhase.PENDING, "", "Unschedulable")
+    assert await state.reservations("n1") == []
+    assert await state.pod_uids_in_phase(PodPhase.PENDING) == {"uid-p"}
+    assert (await state.give_back("uid-p", "n1", claim.version)).code is StoreCode.CONFLICT  # a retry: moved on
+    # a bound reservation is never given back: a binder has the pod
+    claim = await state.transition("uid-p", PodPhase.RESERVED, node="n1", count_attempt=True)
+    assert (await state.reserve("n1", reservation(pod, "n1", attempt=str(claim.version)))).ok
+    assert await state.mark_bound("n1", "uid-p", str(claim.version)) is StoreCode.OK
+    assert (await state.give_back("uid-p", "n1", claim.version)).code is StoreCode.BOUND
+    record = await state.get_pod("uid-p")
+    assert record is not None and record.phase is PodPhase.RESERVED
     assert await check_invariants(state) == []
 
 

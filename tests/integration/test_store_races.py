@@ -22,8 +22,8 @@ import redis.asyncio as aioredis
 from kubus import codec
 from kubus.api.manifests import parse_node, parse_pod
 from kubus.api.objects import Node, Pod
-from kubus.framework.nodeinfo import PodInfo
-from kubus.plugins.nodewise.gpu_fit import pick_gpu_devices
+from kubus.kernels.nodeinfo import PodInfo
+from kubus.reference.gpu_fit import pick_gpu_devices
 from kubus.store import ClusterState, PodPhase, PodRecord, Reservation, StoreCode, check_invariants, node_info_of
 
 GI = 1024**3

@@ -7,8 +7,8 @@ from typing import Any
 from kubus import codec
 from kubus.api.manifests import parse_node, parse_pod
 from kubus.api.objects import Node
-from kubus.framework.nodeinfo import PodInfo
 from kubus.gpu_agent.admission import Verdict, admit
+from kubus.kernels.nodeinfo import PodInfo
 from kubus.store import Reservation
 
 GI = 1024**3

@@ -20,7 +20,6 @@ from kubus.api.objects import (
     PreferredSchedulingTerm,
     SelectorOperator,
 )
-from kubus.framework import config as config_module
 from kubus.framework.config import (
     DEFAULT_PLUGINS,
     KUBE_DEFAULT_PLUGINS,
@@ -40,13 +39,12 @@ from kubus.framework.config import (
     ScoringStrategy,
     ScoringStrategyType,
     UtilizationShapePoint,
-    _Entry,
-    _merge_plugin_set,
-    _PluginSet,
     default_config,
     load_config,
+    multipoint,
     num_feasible_nodes_to_find,
 )
+from kubus.framework.config.multipoint import Entry, PluginSet, merge_plugin_set
 from kubus.framework.registry import PluginSpec, Registry
 
 EP = ExtensionPoint
@@ -408,11 +406,11 @@ def test_profile_lookup() -> None:
 # --- mergePlugins (kube: TestMergePlugins) --------------------------------------------------
 
 
-def _set(enabled: list[Any] = (), disabled: list[str] = ()) -> _PluginSet:  # type: ignore[assignment]
-    return _PluginSet(tuple(_Entry(*e) if isinstance(e, tuple) else _Entry(e) for e in enabled), tuple(disabled))
+def _set(enabled: list[Any] = (), disabled: list[str] = ()) -> PluginSet:  # type: ignore[assignment]
+    return PluginSet(tuple(Entry(*e) if isinstance(e, tuple) else Entry(e) for e in enabled), tuple(disabled))
 
 
-def _names(pset: _PluginSet) -> list[Any]:
+def _names(pset: PluginSet) -> list[Any]:
     return [(e.name, e.weight) if e.weight else e.name for e in pset.enabled]
 
 
@@ -499,8 +497,8 @@ def _names(pset: _PluginSet) -> list[Any]:
         ),
     ],
 )
-def test_merge_plugin_set(default: _PluginSet, custom: _PluginSet, enabled: list[Any], disabled: list[str]) -> None:
-    merged = _merge_plugin_set(default, custom)
+def test_merge_plugin_set(default: PluginSet, custom: PluginSet, enabled: list[Any], disabled: list[str]) -> None:
+    merged = merge_plugin_set(default, custom)
     assert _names(merged) == enabled
     assert list(merged.disabled) == disabled
 
@@ -796,7 +794,7 @@ def test_weight_must_fit_int32() -> None:
 
 def test_score_weight_overflow(monkeypatch: pytest.MonkeyPatch) -> None:
     # kube checks weight * MaxNodeScore against MaxTotalScore; shrink the bound to reach it
-    monkeypatch.setattr(config_module, "MAX_TOTAL_SCORE", 800)
+    monkeypatch.setattr(multipoint, "MAX_TOTAL_SCORE", 800)
     assert load("")  # 3+2+1+1+1 = 8 -> 800: exactly fits
     msg = error("profiles: [{plugins: {score: {enabled: [{name: ImageLocality, weight: 2}]}}}]")
     assert msg == 'profile "default-scheduler": plugins.score: total score of Score plugins could overflow'

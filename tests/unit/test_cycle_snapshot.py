@@ -19,7 +19,7 @@ from kubus.api.objects import (
     PodSpec,
 )
 from kubus.cycle import NodeSnapshot, PlacedPod
-from kubus.framework.nodeinfo import PodInfo
+from kubus.kernels.nodeinfo import PodInfo
 from kubus.store import NodeRecord, Reservation
 
 GI = 1024**3

@@ -13,13 +13,16 @@ from kubus.bus.messages import (
     ClusterEvent,
     MessageError,
     NodeAssignment,
+    NodeChange,
     Outcome,
     OutcomeKind,
     Outcomes,
+    PodChange,
     PodDeletion,
     PopReply,
     PopRequest,
     QueuedPod,
+    Rejection,
     decode,
     encode,
 )
@@ -38,7 +41,9 @@ SAMPLES = [
     ),
     NodeAssignment("u1", "ns/p", "n1", b"{}", ()),
     PodDeletion("ns", "p"),
-    ClusterEvent("node.added", "n1", "n1", 1.0, "Registered", "", {"gpus": 8}),
+    ClusterEvent("node.added", "n1", "n1", 1.0, "Registered", "", NodeChange(3)),
+    ClusterEvent("pod.finished", "ns/p", "n1", 2.0, data=PodChange("u1", 4, "default-scheduler", "Succeeded")),
+    ClusterEvent("pod.rejected", "invalid/7", data=Rejection("kubus.pods.submit", 7)),
 ]
 
 
@@ -60,6 +65,21 @@ def test_round_trip(message: object) -> None:
 def test_malformed_messages_say_what_is_wrong(data: bytes, error: str) -> None:
     with pytest.raises(MessageError, match="^" + error.replace("(", r"\(").replace(")", r"\)")):
         decode(PopRequest, data)
+
+
+@pytest.mark.parametrize(
+    ("data", "error"),
+    [
+        (b'{"kind": "pod.bound", "name": "ns/p"}', r"ClusterEvent.data: expected an object \(PodChange\)"),
+        (b'{"kind": "pod.bound", "name": "ns/p", "data": {}}', "ClusterEvent.data: missing field 'uid'"),
+        (b'{"kind": "node.lost", "name": "n", "data": {"uid": "u"}}', "ClusterEvent.data: unknown field 'uid'"),
+        (b'{"kind": "pod.eaten", "name": "ns/p", "data": {}}', "ClusterEvent.kind: unknown kind 'pod.eaten'"),
+        (b'{"kind": 3, "name": "ns/p", "data": {}}', "ClusterEvent.kind: expected str"),
+    ],
+)
+def test_an_event_carries_the_payload_of_its_kind(data: bytes, error: str) -> None:
+    with pytest.raises(MessageError, match="^" + error):
+        decode(ClusterEvent, data)
 
 
 def test_missing_required_field_and_bad_enum() -> None:

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kubus.api.objects import CPU, PODS, Node, NodeStatus, ObjectMeta
-from kubus.framework.nodeinfo import PodInfo
 from kubus.kernels.node_table import NodeTable
+from kubus.kernels.nodeinfo import PodInfo
 from kubus.synthetic import make_node, make_pod
 
 

@@ -7,21 +7,20 @@ from dataclasses import dataclass
 
 import pytest
 
-from kubus.api.gpus import GPURequest
-from kubus.api.objects import Container, GPUDevice, Node, ObjectMeta, Pod, PodSpec
-from kubus.framework.cycle_state import GPU_DEVICES_STATE_KEY, CycleState
-from kubus.framework.nodeinfo import NodeInfo, PodInfo
-from kubus.framework.status import Code, Status
-from kubus.plugins.nodewise.gpu_fit import (
+from kubus.api.gpus import (
     REASON_FREE_GPUS,
     REASON_FREE_MEMORY,
     REASON_HEALTHY,
     REASON_MEMORY,
     REASON_MODEL,
     REASON_NO_GPUS,
-    GPUFit,
-    pick_gpu_devices,
+    GPURequest,
 )
+from kubus.api.objects import Container, GPUDevice, Node, ObjectMeta, Pod, PodSpec
+from kubus.framework.cycle_state import GPU_DEVICES_STATE_KEY, CycleState
+from kubus.framework.status import Code, Status
+from kubus.kernels.nodeinfo import NodeInfo, PodInfo
+from kubus.reference.gpu_fit import GPUFit, pick_gpu_devices
 
 GI = 1024**3
 _names = itertools.count()

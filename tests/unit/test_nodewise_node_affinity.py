@@ -28,10 +28,10 @@ from kubus.api.objects import (
     TolerationOperator,
 )
 from kubus.framework.cycle_state import CycleState
-from kubus.framework.nodeinfo import NodeInfo
 from kubus.framework.status import Code, Status
-from kubus.plugins.nodewise import node_affinity as na
-from kubus.plugins.nodewise._selectors import (
+from kubus.kernels.nodeinfo import NodeInfo
+from kubus.reference import node_affinity as na
+from kubus.reference._selectors import (
     ParsedTerm,
     labels_selector_matches,
     parse_int64,

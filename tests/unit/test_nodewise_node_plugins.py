@@ -24,14 +24,14 @@ from kubus.api.objects import (
     TolerationOperator,
 )
 from kubus.framework.cycle_state import SNAPSHOT_STATE_KEY, CycleState
-from kubus.framework.nodeinfo import NodeInfo, PodInfo
 from kubus.framework.status import Code, Status
+from kubus.kernels.nodeinfo import NodeInfo, PodInfo
 from kubus.plugins import PrioritySort, QueuedPodInfo, SchedulingGates
-from kubus.plugins.nodewise.image_locality import ImageLocality, normalized_image_name
-from kubus.plugins.nodewise.node_name import NodeName
-from kubus.plugins.nodewise.node_ports import NodePorts
-from kubus.plugins.nodewise.node_unschedulable import NodeUnschedulable
-from kubus.plugins.nodewise.taint_toleration import TaintToleration
+from kubus.reference.image_locality import ImageLocality, normalized_image_name
+from kubus.reference.node_name import NodeName
+from kubus.reference.node_ports import NodePorts
+from kubus.reference.node_unschedulable import NodeUnschedulable
+from kubus.reference.taint_toleration import TaintToleration
 
 _names = itertools.count()
 NS, PNS, NE = TaintEffect.NO_SCHEDULE, TaintEffect.PREFER_NO_SCHEDULE, TaintEffect.NO_EXECUTE

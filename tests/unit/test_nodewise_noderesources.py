@@ -13,16 +13,14 @@ from dataclasses import dataclass, field
 import pytest
 
 from kubus.api.objects import Container, Node, NodeStatus, ObjectMeta, Pod, PodSpec
+from kubus.api.resource_names import is_extended_resource_name
 from kubus.framework.cycle_state import CycleState
-from kubus.framework.nodeinfo import NodeInfo, PodInfo
 from kubus.framework.status import Code, Status
-from kubus.plugins.nodewise._gomath import go_div, go_int64, go_round
-from kubus.plugins.nodewise._resources import (
-    is_extended_resource_name,
-    is_scalar_resource_name,
-)
-from kubus.plugins.nodewise.balanced_allocation import NodeResourcesBalancedAllocation
-from kubus.plugins.nodewise.node_resources_fit import (
+from kubus.kernels.nodeinfo import NodeInfo, PodInfo
+from kubus.reference._gomath import go_div, go_int64, go_round
+from kubus.reference._resources import is_scalar_resource_name
+from kubus.reference.balanced_allocation import NodeResourcesBalancedAllocation
+from kubus.reference.node_resources_fit import (
     NodeResourcesFit,
     broken_linear_function,
     requested_to_capacity_ratio_scorer,

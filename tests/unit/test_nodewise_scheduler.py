@@ -29,10 +29,10 @@ from kubus.api.objects import (
 from kubus.api.objects import (
     NodeAffinity as NodeAffinitySpec,
 )
-from kubus.framework.nodeinfo import NodeInfo
 from kubus.framework.status import Code, Status
-from kubus.framework.tiebreak import node_tie_hash, pod_tie_hash, tie_key
-from kubus.plugins.nodewise import (
+from kubus.kernels.nodeinfo import NodeInfo
+from kubus.kernels.tiebreak import node_tie_hash, pod_tie_hash, tie_key
+from kubus.reference import (
     GPUFit,
     ImageLocality,
     NodeAffinity,
@@ -479,9 +479,9 @@ def test_schedule_all_records_gpu_devices() -> None:
 
 
 def test_plugin_names_and_profile_points() -> None:
-    from kubus.plugins import nodewise
+    from kubus import reference
 
-    names = [cls.name for cls in nodewise.ALL_PLUGINS]
+    names = [cls.name for cls in reference.ALL_PLUGINS]
     assert names == [
         "SchedulingGates",
         "PrioritySort",

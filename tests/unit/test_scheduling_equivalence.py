@@ -44,13 +44,13 @@ from kubus.api.objects import (
 )
 from kubus.framework.adapter import NodewisePlugin, nodewise_spec
 from kubus.framework.config import load_config
-from kubus.framework.nodeinfo import NodeInfo, PodInfo
 from kubus.framework.registry import Registry
 from kubus.framework.runtime import Framework
 from kubus.framework.scheduling import Scheduler
 from kubus.kernels.node_table import NodeTable
-from kubus.plugins import in_tree_registry, nodewise
-from kubus.plugins.nodewise import ReferenceScheduler, reference_profile
+from kubus.kernels.nodeinfo import NodeInfo, PodInfo
+from kubus.plugins import in_tree_registry
+from kubus.reference import ALL_PLUGINS, ReferenceScheduler, reference_profile
 
 GI = 1024**3
 MODELS = ("H100", "A100", "L4")
@@ -334,7 +334,7 @@ def test_placed_pods_never_overcommit() -> None:
 def test_nodewise_plugins_through_the_adapter_decide_alike(case: Case) -> None:
     """Every plugin registered the kube way (one node at a time) through the adapter: same
     placements and messages as the vectorized plugins."""
-    adapted = Registry(nodewise_spec(cls) for cls in nodewise.ALL_PLUGINS)
+    adapted = Registry(nodewise_spec(cls) for cls in ALL_PLUGINS)
     text = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n" + CONFIGS[case.config]
     profile = load_config(text, registry=adapted).profiles[0]
     table = NodeTable(seed=7)

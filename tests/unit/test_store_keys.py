@@ -9,8 +9,8 @@ from redis.crc import key_slot
 
 from kubus import codec
 from kubus.api.manifests import parse_node, parse_pod
-from kubus.framework.nodeinfo import NodeInfo, PodInfo
-from kubus.plugins.nodewise.gpu_fit import pick_gpu_devices
+from kubus.kernels.nodeinfo import NodeInfo, PodInfo
+from kubus.reference.gpu_fit import pick_gpu_devices
 from kubus.store import (
     EventType,
     Keys,

@@ -2,7 +2,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kubus.framework.tiebreak import mix, node_tie_hash, pod_tie_hash, stable_hash, tie_key, tie_keys
+from kubus.kernels.tiebreak import mix, node_tie_hash, pod_tie_hash, stable_hash, tie_key, tie_keys
 
 
 @given(st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=50), st.integers(0, 2**64 - 1))

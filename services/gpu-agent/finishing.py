@@ -1,0 +1,80 @@
+"""Finishing: a pod this agent runs stops when its run time is up (one timer for every pod:
+Running → Succeeded, its room released, ``pod.finished``) or when it is deleted."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from nats.aio.msg import Msg
+
+from kubus.bus import EventKind
+from kubus.bus.messages import ClusterEvent, MessageError, PodChange, decode
+from kubus.gpu_agent._core import AgentCore
+from kubus.gpu_agent.running import RunningPod
+from kubus.store import EventType, PodEvent, PodPhase, StoreCode
+
+
+class Finishing(AgentCore):
+    """Finishes the pods whose run time is up, and stops the deleted ones."""
+
+    async def _finish_loop(self) -> None:
+        timer = self.running
+        while not self.stopping.is_set():
+            now = self.clock()
+            due = timer.due(now)
+            if due:
+                await self._each(due, self._finish_guarded)
+                continue
+            timer.wake.clear()
+            deadline = timer.next_deadline()
+            timeout = max(0.0, deadline - now) if deadline is not None else None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(timer.wake.wait(), timeout)
+
+    async def _finish_guarded(self, pod: RunningPod) -> None:
+        try:
+            await self.finish(pod)
+        except Exception as exc:
+            self._log_failure("finishing a pod failed, retrying in a second", exc, pod=pod.key, uid=pod.uid)
+            if self.running.get(pod.uid) is pod:
+                self.running.schedule(pod, self.clock() + 1.0)
+
+    async def finish(self, pod: RunningPod) -> None:
+        """Running → Succeeded, release its room, ``pod.finished``. Idempotent; raises on
+        Redis/NATS errors (the caller retries)."""
+        state = self._store()
+        write = await state.transition(pod.uid, PodPhase.SUCCEEDED, expected_phases={PodPhase.RUNNING})
+        await state.release(pod.node, pod.uid)  # every outcome: the pod does not run here any more
+        if write.code in (StoreCode.OK, StoreCode.ALREADY):
+            if write.code is StoreCode.OK:
+                ran = round(self.clock() - pod.started_at, 3)
+                event = PodEvent(
+                    self.clock(), EventType.NORMAL, "Completed", f"Pod ran {ran}s and succeeded", self.source
+                )
+                await state.append_event(pod.uid, event)
+            await self._pod_event(EventKind.POD_FINISHED, pod, phase=PodPhase.SUCCEEDED)
+            self.log.info("pod succeeded", pod=pod.key, uid=pod.uid, node=pod.node)
+        else:
+            self.log.info("pod stopped: it moved on", pod=pod.key, uid=pod.uid, code=str(write.code))
+        self.running.untrack(pod.uid)
+
+    async def _on_deleted(self, msg: Msg) -> None:
+        """A ``pod.deleted`` event: stop the pod if it runs here (the queue released its room
+        already; releasing again is idempotent)."""
+        try:
+            event = decode(ClusterEvent, msg.data)
+        except MessageError as exc:
+            self.log.warning("pod.deleted event unreadable", subject=msg.subject, error=str(exc))
+            return
+        uid = event.data.uid if isinstance(event.data, PodChange) else ""
+        if not uid:  # no uid in the event: the pod of that name
+            uid = self.running.uid_of(event.name)
+        pod = self.running.untrack(uid) if uid else None
+        if pod is None:
+            return
+        try:
+            await self._store().release(pod.node, pod.uid)
+        except Exception as exc:
+            self._log_failure("release after deletion failed (the queue releases too)", exc, pod=pod.key)
+        self.log.info("pod stopped: deleted", pod=pod.key, uid=pod.uid, node=pod.node)

@@ -1,0 +1,228 @@
+"""The queue service's state and the helpers its parts share (`QueueService` is made of
+`kubus.queue.intake`, `.serving`, `.janitor` and `.node_lifecycle` over this)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Awaitable
+from typing import Any
+
+from kubus import codec
+from kubus.api.errors import ManifestError
+from kubus.api.objects import Pod
+from kubus.bus import (
+    EVENTS,
+    PODS_DELETE,
+    PODS_REQUEUE,
+    PODS_STREAM,
+    PODS_SUBMIT,
+    EventKind,
+    Publication,
+    announcements,
+    publish_durable,
+)
+from kubus.bus.messages import (
+    Outcome,
+    OutcomeKind,
+)
+from kubus.framework.config import SchedulerConfiguration
+from kubus.framework.registry import ExtensionPoint, Registry
+from kubus.plugins import in_tree_registry
+from kubus.queue.options import QueueOptions
+from kubus.queue.queueing import QueueName, SchedulingQueue
+from kubus.service import Service
+from kubus.settings import ConnectionSettings
+from kubus.store import (
+    ClusterState,
+    EventType,
+    PodEvent,
+    PodPhase,
+    PodRecord,
+)
+
+ERROR_HEADER = "Kubus-Error"
+"""Header of an empty reply to a pop or done request the queue could not read: the one-line error."""
+
+_PENDING_QUEUES = (QueueName.ACTIVE, QueueName.BACKOFF, QueueName.UNSCHEDULABLE, QueueName.GATED)
+
+
+class Retry(Exception):
+    """A message to process again later (the state it needs is changing); nak'd with a delay."""
+
+
+class QueueBase(Service):
+    """The queue service; see the module docstring. ``settings`` None connects nothing (tests of
+    the wiring only). ``registry`` builds each profile's PreEnqueue and QueueSort plugins
+    (default: the in-tree plugins and the installed out-of-tree ones)."""
+
+    def __init__(
+        self,
+        settings: ConnectionSettings | None,
+        config: SchedulerConfiguration,
+        options: QueueOptions | None = None,
+        *,
+        registry: Registry | None = None,
+    ) -> None:
+        super().__init__("queue", settings)
+        self.config = config
+        self.options = options or QueueOptions()
+        registry = registry if registry is not None else in_tree_registry(entry_points=True)
+        self.queues: dict[str, SchedulingQueue] = {
+            profile.scheduler_name: self._build_queue(profile.scheduler_name, registry) for profile in config.profiles
+        }
+        """One scheduling queue per profile (schedulerName)."""
+        self.store: ClusterState | None = None
+        self._ready = {profile: asyncio.Event() for profile in self.queues}
+        self._tokens: dict[str, int] = {}
+        self._lost_nodes: set[str] | None = None
+        self._next_node_scan = 0.0
+        """When _check_nodes next reads every node's heartbeat (not only the silent ones)."""
+        self._pods_sub: Any = None
+        self._consumer_idle = asyncio.Event()
+        self._consumer_idle.set()
+        self._redis_slots = asyncio.Semaphore(32)
+        """Bounds the Redis writes one batch of outcomes makes at once."""
+
+    def _build_queue(self, name: str, registry: Registry) -> SchedulingQueue:
+        profile = self.config.profile(name)
+
+        def plugin(plugin_name: str) -> Any:
+            return registry.get(plugin_name).factory(profile.plugin_args.get(plugin_name), None)
+
+        sorts = [plugin(ref.name) for ref in profile.enabled(ExtensionPoint.QUEUE_SORT)]
+        return SchedulingQueue(
+            name,
+            initial_backoff=float(self.config.pod_initial_backoff_seconds),
+            max_backoff=float(self.config.pod_max_backoff_seconds),
+            max_in_unschedulable=self.options.max_in_unschedulable,
+            in_flight_timeout=self.options.in_flight_timeout,
+            pre_enqueue=[plugin(ref.name) for ref in profile.enabled(ExtensionPoint.PRE_ENQUEUE)],
+            queue_sort=sorts[0] if sorts else None,
+            on_incoming=self._count_incoming,
+        )
+
+    def _count_rejected(self, subject: str) -> None:
+        # The subjects the queue reads by name, or their stream's filter: a bounded label set.
+        known = subject in (PODS_SUBMIT, PODS_DELETE, PODS_REQUEUE) or subject.startswith("kubus.queue.")
+        label = subject if known else PODS_STREAM.subjects[0] if subject.startswith("kubus.pods.") else EVENTS
+        self.metrics.rejected_messages.labels(subject=label).inc()
+
+    def _count_incoming(self, queue: QueueName, event: str) -> None:
+        self.metrics.queue_incoming_pods.labels(queue=str(queue), event=event).inc()
+
+    def _after_change(self) -> None:
+        """Refresh the pending-pods gauges and wake pops waiting for a profile that has pods."""
+        totals: Counter[QueueName] = Counter()
+        for profile, queue in self.queues.items():
+            for name, count in queue.counts().items():
+                totals[name] += count
+            if len(queue):
+                self._ready[profile].set()
+        for name in _PENDING_QUEUES:
+            self.metrics.pending_pods.labels(queue=str(name)).set(totals[name])
+
+    def _pod_of(self, record: PodRecord) -> Pod | None:
+        """The stored pod, parsed; None (logged) for a manifest that no longer parses."""
+        try:
+            return record.pod()
+        except (ManifestError, codec.DecodeError) as exc:
+            self.log.error("stored pod unreadable; not queued", pod=record.key, uid=record.uid, error=str(exc))
+            return None
+
+    def _cluster(self) -> ClusterState:
+        if self.store is None:
+            raise RuntimeError("queue: not connected")
+        return self.store
+
+    async def _publish(self, p: Publication) -> None:
+        await publish_durable(self.jetstream(), p.subject, p.payload, p.msg_id)
+
+    @staticmethod
+    def _pod_announcement(kind: EventKind, record: PodRecord, attempt: int = 0, *, reason: str = "",
+                          message: str = "") -> Publication:  # fmt: skip
+        return announcements.pod_event(
+            kind,
+            record.key,
+            record.uid,
+            at=time.time(),
+            node=record.node,
+            attempt=attempt,
+            profile=record.profile,
+            reason=reason,
+            message=message,
+        )
+
+    async def _pod_event(self, uid: str, type_: EventType, reason: str, message: str, source: str) -> None:
+        await self._cluster().append_event(uid, PodEvent(time.time(), type_, reason, message, source))
+
+    async def _settle(self, ack: Awaitable[Any]) -> None:
+        try:
+            await ack
+        except Exception as exc:  # the server redelivers it after ack_wait: handlers are idempotent
+            self.log.warning("ack failed", error=repr(exc))
+
+    async def _hand_back(self, outcome: Outcome) -> None:
+        """A pod handed back after its reservation was given up (a failed Permit or bind): back
+        to Pending (compare-and-set on the attempt when given), its reason recorded, requeued."""
+        state = self._cluster()
+        uid = outcome.uid
+        if outcome.kind is OutcomeKind.RESERVED:
+            return  # nothing to hand back
+        record = await state.get_pod(uid)
+        if record is None:
+            self.log.warning("hand-back of an unknown pod ignored", uid=uid)
+            return
+        bind_failed = outcome.kind is OutcomeKind.BIND_FAILED
+        unschedulable = outcome.kind is OutcomeKind.UNSCHEDULABLE
+        reason = "Unschedulable" if unschedulable else "SchedulerError"
+        message = outcome.message or "handed back"
+        if bind_failed:
+            message = f"binding rejected: {message}"
+        if record.phase is PodPhase.RESERVED:
+            if outcome.node and record.node != outcome.node:
+                self.log.info("stale hand-back ignored", pod=record.key, uid=uid, node=outcome.node, now_on=record.node)
+                return
+            if not outcome.attempt:
+                held = await state.reservation(record.node, uid)
+                if held is not None:  # without the attempt we cannot tell whose it is: the janitor decides
+                    self.log.info(
+                        "hand-back without attempt while a reservation is held; left to the janitor",
+                        pod=record.key,
+                        uid=uid,
+                        node=record.node,
+                        state=str(held.state),
+                    )
+                    return
+            attempt = outcome.attempt or record.version
+            given = await state.give_back(uid, record.node, attempt, reason=reason, message=message)
+            if not given.ok:
+                self.log.info("stale hand-back ignored", pod=record.key, uid=uid, code=str(given.code))
+                return
+            if given.released:  # the binder could not give the room back itself
+                await self._publish(self._pod_announcement(EventKind.POD_UNRESERVED, record, attempt, reason=reason))
+        elif record.phase is PodPhase.PENDING:
+            w = await state.transition(
+                uid, PodPhase.PENDING, expected_phases={PodPhase.PENDING}, reason=reason, message=message
+            )
+            if not w.ok:
+                return
+        else:
+            self.log.info(
+                "hand-back of a pod no longer reserved ignored", pod=record.key, uid=uid, phase=str(record.phase)
+            )
+            return
+        await self._pod_event(uid, EventType.WARNING, "FailedScheduling", message, record.profile)
+        queue = self.queues.get(record.profile)
+        pod = self._pod_of(record)
+        if queue is None or pod is None:
+            return
+        plugins = outcome.plugins if unschedulable else ()
+        where = queue.add_unschedulable(
+            uid, plugins, pod=pod, manifest=record.manifest, attempts=max(record.attempts, 1)
+        )
+        self.log.info(
+            "pod handed back", pod=record.key, uid=uid, kind=str(outcome.kind), queue=str(where or "-"), message=message
+        )
+        self._after_change()

@@ -1,0 +1,128 @@
+"""The janitor and the resync: what crashed services or lost messages leave is repaired from
+Redis, the truth (Reserved pods, room no pod holds, pods lost in flight, queues out of step)."""
+
+from __future__ import annotations
+
+import time
+
+from kubus.bus import (
+    EventKind,
+    Publication,
+    announcements,
+    publish_durable_many,
+)
+from kubus.bus.messages import (
+    NodeAssignment,
+)
+from kubus.queue._base import QueueBase
+from kubus.queue.queueing import QueueName
+from kubus.store import (
+    EventType,
+    ExpiryKind,
+    PodPhase,
+)
+
+
+class Janitor(QueueBase):
+    """Periodic repairs."""
+
+    async def _expire_in_flight(self) -> None:
+        state = self._cluster()
+        for profile, queue in self.queues.items():
+            expired = queue.take_expired_in_flight()
+            if not expired:
+                continue
+            try:
+                records = await state.get_pods([e.uid for e in expired])
+            except Exception:
+                for entry in expired:
+                    queue.restore(entry)
+                raise
+            for entry, record in zip(expired, records, strict=True):
+                if record is not None and record.phase is PodPhase.PENDING:
+                    queue.restore(entry)
+                    self.log.info(
+                        "in-flight deadline passed; pod handed out again", profile=profile, pod=entry.key, uid=entry.uid
+                    )
+                else:
+                    self.log.info(
+                        "in-flight deadline passed; pod no longer pending, dropped",
+                        profile=profile,
+                        pod=entry.key,
+                        uid=entry.uid,
+                        phase=str(record.phase) if record else "gone",
+                    )
+
+    async def _resync(self) -> None:
+        """Compare each profile's queue with its Pending pods in Redis: add the missing ones (this
+        is also the rebuild after a restart), drop the ones no longer Pending."""
+        state = self._cluster()
+        for profile, queue in self.queues.items():
+            pending = await state.pod_uids_in_phase(PodPhase.PENDING, profile=profile)
+            known = queue.uids()
+            missing = sorted(pending - known)
+            added = 0
+            if missing:
+                records = [r for r in await state.get_pods(missing) if r is not None]
+                records.sort(key=lambda r: (r.created_at, r.key))
+                for record in records:
+                    if record.phase is not PodPhase.PENDING or record.profile != profile:
+                        continue
+                    pod = self._pod_of(record)
+                    if pod is None:
+                        continue
+                    queue.add(pod, record.manifest, attempts=record.attempts, event="Resync")
+                    added += 1
+            stale = sorted(uid for uid in known - pending if queue.where(uid) is not QueueName.IN_FLIGHT)
+            dropped = 0
+            if stale:
+                for uid, record in zip(stale, await state.get_pods(stale), strict=True):
+                    if record is None or record.phase is not PodPhase.PENDING:
+                        queue.delete(uid)
+                        dropped += 1
+            if added or dropped:
+                self.log.info("resynced with redis", profile=profile, added=added, dropped=dropped)
+        self._after_change()
+
+    async def _repair_reserved(self) -> None:
+        """The janitor (`ClusterState.expire_reserved`): Reserved pods a crashed cycle or binder
+        left are given back and queued again, or their bind is finished; either is announced."""
+        o = self.options
+        expired = await self._cluster().expire_reserved(
+            timeout_s=o.reserve_timeout, lost_after_s=o.reconcile_grace, source="queue"
+        )
+        announce: list[Publication] = []
+        for e in expired:
+            pod = e.pod
+            if e.kind is ExpiryKind.BOUND:
+                assignment = NodeAssignment(
+                    uid=pod.uid,
+                    key=pod.key,
+                    node=pod.node,
+                    manifest=pod.manifest,
+                    gpu_devices=e.devices,
+                    attempt=e.attempt,
+                )
+                announce += announcements.bound(assignment, pod.profile, at=time.time())
+                self.log.warning("janitor: finished a bind a binder left", pod=pod.key, uid=pod.uid, node=pod.node)
+                continue
+            self.log.warning(
+                "janitor: reserved pod back to pending", pod=pod.key, uid=pod.uid, node=pod.node, reason=e.reason
+            )
+            if e.released:  # room was given back: pods waiting for room on that node may fit now
+                announce.append(self._pod_announcement(EventKind.POD_UNRESERVED, pod, e.attempt, reason=e.reason))
+            await self._pod_event(pod.uid, EventType.WARNING, "FailedScheduling", e.message, "queue")
+            queue = self.queues.get(pod.profile)
+            parsed = self._pod_of(pod)
+            if queue is not None and parsed is not None:
+                queue.delete(pod.uid)  # a stale in-flight entry, if any
+                queue.add(parsed, pod.manifest, attempts=pod.attempts, event=e.reason)
+        if announce:
+            await publish_durable_many(self.jetstream(), announce)
+
+    async def _reconcile(self) -> None:
+        fixes = await self._cluster().reconcile(grace_s=self.options.reconcile_grace)
+        for fix in fixes:
+            self.log.warning("reconcile", fix=fix)
+        if fixes:
+            await self._resync()

@@ -1,0 +1,79 @@
+"""QueueOptions: how the queue service runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kubus.bus import MAX_MANIFEST_SIZE
+
+__all__ = ["QueueOptions"]
+
+
+@dataclass(frozen=True, slots=True)
+class QueueOptions:
+    """How the queue service runs. Seconds unless said otherwise."""
+
+    in_flight_timeout: float = 30.0
+    """A popped pod whose outcome has not come back after this is handed out again (if it is
+    still Pending in Redis; otherwise it is dropped)."""
+    reserve_timeout: float = 60.0
+    """A pod Reserved this long whose reservation no binder marked bound is given back and
+    requeued by the janitor; one whose reservation is bound has its bind finished."""
+    reconcile_grace: float = 30.0
+    """Grace the full reconcile gives a step in flight (ClusterState.reconcile's grace_s)."""
+    node_grace: float = 40.0
+    """A node whose last heartbeat is older than this is marked unreachable (node.lost)."""
+    resync: float = 30.0
+    """How often Pending pods in Redis are compared with the queues (missing ones added,
+    vanished ones dropped)."""
+    flush_interval: float = 1.0
+    """How often the backoffQ is flushed (kube: every second)."""
+    leftover_interval: float = 30.0
+    """How often unschedulable leftovers are looked for (kube: every 30 s)."""
+    max_in_unschedulable: float = 300.0
+    """podMaxInUnschedulablePodsDuration: an unschedulable pod is retried after this anyway."""
+    in_flight_interval: float = 1.0
+    """How often in-flight deadlines are checked."""
+    janitor_interval: float = 10.0
+    """How often Reserved pods past reserve_timeout are looked for (cheap: reads the Reserved
+    pods only)."""
+    reconcile_interval: float = 300.0
+    """How often the full ClusterState.reconcile runs (reads every node's reservations)."""
+    node_interval: float = 5.0
+    """How often node heartbeats are checked."""
+    fetch_batch: int = 256
+    """Messages fetched from KUBUS_PODS at a time (the submits among them are stored with one
+    Redis round trip and announced with one JetStream round trip)."""
+    max_deliver: int = 5
+    """Deliveries of one KUBUS_PODS message at most; the last failure rejects it."""
+    ack_wait: float = 30.0
+    """Seconds JetStream waits for an ack before redelivering."""
+    durable: str = "kubus-queue"
+    """Name of the durable consumer on KUBUS_PODS."""
+    max_manifest_bytes: int = MAX_MANIFEST_SIZE
+    """Largest pod manifest (as JSON) accepted; bigger ones are rejected (TooLarge). Default:
+    `kubus.bus.MAX_MANIFEST_SIZE`, the limit `kubus apply` checks too."""
+    max_pop: int = 10_000
+    """Most pods one pop hands out, whatever it asks."""
+    max_pop_wait: float = 5.0
+    """Longest a pop waits for a first pod, whatever it asks."""
+
+    def __post_init__(self) -> None:
+        for name in (
+            "in_flight_timeout",
+            "reserve_timeout",
+            "node_grace",
+            "resync",
+            "flush_interval",
+            "leftover_interval",
+            "in_flight_interval",
+            "janitor_interval",
+            "reconcile_interval",
+            "node_interval",
+            "ack_wait",
+        ):
+            if not getattr(self, name) > 0:
+                value = getattr(self, name)
+                raise ValueError(f"queue option {name}: must be a positive number of seconds, got {value!r}")
+        if self.fetch_batch < 1 or self.max_deliver < 1 or self.max_pop < 1 or self.max_manifest_bytes < 1024:
+            raise ValueError("queue options fetch_batch, max_deliver, max_pop must be >= 1, max_manifest_bytes >= 1024")

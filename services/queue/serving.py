@@ -1,0 +1,191 @@
+"""Serving the cycles: ``kubus.queue.<profile>.pop`` hands out pods, ``.done`` takes their outcomes
+(kube's Pop and Done / AddUnschedulableIfNotPresent)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from nats.aio.msg import Msg
+
+from kubus.bus.messages import (
+    MessageError,
+    Outcome,
+    OutcomeKind,
+    Outcomes,
+    PopReply,
+    PopRequest,
+    QueuedPod,
+    decode,
+    encode,
+)
+from kubus.queue._base import ERROR_HEADER, QueueBase
+from kubus.queue.queueing import QueueName
+from kubus.store import (
+    EventType,
+    PodPhase,
+)
+
+
+class Serving(QueueBase):
+    """The pop and done request handlers."""
+
+    async def _on_pop(self, profile: str, msg: Msg) -> None:
+        if not msg.reply:
+            self._count_rejected(msg.subject)
+            self.log.warning("pop without a reply subject ignored", profile=profile)
+            return
+        try:
+            request = decode(PopRequest, msg.data)
+        except MessageError as exc:
+            self._count_rejected(msg.subject)
+            self.log.warning("bad pop request", profile=profile, error=str(exc))
+            await self._reply_error(msg, str(exc))
+            return
+        queue = self.queues[profile]
+        token = request.fencing_token
+        newest = self._tokens.get(profile, 0)
+        if token and token < newest:
+            self.log.warning("pop from a deposed cycle refused", profile=profile, holder=request.holder, token=token)
+            await msg.respond(encode(PopReply()))
+            return
+        if token > newest:
+            self._tokens[profile] = token
+            if back := queue.fence(token):
+                self.log.info(
+                    "a new cycle took over; its predecessor's pods are handed out again",
+                    profile=profile,
+                    token=token,
+                    pods=len(back),
+                )
+        count = max(0, min(request.max_pods, self.options.max_pop))
+        entries = queue.pop(count, holder=request.holder, token=token, max_bytes=self._pop_budget())
+        if not entries and count and request.wait_ms > 0:
+            ready = self._ready[profile]
+            ready.clear()
+            try:
+                async with asyncio.timeout(min(request.wait_ms / 1000, self.options.max_pop_wait)):
+                    await ready.wait()
+            except TimeoutError:
+                pass
+            entries = queue.pop(count, holder=request.holder, token=token, max_bytes=self._pop_budget())
+        reply = PopReply(
+            pods=tuple(QueuedPod(uid=e.uid, key=e.key, manifest=e.manifest, attempts=e.attempts - 1) for e in entries)
+        )
+        await msg.respond(encode(reply))
+        if entries:
+            self.log.debug("pods popped", profile=profile, holder=request.holder, pods=len(entries))
+            self._after_change()
+
+    def _pop_budget(self) -> int:
+        """Manifest bytes one pop reply may carry: escaping may double them inside the JSON."""
+        max_payload = self.nc.max_payload if self.nc is not None and self.nc.max_payload else 1024 * 1024
+        return max(max_payload // 2 - 16 * 1024, 1024)
+
+    async def _reply_error(self, msg: Msg, error: str) -> None:
+        if msg.reply and self.nc is not None:
+            await self.nc.publish(msg.reply, b"", headers={ERROR_HEADER: error[:1000]})
+
+    async def _on_done(self, profile: str, msg: Msg) -> None:
+        try:
+            outcomes = decode(Outcomes, msg.data)
+        except MessageError as exc:
+            self._count_rejected(msg.subject)
+            self.log.warning("bad outcomes", profile=profile, error=str(exc))
+            await self._reply_error(msg, str(exc))
+            return
+        # A reserved pod that was in flight just leaves the queue: no Redis, no task. The rest
+        # (failures, reports after a restart) take their round trips, all at once.
+        queue = self.queues[profile]
+        rest = [o for o in outcomes.outcomes if o.kind is not OutcomeKind.RESERVED or queue.done(o.uid) is None]
+        if rest:
+            await asyncio.gather(*(self._outcome(profile, o) for o in rest))
+        self._after_change()
+        if msg.reply:
+            await msg.respond(b"")
+
+    async def _outcome(self, profile: str, outcome: Outcome) -> None:
+        """What became of a popped pod (kube's Done / AddUnschedulableIfNotPresent). Never raises:
+        a pod whose outcome could not be recorded stays in flight and is handed out again."""
+        try:
+            async with self._redis_slots:
+                await self._apply_outcome(profile, outcome)
+        except Exception as exc:
+            self.log.warning(
+                "outcome not recorded", profile=profile, uid=outcome.uid, kind=str(outcome.kind), error=repr(exc)
+            )
+
+    async def _apply_outcome(self, profile: str, outcome: Outcome) -> None:
+        if outcome.kind is OutcomeKind.RESERVED:
+            await self._reserved(profile, outcome.uid)
+        elif outcome.kind is OutcomeKind.BIND_FAILED:
+            await self._hand_back(outcome)
+        else:
+            await self._failed(profile, outcome)
+
+    async def _reserved(self, profile: str, uid: str) -> None:
+        queue = self.queues[profile]
+        if queue.done(uid) is not None or queue.where(uid) is None:
+            return
+        # Not in flight, yet queued: popped before a restart, or handed back before this report.
+        record = await self._cluster().get_pod(uid)
+        if record is None or record.phase is not PodPhase.PENDING:
+            queue.delete(uid)
+
+    async def _failed(self, profile: str, outcome: Outcome) -> None:
+        """An attempt found no node (UNSCHEDULABLE) or failed (ERROR): record why, then back off."""
+        state = self._cluster()
+        queue = self.queues[profile]
+        uid = outcome.uid
+        where = queue.where(uid)
+        if where is not None and where is not QueueName.IN_FLIGHT:
+            # Its attempt is over already: a repeated report (the cycle retries done requests), or
+            # the deadline or a restart put it back. Counting it again would count one attempt twice.
+            self.log.debug("outcome for a pod already queued ignored", profile=profile, uid=uid, queue=str(where))
+            return
+        unschedulable = outcome.kind is OutcomeKind.UNSCHEDULABLE
+        reason = "Unschedulable" if unschedulable else "SchedulerError"
+        message = outcome.message or ("no node fits the pod" if unschedulable else "scheduling failed")
+        w = await state.transition(
+            uid,
+            PodPhase.PENDING,
+            expected_phases={PodPhase.PENDING},
+            reason=reason,
+            message=message,
+            count_attempt=True,
+        )
+        if not w.ok:
+            # Deleted, or no longer Pending (a newer attempt has it): not ours to requeue.
+            queue.delete(uid)
+            self.log.info(
+                "outcome for a pod no longer pending",
+                profile=profile,
+                uid=uid,
+                code=str(w.code),
+                phase=str(w.phase or "-"),
+            )
+            return
+        await self._pod_event(uid, EventType.WARNING, "FailedScheduling", message, profile)
+        plugins = outcome.plugins if unschedulable else ()
+        where = queue.add_unschedulable(uid, plugins)
+        if where is None and queue.where(uid) is None:
+            record = await state.get_pod(uid)  # popped before a restart: not in flight here
+            pod = self._pod_of(record) if record is not None else None
+            if (
+                record is not None
+                and pod is not None
+                and record.phase is PodPhase.PENDING
+                and record.profile == profile
+            ):
+                where = queue.add_unschedulable(
+                    uid, plugins, pod=pod, manifest=record.manifest, attempts=max(record.attempts, 1)
+                )
+        entry = queue.get(uid)
+        self.log.info(
+            "pod unschedulable" if unschedulable else "scheduling failed",
+            pod=entry.key if entry else uid,
+            uid=uid,
+            profile=profile,
+            queue=str(where or queue.where(uid) or "-"),
+            plugins=",".join(plugins) or "-",
+            message=message,
+        )

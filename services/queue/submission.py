@@ -1,0 +1,192 @@
+"""What clients publish to the queue, read and checked: pod manifests to submit, each bad one as one line.
+
+`read_submission` turns the bytes of a ``kubus.pods.submit`` message (YAML or JSON, one or more
+Pods, or a PodList) into `Submission`s: the Pod as `kubus.api.manifests` validates it and its
+manifest as the JSON the rest of kubus reads (uid and namespace filled in, so every hop parses
+the same pod). Anything else raises `Rejected`, whose ``str()`` is one line naming the object,
+the field and the problem.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kubus import codec
+from kubus.api.errors import ManifestError
+from kubus.api.manifests import parse_manifests, parse_pod, read_documents
+from kubus.api.objects import Pod
+from kubus.errors import KubusError
+
+__all__ = ["Rejected", "Submission", "identify", "read_submission"]
+
+_MAX_LINE = 1000
+"""A rejection message longer than this is cut (it travels in events and logs)."""
+
+_LIST_ITEM_KIND = {"List": None, "PodList": "Pod", "NodeList": "Node"}
+
+
+class Rejected(KubusError, ValueError):
+    """Input the queue refuses. ``str()`` is one line; ``key``/``uid`` name the pod when it could
+    be read that far (else ""); ``reason`` is a CamelCase word for events (Invalid, TooLarge,
+    WrongKind)."""
+
+    def __init__(self, message: str, *, reason: str = "Invalid", key: str = "", uid: str = "") -> None:
+        line = " ".join(message.split("\n"))
+        if len(line) > _MAX_LINE:
+            line = line[: _MAX_LINE - 3] + "..."
+        super().__init__(line)
+        self.reason = reason
+        self.key = key
+        self.uid = uid
+
+
+@dataclass(frozen=True, slots=True)
+class Submission:
+    """One pod accepted for scheduling."""
+
+    pod: Pod
+    """Parsed from `manifest` (so it is exactly what the cycle will parse)."""
+    manifest: bytes
+    """The pod object as JSON."""
+
+
+def read_submission(data: bytes, *, source: str, max_manifest_bytes: int) -> list[Submission]:
+    """The pods of a submit message, validated. Raises Rejected for anything that is not one or
+    more valid Pods (garbage, another kind, a Node, invalid values, a manifest whose JSON is over
+    ``max_manifest_bytes``); nothing else for bad input. ``source`` names the input in errors.
+
+    The common case, one Pod as JSON, is read once: decoded, validated and stored as is (the
+    same steps `parse_manifests` takes for it). Anything else takes the general path."""
+    doc = _json_pod(data)
+    if doc is not None:
+        try:
+            pod = parse_pod(doc, source=source)
+        except ManifestError as exc:
+            raise _rejected(exc, data) from None
+        return [_submission(pod, doc, source, max_manifest_bytes, reparse=False)]
+    try:
+        manifests = parse_manifests(data, source=source)
+    except ManifestError as exc:
+        raise _rejected(exc, data) from None
+    if manifests.nodes:
+        raise Rejected(
+            f"{source}: Node {manifests.nodes[0].name}: a node is not submitted to the queue; its agent registers it",
+            reason="WrongKind",
+        )
+    if not manifests.pods:
+        raise Rejected(f"{source}: no Pod in the message", reason="Invalid")
+    raw_pods = _raw_pods(data)
+    if len(raw_pods) != len(manifests.pods):  # cannot be: both read the same documents
+        raise Rejected(f"{source}: could not match the pods to their documents", reason="Invalid")
+    out: list[Submission] = []
+    for pod, raw in zip(manifests.pods, raw_pods, strict=True):
+        out.append(_submission(pod, raw, source, max_manifest_bytes))
+    return out
+
+
+def _json_pod(data: bytes) -> dict[str, Any] | None:
+    """The Pod of a message that is exactly one JSON object of kind Pod, else None (the general
+    path reads it: YAML, lists, a byte order mark, leading blanks, bad JSON, bad UTF-8)."""
+    if data[:1] != b"{":
+        return None
+    try:
+        doc = codec.loads(data)
+    except codec.DecodeError:
+        return None
+    return doc if isinstance(doc, dict) and doc.get("kind") == "Pod" else None
+
+
+def _rejected(exc: ManifestError, data: bytes) -> Rejected:
+    errors = list(exc) if hasattr(exc, "errors") else [exc]
+    first = errors[0]
+    key, uid = identify(data)
+    reason = "WrongKind" if first.field == "kind" else "Invalid"
+    return Rejected("; ".join(str(e) for e in errors), reason=reason, key=key, uid=uid)
+
+
+def _submission(
+    pod: Pod, raw: dict[str, Any], source: str, max_manifest_bytes: int, *, reparse: bool = True
+) -> Submission:
+    label = f"{source}: Pod {pod.key}"
+    doc = dict(raw)
+    metadata = dict(doc.get("metadata") or {})
+    metadata["namespace"] = pod.namespace
+    metadata["uid"] = pod.metadata.uid
+    doc["metadata"] = metadata
+    doc["apiVersion"] = "v1"
+    doc["kind"] = "Pod"
+    try:
+        manifest = codec.dumps(doc)
+    except TypeError as exc:  # YAML that has no JSON form (binary, non-string keys)
+        raise Rejected(f"{label}: cannot be stored as JSON: {exc}", key=pod.key, uid=pod.metadata.uid) from None
+    if len(manifest) > max_manifest_bytes:
+        raise Rejected(
+            f"{label}: the manifest is {len(manifest)} bytes as JSON, "
+            f"more than the {max_manifest_bytes} the queue accepts",
+            reason="TooLarge",
+            key=pod.key,
+            uid=pod.metadata.uid,
+        )
+    if not reparse:  # decoded from JSON: the JSON stored reads back as exactly this pod
+        return Submission(pod, manifest)
+    try:
+        parsed = parse_pod(codec.loads(manifest), source=source)
+    except ManifestError as exc:  # cannot be: the same object validated a moment ago
+        raise Rejected(str(exc), key=pod.key, uid=pod.metadata.uid) from None
+    return Submission(parsed, manifest)
+
+
+def _documents(data: bytes) -> list[Any]:
+    return list(read_documents(data.decode("utf-8-sig")))
+
+
+def _raw_pods(data: bytes) -> list[dict[str, Any]]:
+    """The Pod objects of the documents, in the order parse_manifests reads them."""
+    out: list[dict[str, Any]] = []
+
+    def item(doc: Any, implied: str | None) -> None:
+        if not isinstance(doc, dict):
+            return
+        kind = doc.get("kind", implied)
+        if kind == "Pod":
+            out.append(doc)
+        elif kind in _LIST_ITEM_KIND:
+            for sub in doc.get("items") or ():
+                item(sub, _LIST_ITEM_KIND[kind])
+
+    for doc in _documents(data):
+        item(doc, None)
+    return out
+
+
+def identify(data: bytes) -> tuple[str, str]:
+    """Best effort for a message that failed validation: the (``namespace/name``, uid) of the
+    first pod it names (the uid the API would give it, when the manifest has none), or ("", "")."""
+    try:
+        docs = _documents(data)
+    except Exception:  # garbage: no identity, and no second error
+        return "", ""
+    for doc in docs:
+        if isinstance(doc, dict) and doc.get("kind", "Pod") in ("Pod", "PodList", "List"):
+            candidates = [doc] if doc.get("kind", "Pod") == "Pod" else list(doc.get("items") or ())
+            for candidate in candidates:
+                found = _identity(candidate)
+                if found[0]:
+                    return found
+    return "", ""
+
+
+def _identity(doc: Any) -> tuple[str, str]:
+    if not isinstance(doc, dict) or not isinstance(doc.get("metadata"), dict):
+        return "", ""
+    meta = doc["metadata"]
+    stub_meta = {k: meta[k] for k in ("name", "namespace", "uid") if isinstance(meta.get(k), str)}
+    if "name" not in stub_meta:
+        return "", ""
+    # The identity parse_pod gives a pod with this metadata (the uid derived as the API would).
+    try:
+        pod = parse_pod({"metadata": stub_meta, "spec": {"containers": [{"name": "c"}]}})
+    except ManifestError:
+        return "", ""
+    return pod.key, pod.metadata.uid

@@ -1,0 +1,65 @@
+"""JetStream message ids (``Nats-Msg-Id``): built here and parsed here, nowhere else.
+
+A stream stores a message whose id it saw within its duplicate window once, so the id says
+which publishes are "the same": every retry of one step, by whichever service or replica
+redoes it, must build the same id from the same facts.
+
+=========================================  =============================================
+id                                         one per
+=========================================  =============================================
+``submit/<ns>/<name>/<sha256 of bytes>``   manifest content of a pod (an unchanged
+                                           re-apply is stored once)
+``delete/<ns>/<name>/<uid>/<nonce>``       deletion request
+``requeue/<uid>/<attempt>``                hand-back of one scheduling attempt
+``bind/<uid>/<attempt>``                   BindRequest of one attempt
+``assign/<uid>/<attempt>``                 NodeAssignment of one attempt
+``<kind>/<part>/...``                      cluster event (`event`): e.g. ``pod.bound/<uid>/<attempt>``
+=========================================  =============================================
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from kubus.bus.subjects import EventKind
+
+__all__ = ["assign", "bind", "delete", "event", "requeue", "submit", "submitted_pod"]
+
+
+def submit(namespace: str, name: str, manifest: bytes) -> str:
+    """The id of a submitted manifest: the same bytes for the same pod are stored once."""
+    return f"submit/{namespace}/{name}/{hashlib.sha256(manifest).hexdigest()}"
+
+
+def submitted_pod(msg_id: str) -> tuple[str, str] | None:
+    """(namespace, name) of a `submit` id; None for anything else (no id, another kind)."""
+    parts = msg_id.split("/")
+    if len(parts) == 4 and parts[0] == "submit" and parts[1] and parts[2]:
+        return parts[1], parts[2]
+    return None
+
+
+def delete(namespace: str, name: str, uid: str, nonce: int) -> str:
+    """The id of one deletion request (``nonce``: e.g. the request's time in ns)."""
+    return f"delete/{namespace}/{name}/{uid}/{nonce}"
+
+
+def requeue(uid: str, attempt: int) -> str:
+    """The id of handing back attempt ``attempt`` of a pod."""
+    return f"requeue/{uid}/{attempt}"
+
+
+def bind(uid: str, attempt: int) -> str:
+    """The id of the BindRequest of attempt ``attempt``."""
+    return f"bind/{uid}/{attempt}"
+
+
+def assign(uid: str, attempt: int) -> str:
+    """The id of the NodeAssignment of attempt ``attempt`` (the binder's and the janitor's are one)."""
+    return f"assign/{uid}/{attempt}"
+
+
+def event(kind: EventKind, *parts: object) -> str:
+    """The id of a cluster event: its kind and what makes it one (``uid, attempt``; ``node,
+    generation``; a stream sequence)."""
+    return "/".join((kind.value, *map(str, parts)))
