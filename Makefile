@@ -9,6 +9,7 @@ $(BIN)/kubus: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e tests/plugins/kubus-test-plugins
 	touch $(BIN)/kubus
 
 # Run kubus end to end on the embedded default: local NATS and Redis-compatible servers, every

@@ -20,6 +20,8 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer, generate_latest
 
+_WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900)
+"""Permit waits last from nothing (gangs complete at once) to kube's 15-minute maximum."""
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
 
@@ -87,6 +89,39 @@ class Metrics:
             "kubus_rejected_messages_total",
             "Messages that could not be read (malformed, unknown kind, too large), by subject.",
             ("subject",),
+            registry=r,
+        )
+        self.permit_wait_duration = Histogram(
+            "scheduler_permit_wait_duration_seconds",
+            "Duration of waiting on permit.",
+            ("result",),
+            buckets=_WAIT_BUCKETS,
+            registry=r,
+        )
+        self.queueing_hint_execution_duration = Histogram(
+            "scheduler_queueing_hint_execution_duration_seconds",
+            "Duration for running a queueing hint function of a plugin.",
+            ("plugin", "event", "hint"),
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.plugin_execution_duration = Histogram(
+            "scheduler_plugin_execution_duration_seconds",
+            "Duration for running a plugin at a specific extension point.",
+            ("plugin", "extension_point", "status"),
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.unschedulable_pods = Gauge(
+            "scheduler_unschedulable_pods",
+            "The number of unschedulable pods broken down by plugin name.",
+            ("plugin", "profile"),
+            registry=r,
+        )
+        self.pod_scheduling_attempts = Histogram(
+            "scheduler_pod_scheduling_attempts",
+            "Number of attempts to successfully schedule a pod.",
+            buckets=(1, 2, 4, 8, 16),
             registry=r,
         )
         self.nodes = Gauge("kubus_nodes", "Nodes known, by state (ready, unreachable).", ("state",), registry=r)

@@ -12,6 +12,10 @@ from collections.abc import Sequence
 
 from kubus.binder.service import BinderOptions, BinderService
 from kubus.entrypoint import add_service_flags, run_service, settings_from_flags
+from kubus.framework.config import default_config, load_config
+from kubus.framework.runtime import Framework
+from kubus.framework.waiting import WaitingPods
+from kubus.plugins import in_tree_registry
 
 PROG = "kubus.binder"
 
@@ -20,6 +24,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     defaults = BinderOptions()
     p = argparse.ArgumentParser(prog="python -m kubus.binder", description="kubus binder: binds reserved pods.")
     add_service_flags(p)
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help="KubeSchedulerConfiguration: each profile's PreBind, Bind, PostBind, Permit and Reserve plugins "
+        "(default: kube's default profile)",
+    )
     p.add_argument(
         "--permit-timeout",
         type=float,
@@ -41,9 +51,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def build(args: argparse.Namespace) -> BinderService:
-    """The binder the flags describe. Raises ValueError (SettingsError included) for bad input."""
+    """The binder the flags describe. Raises ValueError (SettingsError, ConfigError and
+    RegistryError included) for bad input."""
     options = BinderOptions(permit_timeout=args.permit_timeout, max_deliver=args.max_deliver, batch=args.batch)
-    return BinderService(settings_from_flags(args), options)
+    registry = in_tree_registry(entry_points=True)
+    config = load_config(args.config, registry=registry) if args.config else default_config(registry)
+    frameworks = {
+        profile.scheduler_name: Framework.from_profile(profile, registry, handle=WaitingPods())
+        for profile in config.profiles
+    }
+    return BinderService(settings_from_flags(args), options, frameworks=frameworks)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

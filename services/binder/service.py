@@ -5,8 +5,12 @@ Any number of replicas share one durable pull consumer on the KUBUS_BIND stream 
 step 5 says, every step conditional on the request's attempt id so a duplicate or stale
 delivery can never undo a newer attempt:
 
-1. WaitOnPermit (bounded by ``permit_timeout``; no Permit plugin exists yet, so it passes).
-2. PreBind (none yet).
+1. WaitOnPermit: when the cycle's Permit plugins made the pod wait, its wait lives in Redis
+   (`kubus.store.permits`); the binder waits until no plugin holds it (allowed), one rejected it,
+   or its deadline passed (kube's Permit timeout; at most ``permit_timeout``), then ends the wait.
+   One watcher task polls every waiting pod of the binder at once.
+2. PreBind plugins of the pod's profile (``--config``), then its Bind plugins until one does not
+   Skip (DefaultBinder: the store's bind, below). A profile with neither binds as before.
 3. ``mark_bound(node, uid, attempt)``: NOT_FOUND/CONFLICT mean the attempt was abandoned (the
    janitor or a newer attempt took over): drop it. If the pod is still Reserved at this very
    attempt (our own earlier hand-back was cut short) it is handed back to the queue.
@@ -14,7 +18,7 @@ delivery can never undo a newer attempt:
    redelivery) → the `NodeAssignment` for the node's agent (msg id ``assign/<uid>/<attempt>``),
    a ``pod.bound`` event and (OK only) a "Scheduled" pod event. GONE (deleted meanwhile) →
    release the room. CONFLICT/NOT_FOUND (the pod moved on) → release this attempt's room.
-5. PostBind (none yet). Ack.
+5. PostBind plugins (errors logged). Ack.
 
 A fetched batch is handled together: each request waits on Permit on its own (a waiting pod
 holds up no other), and the requests that pass, as many as pass at a time, go through steps 3
@@ -23,7 +27,8 @@ bound, bind, the "Scheduled" event, release when refused), their messages go out
 `publish_durable_many`, then each is acked. A request whose message could not be published
 is retried alone (nak); the rest of its batch is acked.
 
-Handing a pod back (Permit rejected, or retries exhausted): give the room back (unreserve, or
+Handing a pod back (Permit rejected or timed out, PreBind or Bind failed, retries exhausted):
+Unreserve (the profile's Reserve plugins, in reverse order), give the room back (unreserve, or
 release once marked bound; both on the attempt), a ``pod.unreserved`` event, then
 ``Outcomes([Outcome(BIND_FAILED, attempt=...)])`` on ``kubus.pods.requeue`` (msg id
 ``requeue/<uid>/<attempt>``), then ack. The queue moves the pod back to Pending with a
@@ -41,8 +46,8 @@ import contextlib
 import logging
 import socket
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
@@ -50,6 +55,9 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import PubAck
 
+from kubus.api.errors import ManifestError
+from kubus.api.manifests import wire_pod
+from kubus.api.objects import Pod
 from kubus.bus import (
     BIND_STREAM,
     PODS_REQUEUE,
@@ -74,13 +82,17 @@ from kubus.bus.messages import (
     decode,
     encode,
 )
-from kubus.framework.status import Status
+from kubus.framework.cycle_state import CycleState
+from kubus.framework.registry import ExtensionPoint
+from kubus.framework.runtime import MAX_PERMIT_TIMEOUT, Framework
+from kubus.framework.status import Code, Status
+from kubus.metrics import Metrics
 from kubus.service import TRANSIENT_ERRORS, Service, StructuredLogger
 from kubus.settings import ConnectionSettings
-from kubus.store import ClusterState, EventType, PodEvent, PodPhase, StoreCode
-from kubus.store.cluster_state import Binding, BindingResult
+from kubus.store import ClusterState, EventType, PermitState, PodEvent, PodPhase, StoreCode
+from kubus.store.cluster_state import Binding, BindingResult, node_info_of
 
-__all__ = ["AllowAll", "BindResult", "BinderOptions", "BinderService", "PermitGate", "is_transient"]
+__all__ = ["AllowAll", "BindResult", "BinderOptions", "BinderService", "PermitGate", "PermitWatcher", "is_transient"]
 
 
 class PermitGate(Protocol):
@@ -96,6 +108,64 @@ class AllowAll:
 
     async def wait_on_permit(self, request: BindRequest) -> Status:
         return Status.success()
+
+
+class PermitWatcher:
+    """WaitOnPermit over the waits in Redis: a pod the cycle made wait is let go when no plugin
+    holds it any more, failed when one rejected it or its deadline passed. One task reads every
+    waiting pod's state in one pipelined round trip every ``poll`` seconds. Whoever ends a wait
+    clears it. Records `scheduler_permit_wait_duration_seconds`."""
+
+    def __init__(self, store: ClusterState, metrics: Metrics, *, poll: float, clock: Callable[[], float]) -> None:
+        self.store = store
+        self.metrics = metrics
+        self.poll = poll
+        self.clock = clock
+        self._waiters: dict[tuple[str, int], asyncio.Future[Status]] = {}
+        self._wake = asyncio.Event()
+
+    async def wait_on_permit(self, request: BindRequest) -> Status:
+        key = (request.uid, request.attempt)
+        future = self._waiters.get(key)
+        if future is None:
+            future = self._waiters[key] = asyncio.get_running_loop().create_future()
+            self._wake.set()
+        started = time.perf_counter()
+        status = await asyncio.shield(future)
+        if status is _NO_WAIT:
+            return Status.success()
+        result = "allowed" if status.is_success else "rejected"
+        self.metrics.permit_wait_duration.labels(result=result).observe(time.perf_counter() - started)
+        await self.store.clear_permit(request.uid, request.profile, request.attempt)
+        return status
+
+    def waits(self, request: BindRequest, state: PermitState | None) -> bool:
+        """Whether ``state`` (read for ``request``'s pod) is a wait of the request's attempt."""
+        return state is not None and state.attempt == request.attempt
+
+    async def run(self) -> None:
+        """The watcher loop (a root task of the binder)."""
+        while True:
+            if not self._waiters:
+                self._wake.clear()
+                await self._wake.wait()
+            waiting = [(key, f) for key, f in self._waiters.items() if not f.done()]
+            states = await self.store.permit_states(uid for (uid, _), _ in waiting)
+            now = self.clock()
+            for (uid, attempt), future in waiting:
+                state = states.get(uid)
+                if state is None or state.attempt != attempt:
+                    future.set_result(_NO_WAIT)  # Permit did not make it wait (or it ended)
+                elif state.rejected:
+                    future.set_result(Status.unschedulable(state.rejected))
+                elif state.allowed:
+                    future.set_result(Status.success())
+                elif state.timed_out(now):
+                    plugins = ", ".join(sorted(state.pending))
+                    future.set_result(Status.unschedulable(f"rejected due to timeout waiting on {plugins}"))
+            for key in [k for k, f in self._waiters.items() if f.done()]:
+                del self._waiters[key]
+            await asyncio.sleep(self.poll)
 
 
 class BindResult(StrEnum):
@@ -124,8 +194,11 @@ def is_transient(exc: BaseException) -> bool:
 class BinderOptions:
     """How a binder replica works. Every replica of a deployment should use the same values."""
 
-    permit_timeout: float = 30.0
-    """Seconds WaitOnPermit may wait before the pod is handed back (kube's Permit timeout)."""
+    permit_timeout: float = MAX_PERMIT_TIMEOUT
+    """Seconds WaitOnPermit waits at most, whatever the Permit plugins' own timeouts (kube caps
+    them at 15 minutes)."""
+    permit_poll: float = 0.05
+    """Seconds between two reads of the waits on Permit (one pipelined read for all of them)."""
     max_deliver: int = 5
     """Deliveries of one BindRequest at most; the last one that fails hands the pod back."""
     ack_wait: float = 30.0
@@ -133,6 +206,8 @@ class BinderOptions:
     reports progress every third of it."""
     batch: int = 64
     """BindRequests fetched and handled concurrently at a time."""
+    batches_in_flight: int = 8
+    """Fetched batches handled at once at most (a batch waiting on Permit keeps its slot)."""
     fetch_timeout: float = 1.0
     """Seconds one fetch waits for requests (how quickly an idle binder notices stop)."""
     durable: str = "kubus-binder"
@@ -144,8 +219,10 @@ class BinderOptions:
                 raise ValueError(f"{name}: must be a positive number of seconds, got {getattr(self, name)!r}")
         if self.max_deliver < 1:
             raise ValueError(f"max_deliver: must be at least 1, got {self.max_deliver}")
-        if self.batch < 1:
-            raise ValueError(f"batch: must be at least 1, got {self.batch}")
+        if self.batch < 1 or self.batches_in_flight < 1:
+            raise ValueError(
+                f"batch, batches_in_flight: must be at least 1, got {self.batch}, {self.batches_in_flight}"
+            )
 
 
 class BinderService(Service):
@@ -160,13 +237,20 @@ class BinderService(Service):
         settings: ConnectionSettings | None,
         options: BinderOptions | None = None,
         *,
+        frameworks: Mapping[str, Framework] | None = None,
         permit: PermitGate | None = None,
         clock: Callable[[], float] = time.time,
         name: str = "binder",
     ) -> None:
         super().__init__(name, settings)
         self.options = options or BinderOptions()
+        self.frameworks: Mapping[str, Framework] = dict(frameworks or {})
+        """Each profile's framework (its PreBind, Bind, PostBind, Reserve plugins), from the
+        scheduler configuration; a profile not in it binds with the store's bind alone."""
+        self._given_permit = permit
         self.permit: PermitGate = permit or AllowAll()
+        """WaitOnPermit: a `PermitWatcher` over Redis once started (when a profile has Permit
+        plugins), unless one was given."""
         self.clock = clock
         self.source = f"{name}/{socket.gethostname()}"
         """Who recorded the pod events this binder writes."""
@@ -191,6 +275,11 @@ class BinderService(Service):
                 description="Binders: every replica takes reserved pods to bind from here.",
             )
         )
+        if self._given_permit is None and any(fw.permit for fw in self.frameworks.values()):
+            watcher = PermitWatcher(self.cluster, self.metrics, poll=self.options.permit_poll, clock=self.clock)
+            self.permit = watcher
+            # Reads the waits on Permit of every pod this binder waits for, in one round trip a poll.
+            self.spawn("permit watcher", watcher.run)
         # Binds reserved pods: fetches batches from the consumer every replica shares.
         self._loop = self.spawn("bind loop", self._bind_loop, subscription)
 
@@ -203,12 +292,23 @@ class BinderService(Service):
     # -- the loop --------------------------------------------------------------------------------
 
     async def _bind_loop(self, subscription: JetStreamContext.PullSubscription) -> None:
+        # Batches run as tasks, so a batch whose pods wait on Permit holds up no later one: the
+        # loop fetches on while at most `batches_in_flight` batches are being handled.
+        in_flight: set[asyncio.Task[list[BindResult | None]]] = set()
         try:
             while not self.stopping.is_set():
                 messages = await self.fetch(subscription, self.options.batch, self.options.fetch_timeout)
                 if messages:
-                    await self.handle_batch(messages)
+                    task = asyncio.ensure_future(self.handle_batch(messages))
+                    in_flight.add(task)
+                    task.add_done_callback(in_flight.discard)
+                    if len(in_flight) >= self.options.batches_in_flight:
+                        await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
+            if in_flight:
+                await asyncio.wait(in_flight)
         finally:
+            for task in in_flight:
+                task.cancel()
             self._consumed.set()
 
     async def handle(self, msg: Msg) -> BindResult | None:
@@ -251,6 +351,19 @@ class BinderService(Service):
         if isinstance(self.permit, AllowAll):  # passes at once: no task per request
             await self._bind_group(works)
             return
+        if isinstance(self.permit, PermitWatcher):  # one read: most pods do not wait at all
+            try:
+                states = await self._store().permit_states(w.request.uid for w in works)
+            except Exception as exc:
+                for work in works:
+                    self._finish(work, await self._failed(work.request, work.msg, exc, self._log(work.request)))
+                return
+            free = [w for w in works if not self.permit.waits(w.request, states.get(w.request.uid))]
+            if free:
+                await self._bind_group(free)
+            works = [w for w in works if self.permit.waits(w.request, states.get(w.request.uid))]
+            if not works:
+                return
         tasks = {asyncio.ensure_future(self._wait_on_permit(w.request)): (i, w) for i, w in enumerate(works)}
         pending: set[asyncio.Future[Status]] = set(tasks)
         try:
@@ -292,8 +405,48 @@ class BinderService(Service):
         self._finish(work, result)
 
     async def _bind_group(self, works: list[_Work]) -> None:
-        """PreBind (none yet), Bind and PostBind (none yet) of requests whose Permit passed,
-        exactly as docs/services.md step 5 says, every step conditional on the attempt."""
+        """PreBind, Bind and PostBind of requests whose Permit passed, exactly as docs/services.md
+        step 5 says, every step conditional on the attempt. Pods of profiles with binding
+        plugins run them one by one first; the store's bind is one call for the group."""
+        plugged = [w for w in works if not self._framework(w.request).binds_plainly]
+        if plugged:
+            works = [w for w in works if self._framework(w.request).binds_plainly]
+            works += [w for w in await asyncio.gather(*map(self._bind_plugins, plugged)) if w is not None]
+        if not works:
+            return
+        await self._store_bind(works)
+        for work in works:
+            if work.result is BindResult.BOUND and work.pod is not None:
+                fw = self._framework(work.request)
+                await fw.run_post_bind(work.cycle_state, work.pod, work.request.node, self._time_plugin)
+
+    async def _bind_plugins(self, work: _Work) -> _Work | None:
+        """PreBind, then Bind plugins until one does not Skip, for one request; the work to
+        record in the store (Bind said Success), or None once it was handed back."""
+        request, fw = work.request, self._framework(work.request)
+        try:
+            work.pod = wire_pod(request.manifest, request.uid, request.key)
+        except (ManifestError, ValueError) as exc:
+            await self._hand_back_now(work, f"unreadable manifest: {exc}")
+            return None
+        point, status = "PreBind", await fw.run_pre_bind(work.cycle_state, work.pod, request.node, self._time_plugin)
+        if status.is_success:
+            point, status = "Bind", await fw.run_bind(work.cycle_state, work.pod, request.node, self._time_plugin)
+        if status.is_success:
+            return work
+        await self._hand_back_now(work, f"{point} plugin {status.plugin}: {status.message() or status.code.name}")
+        return None
+
+    def _time_plugin(self, plugin: str, point: ExtensionPoint, status: Status, seconds: float) -> None:
+        self.metrics.plugin_execution_duration.labels(
+            plugin=plugin, extension_point=point.value, status=status.code.name
+        ).observe(seconds)
+
+    def _framework(self, request: BindRequest) -> Framework:
+        return self.frameworks.get(request.profile) or _PLAIN
+
+    async def _store_bind(self, works: list[_Work]) -> None:
+        """The store's bind (DefaultBinder) of a group, and what follows it."""
         state = self._store()
         now = self.clock()
         bindings = [
@@ -317,7 +470,7 @@ class BinderService(Service):
         except Exception as exc:
             if len(works) > 1 and not is_transient(exc):  # find the one at fault: each alone
                 for work in works:
-                    await self._bind_group([work])
+                    await self._store_bind([work])
                 return
             for work in works:
                 self._finish(work, await self._failed(work.request, work.msg, exc, self._log(work.request)))
@@ -458,6 +611,7 @@ class BinderService(Service):
         and the node's agent picks the pod up by its resync. Returns False then, True when the
         pod was handed back."""
         state = self._store()
+        await self._unreserve_plugins(request)
         attempt = str(request.attempt) if request.attempt else None
         code = await state.unreserve(request.node, request.uid, attempt)
         if code is StoreCode.BOUND:  # marked bound by a delivery before this one: bound already?
@@ -491,6 +645,21 @@ class BinderService(Service):
             reason=message,
         )
         return True
+
+    async def _unreserve_plugins(self, request: BindRequest) -> None:
+        """Unreserve of the profile's Reserve plugins (reverse order), with a fresh CycleState
+        and the node as the store has it: what a failure after Reserve owes them."""
+        fw = self._framework(request)
+        if not fw.reserve:
+            return
+        try:
+            pod = wire_pod(request.manifest, request.uid, request.key)
+        except (ManifestError, ValueError):
+            return  # no pod to unreserve: what the plugins reserved for it cannot be named
+        snapshot = await self._store().load_snapshot([request.node])
+        if snapshot:
+            node, reservations = snapshot[0]
+            fw.run_unreserve(CycleState(), pod, node_info_of(node, reservations))
 
     async def _requeue(self, request: BindRequest, message: str) -> None:
         """``Outcome(BIND_FAILED)`` on kubus.pods.requeue: the queue moves the pod back to Pending
@@ -552,6 +721,16 @@ class _Work:
     """perf_counter() when its batch was taken up (scheduler_binding_duration_seconds)."""
     result: BindResult | None = None
     """Set when it is done (acked, nak'ed or handed back)."""
+    pod: Pod | None = None
+    """The pod, read from the request when binding plugins need it."""
+    cycle_state: CycleState = field(default_factory=CycleState)
+    """The binding cycle's state, shared by its PreBind, Bind and PostBind plugins."""
+
+
+_NO_WAIT = Status(Code.SUCCESS, ("no wait on Permit",))
+
+_PLAIN = Framework()
+"""A profile the binder has no configuration for: the store's bind alone."""
 
 
 def _check(request: BindRequest) -> None:

@@ -15,6 +15,7 @@ from kubus.entrypoint import add_service_flags, run_service, settings_from_flags
 from kubus.errors import UsageError
 from kubus.framework.config import default_config, load_config
 from kubus.framework.runtime import Framework
+from kubus.framework.waiting import WaitingPods
 from kubus.kernels.backend import BACKENDS, BackendUnavailable
 from kubus.plugins import in_tree_registry
 
@@ -59,11 +60,12 @@ def build(args: argparse.Namespace) -> CycleService:
             profile = config.profile(args.profile)
         except KeyError as exc:
             raise UsageError(f"--profile: {exc.args[0]}") from None
+        waiting = WaitingPods()  # the handle plugins see waiting pods through
         framework = Framework.from_profile(
-            profile, registry, percentage_of_nodes_to_score=config.percentage_of_nodes_to_score
+            profile, registry, percentage_of_nodes_to_score=config.percentage_of_nodes_to_score, handle=waiting
         )
         options = CycleOptions(batch_size=args.batch_size, backend=args.backend)
-        return CycleService(settings, framework, options)
+        return CycleService(settings, framework, options, waiting=waiting)
     except (ValueError, BackendUnavailable) as exc:  # ConfigError, SettingsError, RegistryError are ValueErrors
         raise UsageError(" ".join(str(exc).split("\n"))) from None
 

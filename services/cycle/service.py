@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import os
 import socket
@@ -52,7 +51,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from kubus.api.errors import ManifestError
-from kubus.api.manifests import parse_manifests
+from kubus.api.manifests import wire_pod
 from kubus.api.objects import Pod
 from kubus.bus import EventKind, Publication, bind, event_filter, msgids, publish_durable_many, queue_done, queue_pop
 from kubus.bus.messages import (
@@ -71,9 +70,11 @@ from kubus.bus.messages import (
 )
 from kubus.cycle.leadership import Leadership, lease_name
 from kubus.cycle.snapshot import NodeSnapshot
+from kubus.framework.cycle_state import CycleState
 from kubus.framework.runtime import Framework
 from kubus.framework.scheduling import Scheduler, ScheduleResult
 from kubus.framework.status import Code
+from kubus.framework.waiting import DecisionKind, WaitingPods
 from kubus.kernels import NodeTable, select_backend
 from kubus.kernels.nodeinfo import PodInfo
 from kubus.plugins.node_resources_fit import NodeResourcesFit
@@ -221,9 +222,13 @@ class CycleService(Service):
         *,
         holder: str | None = None,
         name: str = "cycle",
+        waiting: WaitingPods | None = None,
     ) -> None:
         super().__init__(name, settings)
         self.framework = framework
+        self.waiting = waiting if waiting is not None else WaitingPods()
+        """The pods of this profile waiting on Permit, as the framework's plugins see them (the
+        handle their factories got): loaded from Redis before each batch that needs it."""
         self.profile = framework.scheduler_name
         self.options = options or CycleOptions()
         self.holder = holder or f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:8]}"
@@ -426,6 +431,8 @@ class CycleService(Service):
         try:
             await self._refresh()  # events that came while the pop waited
             pods = self._admit(batch)
+            if self._sees_waiting_pods:
+                await self._load_waiting()
             placed = await self._schedule(batch, pods)
             refused = await self._reserve_round(batch, placed)
             if refused:
@@ -441,6 +448,8 @@ class CycleService(Service):
                             message=f"reservation on node {again.node} refused by Redis: {again.reason}",
                         )
                     )
+            if self._sees_waiting_pods:
+                await self._apply_decisions()  # what PostFilter or Permit decided about waiting pods
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -592,7 +601,7 @@ class CycleService(Service):
                     ignored=self._ignored(pod_info.requests),
                 )
             except ValueError as exc:
-                undo.append(self._give_back(pod, node, write.version))
+                undo.append(self._give_back(pod, node, write.version, result.state))
                 batch.error(uid, f"reserving on node {node} failed: {exc!r}")
                 continue
             batch.touched.add(node)
@@ -601,7 +610,7 @@ class CycleService(Service):
             answers = await state.reserve_many([h[2] for h in holds])
         except TRANSIENT_ERRORS as exc:
             for result, attempt, _ in holds:
-                undo.append(self._give_back(result.pod, result.node or "", attempt))
+                undo.append(self._give_back(result.pod, result.node or "", attempt, result.state))
                 batch.error(_uid(result.pod), f"reserving on node {result.node} failed: {exc!r}")
             answers = []
         reserved: list[_Reserved] = []
@@ -611,7 +620,7 @@ class CycleService(Service):
             if answer.ok:
                 reserved.append(_Reserved(result, node, attempt))
                 continue
-            undo.append(self._give_back(pod, node, attempt))
+            undo.append(self._give_back(pod, node, attempt, result.state))
             if answer.code is StoreCode.FENCED:
                 self._leadership().step_down(f"reservation fenced on node {node}: {answer.reason}")
                 batch.error(uid, _lost_lease_message(self.profile))
@@ -627,6 +636,8 @@ class CycleService(Service):
         self.metrics.extension_point_duration.labels(
             extension_point=RESERVE_EXTENSION_POINT, status="Success", profile=self.profile
         ).observe(time.perf_counter() - started)
+        if reserved and self.framework.permit:
+            reserved = await self._permit(batch, reserved)
         if reserved:
             await self._hand_over(batch, reserved, asyncio.Semaphore(self.options.reserve_concurrency))
         return refused
@@ -637,7 +648,7 @@ class CycleService(Service):
 
         async def undo(r: _Reserved, message: str) -> None:
             async with limit:
-                await self._give_back(r.result.pod, r.node, r.attempt)
+                await self._give_back(r.result.pod, r.node, r.attempt, r.result.state)
             batch.error(_uid(r.result.pod), message)
 
         if not self._still_leading(batch.token):
@@ -676,11 +687,15 @@ class CycleService(Service):
             )
         await asyncio.gather(*failed)
 
-    def _give_back(self, pod: Pod, node: str, attempt: int) -> Awaitable[None]:
-        """Take the pod off the node in the table now, and return the store step to await: give
-        back this attempt's room and make the pod Pending again, in one step conditional on the
-        attempt (`ClusterState.give_back`), so a newer attempt is never touched; the outcome sent
-        to the queue says why. What fails is left to the janitor."""
+    def _give_back(self, pod: Pod, node: str, attempt: int, state: CycleState | None = None) -> Awaitable[None]:
+        """Unreserve (the Reserve plugins, in reverse order, with the pod's CycleState), take the
+        pod off the node in the table now, and return the store step to await: give back this
+        attempt's room and make the pod Pending again, in one step conditional on the attempt
+        (`ClusterState.give_back`), so a newer attempt is never touched; the outcome sent to the
+        queue says why. What fails is left to the janitor."""
+        if self.framework.reserve and self.snapshot is not None and node in self.snapshot.table.row_of:
+            node_info = self.snapshot.table.node_info(self.snapshot.table.row_of[node])
+            self.framework.run_unreserve(state or CycleState(), pod, node_info)
         self._forget(pod, node)
         return self._give_back_in_store(pod, node, attempt)
 
@@ -689,6 +704,66 @@ class CycleService(Service):
             await self._store().give_back(_uid(pod), node, attempt)
         except TRANSIENT_ERRORS as exc:
             self.log.warning("give back failed; the janitor will", pod=pod.key, node=node, error=repr(exc))
+
+    # -- Permit --------------------------------------------------------------------------------------
+
+    @property
+    def _sees_waiting_pods(self) -> bool:
+        """Whether plugins of this profile may look at or decide about waiting pods."""
+        return bool(self.framework.permit or self.framework.post_filter)
+
+    async def _load_waiting(self) -> None:
+        states = await self._store().waiting_pods(self.profile)
+        self.waiting.load((s.uid, s.key, s.node, s.attempt, s.pending) for s in states if not s.rejected)
+
+    async def _permit(self, batch: _Batch, reserved: list[_Reserved]) -> list[_Reserved]:
+        """Permit for the pods Redis reserved (kube runs it right after Reserve): rejected ones
+        are unreserved, given back and reported unschedulable; waiting ones keep their
+        reservation, their wait is written to Redis before their BindRequest goes out (the
+        binder waits on it). Returns the pods to hand to the binders."""
+        started = time.perf_counter()
+        store = self._store()
+        passed: list[_Reserved] = []
+        undo: list[Awaitable[None]] = []
+        for r in reserved:
+            pod, uid = r.result.pod, _uid(r.result.pod)
+            state = r.result.state or CycleState()
+            verdict = self.framework.run_permit(state, pod, r.node)
+            if verdict.status.is_success:
+                passed.append(r)
+            elif verdict.status.is_wait:
+                self.waiting.add(uid, pod.key, r.node, r.attempt, verdict.waiting_on)
+                await store.wait_on_permit(
+                    uid,
+                    key=pod.key,
+                    profile=self.profile,
+                    attempt=r.attempt,
+                    node=r.node,
+                    waiting_on=verdict.waiting_on,
+                )
+                passed.append(r)
+            else:
+                status = verdict.status
+                message = f'rejected pod "{pod.metadata.name}" by permit plugin "{status.plugin}": {status.message()}'
+                undo.append(self._give_back(pod, r.node, r.attempt, state))
+                batch.decide(
+                    Outcome(uid=uid, kind=OutcomeKind.UNSCHEDULABLE, message=message, plugins=(status.plugin,))
+                )
+                self.log.info("permit rejected", pod=pod.key, uid=uid, node=r.node, plugin=status.plugin)
+        await asyncio.gather(*undo)
+        self.metrics.extension_point_duration.labels(
+            extension_point="Permit", status="Success", profile=self.profile
+        ).observe(time.perf_counter() - started)
+        return passed
+
+    async def _apply_decisions(self) -> None:
+        """What plugins decided about waiting pods (allow, reject), written where the waits live."""
+        store = self._store()
+        for d in self.waiting.take_decisions():
+            if d.kind is DecisionKind.ALLOW:
+                await store.allow_permit(d.uid, d.attempt, d.plugin)
+            else:
+                await store.reject_permit(d.uid, d.attempt, d.plugin, d.message)
 
     async def _report(self, batch: _Batch) -> None:
         """docs/services.md 4d: the batch's outcomes to the queue, retried; then left to the
@@ -832,13 +907,4 @@ def _lost_lease_message(profile: str) -> str:
 def _parse(queued: QueuedPod) -> Pod:
     """The queued manifest as a Pod, with the queue's uid (Redis's identity of the pod).
     Raises ManifestError or ValueError."""
-    manifests = parse_manifests(queued.manifest, source=f"queued pod {queued.key}")
-    if manifests.nodes or len(manifests.pods) != 1:
-        raise ValueError(
-            f"queued pod {queued.key}: expected one Pod, "
-            f"got {len(manifests.pods)} pod(s) and {len(manifests.nodes)} node(s)"
-        )
-    pod = manifests.pods[0]
-    if pod.metadata.uid != queued.uid:
-        pod = dataclasses.replace(pod, metadata=dataclasses.replace(pod.metadata, uid=queued.uid))
-    return pod
+    return wire_pod(queued.manifest, queued.uid, queued.key)

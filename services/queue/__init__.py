@@ -11,12 +11,11 @@
 
 from kubus.queue.queueing import (
     CLUSTER_EVENTS,
-    PLUGIN_EVENTS,
+    ClusterChange,
     QueueEntry,
     QueueName,
     SchedulingQueue,
     backoff_duration,
-    event_may_help,
 )
 from kubus.queue.service import ERROR_HEADER, QueueOptions, QueueService
 from kubus.queue.submission import Rejected, Submission, read_submission
@@ -24,7 +23,7 @@ from kubus.queue.submission import Rejected, Submission, read_submission
 __all__ = [
     "CLUSTER_EVENTS",
     "ERROR_HEADER",
-    "PLUGIN_EVENTS",
+    "ClusterChange",
     "QueueEntry",
     "QueueName",
     "QueueOptions",
@@ -33,6 +32,5 @@ __all__ = [
     "SchedulingQueue",
     "Submission",
     "backoff_duration",
-    "event_may_help",
     "read_submission",
 ]

@@ -11,7 +11,7 @@ from typing import Any
 
 from kubus import codec
 from kubus.api.errors import ManifestError
-from kubus.api.objects import Pod
+from kubus.api.objects import Node, Pod
 from kubus.bus import (
     EVENTS,
     PODS_DELETE,
@@ -28,7 +28,9 @@ from kubus.bus.messages import (
     OutcomeKind,
 )
 from kubus.framework.config import SchedulerConfiguration
-from kubus.framework.registry import ExtensionPoint, Registry
+from kubus.framework.registry import Registry
+from kubus.framework.runtime import Framework
+from kubus.framework.waiting import WaitingPods
 from kubus.plugins import in_tree_registry
 from kubus.queue.options import QueueOptions
 from kubus.queue.queueing import QueueName, SchedulingQueue
@@ -54,8 +56,9 @@ class Retry(Exception):
 
 class QueueBase(Service):
     """The queue service; see the module docstring. ``settings`` None connects nothing (tests of
-    the wiring only). ``registry`` builds each profile's PreEnqueue and QueueSort plugins
-    (default: the in-tree plugins and the installed out-of-tree ones)."""
+    the wiring only). ``registry`` builds each profile's plugins: PreEnqueue and QueueSort, and
+    every plugin's `events_to_register` for the QueueingHints (default: the in-tree plugins and
+    the installed out-of-tree ones)."""
 
     def __init__(
         self,
@@ -69,9 +72,13 @@ class QueueBase(Service):
         self.config = config
         self.options = options or QueueOptions()
         registry = registry if registry is not None else in_tree_registry(entry_points=True)
-        self.queues: dict[str, SchedulingQueue] = {
-            profile.scheduler_name: self._build_queue(profile.scheduler_name, registry) for profile in config.profiles
+        self.frameworks: dict[str, Framework] = {
+            profile.scheduler_name: Framework.from_profile(profile, registry, handle=WaitingPods())
+            for profile in config.profiles
         }
+        """Each profile's plugins: its queue's PreEnqueue, QueueSort and hints, and the Unreserve
+        the janitor owes a pod it gives back."""
+        self.queues: dict[str, SchedulingQueue] = {name: self._build_queue(name) for name in self.frameworks}
         """One scheduling queue per profile (schedulerName)."""
         self.store: ClusterState | None = None
         self._ready = {profile: asyncio.Event() for profile in self.queues}
@@ -84,24 +91,28 @@ class QueueBase(Service):
         self._consumer_idle.set()
         self._redis_slots = asyncio.Semaphore(32)
         """Bounds the Redis writes one batch of outcomes makes at once."""
+        self._nodes: dict[str, tuple[int, Node]] = {}
+        """Node name -> (generation, node) as last read for a node event: the ``old`` object of
+        the next event's hints. Dropped when an event goes unread, so a stale copy is never
+        taken for the node's previous state."""
 
-    def _build_queue(self, name: str, registry: Registry) -> SchedulingQueue:
-        profile = self.config.profile(name)
-
-        def plugin(plugin_name: str) -> Any:
-            return registry.get(plugin_name).factory(profile.plugin_args.get(plugin_name), None)
-
-        sorts = [plugin(ref.name) for ref in profile.enabled(ExtensionPoint.QUEUE_SORT)]
+    def _build_queue(self, name: str) -> SchedulingQueue:
+        framework = self.frameworks[name]
         return SchedulingQueue(
             name,
             initial_backoff=float(self.config.pod_initial_backoff_seconds),
             max_backoff=float(self.config.pod_max_backoff_seconds),
             max_in_unschedulable=self.options.max_in_unschedulable,
             in_flight_timeout=self.options.in_flight_timeout,
-            pre_enqueue=[plugin(ref.name) for ref in profile.enabled(ExtensionPoint.PRE_ENQUEUE)],
-            queue_sort=sorts[0] if sorts else None,
+            pre_enqueue=framework.pre_enqueue,
+            queue_sort=framework.queue_sort,
             on_incoming=self._count_incoming,
+            plugins=framework.plugins,
+            on_hint=self._observe_hint,
         )
+
+    def _observe_hint(self, plugin: str, event: str, hint: str, seconds: float) -> None:
+        self.metrics.queueing_hint_execution_duration.labels(plugin=plugin, event=event, hint=hint).observe(seconds)
 
     def _count_rejected(self, subject: str) -> None:
         # The subjects the queue reads by name, or their stream's filter: a bounded label set.

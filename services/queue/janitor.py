@@ -14,6 +14,7 @@ from kubus.bus import (
 from kubus.bus.messages import (
     NodeAssignment,
 )
+from kubus.framework.cycle_state import CycleState
 from kubus.queue._base import QueueBase
 from kubus.queue.queueing import QueueName
 from kubus.store import (
@@ -21,6 +22,8 @@ from kubus.store import (
     ExpiryKind,
     PodPhase,
 )
+from kubus.store.cluster_state import node_info_of
+from kubus.store.records import PodRecord
 
 
 class Janitor(QueueBase):
@@ -109,6 +112,7 @@ class Janitor(QueueBase):
             self.log.warning(
                 "janitor: reserved pod back to pending", pod=pod.key, uid=pod.uid, node=pod.node, reason=e.reason
             )
+            await self._unreserve_plugins(pod)
             if e.released:  # room was given back: pods waiting for room on that node may fit now
                 announce.append(self._pod_announcement(EventKind.POD_UNRESERVED, pod, e.attempt, reason=e.reason))
             await self._pod_event(pod.uid, EventType.WARNING, "FailedScheduling", e.message, "queue")
@@ -126,3 +130,15 @@ class Janitor(QueueBase):
             self.log.warning("reconcile", fix=fix)
         if fixes:
             await self._resync()
+
+    async def _unreserve_plugins(self, pod: PodRecord) -> None:
+        """Unreserve of the pod's profile's Reserve plugins (reverse order), with a fresh
+        CycleState and its node as the store has it: what a failure after Reserve owes them."""
+        framework = self.frameworks.get(pod.profile)
+        parsed = self._pod_of(pod)
+        if framework is None or not framework.reserve or parsed is None:
+            return
+        snapshot = await self._cluster().load_snapshot([pod.node])
+        if snapshot:
+            node, reservations = snapshot[0]
+            framework.run_unreserve(CycleState(), parsed, node_info_of(node, reservations))

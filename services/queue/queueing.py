@@ -7,8 +7,9 @@ A pod the queue knows is in exactly one place (`QueueName`):
 - **backoffQ**: pods waiting out their backoff, ordered by backoff expiry; `flush_backoff`
   (every second) moves the expired ones to the activeQ.
 - **unschedulable**: pods the last attempt found no node for; a cluster event that can help
-  them (see `event_may_help`) moves them on, and `flush_unschedulable_leftover` retries any
-  pod left there longer than `max_in_unschedulable` (kube's podMaxInUnschedulablePodsDuration).
+  them (`SchedulingQueue.worth_requeuing`) moves them on, and `flush_unschedulable_leftover`
+  retries any pod left there longer than `max_in_unschedulable` (kube's
+  podMaxInUnschedulablePodsDuration).
 - **gated**: pods a PreEnqueue plugin holds back (SchedulingGates); they leave only when the pod
   is updated and PreEnqueue passes. PreEnqueue runs when a pod is added, updated or restored
   (a pod changes only by an update, so running it on every move would change nothing).
@@ -28,9 +29,11 @@ kube's rules, with the names of scheduling_queue.go / backoff_queue.go:
 - Requeueing after an event or a leftover flush (`requeuePodWithQueueingStrategy`,
   queueAfterBackoff): to the backoffQ while the pod's backoff has not expired, else straight to
   the activeQ.
-- QueueingHints, simplified: an event helps a pod when one of the plugins that rejected it
-  registered for that kind of event (`PLUGIN_EVENTS`); a plugin that registered for nothing
-  we know of, or a pod with no rejecting plugin, is helped by every cluster event.
+- QueueingHints (`isPodWorthRequeuing`): an event moves an unschedulable pod when one of the
+  plugins that rejected it registered for the event (`EnqueueExtensions.events_to_register`)
+  and its hint, given the pod and the event's old and new objects, answers Queue (a hint that
+  raises counts as Queue). A plugin that does not implement EnqueueExtensions, one the profile
+  does not have, or a pod with no rejecting plugin is moved by every cluster event.
 
 Not thread-safe: the service drives it from one event loop. Times are seconds from the
 injectable ``clock`` (monotonic by default).
@@ -40,7 +43,7 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cmp_to_key
@@ -48,20 +51,28 @@ from typing import Any
 
 from kubus.api.objects import Pod
 from kubus.framework.interface import PreEnqueuePlugin, QueueSortPlugin
+from kubus.framework.queueing_hints import (
+    ALL_EVENTS,
+    WILDCARD,
+    ClusterEventWithHint,
+    EnqueueExtensions,
+    EventObject,
+    QueueingHint,
+)
+from kubus.plugins import IN_TREE
 from kubus.plugins.priority_sort import PrioritySort, QueuedPodInfo
 from kubus.plugins.scheduling_gates import SchedulingGates
 
 __all__ = [
     "CLUSTER_EVENTS",
-    "NODE_CHANGED",
-    "PLUGIN_EVENTS",
-    "POD_FREED",
+    "ClusterChange",
+    "HintObserver",
     "InFlight",
     "QueueEntry",
     "QueueName",
     "SchedulingQueue",
     "backoff_duration",
-    "event_may_help",
+    "registered_events",
 ]
 
 
@@ -76,27 +87,11 @@ class QueueName(StrEnum):
     """Handed to the cycle; not one of kube's pending queues (not counted as pending)."""
 
 
-# -- QueueingHints, simplified ---------------------------------------------------------------------
+# -- QueueingHints -----------------------------------------------------------------------------------
 
-NODE_CHANGED = frozenset({"node.added", "node.updated"})
-"""Events that can make a node fit a pod it did not fit."""
-POD_FREED = frozenset({"pod.finished", "pod.deleted", "pod.unreserved"})
-"""Events that give a node's resources back."""
-CLUSTER_EVENTS = NODE_CHANGED | POD_FREED | frozenset({"node.lost", "node.deleted", "pod.bound", "pod.running"})
+CLUSTER_EVENTS = ALL_EVENTS
 """The event kinds that are changes of the cluster (docs/services.md, Events). Bookkeeping
 events (pod.accepted, pod.rejected, pod.unschedulable) never move a pod."""
-
-PLUGIN_EVENTS: Mapping[str, frozenset[str]] = {
-    "NodeResourcesFit": NODE_CHANGED | POD_FREED,
-    "GPUFit": NODE_CHANGED | POD_FREED,
-    "NodePorts": NODE_CHANGED | POD_FREED,
-    "NodeAffinity": NODE_CHANGED,
-    "TaintToleration": NODE_CHANGED,
-    "NodeUnschedulable": NODE_CHANGED,
-    "NodeName": NODE_CHANGED,
-}
-"""Plugin -> the event kinds that can undo its rejection (its EventsToRegister). A plugin not
-listed is helped by every cluster event."""
 
 _EVENT_LABELS = {
     "node.added": "NodeAdd",
@@ -109,20 +104,39 @@ _EVENT_LABELS = {
     "pod.deleted": "AssignedPodDelete",
     "pod.unreserved": "PodUnreserve",
 }
-"""Event kind -> kube's event label, for scheduler_queue_incoming_pods_total{event}."""
+"""Event kind -> kube's event label, for scheduler_queue_incoming_pods_total{event} and
+scheduler_queueing_hint_execution_duration_seconds{event}."""
+
+HintObserver = Callable[[str, str, str, float], None]
+"""``observe(plugin, event, hint, seconds)``: one hint call, for
+scheduler_queueing_hint_execution_duration_seconds (``hint``: Queue, QueueSkip or Error)."""
 
 
-def event_may_help(kind: str, plugins: Collection[str]) -> bool:
-    """Whether an event of ``kind`` can make a pod that ``plugins`` rejected schedulable."""
-    if kind not in CLUSTER_EVENTS:
-        return False
-    if not plugins:
-        return True
-    for plugin in plugins:
-        events = PLUGIN_EVENTS.get(plugin)
-        if events is None or kind in events:
-            return True
-    return False
+@dataclass(frozen=True, slots=True)
+class ClusterChange:
+    """One cluster event as hints see it: its kind and the objects before and after (see
+    `kubus.framework.queueing_hints` for what each kind carries; None where unknown)."""
+
+    kind: str
+    old: EventObject = None
+    new: EventObject = None
+
+
+def registered_events(plugins: Mapping[str, object]) -> dict[str, tuple[ClusterEventWithHint, ...] | None]:
+    """Plugin name -> the events it registered (its `events_to_register`), or None for a plugin
+    that does not implement EnqueueExtensions (every event may help it)."""
+    out: dict[str, tuple[ClusterEventWithHint, ...] | None] = {}
+    for name, plugin in plugins.items():
+        out[name] = tuple(plugin.events_to_register()) if isinstance(plugin, EnqueueExtensions) else None
+    return out
+
+
+def _in_tree_plugins() -> dict[str, object]:
+    """The in-tree plugins with default args: the hints of a queue built without a profile."""
+    return {cls.name: cls() for cls in IN_TREE}
+
+
+_PRUNE_MIN = 64
 
 
 def backoff_duration(attempts: int, initial: float, maximum: float) -> float:
@@ -183,9 +197,9 @@ class InFlight:
     holder: str = ""
     token: int = 0
     """The fencing token of the cycle that popped it."""
-    events: set[str] = field(default_factory=set)
-    """Cluster event kinds noted for it by hand (the queue's own events are counted through
-    ``since``; see `SchedulingQueue.events_in_flight`)."""
+    events: list[ClusterChange] = field(default_factory=list)
+    """Cluster events noted for it by hand (the queue's own events are found through ``since``;
+    see `SchedulingQueue.events_in_flight`)."""
     since: int = 0
     """The queue's cluster-event count when it was popped: events after it arrived in flight."""
 
@@ -199,7 +213,9 @@ class SchedulingQueue:
     ``pre_enqueue``: the profile's PreEnqueue plugins (default: SchedulingGates).
     ``queue_sort``: its QueueSort plugin (default: PrioritySort). ``on_incoming(queue, event)``
     is called for every pod added to the active, backoff or unschedulable queue, with kube's
-    event label (for scheduler_queue_incoming_pods_total). Times are seconds.
+    event label (for scheduler_queue_incoming_pods_total). ``plugins``: every plugin of the
+    profile by name, whose `events_to_register` decide which events move the pods they rejected
+    (default: the in-tree plugins); ``on_hint`` observes each hint call. Times are seconds.
     """
 
     def __init__(
@@ -214,6 +230,8 @@ class SchedulingQueue:
         queue_sort: QueueSortPlugin | None = None,
         clock: Callable[[], float] = time.monotonic,
         on_incoming: Callable[[QueueName, str], None] | None = None,
+        plugins: Mapping[str, object] | None = None,
+        on_hint: HintObserver | None = None,
     ) -> None:
         if initial_backoff <= 0 or max_backoff < initial_backoff:
             raise ValueError(f"backoff: need 0 < initial ({initial_backoff}) <= max ({max_backoff})")
@@ -228,6 +246,14 @@ class SchedulingQueue:
         self.queue_sort: QueueSortPlugin = queue_sort if queue_sort is not None else PrioritySort()
         self.clock = clock
         self._on_incoming = on_incoming
+        self._on_hint = on_hint
+        self._registered = registered_events(_in_tree_plugins() if plugins is None else plugins)
+        """Plugin -> the events it registered (None: every event)."""
+        self.hinted_kinds: frozenset[str] = frozenset(
+            e.kind for events in self._registered.values() for e in events or () if e.hint is not None
+        )
+        """The event kinds some plugin's hint looks at (`WILDCARD` among them: every kind): the
+        events whose objects are worth reading."""
         sort_key = getattr(self.queue_sort, "sort_key", None)
         if callable(sort_key):
             self._sort_key: Callable[[QueuedPodInfo], Any] = sort_key
@@ -243,9 +269,11 @@ class SchedulingQueue:
         self._gated: dict[str, QueueEntry] = {}
         self._events = 0
         """Cluster events seen (`move_for_event`)."""
-        self._last_event: dict[str, int] = {}
-        """Event kind -> the number (``_events``) of its latest event: O(1) per event for any
-        number of pods in flight."""
+        self._recent: list[tuple[int, ClusterChange]] = []
+        """The events (numbered by ``_events``) that arrived while pods were in flight, for their
+        hints when they come back unschedulable (kube's inFlightEvents); none kept while no pod
+        is in flight, and pruned past the oldest pod in flight."""
+        self._prune_at = _PRUNE_MIN
         self._in_flight: dict[str, InFlight] = {}
 
     # -- reading -----------------------------------------------------------------------------------
@@ -293,6 +321,11 @@ class SchedulingQueue:
 
     def __len__(self) -> int:
         return len(self._active)
+
+    @property
+    def in_flight_count(self) -> int:
+        """Pods handed to the cycle whose outcome has not come back."""
+        return len(self._in_flight)
 
     @property
     def unschedulable_count(self) -> int:
@@ -353,6 +386,7 @@ class SchedulingQueue:
         """Forget the pod wherever it is (in flight too). Returns where it was."""
         flight = self._in_flight.pop(uid, None)
         if flight is not None:
+            self._forget_events()
             return QueueName.IN_FLIGHT
         entry = self._take(uid)
         return entry.where if entry is not None else None
@@ -388,6 +422,7 @@ class SchedulingQueue:
         """The popped pod was reserved: it leaves the queue. Returns its entry (None if it was
         not in flight)."""
         flight = self._in_flight.pop(uid, None)
+        self._forget_events()
         return flight.entry if flight is not None else None
 
     def add_unschedulable(
@@ -411,44 +446,70 @@ class SchedulingQueue:
         if flight is not None:
             entry = flight.entry
             events = self.events_in_flight(flight)
+            self._forget_events()
         elif self.where(uid) is not None or pod is None or manifest is None:
             return None
         else:
             entry = QueueEntry(pod=pod, manifest=manifest, timestamp=self.clock(), attempts=attempts)
-            events = set()
+            events = []
         now = self.clock()
         entry.unschedulable_plugins = frozenset(plugins)
         entry.timestamp = now
         entry.backoff_expiry = now + self.backoff_duration(entry.attempts)
         if self._gate(entry):
             return self._put(entry, QueueName.GATED, "ScheduleAttemptFailure")
-        if not entry.unschedulable_plugins or any(event_may_help(kind, entry.unschedulable_plugins) for kind in events):
+        if not entry.unschedulable_plugins or any(self.worth_requeuing(entry, change) for change in events):
             return self._requeue_after_backoff(entry, "ScheduleAttemptFailure")
         return self._put(entry, QueueName.UNSCHEDULABLE, "ScheduleAttemptFailure")
 
     # -- moving pods on --------------------------------------------------------------------------
 
-    def move_for_event(self, kind: str) -> int:
-        """A cluster event of ``kind`` happened: every unschedulable pod it may help goes to the
-        backoffQ (still backing off) or the activeQ; in-flight pods remember it. Returns how
-        many pods moved."""
+    def move_for_event(self, kind: str, old: EventObject = None, new: EventObject = None) -> int:
+        """A cluster event of ``kind`` happened, changing ``old`` into ``new`` (None where there
+        is none or it was not read: hints then answer Queue where they need it). Every
+        unschedulable pod it is worth requeuing (`worth_requeuing`) goes to the backoffQ (still
+        backing off) or the activeQ (kube's movePodsToActiveOrBackoffQueue); the pods in flight
+        remember it. Returns how many pods moved; bookkeeping kinds move none and are not kept."""
         if kind not in CLUSTER_EVENTS:
             return 0
         self._events += 1
-        self._last_event[kind] = self._events  # what the pods in flight now will see
+        change = ClusterChange(kind, old, new)
+        if self._in_flight:
+            self._recent.append((self._events, change))
+            if len(self._recent) >= self._prune_at:
+                self._prune_events()
         if not self._unschedulable:
             return 0
         label = _EVENT_LABELS.get(kind, kind)
-        helped = [e for e in self._unschedulable.values() if event_may_help(kind, e.unschedulable_plugins)]
+        helped = [e for e in self._unschedulable.values() if self.worth_requeuing(e, change)]
         for entry in helped:
             del self._unschedulable[entry.uid]
             self._requeue_after_backoff(entry, label)
         return len(helped)
 
-    def events_in_flight(self, flight: InFlight) -> set[str]:
-        """The cluster event kinds that arrived while ``flight`` was in flight."""
-        seen = {kind for kind, number in self._last_event.items() if number > flight.since}
-        return seen | flight.events if flight.events else seen
+    def worth_requeuing(self, entry: QueueEntry, change: ClusterChange) -> bool:
+        """kube's isPodWorthRequeuing: whether ``change`` may make the pod schedulable. True for
+        a pod no plugin rejected, or when one of its rejecting plugins registered for the event
+        (or for every event, or is unknown to the profile) and its hint, if any, says Queue.
+        Each hint call is timed into ``on_hint``; a hint that raises counts as Queue."""
+        plugins = entry.unschedulable_plugins
+        if not plugins or change.kind == WILDCARD:
+            return True
+        for name in sorted(plugins):  # a set: the same order, and the same hint calls, every time
+            registered = self._registered.get(name)
+            if registered is None:
+                return True  # not an EnqueueExtensions plugin, or not one this profile has
+            for event in registered:
+                if not event.matches(change.kind):
+                    continue
+                if event.hint is None or self._hint(name, event, entry.pod, change) is QueueingHint.QUEUE:
+                    return True
+        return False
+
+    def events_in_flight(self, flight: InFlight) -> list[ClusterChange]:
+        """The cluster events that arrived while ``flight`` was in flight, oldest first."""
+        seen = [change for number, change in self._recent if number > flight.since]
+        return seen + flight.events if flight.events else seen
 
     def flush_backoff(self) -> int:
         """Move every pod whose backoff expired to the activeQ (kube's flushBackoffQCompleted,
@@ -482,6 +543,7 @@ class SchedulingQueue:
         expired = [f.entry for f in self._in_flight.values() if f.deadline <= now]
         for entry in expired:
             del self._in_flight[entry.uid]
+        self._forget_events()
         return expired
 
     def restore(self, entry: QueueEntry, event: str = "InFlightTimeout") -> QueueName | None:
@@ -506,9 +568,35 @@ class SchedulingQueue:
         for entry in stale:
             del self._in_flight[entry.uid]
             self._admit(entry, "ForceActivate")
+        self._forget_events()
         return stale
 
     # -- internals -------------------------------------------------------------------------------
+
+    def _hint(self, plugin: str, event: ClusterEventWithHint, pod: Pod, change: ClusterChange) -> QueueingHint:
+        assert event.hint is not None
+        start = time.perf_counter()
+        try:
+            hint = event.hint(pod, change.old, change.new)
+            label = str(hint)
+        except Exception:  # kube: a hint's error means Queue
+            hint, label = QueueingHint.QUEUE, "Error"
+        if self._on_hint is not None:
+            self._on_hint(plugin, _EVENT_LABELS.get(change.kind, change.kind), label, time.perf_counter() - start)
+        return hint
+
+    def _forget_events(self) -> None:
+        """No pod in flight: no event kept for one."""
+        if not self._in_flight:
+            self._recent.clear()
+            self._prune_at = _PRUNE_MIN
+
+    def _prune_events(self) -> None:
+        """Drop the events every pod in flight was popped after (O(in flight), amortized by
+        pruning only when the list doubled)."""
+        oldest = min((f.since for f in self._in_flight.values()), default=self._events)
+        self._recent = [item for item in self._recent if item[0] > oldest]
+        self._prune_at = max(_PRUNE_MIN, 2 * len(self._recent))
 
     def _sets(self) -> tuple[tuple[QueueName, dict[str, QueueEntry]], ...]:
         return (

@@ -9,8 +9,10 @@ What it does, per docs/services.md (the contract):
   ``.done`` (core NATS request/reply);
 - records why a pod is pending on its PodRecord (reason/message) and as PodEvents, as
   ``kubectl describe`` shows them;
-- moves unschedulable pods when cluster events (``kubus.events.>``) may help them, flushes the
-  backoffQ every second and the unschedulable leftovers after five minutes;
+- moves unschedulable pods when cluster events (``kubus.events.>``) may help them, as the
+  QueueingHints of the plugins that rejected them say (reading the event's node or pod from
+  Redis for the hints, and keeping the last copy of each node as the next event's ``old``),
+  flushes the backoffQ every second and the unschedulable leftovers after five minutes;
 - repairs what crashed services leave (the janitor), watches node heartbeats, and resyncs
   with Redis, which is also how a restarted queue rebuilds: nothing pending is lost.
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -36,12 +39,15 @@ from kubus.bus import (
     event_kind_of,
     queue_done,
     queue_pop,
+    untoken,
 )
 from kubus.bus.messages import (
     ClusterEvent,
     MessageError,
+    PodChange,
     decode,
 )
+from kubus.framework.queueing_hints import NODE_ADDED, NODE_DELETED, POD_BOUND, POD_FREED, WILDCARD, EventObject
 from kubus.queue._base import ERROR_HEADER, QueueBase
 from kubus.queue.intake import Intake
 from kubus.queue.janitor import Janitor
@@ -52,6 +58,7 @@ from kubus.queue.serving import Serving
 from kubus.service import TRANSIENT_ERRORS
 from kubus.store import (
     ClusterState,
+    NodeRecord,
 )
 
 __all__ = ["ERROR_HEADER", "QueueOptions", "QueueService"]
@@ -130,13 +137,16 @@ class QueueService(Intake, Serving, Janitor, NodeLifecycle, QueueBase):
 
     async def _on_event(self, msg: Msg) -> None:
         # kubus.events.<resource>.<verb>.<name>: most events (pod.accepted, one per pod) cannot
-        # move any pod; they are dropped by their subject, unread. With no unschedulable pod
-        # anywhere, a cluster event is only noted for the pods in flight (O(1)), unread too.
+        # move any pod; they are dropped by their subject, unread. An event no hint would look
+        # at now (no pod unschedulable or in flight, or no hint for its kind) is noted unread:
+        # the pods in flight remember it, and plugins without a hint move pods on it.
         kind = event_kind_of(msg.subject)
         if kind is not None:
             if kind not in CLUSTER_EVENTS:
                 return
-            if not any(queue.unschedulable_count for queue in self.queues.values()):
+            if not self._hints_look_at(kind):
+                if kind.startswith("node."):
+                    self._nodes.pop(untoken(msg.subject.split(".", 4)[4]), None)  # its copy may be stale now
                 for queue in self.queues.values():
                     queue.move_for_event(kind)
                 return
@@ -146,10 +156,64 @@ class QueueService(Intake, Serving, Janitor, NodeLifecycle, QueueBase):
             self._count_rejected(EVENTS)
             self.log.warning("bad cluster event", subject=msg.subject, error=str(exc))
             return
-        moved = sum(queue.move_for_event(event.kind) for queue in self.queues.values())
+        if event.kind not in CLUSTER_EVENTS:
+            return
+        old, new = await self._objects_of(event)
+        moved = sum(queue.move_for_event(event.kind, old, new) for queue in self.queues.values())
         if moved:
             self.log.info("unschedulable pods moved", cluster_event=event.kind, name=event.name, pods=moved)
             self._after_change()
+
+    def _hints_look_at(self, kind: str) -> bool:
+        """Whether some queue has pods whose hints may read the objects of an event of ``kind``."""
+        return any(
+            (queue.unschedulable_count or queue.in_flight_count)
+            and (kind in queue.hinted_kinds or WILDCARD in queue.hinted_kinds)
+            for queue in self.queues.values()
+        )
+
+    async def _objects_of(self, event: ClusterEvent) -> tuple[EventObject, EventObject]:
+        """The event's old and new objects, as `kubus.framework.queueing_hints` describes them;
+        None where there is none or it could not be read (hints then answer Queue)."""
+        try:
+            if event.kind.startswith("node."):
+                return await self._node_change(event)
+            return await self._pod_change(event)
+        except (*TRANSIENT_ERRORS, KeyError, ValueError) as exc:
+            self._nodes.pop(event.name, None)
+            self.log.warning("cluster event's object unreadable; hints get none", cluster_event=event.kind,
+                             name=event.name, error=repr(exc))  # fmt: skip
+            return None, None
+
+    async def _node_change(self, event: ClusterEvent) -> tuple[EventObject, EventObject]:
+        cached = self._nodes.pop(event.name, None)
+        if event.kind == NODE_DELETED:
+            return (cached[1] if cached else None), None
+        record: NodeRecord | None = await self._cluster().get_node(event.name)
+        if record is None:  # deleted since
+            return (cached[1] if cached else None), None
+        new = record.to_node()
+        self._nodes[event.name] = (record.generation, new)
+        # The copy is this change's "before" only when it is older than what was read now: an
+        # event for a version already read (events racing reads) has no known "before".
+        if event.kind == NODE_ADDED or cached is None or cached[0] >= record.generation:
+            return None, new
+        return cached[1], new
+
+    async def _pod_change(self, event: ClusterEvent) -> tuple[EventObject, EventObject]:
+        uid = event.data.uid if isinstance(event.data, PodChange) else ""
+        record = await self._cluster().get_pod(uid) if uid else None
+        pod = self._pod_of(record) if record is not None else None
+        if record is None or pod is None:
+            return None, None
+        node = event.node or record.node
+        if node != pod.spec.node_name:  # as kube's bound pods carry spec.nodeName
+            pod = replace(pod, spec=replace(pod.spec, node_name=node))
+        if event.kind in POD_FREED:
+            return pod, None
+        if event.kind == POD_BOUND:
+            return None, pod
+        return pod, pod
 
     async def _flush_backoff(self) -> None:
         for queue in self.queues.values():

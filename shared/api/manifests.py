@@ -58,7 +58,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +86,7 @@ __all__ = [
     "parse_node",
     "parse_pod",
     "read_documents",
+    "wire_pod",
 ]
 
 _LIST_KINDS = {"List": None, "PodList": "Pod", "NodeList": "Node"}
@@ -292,3 +293,18 @@ def parse_manifests(text: str | bytes, *, source: str = STDIN) -> Manifests:
     if collector.errors:
         raise ManifestErrors(collector.errors)
     return collector.result
+
+
+def wire_pod(manifest: bytes | str, uid: str, key: str) -> Pod:
+    """The one Pod of a manifest that travels between services (a queued pod, a BindRequest),
+    with the uid the store knows it by. Raises ManifestError, or ValueError when the manifest
+    is not exactly one Pod."""
+    manifests = parse_manifests(manifest, source=f"pod {key}")
+    if manifests.nodes or len(manifests.pods) != 1:
+        raise ValueError(
+            f"pod {key}: expected one Pod, got {len(manifests.pods)} pod(s) and {len(manifests.nodes)} node(s)"
+        )
+    pod = manifests.pods[0]
+    if pod.metadata.uid != uid:
+        pod = replace(pod, metadata=replace(pod.metadata, uid=uid))
+    return pod

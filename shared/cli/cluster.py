@@ -263,11 +263,20 @@ async def get_pods(
     """`kubus get pods`: one row per pod (Deleted ones hidden unless ``show_deleted``)."""
     async with open_state(settings) as state:
         pods = await list_pods(state, namespace)
+        reserved = [p.uid for p in pods if p.phase is PodPhase.RESERVED]
+        waits = await state.permit_states(reserved) if reserved else {}
+    waiting = {uid: w for uid, w in waits.items() if w is not None and w.pending and not w.rejected}
     now = time.time()
     if not show_deleted:
         pods = [p for p in pods if p.phase is not PodPhase.DELETED]
     if output == "json":
-        out.write(codec.dumps({"pods": [_pod_json(p, now) for p in pods]}, pretty=True).decode() + "\n")
+        items = []
+        for p in pods:
+            item = _pod_json(p, now)
+            if p.uid in waiting:
+                item["waitingOnPermit"] = sorted(waiting[p.uid].pending)
+            items.append(item)
+        out.write(codec.dumps({"pods": items}, pretty=True).decode() + "\n")
         return 0
     if not pods:
         where = "any namespace" if namespace is None else f"namespace {namespace}"
@@ -280,10 +289,12 @@ async def get_pods(
     for p in pods:
         # The reason of the last failure is kept after the pod moves on; show it while it matters.
         showing_reason = p.phase in (PodPhase.PENDING, PodPhase.FAILED)
+        # A pod waiting on Permit holds its reservation: Reserved, and what it waits for.
+        phase = f"Waiting ({', '.join(sorted(waiting[p.uid].pending))})" if p.uid in waiting else str(p.phase)
         row = [
             p.namespace,
             p.name,
-            str(p.phase),
+            phase,
             p.node or "<none>",
             _devices(p.gpu_devices),
             format_age(now - p.created_at) if p.created_at else "-",

@@ -209,8 +209,9 @@ def _namespace(args: argparse.Namespace) -> str | None:
 
 
 def scheduler_config(path: str | None) -> SchedulerConfiguration:
-    """The KubeSchedulerConfiguration at ``path``, or kube's default. Raises ConfigError."""
-    registry = in_tree_registry()
+    """The KubeSchedulerConfiguration at ``path``, or kube's default, validated against the
+    in-tree and installed out-of-tree plugins. Raises ConfigError, RegistryError."""
+    registry = in_tree_registry(entry_points=True)
     return load_config(path, registry=registry) if path else default_config(registry=registry)
 
 

@@ -68,7 +68,7 @@ async def explain_pod(
     if profile is None:
         return None
     pod = record.pod()
-    registry = in_tree_registry()
+    registry = in_tree_registry(entry_points=True)  # the profile may name out-of-tree plugins
     framework = Framework.from_profile(
         profile, registry, percentage_of_nodes_to_score=config.percentage_of_nodes_to_score
     )
@@ -169,6 +169,11 @@ async def describe_pod(
             label = "Last failure" if record.phase is not PodPhase.PENDING else "Reason"
             fields.append((label, record.reason or "-"))
             fields.append(("Message", record.message or "-"))
+        if record.phase is PodPhase.RESERVED:
+            wait = (await state.permit_states([record.uid]))[record.uid]
+            if wait is not None and not wait.rejected:
+                waits_on = ", ".join(sorted(wait.pending)) or "nothing (allowed; binding)"
+                fields.append(("Waiting on Permit", f"{waits_on} (until {_fmt_time(wait.deadline, now)})"))
         _write_fields(out, fields)
         out.write("Events:\n")
         if not events:

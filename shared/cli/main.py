@@ -13,6 +13,7 @@ from kubus.api.manifests import Manifests, load_manifests
 from kubus.cli.commands import add_cluster_commands, run_cluster_command
 from kubus.cli.connect import Unreachable, UsageError
 from kubus.framework.config import ConfigError, default_config, load_config
+from kubus.framework.registry import RegistryError
 from kubus.kernels.backend import BackendUnavailable, select_backend
 from kubus.plugins import in_tree_registry
 from kubus.settings import SettingsError
@@ -71,10 +72,12 @@ def _simulate(args: argparse.Namespace) -> int:
     from kubus.cli.simulate import print_table, simulate, stderr, to_json
 
     manifests = _read_manifests(args.filename)
-    registry = in_tree_registry()
+    registry = in_tree_registry(entry_points=True)
     config = load_config(args.config, registry=registry) if args.config else default_config(registry=registry)
     backend = select_backend(args.backend)
-    outcomes, warnings = simulate(manifests, config, backend=backend, seed=args.seed, explain=args.explain)
+    outcomes, warnings = simulate(
+        manifests, config, backend=backend, seed=args.seed, explain=args.explain, registry=registry
+    )
     for w in warnings:
         stderr(f"warning: {w}")
     if args.output == "json":
@@ -93,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Unreachable as e:
         sys.stderr.write(f"error: {e}\n")
         return EXIT_UNREACHABLE
-    except (ManifestError, ConfigError, BackendUnavailable, SettingsError, UsageError, OSError) as e:
+    except (ManifestError, ConfigError, RegistryError, BackendUnavailable, SettingsError, UsageError, OSError) as e:
         for line in str(e).splitlines():
             sys.stderr.write(f"error: {line}\n")
         return EXIT_USAGE

@@ -93,7 +93,9 @@ def cluster_services(
             )
         )
     for i in range(binders):
-        specs.append(ServiceSpec("binder" if binders == 1 else f"binder-{i}", "binder", "kubus.binder"))
+        specs.append(
+            ServiceSpec("binder" if binders == 1 else f"binder-{i}", "binder", "kubus.binder", (*with_config,))
+        )
     if nodes > 0:
         if not node_template:
             raise ValueError("simulated nodes need a node template")

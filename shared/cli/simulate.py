@@ -1,27 +1,32 @@
 """`kubus simulate`: offline what-if scheduling of Pod manifests onto Node manifests.
 
 Pods that carry spec.nodeName are facts: they are counted on their node as they are, even if
-they overcommit it. Every other pod goes through its profile's framework in queue order
-(PrioritySort: priority, then creation time, then file order), each seeing the ones before it.
+they overcommit it. Every other pod goes through its profile's framework in queue order (the
+profiles' QueueSort plugin, PrioritySort by default: priority, then creation time, then file
+order), each seeing the ones before it.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cmp_to_key
 from typing import Any, TextIO
 
 from kubus.api.gpus import pod_gpu_devices, pod_gpu_request
 from kubus.api.manifests import Manifests
 from kubus.api.objects import Pod
 from kubus.framework.config import SchedulerConfiguration
+from kubus.framework.interface import QueueSortPlugin
+from kubus.framework.registry import Registry
 from kubus.framework.runtime import Framework
 from kubus.framework.scheduling import NodeExplain, Scheduler, ScheduleResult
+from kubus.framework.waiting import WaitingPods
 from kubus.kernels.backend import Backend
 from kubus.kernels.node_table import NodeTable
 from kubus.kernels.nodeinfo import PodInfo
-from kubus.plugins import in_tree_registry
+from kubus.plugins import PrioritySort, QueuedPodInfo, in_tree_registry
 from kubus.plugins.gpu_fit import pick_devices
 
 SCHEDULED = "Scheduled"
@@ -55,9 +60,19 @@ def place_facts(table: NodeTable, pods: Sequence[Pod]) -> list[str]:
     return warnings
 
 
-def queue_order(pods: Sequence[Pod]) -> list[Pod]:
-    """PrioritySort's order: higher priority first, then older, then as given (stable)."""
-    return sorted(pods, key=lambda p: (-p.spec.priority, p.metadata.creation_timestamp))
+def queue_order(pods: Sequence[Pod], queue_sort: QueueSortPlugin | None = None) -> list[Pod]:
+    """The pods in the order kube's activeQ pops them: by the QueueSort plugin's `less`
+    (PrioritySort when None), each pod queued at its creation time; equal pods as given."""
+    sort = queue_sort if queue_sort is not None else PrioritySort()
+    key: Callable[[QueuedPodInfo], Any]
+    sort_key = getattr(sort, "sort_key", None)
+    if callable(sort_key):
+        key = sort_key
+    else:
+        less = sort.less
+        key = cmp_to_key(lambda a, b: -1 if less(a, b) else (1 if less(b, a) else 0))
+    queued = [QueuedPodInfo(pod=p, timestamp=p.metadata.creation_timestamp) for p in pods]
+    return [q.pod for q in sorted(queued, key=key)]
 
 
 def simulate(
@@ -67,32 +82,51 @@ def simulate(
     backend: Backend,
     seed: int = 0,
     explain: bool = False,
+    registry: Registry | None = None,
 ) -> tuple[list[PodOutcome], list[str]]:
-    """Schedule the manifests' pending pods. Returns outcomes in queue order, and warnings."""
-    registry = in_tree_registry()
+    """Schedule the manifests' pending pods with the plugins of `registry` (default: the in-tree
+    and installed out-of-tree plugins). Returns outcomes in queue order, and warnings. Raises
+    RegistryError for a broken out-of-tree plugin."""
+    if registry is None:
+        registry = in_tree_registry(entry_points=True)
     table = NodeTable(backend, seed=seed, capacity=max(64, len(manifests.nodes)))
     table.add_nodes(manifests.nodes)
     facts = [p for p in manifests.pods if p.spec.node_name]
     warnings = place_facts(table, facts)
+    # Permit runs right after Reserve; a pod it makes wait holds its node until the end of the
+    # run, when it is placed if its plugins allowed it and given back if not (the timeout).
+    waiting = {profile.scheduler_name: WaitingPods() for profile in config.profiles}
     schedulers = {
         profile.scheduler_name: Scheduler(
-            Framework.from_profile(profile, registry, percentage_of_nodes_to_score=config.percentage_of_nodes_to_score),
+            Framework.from_profile(
+                profile,
+                registry,
+                percentage_of_nodes_to_score=config.percentage_of_nodes_to_score,
+                handle=waiting[profile.scheduler_name],
+            ),
             table,
             seed=seed,
+            run_permit=True,
+            waiting=waiting[profile.scheduler_name],
         )
         for profile in config.profiles
     }
     outcomes: list[PodOutcome] = []
+    waits: list[tuple[int, ScheduleResult, str]] = []
     batch: list[Pod] = []
     batch_profile = ""
 
     def flush() -> None:
         if batch:
             for r in schedulers[batch_profile].schedule(batch, explain=explain):
+                if r.waiting_on and r.node is not None:
+                    waits.append((len(outcomes), r, batch_profile))
                 outcomes.append(_outcome(r))
             batch.clear()
 
-    for pod in queue_order([p for p in manifests.pods if not p.spec.node_name]):
+    # kube requires every profile to have the same QueueSort: one queue orders all pods
+    queue_sort = next((s.framework.queue_sort for s in schedulers.values() if s.framework.queue_sort), None)
+    for pod in queue_order([p for p in manifests.pods if not p.spec.node_name], queue_sort):
         name = pod.spec.scheduler_name
         scheduler = schedulers.get(name)
         if scheduler is None:
@@ -112,7 +146,30 @@ def simulate(
             batch_profile = name
         batch.append(pod)
     flush()
+    _end_waits(table, outcomes, waits, waiting)
     return outcomes, warnings
+
+
+def _end_waits(
+    table: NodeTable,
+    outcomes: list[PodOutcome],
+    waits: Sequence[tuple[int, ScheduleResult, str]],
+    waiting: Mapping[str, WaitingPods],
+) -> None:
+    """The end of the run: a pod still waiting on Permit times out (kube's Permit timeout), one
+    a plugin rejected fails; both give their node back."""
+    for index, r, profile in waits:
+        handle, uid = waiting[profile], r.pod.metadata.uid or r.pod.key
+        if handle.allowed(uid):
+            continue
+        held = handle.get_waiting_pod(uid)
+        if held is None:
+            message = f"rejected while waiting on Permit: {handle.rejection(uid)}"
+        else:
+            message = f"rejected due to timeout waiting on {', '.join(sorted(held.pending_plugins))}"
+        assert r.node is not None
+        table.forget(r.pod.key, r.node)
+        outcomes[index] = PodOutcome(r.pod, None, UNSCHEDULABLE, message, (), r.explain)
 
 
 def _outcome(r: ScheduleResult) -> PodOutcome:
@@ -133,6 +190,7 @@ def to_json(outcomes: Sequence[PodOutcome], *, explain: bool) -> dict[str, Any]:
             "node": o.node,
             "status": o.status,
             "message": o.message,
+            "gpuDevices": list(o.gpu_devices),
         }
         if explain:
             entry["explain"] = {"nodes": {n: _explain_json(e) for n, e in (o.explain or {}).items()}}

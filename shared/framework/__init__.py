@@ -19,6 +19,12 @@ from kubus.framework.config import (
 )
 from kubus.framework.cycle_state import CycleState
 from kubus.framework.interface import ALL_ROWS, MAX_NODE_SCORE, FilterResult, Rejection
+from kubus.framework.queueing_hints import (
+    ClusterEventWithHint,
+    EnqueueExtensions,
+    QueueingHint,
+    QueueingHintFn,
+)
 from kubus.framework.registry import ExtensionPoint, PluginSpec, Registry, RegistryError
 from kubus.framework.runtime import Framework
 from kubus.framework.scheduling import NodeExplain, Scheduler, ScheduleResult, ScoreDetail
@@ -28,9 +34,11 @@ from kubus.kernels.nodeinfo import NodeInfo, PodInfo
 __all__ = [
     "ALL_ROWS",
     "MAX_NODE_SCORE",
+    "ClusterEventWithHint",
     "Code",
     "ConfigError",
     "CycleState",
+    "EnqueueExtensions",
     "ExtensionPoint",
     "FilterResult",
     "Framework",
@@ -41,6 +49,8 @@ __all__ = [
     "PluginSpec",
     "PodInfo",
     "ProfileConfig",
+    "QueueingHint",
+    "QueueingHintFn",
     "Registry",
     "RegistryError",
     "Rejection",

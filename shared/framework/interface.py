@@ -17,7 +17,7 @@ Getting it wrong breaks batch == one-by-one, so the default is True.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
@@ -102,6 +102,38 @@ class FilterPlugin(Plugin, Protocol):
     def filter(self, state: CycleState, pod: Pod, view: TableView, rows: Rows) -> FilterResult: ...
 
 
+@dataclass(frozen=True, slots=True)
+class FilterDiagnosis:
+    """What PostFilter learns of a pod's failed Filter (kube's NodeToStatusMap, summarized)."""
+
+    num_nodes: int
+    """Nodes the pod was filtered against."""
+    reasons: Mapping[str, int]
+    """Reason -> how many nodes gave it (the "0/N nodes are available" histogram)."""
+    unschedulable_plugins: frozenset[str]
+    """The plugins that rejected the pod."""
+    resolvable_nodes: tuple[str, ...] = ()
+    """Nodes whose rejection was only Unschedulable (not UnschedulableAndUnresolvable): where
+    removing pods could help, the candidates of preemption."""
+
+
+@dataclass(frozen=True, slots=True)
+class PostFilterResult:
+    """What a PostFilter plugin did: its Status (Success when it made the pod schedulable later,
+    e.g. by preemption) and the node it nominates, if any."""
+
+    status: Status
+    nominated_node: str = ""
+
+
+@runtime_checkable
+class PostFilterPlugin(Plugin, Protocol):
+    def post_filter(self, state: CycleState, pod: Pod, diagnosis: FilterDiagnosis) -> PostFilterResult:
+        """Run after Filter found no node: kube runs PostFilter plugins in order until one
+        returns Success (or an Error); Unschedulable passes to the next."""
+        ...
+
+
 @runtime_checkable
 class PreScorePlugin(Plugin, Protocol):
     def pre_score(self, state: CycleState, pod: Pod, table: NodeTable) -> Status:
@@ -137,13 +169,69 @@ class ReservePlugin(Plugin, Protocol):
 @runtime_checkable
 class PermitPlugin(Plugin, Protocol):
     def permit(self, state: CycleState, pod: Pod, node_name: str) -> tuple[Status, float]:
-        """Success, Unschedulable, or Wait with a timeout in seconds."""
+        """Success, Unschedulable (reject), or Wait with a timeout in seconds (kube caps it at
+        15 minutes). A waiting pod keeps its reservation until every plugin it waits on allows
+        it (`WaitingPod.allow`), one rejects it, or the timeout passes."""
+        ...
+
+
+@runtime_checkable
+class PreBindPlugin(Plugin, Protocol):
+    def pre_bind(self, state: CycleState, pod: Pod, node_name: str) -> Status | Awaitable[Status]:
+        """Before Bind, in the binder (may be a coroutine). Not Success: Unreserve, hand back."""
         ...
 
 
 @runtime_checkable
 class BindPlugin(Plugin, Protocol):
-    def bind(self, state: CycleState, pod: Pod, node_name: str) -> Status: ...
+    def bind(self, state: CycleState, pod: Pod, node_name: str) -> Status | Awaitable[Status]:
+        """Bind plugins run in order until one does not Skip: Success records the binding in the
+        store (exactly once, as DefaultBinder does); anything else fails the bind."""
+        ...
+
+
+@runtime_checkable
+class PostBindPlugin(Plugin, Protocol):
+    def post_bind(self, state: CycleState, pod: Pod, node_name: str) -> Awaitable[None] | None:
+        """After a successful bind, informational (errors are logged)."""
+        ...
+
+
+class WaitingPod(Protocol):
+    """A pod waiting on Permit, as plugins see it through the framework handle."""
+
+    @property
+    def uid(self) -> str: ...
+
+    @property
+    def key(self) -> str:
+        """namespace/name"""
+        ...
+
+    @property
+    def node(self) -> str: ...
+
+    @property
+    def pending_plugins(self) -> frozenset[str]:
+        """The Permit plugins it still waits on."""
+        ...
+
+    def allow(self, plugin: str) -> None:
+        """``plugin`` lets the pod go; it is bound once no plugin holds it."""
+        ...
+
+    def reject(self, plugin: str, message: str) -> None:
+        """Fail the pod's Permit: Unreserve, back to the queue with ``message``."""
+        ...
+
+
+class FrameworkHandle(Protocol):
+    """What the framework gives a plugin's factory (``factory(args, handle)``), as kube's
+    framework.Handle: here, the pods waiting on Permit."""
+
+    def get_waiting_pod(self, uid: str) -> WaitingPod | None: ...
+
+    def iterate_over_waiting_pods(self) -> Sequence[WaitingPod]: ...
 
 
 def is_placement_sensitive(plugin: object) -> bool:
@@ -154,11 +242,17 @@ __all__ = [
     "ALL_ROWS",
     "MAX_NODE_SCORE",
     "BindPlugin",
+    "FilterDiagnosis",
     "FilterPlugin",
     "FilterResult",
+    "FrameworkHandle",
     "NormalizeScorePlugin",
     "PermitPlugin",
     "Plugin",
+    "PostBindPlugin",
+    "PostFilterPlugin",
+    "PostFilterResult",
+    "PreBindPlugin",
     "PreEnqueuePlugin",
     "PreFilterPlugin",
     "PreScorePlugin",
@@ -167,5 +261,6 @@ __all__ = [
     "ReservePlugin",
     "Rows",
     "ScorePlugin",
+    "WaitingPod",
     "is_placement_sensitive",
 ]

@@ -1,16 +1,29 @@
-"""Framework: one scheduler profile, its plugins instantiated and ordered per extension point."""
+"""Framework: one scheduler profile, its plugins instantiated and ordered per extension point,
+and the runs of the extension points that are not array kernels (PostFilter, Reserve/Unreserve,
+Permit, PreBind, Bind, PostBind), in kube's order and with kube's rules, for whichever process
+runs them (the cycle, the binder, the janitor, `kubus simulate`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import inspect
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from kubus.api.objects import Pod
 from kubus.framework.config import ProfileConfig
+from kubus.framework.cycle_state import CycleState
 from kubus.framework.interface import (
     BindPlugin,
+    FilterDiagnosis,
     FilterPlugin,
     PermitPlugin,
+    PostBindPlugin,
+    PostFilterPlugin,
+    PostFilterResult,
+    PreBindPlugin,
     PreEnqueuePlugin,
     PreFilterPlugin,
     PreScorePlugin,
@@ -19,9 +32,36 @@ from kubus.framework.interface import (
     ScorePlugin,
 )
 from kubus.framework.registry import ExtensionPoint
+from kubus.framework.status import Code, Status
 
 if TYPE_CHECKING:
     from kubus.framework.registry import Registry
+    from kubus.kernels.nodeinfo import NodeInfo
+
+__all__ = ["MAX_PERMIT_TIMEOUT", "Framework", "PermitVerdict", "PluginTimer"]
+
+MAX_PERMIT_TIMEOUT = 15 * 60.0
+"""Seconds a Permit plugin may make a pod wait at most (kube's maxTimeout)."""
+
+PluginTimer = Callable[[str, ExtensionPoint, Status, float], None]
+"""Called after each plugin run with (plugin, extension point, status, seconds): metrics."""
+
+_log = logging.getLogger("kubus.framework")
+
+
+@dataclass(frozen=True, slots=True)
+class PermitVerdict:
+    """What the Permit plugins said about a pod (kube's RunPermitPlugins)."""
+
+    status: Status
+    """Success, rejected (Unschedulable/Error: the first plugin that did not allow), or Wait."""
+    waiting_on: Mapping[str, float] = field(default_factory=dict)
+    """Wait: plugin -> its timeout in seconds (capped at `MAX_PERMIT_TIMEOUT`)."""
+
+    @property
+    def timeout(self) -> float:
+        """Seconds until the first waiting plugin's timer rejects the pod (0 when none waits)."""
+        return min(self.waiting_on.values(), default=0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,9 +76,12 @@ class Framework:
     pre_score: tuple[PreScorePlugin, ...] = ()
     score: tuple[tuple[ScorePlugin, int], ...] = ()
     """(plugin, weight) pairs."""
+    post_filter: tuple[PostFilterPlugin, ...] = ()
     reserve: tuple[ReservePlugin, ...] = ()
     permit: tuple[PermitPlugin, ...] = ()
+    pre_bind: tuple[PreBindPlugin, ...] = ()
     bind: tuple[BindPlugin, ...] = ()
+    post_bind: tuple[PostBindPlugin, ...] = ()
     percentage_of_nodes_to_score: int | None = None
     """None: kube's adaptive percentage."""
     plugins: Mapping[str, Any] = field(default_factory=dict)
@@ -76,11 +119,128 @@ class Framework:
             queue_sort=sorts[0] if sorts else None,
             pre_filter=tuple(at(ExtensionPoint.PRE_FILTER)),
             filter=tuple(at(ExtensionPoint.FILTER)),
+            post_filter=tuple(at(ExtensionPoint.POST_FILTER)),
             pre_score=tuple(at(ExtensionPoint.PRE_SCORE)),
             score=tuple((get(r.name), r.weight) for r in profile.plugins.get(ExtensionPoint.SCORE, ())),
             reserve=tuple(at(ExtensionPoint.RESERVE)),
             permit=tuple(at(ExtensionPoint.PERMIT)),
+            pre_bind=tuple(at(ExtensionPoint.PRE_BIND)),
             bind=tuple(at(ExtensionPoint.BIND)),
+            post_bind=tuple(at(ExtensionPoint.POST_BIND)),
             percentage_of_nodes_to_score=pct if pct is not None else percentage_of_nodes_to_score,
             plugins=instances,
         )
+
+    # -- the extension points that run one pod at a time ------------------------------------------
+
+    @property
+    def binds_plainly(self) -> bool:
+        """No PreBind, PostBind or Bind plugin but DefaultBinder: binding is the store's bind
+        alone (the binder's fast path)."""
+        return not self.pre_bind and not self.post_bind and all(p.name == "DefaultBinder" for p in self.bind)
+
+    def run_post_filter(self, state: CycleState, pod: Pod, diagnosis: FilterDiagnosis) -> PostFilterResult | None:
+        """PostFilter after a failed Filter: plugins in order until one returns Success (the pod
+        may fit later, e.g. after preemption) or Error; None when there is none or every one
+        says Unschedulable. A plugin that raises is an Error result."""
+        last: PostFilterResult | None = None
+        for plugin in self.post_filter:
+            try:
+                result = plugin.post_filter(state, pod, diagnosis)
+            except Exception as exc:
+                _log.exception("event=%r plugin=%s pod=%s", "post_filter failed", plugin.name, pod.key)
+                return PostFilterResult(Status.error(f"{plugin.name}: {exc!r}").with_plugin(plugin.name))
+            result = PostFilterResult(result.status.with_plugin(plugin.name), result.nominated_node)
+            if result.status.is_success or result.status.code is Code.ERROR:
+                return result
+            last = result
+        return last
+
+    def run_reserve(self, state: CycleState, pod: Pod, node_info: NodeInfo) -> Status:
+        """Reserve plugins in order; the first failure runs Unreserve of all of them (reverse
+        order) and is returned, naming its plugin."""
+        for plugin in self.reserve:
+            status = plugin.reserve(state, pod, node_info)
+            if not status.is_success:
+                self.run_unreserve(state, pod, node_info)
+                return status.with_plugin(plugin.name)
+        return Status.success()
+
+    def run_unreserve(self, state: CycleState, pod: Pod, node_info: NodeInfo) -> None:
+        """Unreserve of every Reserve plugin, in reverse order: whatever failed after Reserve.
+        Idempotent as the plugins are; a plugin that raises is logged and the others still run."""
+        for plugin in reversed(self.reserve):
+            try:
+                plugin.unreserve(state, pod, node_info)
+            except Exception:
+                _log.exception("event=%r plugin=%s pod=%s", "unreserve failed", plugin.name, pod.key)
+
+    def run_permit(self, state: CycleState, pod: Pod, node_name: str) -> PermitVerdict:
+        """Permit plugins in order (kube's RunPermitPlugins): the first that rejects (or errs,
+        or raises) decides; those that say Wait are waited on, each with its timeout (at most
+        `MAX_PERMIT_TIMEOUT`); Success when none rejects or waits."""
+        waiting: dict[str, float] = {}
+        for plugin in self.permit:
+            try:
+                status, timeout = plugin.permit(state, pod, node_name)
+            except Exception as exc:
+                _log.exception("event=%r plugin=%s pod=%s", "permit failed", plugin.name, pod.key)
+                return PermitVerdict(Status.error(f"{plugin.name}: {exc!r}").with_plugin(plugin.name))
+            if status.is_wait:
+                waiting[plugin.name] = min(max(float(timeout), 0.0), MAX_PERMIT_TIMEOUT)
+            elif not status.is_success:
+                code = status.code if status.is_rejected else Code.ERROR
+                return PermitVerdict(Status(code, status.reasons, plugin.name))
+        if waiting:
+            return PermitVerdict(Status.wait(f"waiting on {', '.join(sorted(waiting))}"), waiting)
+        return PermitVerdict(Status.success())
+
+    async def run_pre_bind(
+        self, state: CycleState, pod: Pod, node_name: str, timer: PluginTimer | None = None
+    ) -> Status:
+        """PreBind plugins in order; the first that does not succeed is returned (Skip counts
+        as success, as in kube)."""
+        for plugin in self.pre_bind:
+            status = await _call(plugin.name, ExtensionPoint.PRE_BIND, timer, plugin.pre_bind, state, pod, node_name)
+            if not (status.is_success or status.is_skip):
+                return status.with_plugin(plugin.name)
+        return Status.success()
+
+    async def run_bind(self, state: CycleState, pod: Pod, node_name: str, timer: PluginTimer | None = None) -> Status:
+        """Bind plugins in order until one does not Skip; its Status decides (Success: the
+        binding is recorded in the store). All Skip: an error, as in kube."""
+        for plugin in self.bind:
+            status = await _call(plugin.name, ExtensionPoint.BIND, timer, plugin.bind, state, pod, node_name)
+            if not status.is_skip:
+                return status.with_plugin(plugin.name)
+        return Status.error("all bind plugins skipped the pod")
+
+    async def run_post_bind(
+        self, state: CycleState, pod: Pod, node_name: str, timer: PluginTimer | None = None
+    ) -> None:
+        """PostBind plugins in order, informational: a failure is logged."""
+        for plugin in self.post_bind:
+            try:
+                result = plugin.post_bind(state, pod, node_name)
+                if inspect.isawaitable(result):
+                    await result
+            except Exception:
+                _log.exception("event=%r plugin=%s pod=%s", "post_bind failed", plugin.name, pod.key)
+
+
+async def _call(
+    name: str, point: ExtensionPoint, timer: PluginTimer | None, fn: Callable[..., Any], *args: Any
+) -> Status:
+    """Run one plugin method (sync or a coroutine); a raise is an Error status."""
+    started = time.perf_counter()
+    try:
+        result = fn(*args)
+        if inspect.isawaitable(result):
+            result = await result
+        status = result if isinstance(result, Status) else Status.error(f"{name}: returned {result!r}, not a Status")
+    except Exception as exc:
+        _log.exception("event=%r plugin=%s point=%s", "plugin failed", name, point.value)
+        status = Status.error(f"{name}: {exc!r}")
+    if timer is not None:
+        timer(name, point, status, time.perf_counter() - started)
+    return status

@@ -15,8 +15,8 @@ nodes go to the smallest seeded tie key (`kubus.kernels.tiebreak`) instead of a 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -24,9 +24,10 @@ import numpy as np
 from kubus.api.objects import Pod
 from kubus.framework.config import num_feasible_nodes_to_find
 from kubus.framework.cycle_state import GPU_DEVICES_STATE_KEY, CycleState
-from kubus.framework.interface import ALL_ROWS, FilterResult, is_placement_sensitive
+from kubus.framework.interface import ALL_ROWS, FilterDiagnosis, FilterResult, is_placement_sensitive
 from kubus.framework.runtime import Framework
 from kubus.framework.status import Code, Status
+from kubus.framework.waiting import WaitingPods
 from kubus.kernels.node_table import NodeTable
 from kubus.kernels.nodeinfo import PodInfo
 from kubus.kernels.tiebreak import pod_tie_hash, tie_keys
@@ -67,8 +68,14 @@ class ScheduleResult:
     explain: dict[str, NodeExplain] | None = None
     plugins: tuple[str, ...] = ()
     """The plugins that rejected the pod (sorted): the filter plugins that rejected some node, the
-    PreFilter plugin that rejected it, or the Reserve plugin that failed; empty when placed (and
-    for an empty cluster). The queue's QueueingHints key on them."""
+    PreFilter plugin that rejected it, or the Reserve or Permit plugin that failed; empty when
+    placed (and for an empty cluster). The queue's QueueingHints key on them."""
+    state: CycleState | None = None
+    """Placed: the pod's CycleState after Reserve, for what runs next (Permit, Unreserve)."""
+    nominated_node: str = ""
+    """Unschedulable: the node a PostFilter plugin nominated (preemption), if any."""
+    waiting_on: Mapping[str, float] = field(default_factory=dict)
+    """Placed, with ``run_permit``: the Permit plugins it waits on, with their timeouts."""
 
     @property
     def scheduled(self) -> bool:
@@ -117,10 +124,24 @@ class Scheduler:
     Not thread-safe: one scheduling loop owns a Scheduler and its table, as in kube-scheduler.
     """
 
-    def __init__(self, framework: Framework, table: NodeTable, *, seed: int = 0) -> None:
+    def __init__(
+        self,
+        framework: Framework,
+        table: NodeTable,
+        *,
+        seed: int = 0,
+        run_permit: bool = False,
+        waiting: WaitingPods | None = None,
+    ) -> None:
         self.framework = framework
         self.table = table
         self.seed = seed
+        self.run_permit = run_permit
+        """Run Permit right after Reserve (`kubus simulate`, where no store reservation comes
+        in between); the cycle service runs it itself once Redis holds the reservation."""
+        self.waiting = waiting
+        """With ``run_permit``: the handle the framework's plugins see waiting pods through; a
+        pod that starts waiting is added to it at once, so the next pod's Permit sees it."""
         self.next_start_node_index = 0
 
     # ---- public ------------------------------------------------------------------------------
@@ -305,22 +326,30 @@ class Scheduler:
         explained = self._explain_success(cls, details, totals) if explain else None
         node_info = table.node_info(best)
         state = cls.state.clone()
-        for plugin in self.framework.reserve:
-            status = plugin.reserve(state, pod, node_info)
-            if not status.is_success:
-                for undo in self.framework.reserve:
-                    undo.unreserve(state, pod, node_info)
-                return ScheduleResult(
-                    pod, None, status.with_plugin(plugin.name), status.message(), plugins=(plugin.name,)
-                )
+        status = self.framework.run_reserve(state, pod, node_info)
+        if not status.is_success:
+            return ScheduleResult(pod, None, status, status.message(), plugins=(status.plugin,), state=state)
+        waiting_on: Mapping[str, float] = {}
+        if self.run_permit and self.framework.permit:
+            verdict = self.framework.run_permit(state, pod, node_info.name)
+            if not (verdict.status.is_success or verdict.status.is_wait):
+                self.framework.run_unreserve(state, pod, node_info)
+                status = verdict.status
+                message = f"{status.plugin}: {status.message() or 'rejected'}"
+                return ScheduleResult(pod, None, status, message, plugins=(status.plugin,), state=state)
+            waiting_on = verdict.waiting_on
+            if waiting_on and self.waiting is not None:
+                self.waiting.add(pod.metadata.uid or pod.key, pod.key, node_info.name, 0, waiting_on)
         devices = tuple(state.get(GPU_DEVICES_STATE_KEY, ()))
         table.assume(PodInfo.of(pod, devices), best)
         return ScheduleResult(
             pod,
             node_info.name,
-            Status.success(),
+            Status.wait(f"waiting on {', '.join(sorted(waiting_on))}") if waiting_on else Status.success(),
             gpu_devices=devices,
             explain=explained,
+            state=state,
+            waiting_on=waiting_on,
         )
 
     def _sample(self, cls: _PodClass) -> np.ndarray:
@@ -359,21 +388,24 @@ class Scheduler:
             rejected_all = {
                 i.name: NodeExplain(_plugin_reason(status.plugin, status.reasons)) for i in self.table.node_infos()
             }
-            return ScheduleResult(
-                pod,
-                None,
-                Status(status.code, (message,), status.plugin),
-                message,
-                {r: n for r in status.reasons},
-                explain=rejected_all if explain else None,
-                plugins=_plugins_of(status) or cls.narrowed_by,
+            return self._post_filter(
+                cls,
+                ScheduleResult(
+                    pod,
+                    None,
+                    Status(status.code, (message,), status.plugin),
+                    message,
+                    {r: n for r in status.reasons},
+                    explain=rejected_all if explain else None,
+                    plugins=_plugins_of(status) or cls.narrowed_by,
+                ),
             )
         per_node: dict[str, NodeExplain] = {}
         if cls.diagnosis is None or cls.diagnosis[0] != self.table.version or explain:
             message, reasons, plugins = self._diagnose(cls, per_node if explain else None)
             cls.diagnosis = (self.table.version, message, reasons, plugins)
         _, message, reasons, plugins = cls.diagnosis
-        return ScheduleResult(
+        result = ScheduleResult(
             pod,
             None,
             Status(Code.UNSCHEDULABLE, (message,)),
@@ -381,6 +413,25 @@ class Scheduler:
             dict(reasons),
             explain=per_node if explain else None,
             plugins=plugins,
+        )
+        return self._post_filter(cls, result)
+
+    def _post_filter(self, cls: _PodClass, result: ScheduleResult) -> ScheduleResult:
+        """PostFilter after Filter found no node (kube runs it for Unschedulable, not Error):
+        its message joins the pod's (as kube's "preemption: ..."), its nomination is kept."""
+        if not self.framework.post_filter:
+            return result
+        diagnosis = FilterDiagnosis(len(self.table), dict(result.reasons), frozenset(result.plugins))
+        outcome = self.framework.run_post_filter(cls.state.clone(), result.pod, diagnosis)
+        if outcome is None or not (outcome.status.reasons or outcome.nominated_node):
+            return result
+        extra = f" {outcome.status.plugin}: {outcome.status.message()}" if outcome.status.reasons else ""
+        message = result.message + extra
+        return replace(
+            result,
+            status=Status(result.status.code, (message,)),
+            message=message,
+            nominated_node=outcome.nominated_node,
         )
 
     def _diagnose(

@@ -13,6 +13,8 @@ class Code(IntEnum):
     """Rejected, but preemption or a cluster event may help."""
     UNSCHEDULABLE_AND_UNRESOLVABLE = 3
     """Rejected, and preempting pods on the node would not help."""
+    WAIT = 4
+    """Permit: the pod waits, holding its reservation, until allowed, rejected or timed out."""
     SKIP = 5
     PENDING = 6
 
@@ -40,6 +42,15 @@ class Status:
     @classmethod
     def skip(cls) -> Status:
         return _SKIP
+
+    @classmethod
+    def wait(cls, *reasons: str) -> Status:
+        """Permit's answer for a pod that must wait (with the plugin's timeout beside it)."""
+        return cls(Code.WAIT, tuple(reasons))
+
+    @property
+    def is_wait(self) -> bool:
+        return self.code is Code.WAIT
 
     @property
     def is_success(self) -> bool:

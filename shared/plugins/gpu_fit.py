@@ -21,13 +21,25 @@ from kubus.api.gpus import (
     REASON_MEMORY,
     REASON_MODEL,
     REASON_NO_GPUS,
+    GPUAnnotationError,
     GPURequest,
     gpu_mode,
     pod_gpu_request,
 )
-from kubus.api.objects import Pod
+from kubus.api.objects import GPUDevice, Node, Pod
 from kubus.framework.cycle_state import GPU_DEVICES_STATE_KEY, CycleState
 from kubus.framework.interface import MAX_NODE_SCORE, FilterResult, Rejection, Rows
+from kubus.framework.queueing_hints import (
+    NODE_ADDED,
+    NODE_UPDATED,
+    POD_FREED,
+    ClusterEventWithHint,
+    EventObject,
+    QueueingHint,
+    events_on,
+    node_change,
+    removed_pod,
+)
 from kubus.framework.status import Status
 from kubus.kernels.node_table import NodeTable, TableView
 from kubus.kernels.nodeinfo import NodeInfo
@@ -146,3 +158,51 @@ class GPUFit:
 
     def unreserve(self, state: CycleState, pod: Pod, node_info: NodeInfo) -> None:
         state.write(GPU_DEVICES_STATE_KEY, ())
+
+    # ---- queueing hints ----------------------------------------------------------------------
+
+    def events_to_register(self) -> tuple[ClusterEventWithHint, ...]:
+        """As NodeResourcesFit, for GPUs: a pod that held GPUs leaving a node
+        (`is_schedulable_after_pod_event`); a node added, or its GPUs changed for the better
+        (`is_schedulable_after_node_change`)."""
+        return (
+            *events_on(POD_FREED, self.is_schedulable_after_pod_event),
+            *events_on((NODE_ADDED, NODE_UPDATED), self.is_schedulable_after_node_change),
+        )
+
+    def is_schedulable_after_pod_event(self, pod: Pod, old: EventObject, new: EventObject) -> QueueingHint:
+        """QUEUE when the pod that left a node held GPUs there."""
+        deleted = removed_pod(old)
+        if deleted is None:
+            return QueueingHint.QUEUE
+        if not deleted.spec.node_name:
+            return QueueingHint.QUEUE_SKIP
+        try:
+            freed = pod_gpu_request(deleted)
+        except GPUAnnotationError:
+            return QueueingHint.QUEUE
+        return QueueingHint.QUEUE if freed is not None else QueueingHint.QUEUE_SKIP
+
+    def is_schedulable_after_node_change(self, pod: Pod, old: EventObject, new: EventObject) -> QueueingHint:
+        """QUEUE when the node, empty, has enough devices that could serve the pod, and it was
+        added or one of those devices is new to it (added, healthy again, bigger)."""
+        original, modified = node_change(old, new)
+        if modified is None:
+            return QueueingHint.QUEUE
+        try:
+            request = pod_gpu_request(pod)
+        except GPUAnnotationError:
+            return QueueingHint.QUEUE
+        if request is None:
+            return QueueingHint.QUEUE  # it asks no GPU: nothing to reason about
+        serving = _serving(request, modified)
+        if len(serving) < request.count:
+            return QueueingHint.QUEUE_SKIP
+        if original is None or serving - _serving(request, original):
+            return QueueingHint.QUEUE
+        return QueueingHint.QUEUE_SKIP
+
+
+def _serving(request: GPURequest, node: Node) -> set[GPUDevice]:
+    """The node's devices that could ever serve ``request`` (free or not)."""
+    return {device for device in node.gpus if request.accepts(device)}

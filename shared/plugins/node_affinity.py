@@ -10,11 +10,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from kubus.api.matching import NODE_NAME_FIELD
+from kubus.api.matching import NODE_NAME_FIELD, labels_match, node_selector_matches
+from kubus.api.objects import Node, NodeSelector, Pod, PreferredSchedulingTerm, SelectorOperator
 from kubus.api.objects import NodeAffinity as NodeAffinitySpec
-from kubus.api.objects import NodeSelector, Pod, PreferredSchedulingTerm, SelectorOperator
 from kubus.framework.cycle_state import CycleState
 from kubus.framework.interface import MAX_NODE_SCORE, FilterResult, Rejection, Rows
+from kubus.framework.queueing_hints import (
+    NODE_ADDED,
+    NODE_UPDATED,
+    ClusterEventWithHint,
+    EventObject,
+    QueueingHint,
+    events_on,
+    node_change,
+)
 from kubus.framework.status import Code, Status
 from kubus.kernels.node_table import NodeTable, TableView
 from kubus.plugins._columns import labels_mask, selector_mask, term_mask
@@ -22,6 +31,7 @@ from kubus.plugins._normalize import default_normalize_score
 
 ERR_REASON_POD = "node(s) didn't match Pod's node affinity/selector"
 ERR_REASON_ENFORCED = "node(s) didn't match scheduler-enforced node affinity"
+ERR_REASON_CONFLICT = "pod affinity terms conflict"
 _PRE_FILTER_KEY = "PreFilterNodeAffinity"
 _PRE_SCORE_KEY = "PreScoreNodeAffinity"
 
@@ -43,9 +53,12 @@ def _preferred(pod: Pod) -> tuple[PreferredSchedulingTerm, ...]:
 
 
 def pre_filter_node_names(pod: Pod) -> frozenset[str] | None:
-    """kube's getPreFilterNodeNames: node names every required term pins the pod to, or None."""
+    """The node names the required terms pin the pod to (the union over the terms of each
+    term's intersected `metadata.name In` values), as kube's PreFilter computes them; None when
+    some term does not pin by name, or there are no terms. Empty when every term's names
+    conflict."""
     required = _required_affinity(pod)
-    if required is None:
+    if required is None or not required.node_selector_terms:
         return None
     names: set[str] = set()
     for term in required.node_selector_terms:
@@ -73,7 +86,11 @@ class NodeAffinity:
         if not pod.spec.node_selector and required is None and self.added_required is None:
             return None, Status.skip()
         state.write(_PRE_FILTER_KEY, _Required(pod.spec.node_selector, required))
-        return pre_filter_node_names(pod), Status.success()
+        names = pre_filter_node_names(pod)
+        if names is not None and not names:
+            # kube: no node can match names that conflict in every term
+            return None, Status.unschedulable(ERR_REASON_CONFLICT, resolvable=False)
+        return names, Status.success()
 
     def filter(self, state: CycleState, pod: Pod, view: TableView, rows: Rows) -> FilterResult:
         xp = view.xp
@@ -112,3 +129,36 @@ class NodeAffinity:
 
     def normalize_score(self, state: CycleState, pod: Pod, xp: Any, scores: Any) -> Any:
         return default_normalize_score(xp, MAX_NODE_SCORE, False, scores)
+
+    # ---- queueing hints ----------------------------------------------------------------------
+
+    def events_to_register(self) -> tuple[ClusterEventWithHint, ...]:
+        """kube: Node Add | UpdateNodeLabel, hinted by `is_schedulable_after_node_change`."""
+        return events_on((NODE_ADDED, NODE_UPDATED), self.is_schedulable_after_node_change)
+
+    def is_schedulable_after_node_change(self, pod: Pod, old: EventObject, new: EventObject) -> QueueingHint:
+        """kube's isSchedulableAfterNodeChange: QUEUE when the node (added, or updated from not
+        matching) now matches the pod's nodeSelector, its required node affinity and the
+        scheduler-enforced affinity."""
+        original, modified = node_change(old, new)
+        if modified is None:
+            return QueueingHint.QUEUE  # the node is unknown: maybe
+        if self.added_required is not None and not node_selector_matches(
+            self.added_required, modified.metadata.labels, modified.name
+        ):
+            return QueueingHint.QUEUE_SKIP
+        if not _required_matches(pod, modified):
+            return QueueingHint.QUEUE_SKIP
+        if original is None:
+            return QueueingHint.QUEUE  # added (or first seen), and it matches
+        # an update: only unmatched -> matched helps
+        return QueueingHint.QUEUE_SKIP if _required_matches(pod, original) else QueueingHint.QUEUE
+
+
+def _required_matches(pod: Pod, node: Node) -> bool:
+    """kube's GetRequiredNodeAffinity(pod).Match(node): spec.nodeSelector and the required terms."""
+    labels = node.metadata.labels
+    if pod.spec.node_selector and not labels_match(pod.spec.node_selector, labels):
+        return False
+    required = _required_affinity(pod)
+    return required is None or node_selector_matches(required, labels, node.name)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import ClassVar
 
 import numpy as np
@@ -9,6 +10,15 @@ import numpy as np
 from kubus.api.objects import Pod
 from kubus.framework.cycle_state import CycleState
 from kubus.framework.interface import FilterResult, Rows
+from kubus.framework.queueing_hints import (
+    NODE_ADDED,
+    POD_FREED,
+    ClusterEventWithHint,
+    EventObject,
+    QueueingHint,
+    events_on,
+    removed_pod,
+)
 from kubus.framework.status import Status
 from kubus.kernels.node_table import NodeTable, TableView
 from kubus.kernels.nodeinfo import host_port_conflicts, pod_host_ports
@@ -40,3 +50,27 @@ class NodePorts:
                 if info is not None and host_port_conflicts(info.used_ports, ip, proto, port):
                     conflict[row] = True
         return FilterResult.single(view.xp.asarray(~conflict)[rows], ERR_REASON)
+
+    def events_to_register(self) -> tuple[ClusterEventWithHint, ...]:
+        """kube (with QueueingHints): Pod Delete, hinted by `is_schedulable_after_pod_deleted`;
+        Node Add, unhinted (a new node always has every port free)."""
+        return (
+            *events_on(POD_FREED, self.is_schedulable_after_pod_deleted),
+            ClusterEventWithHint(NODE_ADDED),
+        )
+
+    def is_schedulable_after_pod_deleted(self, pod: Pod, old: EventObject, new: EventObject) -> QueueingHint:
+        """kube's isSchedulableAfterPodDeleted: QUEUE when the pod that left a node held a host
+        port this pod wants."""
+        deleted = removed_pod(old)
+        if deleted is None:
+            return QueueingHint.QUEUE
+        if not deleted.spec.node_name:
+            return QueueingHint.QUEUE_SKIP  # it held no node
+        freed = pod_host_ports(deleted)
+        if not freed:
+            return QueueingHint.QUEUE_SKIP
+        in_use = Counter(freed)
+        if any(host_port_conflicts(in_use, ip, proto, port) for ip, proto, port in pod_host_ports(pod)):
+            return QueueingHint.QUEUE
+        return QueueingHint.QUEUE_SKIP

@@ -7,12 +7,23 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from kubus.api.objects import CPU, EPHEMERAL_STORAGE, MEMORY, PODS, Pod
+from kubus.api.objects import CPU, EPHEMERAL_STORAGE, MEMORY, PODS, Node, Pod
 from kubus.api.requests import pod_nonzero_requests, pod_requests
 from kubus.api.resource_names import is_extended_resource_name
 from kubus.framework.config.args import MAX_CUSTOM_PRIORITY_SCORE
 from kubus.framework.cycle_state import CycleState
 from kubus.framework.interface import MAX_NODE_SCORE, FilterResult, Rejection, Rows
+from kubus.framework.queueing_hints import (
+    NODE_ADDED,
+    NODE_UPDATED,
+    POD_FREED,
+    ClusterEventWithHint,
+    EventObject,
+    QueueingHint,
+    events_on,
+    node_change,
+    removed_pod,
+)
 from kubus.framework.status import Status
 from kubus.kernels.node_table import NodeTable, TableView
 from kubus.plugins._columns import go_div
@@ -102,6 +113,58 @@ class NodeResourcesFit:
 
     def score(self, state: CycleState, pod: Pod, view: TableView, rows: Rows) -> Any:
         return _resource_score(view, rows, self.resources, state.read(_PRE_SCORE_KEY), self.scorer, use_requested=False)
+
+    # ---- queueing hints ----------------------------------------------------------------------
+
+    def events_to_register(self) -> tuple[ClusterEventWithHint, ...]:
+        """kube: Pod Delete hinted by `is_schedulable_after_pod_event` (kubus has no in-place
+        resize, so no UpdatePodScaleDown); Node Add | UpdateNodeAllocatable hinted by
+        `is_schedulable_after_node_change`."""
+        return (
+            *events_on(POD_FREED, self.is_schedulable_after_pod_event),
+            *events_on((NODE_ADDED, NODE_UPDATED), self.is_schedulable_after_node_change),
+        )
+
+    def is_schedulable_after_pod_event(self, pod: Pod, old: EventObject, new: EventObject) -> QueueingHint:
+        """kube's isSchedulableAfterPodEvent for a deletion: QUEUE when the pod that left held
+        room on a node (any scheduled pod's room may be what this pod lacked)."""
+        deleted = removed_pod(old)
+        if deleted is not None and not deleted.spec.node_name:
+            return QueueingHint.QUEUE_SKIP
+        return QueueingHint.QUEUE
+
+    def is_schedulable_after_node_change(self, pod: Pod, old: EventObject, new: EventObject) -> QueueingHint:
+        """kube's isSchedulableAfterNodeChange: QUEUE when the pod would fit the node empty and
+        the node was added, or one of the resources the pod requests (or its pod count) grew."""
+        original, modified = node_change(old, new)
+        if modified is None:
+            return QueueingHint.QUEUE
+        request = pod_requests(pod)
+        if not self._fits_empty(request, modified):
+            return QueueingHint.QUEUE_SKIP
+        if original is None:
+            return QueueingHint.QUEUE
+        grown = original.status.allocatable, modified.status.allocatable
+        return QueueingHint.QUEUE if _requested_resources_grew(request, *grown) else QueueingHint.QUEUE_SKIP
+
+    def _fits_empty(self, request: dict[str, int], node: Node) -> bool:
+        """kube's isFit: the pod fits the node with nothing on it."""
+        allocatable = node.status.allocatable
+        if allocatable.get(PODS, 0) < 1:
+            return False
+        return all(
+            qty <= allocatable.get(name, 0)
+            for name, qty in request.items()
+            if qty > 0 and name != PODS and not self._ignored(name)
+        )
+
+
+def _requested_resources_grew(request: dict[str, int], before: dict[str, int], after: dict[str, int]) -> bool:
+    """kube's haveAnyRequestedResourcesIncreased: the allowed pod count, or the allocatable of a
+    resource the pod requests, grew."""
+    if after.get(PODS, 0) > before.get(PODS, 0):
+        return True
+    return any(after.get(name, 0) > before.get(name, 0) for name, qty in request.items() if qty > 0 and name != PODS)
 
 
 def _ordered(request: dict[str, int]) -> list[str]:

@@ -8,6 +8,15 @@ from kubus.api.matching import tolerated
 from kubus.api.objects import Pod, Taint, TaintEffect
 from kubus.framework.cycle_state import CycleState
 from kubus.framework.interface import FilterResult, Rows
+from kubus.framework.queueing_hints import (
+    NODE_ADDED,
+    NODE_UPDATED,
+    ClusterEventWithHint,
+    EventObject,
+    QueueingHint,
+    events_on,
+    node_change,
+)
 from kubus.framework.status import Code
 from kubus.kernels.node_table import TableView
 
@@ -27,3 +36,17 @@ class NodeUnschedulable:
         if tolerated(UNSCHEDULABLE_TAINT, pod.spec.tolerations):
             cordoned = view.xp.zeros_like(cordoned)
         return FilterResult.single(~cordoned, ERR_REASON_UNSCHEDULABLE, Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
+
+    def events_to_register(self) -> tuple[ClusterEventWithHint, ...]:
+        """kube: Node Add | UpdateNodeTaint, hinted by `is_schedulable_after_node_change`."""
+        return events_on((NODE_ADDED, NODE_UPDATED), self.is_schedulable_after_node_change)
+
+    def is_schedulable_after_node_change(self, pod: Pod, old: EventObject, new: EventObject) -> QueueingHint:
+        """kube's isSchedulableAfterNodeChange: QUEUE when a schedulable node was added or a
+        cordoned one uncordoned."""
+        original, modified = node_change(old, new)
+        if modified is None:
+            return QueueingHint.QUEUE
+        if not modified.spec.unschedulable and (original is None or original.spec.unschedulable):
+            return QueueingHint.QUEUE
+        return QueueingHint.QUEUE_SKIP

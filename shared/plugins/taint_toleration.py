@@ -11,6 +11,15 @@ from kubus.api.matching import first_untolerated_taint, tolerated
 from kubus.api.objects import Pod, Taint, TaintEffect
 from kubus.framework.cycle_state import CycleState
 from kubus.framework.interface import MAX_NODE_SCORE, FilterResult, Rejection, Rows
+from kubus.framework.queueing_hints import (
+    NODE_ADDED,
+    NODE_UPDATED,
+    ClusterEventWithHint,
+    EventObject,
+    QueueingHint,
+    events_on,
+    node_change,
+)
 from kubus.framework.status import Code, Status
 from kubus.kernels.node_table import NodeTable, TableView
 from kubus.plugins._normalize import default_normalize_score
@@ -66,3 +75,22 @@ class TaintToleration:
 
     def normalize_score(self, state: CycleState, pod: Pod, xp: Any, scores: Any) -> Any:
         return default_normalize_score(xp, MAX_NODE_SCORE, True, scores)
+
+    # ---- queueing hints ----------------------------------------------------------------------
+
+    def events_to_register(self) -> tuple[ClusterEventWithHint, ...]:
+        """kube: Node Add | UpdateNodeTaint, hinted by `is_schedulable_after_node_change`."""
+        return events_on((NODE_ADDED, NODE_UPDATED), self.is_schedulable_after_node_change)
+
+    def is_schedulable_after_node_change(self, pod: Pod, old: EventObject, new: EventObject) -> QueueingHint:
+        """kube's isSchedulableAfterNodeChange: QUEUE when the node had an untolerated
+        NoSchedule/NoExecute taint (or was just added) and now has none."""
+        original, modified = node_change(old, new)
+        if modified is None:
+            return QueueingHint.QUEUE
+        tolerations = pod.spec.tolerations
+        was_untolerated = (
+            original is None or first_untolerated_taint(original.spec.taints, tolerations, _hard) is not None
+        )
+        is_untolerated = first_untolerated_taint(modified.spec.taints, tolerations, _hard) is not None
+        return QueueingHint.QUEUE if was_untolerated and not is_untolerated else QueueingHint.QUEUE_SKIP

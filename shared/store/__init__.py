@@ -4,7 +4,7 @@
 - `kubus.store.records`: NodeRecord, PodRecord, Reservation, PodEvent and their encodings.
 - `kubus.store.scripts`: the Lua scripts (each atomic change is one) and their return codes.
 - `kubus.store.cluster_state`: ClusterState, the async API every service uses, made of one part
-  per aggregate: `nodes`, `reservations`, `pods`, `agents` (admission), `leases`, `recovery`
+  per aggregate: `nodes`, `reservations`, `pods`, `agents` (admission), `permits`, `leases`, `recovery`
   (over `_core`: the client, keys, scripts).
 - `kubus.store.invariants`: check_invariants, no overcommit / no loss / no double binding.
 """
@@ -20,6 +20,7 @@ from kubus.store.cluster_state import (
     Lease,
     Move,
     NodeUsage,
+    PermitState,
     PodStart,
     PodStartResult,
     PodWrite,
@@ -58,6 +59,7 @@ __all__ = [
     "Move",
     "NodeRecord",
     "NodeUsage",
+    "PermitState",
     "PodEvent",
     "PodPhase",
     "PodRecord",

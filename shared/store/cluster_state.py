@@ -29,6 +29,7 @@ from __future__ import annotations
 from kubus.store.agents import AdmissionView, AgentStore, PodStart, PodStartResult
 from kubus.store.leases import Lease, LeaseStore
 from kubus.store.nodes import GPUUsage, HeartbeatResult, Liveness, NodeUsage, PutNodeResult, node_info_of
+from kubus.store.permits import PermitState
 from kubus.store.pods import Binding, BindingResult, GiveBack, Move, PodWrite
 from kubus.store.recovery import Expiry, ExpiryKind, Recovery
 from kubus.store.reservations import ReserveResult
@@ -47,6 +48,7 @@ __all__ = [
     "Liveness",
     "Move",
     "NodeUsage",
+    "PermitState",
     "PodStart",
     "PodStartResult",
     "PodWrite",
@@ -59,7 +61,8 @@ __all__ = [
 class ClusterState(Recovery, AgentStore, LeaseStore):
     """The shared state of the cluster in one Redis, behind one async API: nodes
     (`kubus.store.nodes`), reservations (`.reservations`), pods (`.pods`), node agents'
-    admission (`.agents`), leases (`.leases`) and recovery (`.recovery`), each a part of it.
+    admission (`.agents`), waits on Permit (`.permits`), leases (`.leases`) and recovery
+    (`.recovery`), each a part of it.
 
     One Redis (a `redis.asyncio.Redis`; for high availability, Redis with replicas behind
     Sentinel or a managed failover endpoint). Safe to share between tasks; processes each build

@@ -30,6 +30,9 @@ Per pod ``U`` (its uid; tag ``{pod:U}``)::
 
     <p>:{pod:U}:record         hash  the PodRecord, one field per attribute (see records.py)
     <p>:{pod:U}:events         list  PodEvent JSON, oldest first, capped
+    <p>:{pod:U}:permit         hash  the pod waiting on Permit (PermitStore): attempt, node,
+                                      profile, deadline, p:<plugin> per plugin still waited on,
+                                      rejected (the message) once a plugin rejected it
 
 Per lease ``L`` (tag ``{lease:L}``)::
 
@@ -44,6 +47,7 @@ Indexes (tag ``{idx}``, one slot of their own)::
     <p>:{idx}:phase:<Phase>    set   pod uids per phase (Pending, Reserved, ... Deleted)
     <p>:{idx}:pending:<prof>   set   uids of Pending pods of one profile (schedulerName)
     <p>:{idx}:pod-keys         hash  "namespace/name" -> uid of the newest pod with that key
+    <p>:{idx}:waiting:<prof>   set   uids of pods of one profile waiting on Permit
 
 The scripts update the indexes atomically with the records, the index keys passed as KEYS too
 (`ClusterState.repair_indexes` rebuilds them from the records, which are the truth).
@@ -143,6 +147,9 @@ class Keys:
     def pod_events(self, uid: str) -> str:
         return f"{self.pod_tag(uid)}:events"
 
+    def pod_permit(self, uid: str) -> str:
+        return f"{self.pod_tag(uid)}:permit"
+
     def pod_record_pattern(self) -> str:
         """SCAN pattern matching every pod's record key."""
         return f"{self.prefix}:{{pod:*}}:record"
@@ -179,6 +186,9 @@ class Keys:
 
     def pending_index(self, profile: str) -> str:
         return f"{self.prefix}:{{idx}}:pending:{escape(profile)}"
+
+    def waiting_index(self, profile: str) -> str:
+        return f"{self.prefix}:{{idx}}:waiting:{escape(profile)}"
 
     def pending_index_pattern(self) -> str:
         return f"{self.prefix}:{{idx}}:pending:*"

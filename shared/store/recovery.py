@@ -9,6 +9,7 @@ from kubus.codec import text
 from kubus.store._core import _BATCH
 from kubus.store.keys import PHASES
 from kubus.store.nodes import NodeStore
+from kubus.store.permits import PermitStore
 from kubus.store.pods import Binding, PodStore
 from kubus.store.records import (
     EventType,
@@ -51,7 +52,7 @@ def _attempt(text: str) -> int:
     return int(text) if text.isdigit() else 0
 
 
-class Recovery(PodStore, ReservationStore, NodeStore):
+class Recovery(PodStore, ReservationStore, NodeStore, PermitStore):
     """Repairs: `ClusterState` is one."""
 
     async def reconcile(self, *, grace_s: float = 30.0) -> list[str]:
@@ -110,12 +111,16 @@ class Recovery(PodStore, ReservationStore, NodeStore):
             else:
                 if age < timeout_s:
                     continue
+                wait = (await self.permit_states([pod.uid]))[pod.uid]
+                if wait is not None and str(wait.attempt) == held.attempt and self.clock() < wait.deadline:
+                    continue  # waiting on Permit: its own deadline decides, not the janitor's
                 reason, message = "ReservationTimeout", f"not bound on node {pod.node} within {timeout_s:g}s"
                 attempt = held.attempt
             result = await self.give_back(pod.uid, pod.node, attempt, reason=reason, message=message)
             if result.code is StoreCode.BOUND:  # a binder marked it just now: finish it next time
                 continue
             if result.ok:
+                await self.clear_permit(pod.uid, pod.profile, _attempt(attempt))
                 out.append(Expiry(pod, ExpiryKind.GIVEN_BACK, _attempt(attempt), reason, message, result.released))
         return out
 

@@ -115,6 +115,12 @@ ADMISSION_VIEW Read only. KEYS = the pod's record, the node's reservations
              updated_at, reservation JSON ('' = none), 1 when bound else 0: what
              `ClusterState.admission_views` pipelines one command per pod for.
 
+Permit scripts (KEYS = the pod's permit hash)
+---------------------------------------------
+PERMIT_ALLOW  ARGV: attempt, plugin. The plugin lets the pod go. -> 1 done (or not waited on
+             by it), 0 no such wait of that attempt.
+PERMIT_REJECT ARGV: attempt, plugin, message. The first rejection is kept. -> 1 | 0 as above.
+
 Lease scripts (KEYS = holder hash, fence counter)
 -------------------------------------------------
 ACQUIRE_LEASE ARGV: holder, ttl ms. -> the fencing token (a string) when `holder` holds the lease
@@ -651,6 +657,18 @@ return {cur[1] or '', cur[2] or '', cur[3] or '', cur[4] or '', redis.call('HGET
         redis.call('SISMEMBER', KEYS[3], ARGV[1])}
 """
 
+PERMIT_ALLOW = r"""
+if redis.call('HGET', KEYS[1], 'attempt') ~= ARGV[1] then return 0 end
+redis.call('HDEL', KEYS[1], 'p:' .. ARGV[2])
+return 1
+"""
+
+PERMIT_REJECT = r"""
+if redis.call('HGET', KEYS[1], 'attempt') ~= ARGV[1] then return 0 end
+redis.call('HSETNX', KEYS[1], 'rejected', ARGV[2] .. ': ' .. ARGV[3])
+return 1
+"""
+
 ACQUIRE_LEASE = (
     _LIB
     + r"""
@@ -692,6 +710,8 @@ SOURCES: dict[str, str] = {
     "acquire_lease": ACQUIRE_LEASE,
     "release_lease": RELEASE_LEASE,
     "start_pod": START_POD,
+    "permit_allow": PERMIT_ALLOW,
+    "permit_reject": PERMIT_REJECT,
     "admission_view": ADMISSION_VIEW,
 }
 """Script name -> Lua source."""
@@ -723,4 +743,6 @@ class Scripts:
         self.acquire_lease = redis.register_script(ACQUIRE_LEASE)
         self.release_lease = redis.register_script(RELEASE_LEASE)
         self.start_pod = redis.register_script(START_POD)
+        self.permit_allow = redis.register_script(PERMIT_ALLOW)
+        self.permit_reject = redis.register_script(PERMIT_REJECT)
         self.admission_view = redis.register_script(ADMISSION_VIEW)

@@ -11,6 +11,14 @@ import pytest
 
 from kubus.cli import main
 
+try:
+    import kubus_test_plugins as tp
+except ModuleNotFoundError:  # pragma: no cover - the venv was not made by `make`
+    pytest.fail(
+        "the test plugin package is not installed: .venv/bin/pip install -e tests/plugins/kubus-test-plugins",
+        pytrace=False,
+    )
+
 NODES = """
 apiVersion: v1
 kind: List
@@ -100,7 +108,14 @@ def test_json_output_is_exactly_the_documented_shape(
     got = json.loads(out)
     assert got == {
         "pods": [
-            {"name": "web", "namespace": "prod", "node": "cpu-1", "status": "Scheduled", "message": ""},
+            {
+                "name": "web",
+                "namespace": "prod",
+                "node": "cpu-1",
+                "status": "Scheduled",
+                "message": "",
+                "gpuDevices": [],
+            },
             {
                 "name": "big",
                 "namespace": "prod",
@@ -109,14 +124,23 @@ def test_json_output_is_exactly_the_documented_shape(
                 # cpu-1 has 3750m left after web; cpu-2 500m after the running pod; gpu-1 is tainted
                 "message": "0/3 nodes are available: 1 node(s) had untolerated taint {nvidia.com/gpu: present},"
                 " 2 Insufficient cpu.",
+                "gpuDevices": [],
             },
-            {"name": "train", "namespace": "default", "node": "gpu-1", "status": "Scheduled", "message": ""},
+            {
+                "name": "train",
+                "namespace": "default",
+                "node": "gpu-1",
+                "status": "Scheduled",
+                "message": "",
+                "gpuDevices": [],  # devices are picked by GPUFit, not enabled here
+            },
             {
                 "name": "gated",
                 "namespace": "default",
                 "node": None,
                 "status": "SchedulingGated",
                 "message": "waiting for scheduling gates: [quota review]",
+                "gpuDevices": [],
             },
             {
                 "name": "stray",
@@ -124,6 +148,7 @@ def test_json_output_is_exactly_the_documented_shape(
                 "node": None,
                 "status": "UnknownScheduler",
                 "message": 'no scheduler profile "nobody" (profiles: default-scheduler)',
+                "gpuDevices": [],
             },
         ]
     }
@@ -186,6 +211,10 @@ def test_gpu_profile_picks_devices(capsys: pytest.CaptureFixture[str], files: tu
     assert code == 0
     train = next(line for line in out.splitlines() if line.startswith("default/train"))
     assert train.split()[1:4] == ["gpu-1", "Scheduled", "0,1"]
+    code, out, _ = run(capsys, "-f", files[0], "-f", files[1], "--config", str(config), "-o", "json")
+    assert code == 0
+    devices = {p["name"]: p["gpuDevices"] for p in json.loads(out)["pods"]}
+    assert devices == {"web": [], "big": [], "train": [0, 1], "gated": [], "stray": []}
 
 
 BAD_CPU = (
@@ -249,3 +278,131 @@ def test_console_script_reads_stdin(files: tuple[str, str]) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert [p["node"] for p in json.loads(result.stdout)["pods"]] == ["cpu-1", None, "gpu-1", None, None]
+
+
+# ---- queue order: the profile's QueueSort plugin ---------------------------------------------
+
+ONE_SLOT = """
+apiVersion: v1
+kind: Node
+metadata: {name: only}
+status: {allocatable: {cpu: "1", memory: 8Gi, pods: "110"}}
+"""
+
+
+def _pod(name: str, created: str, priority: int | None = None) -> str:
+    prio = f"  priority: {priority}\n" if priority is not None else ""
+    return (
+        f"apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, creationTimestamp: '{created}'}}\nspec:\n{prio}"
+        "  containers: [{name: c, image: nginx, resources: {requests: {cpu: '1'}}}]\n"
+    )
+
+
+def test_pods_are_scheduled_in_priority_sort_order_not_input_order(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Higher priority first, then the earlier created: only the first pod popped fits."""
+    (tmp_path / "node.yaml").write_text(ONE_SLOT)
+    pods = [
+        _pod("late", "2024-01-02T00:00:00Z"),
+        _pod("early", "2024-01-01T00:00:00Z"),
+        _pod("urgent", "2024-01-03T00:00:00Z", priority=100),
+    ]
+    (tmp_path / "pods.yaml").write_text("---\n".join(pods))
+    code, out, err = run(capsys, "-f", str(tmp_path / "node.yaml"), "-f", str(tmp_path / "pods.yaml"), "-o", "json")
+    assert code == 0, err
+    got = [(p["name"], p["node"]) for p in json.loads(out)["pods"]]
+    assert got == [("urgent", "only"), ("early", None), ("late", None)]
+    (tmp_path / "pods.yaml").write_text("---\n".join(pods[:2]))
+    code, out, _ = run(capsys, "-f", str(tmp_path / "node.yaml"), "-f", str(tmp_path / "pods.yaml"), "-o", "json")
+    assert [(p["name"], p["node"]) for p in json.loads(out)["pods"]] == [("early", "only"), ("late", None)]
+
+
+def test_queue_order_follows_a_queue_sort_plugins_less(tmp_path: Path) -> None:
+    """A QueueSort plugin with only `less` (no sort_key), as an out-of-tree one would be."""
+    from kubus.api.manifests import load_manifests
+    from kubus.cli.simulate import queue_order
+
+    class ByName:
+        name = "ByName"
+
+        def less(self, a, b) -> bool:
+            return a.pod.name < b.pod.name
+
+    (tmp_path / "pods.yaml").write_text(
+        "---\n".join(_pod(n, "2024-01-01T00:00:00Z", p) for n, p in (("c", 9), ("a", 0), ("b", 5)))
+    )
+    pods = load_manifests(str(tmp_path / "pods.yaml")).pods
+    assert [p.name for p in queue_order(pods, ByName())] == ["a", "b", "c"]
+    assert [p.name for p in queue_order(pods)] == ["c", "b", "a"]
+
+
+# ---- out-of-tree plugins (tests/plugins/kubus-test-plugins) ----------------------------------
+
+LABELED_NODES = """
+apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Node
+  metadata: {name: big, labels: {test.kubus.io/reject: "true"}}
+  status: {allocatable: {cpu: "32", memory: 64Gi, pods: "110"}}
+- apiVersion: v1
+  kind: Node
+  metadata: {name: small, labels: {test.kubus.io/reject: "false"}}
+  status: {allocatable: {cpu: "2", memory: 4Gi, pods: "110"}}
+"""
+ONE_POD = "apiVersion: v1\nkind: Pod\nmetadata: {name: web}\nspec:\n  containers: [{name: c, image: nginx}]\n"
+
+
+def test_an_out_of_tree_filter_plugin_decides_placements(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    (tmp_path / "config.yaml").write_text(tp.SCHEDULER_CONFIG)
+    (tmp_path / "nodes.yaml").write_text(LABELED_NODES)
+    (tmp_path / "pods.yaml").write_text(ONE_POD)
+    args = (
+        "-f",
+        str(tmp_path / "nodes.yaml"),
+        "-f",
+        str(tmp_path / "pods.yaml"),
+        "--config",
+        str(tmp_path / "config.yaml"),
+    )
+    code, out, err = run(capsys, *args, "-o", "json", "--explain")
+    assert code == 0, err
+    [web] = json.loads(out)["pods"]
+    assert web["node"] == "small"  # the roomier node would score higher, but RejectLabeled rejects it
+    assert web["explain"]["nodes"]["big"]["filter"] == "RejectLabeled: node(s) had label test.kubus.io/reject=true"
+    assert web["explain"]["nodes"]["small"]["filter"] == "ok"
+    # every node rejected: kube's summary names the out-of-tree reason
+    (tmp_path / "nodes.yaml").write_text(LABELED_NODES.replace('"false"', '"true"'))
+    code, out, err = run(capsys, *args)
+    assert code == 0 and "not registered" not in err
+    assert "0/2 nodes are available: 2 node(s) had label test.kubus.io/reject=true." in out
+
+
+def test_an_unknown_plugin_is_still_one_clear_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    (tmp_path / "config.yaml").write_text(tp.SCHEDULER_CONFIG.replace("RecordingBinder", "NoSuchPlugin"))
+    (tmp_path / "pods.yaml").write_text(ONE_POD)
+    code, out, err = run(capsys, "-f", str(tmp_path / "pods.yaml"), "--config", str(tmp_path / "config.yaml"))
+    assert code == 2 and out == ""
+    assert err.startswith(f"error: {tmp_path / 'config.yaml'}: ") and "NoSuchPlugin" in err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_a_broken_entry_point_is_one_line_naming_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An installed distribution whose `kubus.plugins` entry point does not import."""
+    info = tmp_path / "kubus_broken_plugins-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: kubus-broken-plugins\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[kubus.plugins]\nBroken = kubus_no_such_module_x:Broken\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "pods.yaml").write_text(ONE_POD)
+    code, out, err = run(capsys, "-f", str(tmp_path / "pods.yaml"))
+    assert code == 2 and out == ""
+    assert err.startswith(
+        'error: entry point "Broken = kubus_no_such_module_x:Broken" (group kubus.plugins, '
+        "distribution kubus-broken-plugins): cannot be loaded: ModuleNotFoundError: "
+    ), err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err

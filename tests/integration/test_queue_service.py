@@ -20,6 +20,9 @@ from kubus.bus import (
     PODS_DELETE,
     PODS_REQUEUE,
     PODS_SUBMIT,
+    EventKind,
+    Publication,
+    announcements,
     ensure_streams,
     event_subject,
     node_pods,
@@ -686,15 +689,115 @@ def test_a_bad_config_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.Capt
     assert queue_main(["--metrics-port", "-1"]) == 2
 
 
+# -- QueueingHints: events move only the pods their rejecting plugins' hints say ------------------------
+
+
+async def test_a_pod_rejected_by_node_affinity_moves_only_when_a_node_comes_to_match(
+    start_queue: QueueFactory, nats: NATS, js: JetStreamContext, redis: aioredis.Redis
+) -> None:
+    queue = await start_queue()
+    state = ClusterState(redis)
+    for name, zone in (("n1", "b"), ("n2", "c")):
+        await state.put_node(_node(name, {"zone": zone}))
+    data = _pod_with_spec("picky", {"nodeSelector": {"zone": "a"}})
+    uid = uid_of(data)
+    await submit(js, data)
+    [popped] = (await pop(nats, wait_ms=5000)).pods
+    report = Outcome(uid, OutcomeKind.UNSCHEDULABLE, message="0/2 nodes", plugins=("NodeAffinity",))
+    await done(nats, DEFAULT, report)
+    assert queue.queues[DEFAULT].where(uid) is QueueName.UNSCHEDULABLE
+
+    # Unrelated node changes (another label on n2, then n1 as it was): the hint skips them.
+    await _update_node(js, state, "n2", {"zone": "c", "rack": "r1"})
+    await _hinted(queue, "NodeAffinity", "NodeUpdate", "QueueSkip", 1)
+    await _update_node(js, state, "n1", {"zone": "b"}, announce_only=True)
+    await _hinted(queue, "NodeAffinity", "NodeUpdate", "QueueSkip", 2)
+    assert queue.queues[DEFAULT].where(uid) is QueueName.UNSCHEDULABLE
+
+    # n1's labels change to match (old: the copy the last event cached): the pod moves.
+    await _update_node(js, state, "n1", {"zone": "a"})
+    await _hinted(queue, "NodeAffinity", "NodeUpdate", "Queue", 1)
+    assert queue.queues[DEFAULT].where(uid) in (QueueName.BACKOFF, QueueName.ACTIVE)
+    again = await pop(nats, wait_ms=5000)
+    assert [p.uid for p in again.pods] == [popped.uid]
+
+
+async def test_a_pod_rejected_for_resources_moves_when_a_pod_on_a_node_finishes(
+    start_queue: QueueFactory, nats: NATS, js: JetStreamContext, redis: aioredis.Redis
+) -> None:
+    queue = await start_queue()
+    state = ClusterState(redis)
+    await state.put_node(_node("n1"))
+    hog, big, idle = pod_manifest("hog", cpu="6"), pod_manifest("big", cpu="4"), pod_manifest("idle")
+    for data in (hog, big):
+        await submit(js, data)
+    await eventually(lambda: _assert(len(queue.queues[DEFAULT]) == 2))
+    assert sorted(await pop_names(nats)) == ["big", "hog"]
+    attempt = await _reserve(state, hog, "n1")
+    await done(nats, DEFAULT, Outcome(uid_of(hog), OutcomeKind.RESERVED, node="n1", attempt=attempt))
+    report = Outcome(uid_of(big), OutcomeKind.UNSCHEDULABLE, message="Insufficient cpu", plugins=("NodeResourcesFit",))
+    await done(nats, DEFAULT, report)
+    assert queue.queues[DEFAULT].where(uid_of(big)) is QueueName.UNSCHEDULABLE
+
+    # A pending pod deleted held no room: the hint skips it.
+    await submit(js, idle)
+    await stored(state, uid_of(idle))
+    await _publish(js, announcements.pod_event(EventKind.POD_DELETED, "default/idle", uid_of(idle), at=time.time()))
+    await _hinted(queue, "NodeResourcesFit", "AssignedPodDelete", "QueueSkip", 1)
+    assert queue.queues[DEFAULT].where(uid_of(big)) is QueueName.UNSCHEDULABLE
+
+    # The pod on n1 finishes: its room is free, the pod moves.
+    await _publish(
+        js, announcements.pod_event(EventKind.POD_FINISHED, "default/hog", uid_of(hog), at=time.time(), node="n1")
+    )
+    await _hinted(queue, "NodeResourcesFit", "AssignedPodUpdate", "Queue", 1)
+    assert queue.queues[DEFAULT].where(uid_of(big)) in (QueueName.BACKOFF, QueueName.ACTIVE)
+
+
+def _pod_with_spec(name: str, extra: dict[str, Any]) -> bytes:
+    manifest = codec.loads(pod_manifest(name))
+    manifest["spec"].update(extra)
+    return codec.dumps(manifest)
+
+
+async def _publish(js: JetStreamContext, p: Publication) -> None:
+    await publish_durable(js, p.subject, p.payload, p.msg_id)
+
+
+async def _update_node(
+    js: JetStreamContext, state: ClusterState, name: str, labels: dict[str, str], *, announce_only: bool = False
+) -> None:
+    """Store node ``name`` with ``labels`` (unless ``announce_only``) and announce node.updated."""
+    if not announce_only:
+        await state.put_node(_node(name, labels))
+    record = await state.get_node(name)
+    assert record is not None
+    await _publish(
+        js,
+        announcements.node_event(
+            EventKind.NODE_UPDATED, name, record.generation, at=time.time(), nonce=f"{time.time_ns()}"
+        ),
+    )
+
+
+async def _hinted(queue: QueueService, plugin: str, event: str, hint: str, count: int) -> None:
+    """Wait until ``plugin``'s hint answered ``hint`` ``count`` times for ``event``."""
+    line = (
+        "scheduler_queueing_hint_execution_duration_seconds_count"
+        f'{{event="{event}",hint="{hint}",plugin="{plugin}"}} {float(count)}'
+    )
+    await eventually(lambda: _assert(line in queue.metrics.exposition().decode()))
+
+
 # -- helpers -----------------------------------------------------------------------------------------
 
 
-def _node(name: str) -> Any:
+def _node(name: str, labels: dict[str, str] | None = None) -> Any:
     return parse_node(
         {
             "apiVersion": "v1",
             "kind": "Node",
-            "metadata": {"name": name},
+            "metadata": {"name": name, "labels": labels or {}},
             "status": {"capacity": {"cpu": "8", "memory": "16Gi", "pods": "110"}},
         }
     )

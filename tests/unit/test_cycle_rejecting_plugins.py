@@ -105,7 +105,8 @@ def test_a_pre_filter_that_narrows_to_no_node_at_all_is_named() -> None:
     [result] = scheduler(node("n1")).schedule([pod(affinity=pinned_to())])
     assert result.node is None
     assert result.plugins == ("NodeAffinity",)
-    assert result.message == "0/1 nodes are available: node(s) didn't satisfy plugin NodeAffinity."
+    # names that no node can have: NodeAffinity's PreFilter rejects the pod itself, as kube's does
+    assert result.message == "0/1 nodes are available: pod affinity terms conflict."
 
 
 def test_an_empty_cluster_names_no_plugin() -> None:

@@ -1,0 +1,108 @@
+"""The pods waiting on Permit, as plugins see them (kube's framework.Handle: GetWaitingPod,
+IterateOverWaitingPods, WaitingPod.Allow/Reject).
+
+`WaitingPods` is the handle a framework gives its plugins' factories. It is a view: its owner
+loads it with the pods that wait (the cycle from Redis before each batch's Permit; `kubus
+simulate` in memory) and takes back the decisions plugins made (`take_decisions`), to apply them
+where the waiting state lives. A decision also updates the view at once, so the next plugin call
+in the same batch sees it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+
+__all__ = ["Decision", "DecisionKind", "WaitingPods"]
+
+
+class DecisionKind(Enum):
+    ALLOW = "allow"
+    REJECT = "reject"
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What a plugin said about a waiting pod, to apply where the waiting state lives."""
+
+    kind: DecisionKind
+    uid: str
+    attempt: int
+    plugin: str
+    message: str = ""
+
+
+@dataclass(slots=True)
+class _WaitingPod:
+    uid: str
+    key: str
+    node: str
+    attempt: int
+    pending: set[str]
+    owner: WaitingPods
+    rejected: str = ""
+
+    @property
+    def pending_plugins(self) -> frozenset[str]:
+        return frozenset(self.pending)
+
+    def allow(self, plugin: str) -> None:
+        if plugin in self.pending:
+            self.pending.discard(plugin)
+            self.owner._decide(Decision(DecisionKind.ALLOW, self.uid, self.attempt, plugin))
+
+    def reject(self, plugin: str, message: str) -> None:
+        if not self.rejected:
+            self.rejected = f"{plugin}: {message}"
+            self.owner._decide(Decision(DecisionKind.REJECT, self.uid, self.attempt, plugin, message))
+
+
+@dataclass(slots=True)
+class WaitingPods:
+    """The waiting pods of one profile (a `kubus.framework.interface.FrameworkHandle`)."""
+
+    _pods: dict[str, _WaitingPod] = field(default_factory=dict)
+    _decisions: list[Decision] = field(default_factory=list)
+
+    # -- what plugins call (FrameworkHandle) --------------------------------------------------
+
+    def get_waiting_pod(self, uid: str) -> _WaitingPod | None:
+        pod = self._pods.get(uid)
+        return pod if pod is not None and not pod.rejected else None
+
+    def iterate_over_waiting_pods(self) -> Sequence[_WaitingPod]:
+        return [pod for pod in self._pods.values() if not pod.rejected]
+
+    # -- what the owner calls ------------------------------------------------------------------
+
+    def load(self, pods: Iterable[tuple[str, str, str, int, Iterable[str]]]) -> None:
+        """Replace the view with these (uid, key, node, attempt, pending plugins)."""
+        self._pods = {}
+        for uid, key, node, attempt, pending in pods:
+            self.add(uid, key, node, attempt, pending)
+
+    def add(self, uid: str, key: str, node: str, attempt: int, pending: Iterable[str]) -> None:
+        """A pod that starts waiting now (later Permit calls of the batch see it)."""
+        self._pods[uid] = _WaitingPod(uid, key, node, attempt, set(pending), self)
+
+    def remove(self, uid: str) -> None:
+        self._pods.pop(uid, None)
+
+    def allowed(self, uid: str) -> bool:
+        """No plugin holds the pod any more, and none rejected it."""
+        pod = self._pods.get(uid)
+        return pod is not None and not pod.pending and not pod.rejected
+
+    def rejection(self, uid: str) -> str:
+        """``"<plugin>: <message>"`` when a plugin rejected the waiting pod, else ""."""
+        pod = self._pods.get(uid)
+        return pod.rejected if pod is not None else ""
+
+    def take_decisions(self) -> list[Decision]:
+        """The decisions plugins made since the last call, in order."""
+        out, self._decisions = self._decisions, []
+        return out
+
+    def _decide(self, decision: Decision) -> None:
+        self._decisions.append(decision)

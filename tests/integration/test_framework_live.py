@@ -1,0 +1,291 @@
+"""The whole framework, live in the services (queue, cycle and binder in this process, over real
+NATS and Redis): Permit that rejects, waits, is allowed or times out; PreBind, Bind and PostBind
+plugins; Unreserve on every failure after Reserve; PostFilter on failure. Invariants hold.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import pytest
+from nats.js import JetStreamContext
+from support import eventually
+
+from kubus.api.manifests import parse_manifests
+from kubus.api.objects import Pod
+from kubus.binder import BinderOptions, BinderService
+from kubus.cli.cluster import pod_manifests, submit
+from kubus.cycle import CycleOptions, CycleService
+from kubus.framework.config import load_config
+from kubus.framework.cycle_state import CycleState
+from kubus.framework.interface import FilterDiagnosis, PostFilterResult
+from kubus.framework.registry import Registry
+from kubus.framework.runtime import Framework
+from kubus.framework.status import Status
+from kubus.framework.waiting import WaitingPods
+from kubus.kernels.nodeinfo import NodeInfo
+from kubus.plugins import in_tree_registry
+from kubus.queue import QueueOptions, QueueService
+from kubus.settings import ConnectionSettings
+from kubus.store import ClusterState, PodPhase, check_invariants
+
+PROFILE = "default-scheduler"
+NS = "live"
+
+
+@dataclass
+class Journal:
+    """What the test plugins saw, across the services of this process."""
+
+    calls: list[tuple[str, str]] = field(default_factory=list)
+    """(extension point, pod name) in the order they ran."""
+
+    def of(self, point: str) -> list[str]:
+        return [pod for p, pod in self.calls if p == point]
+
+
+JOURNAL = Journal()
+
+
+class Recorder:
+    """Reserve (records Reserve and Unreserve), PreBind (fails pods named fail-prebind-*), Bind
+    (binds pods named custom-bind-*, skips the others), PostBind (records)."""
+
+    name: ClassVar[str] = "Recorder"
+
+    def __init__(self, args: object = None, handle: object = None) -> None:
+        pass
+
+    def reserve(self, state: CycleState, pod: Pod, node_info: NodeInfo) -> Status:
+        JOURNAL.calls.append(("reserve", pod.metadata.name))
+        return Status.success()
+
+    def unreserve(self, state: CycleState, pod: Pod, node_info: NodeInfo) -> None:
+        JOURNAL.calls.append(("unreserve", pod.metadata.name))
+
+    async def pre_bind(self, state: CycleState, pod: Pod, node_name: str) -> Status:
+        JOURNAL.calls.append(("prebind", pod.metadata.name))
+        if pod.metadata.name.startswith("fail-prebind"):
+            return Status.error("the volume would not attach")
+        return Status.success()
+
+    def bind(self, state: CycleState, pod: Pod, node_name: str) -> Status:
+        if not pod.metadata.name.startswith("custom-bind"):
+            return Status.skip()
+        JOURNAL.calls.append(("bind", pod.metadata.name))
+        return Status.success()
+
+    def post_bind(self, state: CycleState, pod: Pod, node_name: str) -> None:
+        JOURNAL.calls.append(("postbind", pod.metadata.name))
+
+
+class Gate:
+    """Permit: rejects pods named deny-*, makes pods named wait-* wait (1 s for wait-brief-*,
+    60 s for the others) until allowed; PostFilter: records and nominates nothing."""
+
+    name: ClassVar[str] = "Gate"
+
+    def __init__(self, args: object = None, handle: WaitingPods | None = None) -> None:
+        self.handle = handle
+
+    def permit(self, state: CycleState, pod: Pod, node_name: str) -> tuple[Status, float]:
+        name = pod.metadata.name
+        if name.startswith("deny"):
+            return Status.unschedulable("denied by the test"), 0.0
+        if name.startswith("wait"):
+            return Status.wait(), 1.0 if name.startswith("wait-brief") else 60.0
+        return Status.success(), 0.0
+
+    def post_filter(self, state: CycleState, pod: Pod, diagnosis: FilterDiagnosis) -> PostFilterResult:
+        JOURNAL.calls.append(("postfilter", pod.metadata.name))
+        return PostFilterResult(Status.unschedulable("nothing to preempt here"))
+
+
+CONFIG = f"""
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- schedulerName: {PROFILE}
+  plugins:
+    reserve: {{enabled: [{{name: Recorder}}]}}
+    preBind: {{enabled: [{{name: Recorder}}]}}
+    bind:  # before DefaultBinder, as kube orders them: disable the default, enable both
+      disabled: [{{name: DefaultBinder}}]
+      enabled: [{{name: Recorder}}, {{name: DefaultBinder}}]
+    postBind: {{enabled: [{{name: Recorder}}]}}
+    permit: {{enabled: [{{name: Gate}}]}}
+    postFilter: {{enabled: [{{name: Gate}}]}}
+"""
+
+NODE = """
+apiVersion: v1
+kind: Node
+metadata: {{name: {name}}}
+status:
+  allocatable: {{cpu: "4", memory: 8Gi, pods: "20"}}
+"""
+
+
+def pod(name: str, cpu: str = "100m") -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": cpu}}}]},
+    }
+
+
+@dataclass
+class Live:
+    state: ClusterState
+    js: JetStreamContext
+    submit: Callable[..., Awaitable[list[str]]]
+
+
+@pytest.fixture
+async def live(settings: ConnectionSettings, state: ClusterState, js: JetStreamContext) -> AsyncIterator[Live]:
+    JOURNAL.calls.clear()
+    registry: Registry = in_tree_registry()
+    registry.register(Recorder)
+    registry.register(Gate)
+    config = load_config(CONFIG, registry=registry)
+    for i in range(2):
+        await state.put_node(parse_manifests(NODE.format(name=f"n{i}")).nodes[0])
+
+    def framework() -> tuple[Framework, WaitingPods]:
+        waiting = WaitingPods()
+        return Framework.from_profile(config.profile(PROFILE), registry, handle=waiting), waiting
+
+    cycle_fw, waiting = framework()
+    services = [
+        QueueService(settings, config, QueueOptions(flush_interval=0.05, in_flight_interval=0.05), registry=registry),
+        CycleService(
+            settings,
+            cycle_fw,
+            CycleOptions(lease_ttl=1.0, renew_interval=0.1, pop_wait_ms=50, request_timeout=1.0, backend="numpy"),
+            waiting=waiting,
+        ),
+        BinderService(
+            settings,
+            BinderOptions(fetch_timeout=0.2, permit_poll=0.02),
+            frameworks={PROFILE: framework()[0]},
+        ),
+    ]
+    for service in services:
+        await service.start()
+
+    async def submit_pods(*specs: dict[str, Any]) -> list[str]:
+        manifests = pod_manifests(list(specs), source="test")
+        await submit(js, manifests)
+        return [m.uid for m in manifests]
+
+    try:
+        yield Live(state, js, submit_pods)
+    finally:
+        for service in reversed(services):
+            with contextlib.suppress(Exception):
+                await service.stop(timeout=5)
+
+
+async def phase_of(state: ClusterState, uid: str) -> PodPhase | None:
+    record = await state.get_pod(uid)
+    return None if record is None else record.phase
+
+
+async def until_phase(state: ClusterState, uid: str, phase: PodPhase, timeout: float = 20) -> None:
+    async def check() -> None:
+        assert await phase_of(state, uid) is phase
+
+    await eventually(check, timeout=timeout, interval=0.05)
+
+
+async def test_every_extension_point_runs_in_order_for_a_plain_pod(live: Live) -> None:
+    [uid] = await live.submit(pod("plain"))
+    await until_phase(live.state, uid, PodPhase.BOUND)
+    assert [p for p, name in JOURNAL.calls if name == "plain"] == ["reserve", "prebind", "postbind"]
+    assert await check_invariants(live.state) == []
+
+
+async def test_a_bind_plugin_that_does_not_skip_binds_and_post_bind_follows(live: Live) -> None:
+    [uid] = await live.submit(pod("custom-bind-1"))
+    await until_phase(live.state, uid, PodPhase.BOUND)
+    assert [p for p, name in JOURNAL.calls if name == "custom-bind-1"] == ["reserve", "prebind", "bind", "postbind"]
+
+
+async def test_permit_rejects_and_unreserve_runs(live: Live) -> None:
+    [denied, fine] = await live.submit(pod("deny-1"), pod("fine-1"))
+    await until_phase(live.state, fine, PodPhase.BOUND)
+
+    async def rejected() -> None:
+        record = await live.state.get_pod(denied)
+        assert record is not None and record.phase is PodPhase.PENDING
+        assert 'rejected pod "deny-1" by permit plugin "Gate": denied by the test' in record.message, record.message
+        assert "unreserve" in [p for p, name in JOURNAL.calls if name == "deny-1"]
+
+    await eventually(rejected, timeout=20, interval=0.05)
+    for node in ("n0", "n1"):
+        assert denied not in {r.pod_uid for r in await live.state.reservations(node)}
+    assert await check_invariants(live.state) == []
+
+
+async def test_a_waiting_pod_keeps_its_room_blocks_no_one_and_binds_once_allowed(live: Live) -> None:
+    [waiter] = await live.submit(pod("wait-long-1"))
+
+    async def waiting() -> None:
+        states = await live.state.waiting_pods(PROFILE)
+        assert [(s.uid, s.pending) for s in states] == [(waiter, frozenset({"Gate"}))]
+        assert await phase_of(live.state, waiter) is PodPhase.RESERVED
+
+    await eventually(waiting, timeout=20, interval=0.05)
+    [other] = await live.submit(pod("fine-2"))
+    await until_phase(live.state, other, PodPhase.BOUND)  # not held up by the waiting pod
+    assert await phase_of(live.state, waiter) is PodPhase.RESERVED
+    [state] = await live.state.waiting_pods(PROFILE)
+    assert await live.state.allow_permit(waiter, state.attempt, "Gate")
+    await until_phase(live.state, waiter, PodPhase.BOUND)
+    assert await live.state.waiting_pods(PROFILE) == []  # the binder ended the wait
+    assert await check_invariants(live.state) == []
+
+
+async def test_a_permit_timeout_unreserves_and_hands_the_pod_back(live: Live) -> None:
+    [waiter] = await live.submit(pod("wait-brief-1"))
+
+    async def handed_back() -> None:
+        record = await live.state.get_pod(waiter)
+        assert record is not None and record.phase in (PodPhase.PENDING, PodPhase.RESERVED)
+        assert "rejected due to timeout waiting on Gate" in record.message, record.message
+
+    await eventually(handed_back, timeout=20, interval=0.05)
+    assert "unreserve" in [p for p, name in JOURNAL.calls if name == "wait-brief-1"]
+    assert await check_invariants(live.state) == []
+
+
+async def test_a_failed_pre_bind_unreserves_and_hands_the_pod_back(live: Live) -> None:
+    [uid] = await live.submit(pod("fail-prebind-1"))
+
+    async def handed_back() -> None:
+        record = await live.state.get_pod(uid)
+        assert record is not None and "PreBind plugin Recorder: the volume would not attach" in record.message
+        assert record.bindings == 0
+
+    await eventually(handed_back, timeout=20, interval=0.05)
+    assert "unreserve" in [p for p, name in JOURNAL.calls if name == "fail-prebind-1"]
+    assert "bind" not in [p for p, name in JOURNAL.calls if name == "fail-prebind-1"]
+    assert await check_invariants(live.state) == []
+
+
+async def test_post_filter_runs_when_no_node_fits(live: Live) -> None:
+    [uid] = await live.submit(pod("too-big", cpu="64"))
+
+    async def unschedulable() -> None:
+        record = await live.state.get_pod(uid)
+        assert record is not None and record.reason == "Unschedulable"
+        assert "Gate: nothing to preempt here" in record.message, record.message
+
+    await eventually(unschedulable, timeout=20, interval=0.05)
+    assert "too-big" in JOURNAL.of("postfilter")
+    await asyncio.sleep(0)
