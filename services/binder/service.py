@@ -549,6 +549,7 @@ class BinderService(Service):
             if write.ok and result.created_at:
                 latency = max(0.0, self.clock() - result.created_at)
                 self.metrics.pod_scheduling_sli_duration.labels(attempts=str(result.attempts)).observe(latency)
+                self.metrics.pod_scheduling_attempts.observe(max(result.attempts, 1))
             if self.log.logger.isEnabledFor(logging.DEBUG):
                 self._log(request).debug("pod bound", already=write.code is StoreCode.ALREADY)
             return BindResult.BOUND, pubs

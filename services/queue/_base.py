@@ -91,6 +91,8 @@ class QueueBase(Service):
         self._consumer_idle.set()
         self._redis_slots = asyncio.Semaphore(32)
         """Bounds the Redis writes one batch of outcomes makes at once."""
+        self._unschedulable_labels: dict[str, set[str]] = {}
+        """Profile -> the plugins of its scheduler_unschedulable_pods series set last time."""
         self._nodes: dict[str, tuple[int, Node]] = {}
         """Node name -> (generation, node) as last read for a node event: the ``old`` object of
         the next event's hints. Dropped when an event goes unread, so a stale copy is never

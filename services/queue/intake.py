@@ -1,5 +1,6 @@
 """The queue's intake: the KUBUS_PODS consumer. Submitted pods are read, stored Pending and
-queued (in batches); deletions and hand-backs are applied; bad input is rejected with an event."""
+queued (in batches); deletions and hand-backs are applied; bad input is rejected with an event.
+A pod that names its node (`spec.nodeName`) is never queued: `NodePlacement` puts it on that node."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import replace
 
 from nats.aio.msg import Msg
 
+from kubus.api.gpus import pod_gpu_devices, pod_gpu_request
 from kubus.api.objects import Pod
 from kubus.bus import (
     MSG_ID_HEADER,
@@ -25,19 +27,27 @@ from kubus.bus import (
 )
 from kubus.bus.messages import (
     MessageError,
+    NodeAssignment,
     Outcomes,
     PodDeletion,
     decode,
 )
+from kubus.kernels.nodeinfo import PodInfo
+from kubus.plugins.gpu_fit import pick_devices
 from kubus.queue._base import QueueBase, Retry
 from kubus.queue.queueing import QueueName
 from kubus.queue.submission import Rejected, Submission, identify, read_submission
 from kubus.store import (
     EventType,
+    PodEvent,
     PodPhase,
     PodRecord,
+    Reservation,
+    ReserveResult,
     StoreCode,
+    node_info_of,
 )
+from kubus.store.cluster_state import Binding
 
 
 def _lane(msg: Msg) -> str:
@@ -63,7 +73,132 @@ def _lane(msg: Msg) -> str:
     return "?"
 
 
-class Intake(QueueBase):
+def _refusal(node: str, result: ReserveResult) -> tuple[str, str]:
+    """kubelet-like (reason, message) for a reservation on a pod's own node that Redis refused:
+    ``OutOfcpu``/``OutOfmemory``/``OutOfpods`` for room, ``NodePorts`` for a host port,
+    ``NodeNotFound``/``NodeUnreachable`` for the node, ``UnexpectedAdmissionError`` else."""
+    if result.code is StoreCode.NODE_GONE:
+        if "unreachable" in result.reason:
+            return "NodeUnreachable", f"node {node} is unreachable"
+        return "NodeNotFound", f"node {node} not found"
+    first = result.reasons[0] if result.reasons else ""
+    if first == "Too many pods":
+        reason = "OutOfpods"
+    elif first.startswith("Insufficient "):
+        reason = "OutOf" + first.removeprefix("Insufficient ")
+    elif first.startswith("host port"):
+        reason = "NodePorts"
+    else:
+        reason = "UnexpectedAdmissionError"
+    return reason, f"node {node} didn't have room for the pod: {result.reason or result.code}"
+
+
+class NodePlacement(QueueBase):
+    """Pods that name their node (`spec.nodeName`): kube never schedules them, so neither do we.
+    They are placed on that node with the protocol's own steps (docs/services.md, step 2): the
+    attempt (`transition` Pending -> Reserved), `reserve`, `bind_many`, `announcements.bound`;
+    the node's agent then admits them. A node that does not exist or has no room fails the pod
+    (kubelet's reasons), with a Warning pod event: never queued, never lost."""
+
+    async def _place_on_node(self, record: PodRecord, pod: Pod, *, announce_bound: bool = False) -> None:
+        """Place ``pod`` (stored as ``record``) on ``pod.spec.nodeName``, going on from wherever
+        an earlier try stopped: Pending -> a new attempt; Reserved there -> that attempt (its
+        record version; `reserve` and `bind_many` are idempotent on it); Bound there -> its
+        bind announced again when ``announce_bound`` (message ids make that harmless). Any other
+        phase: nothing. Every step after the attempt is conditional on it, so a pod that moved
+        on (deleted, given back by the janitor) is left alone. Raises on Redis or NATS errors
+        (the caller retries; what a crash leaves, the janitor repairs)."""
+        state = self._cluster()
+        node, uid, key = pod.spec.node_name, record.uid, record.key
+        log = self.log.bind(pod=key, uid=uid, node=node)
+        if record.phase is PodPhase.BOUND and record.node == node:
+            held = await state.reservation(node, uid)
+            if announce_bound and held is not None and held.attempt.isdigit():
+                await self._announce_bound(record, node, int(held.attempt), held.gpu_devices)
+            return
+        if record.phase is PodPhase.RESERVED and record.node == node:
+            attempt, devices, refusal = record.version, record.gpu_devices, None
+        elif record.phase is PodPhase.PENDING:
+            devices, refusal = await self._gpu_devices_on(pod, node)
+            w = await state.transition(
+                uid, PodPhase.RESERVED, node=node, gpu_devices=devices, expected_phases={PodPhase.PENDING},
+                count_attempt=True,
+            )  # fmt: skip
+            if not w.ok:
+                log.info("node placement skipped: the pod moved on", code=str(w.code), phase=str(w.phase or "-"))
+                return
+            attempt = w.version
+        else:
+            return
+        if refusal is None:
+            try:
+                reservation = Reservation.of(PodInfo.of(pod, devices), node, attempt=str(attempt))
+            except ValueError as exc:
+                refusal = "UnexpectedAdmissionError", f"node {node}: {exc}"
+            else:
+                reserved = await state.reserve(node, reservation)
+                if not reserved.ok:
+                    refusal = _refusal(node, reserved)
+        if refusal is not None:
+            await self._fail_placement(record, node, attempt, *refusal)
+            return
+        message = f"Assigned {key} to {node} (spec.nodeName: not scheduled)"
+        event = PodEvent(time.time(), EventType.NORMAL, "Assigned", message, "queue")
+        [bound] = await state.bind_many([Binding(uid, node, attempt, devices, record.profile, event)])
+        if not bound.bound:  # deleted, or given back meanwhile: bind_many gave this attempt's room back
+            log.info("node placement dropped: the pod moved on", marked=str(bound.marked))
+            return
+        await self._announce_bound(record, node, attempt, devices)
+        log.info("pod placed on its node", attempt=attempt)
+
+    async def _announce_bound(self, record: PodRecord, node: str, attempt: int, devices: tuple[int, ...]) -> None:
+        assignment = NodeAssignment(
+            uid=record.uid, key=record.key, node=node, manifest=record.manifest, gpu_devices=devices, attempt=attempt
+        )
+        await publish_durable_many(self.jetstream(), announcements.bound(assignment, record.profile, at=time.time()))
+
+    async def _gpu_devices_on(self, pod: Pod, node: str) -> tuple[tuple[int, ...], tuple[str, str] | None]:
+        """The GPU devices the pod gets on ``node``: () when it asks for none; those it pins
+        (`kubus.io/gpu-devices`, which the manifest reader checked against its request); else
+        GPUFit's pick (`pick_devices`) among the node's devices free now. Or why not: the node
+        is missing, or has too few devices free (the reserve re-checks them atomically)."""
+        request = pod_gpu_request(pod)
+        if request is None:
+            return (), None
+        pinned = pod_gpu_devices(pod)
+        if pinned:
+            return pinned, None
+        snapshot = await self._cluster().load_snapshot([node])
+        if not snapshot:
+            return (), ("NodeNotFound", f"node {node} not found")
+        devices = pick_devices(request, node_info_of(*snapshot[0]))
+        if len(devices) < request.count:
+            return (), (
+                "UnexpectedAdmissionError",
+                f"node {node}: requested number of GPU devices unavailable: requested {request.count}, "
+                f"available {len(devices)}",
+            )
+        return devices, None
+
+    async def _fail_placement(self, record: PodRecord, node: str, attempt: int, reason: str, message: str) -> None:
+        """The attempt's end when the node refused the pod: Failed (conditional on the attempt;
+        no room is held), a Warning pod event with kubelet's reason."""
+        w = await self._cluster().transition(
+            record.uid,
+            PodPhase.FAILED,
+            expected_version=attempt,
+            expected_phases={PodPhase.RESERVED},
+            reason=reason,
+            message=message,
+        )
+        if not w.ok:
+            return
+        await self._pod_event(record.uid, EventType.WARNING, reason, message, "queue")
+        self.log.warning("pod refused by its node", pod=record.key, uid=record.uid, node=node, reason=reason,
+                         message=message)  # fmt: skip
+
+
+class Intake(NodePlacement):
     """Takes submitted, deleted and handed-back pods from JetStream."""
 
     async def _consume_pods(self) -> None:
@@ -206,7 +341,7 @@ class Intake(QueueBase):
             await self._settle(msg.ack())
 
     def _pending_record(self, pod: Pod, manifest: bytes, now: float) -> PodRecord:
-        reason, message = self._pending_reason(pod)
+        reason, message = ("", "") if pod.spec.node_name else self._pending_reason(pod)
         record = PodRecord.of(pod, manifest, now=now)
         return replace(record, reason=reason, message=message) if reason or message else record
 
@@ -244,13 +379,20 @@ class Intake(QueueBase):
             )
         if existing.manifest != manifest:
             await self._update(existing, pod, manifest)
+        elif pod.spec.node_name:  # a redelivery: go on with its placement where it stopped
+            await self._place_on_node(existing, pod, announce_bound=redelivered)
         elif existing.phase is PodPhase.PENDING and queue is not None:
             queue.add(pod, manifest, attempts=existing.attempts)  # a redelivery: make sure it is queued
 
     async def _accepted(self, record: PodRecord, pod: Pod, manifest: bytes) -> Publication | None:
-        """A pod stored just now: queue it. Returns its pod.accepted event for the caller to
-        publish (None for a pod of no profile, announced here as unschedulable)."""
+        """A pod stored just now: queue it, or place it on the node it names (`_place_on_node`).
+        Returns its pod.accepted event for the caller to publish (None for a pod of no profile,
+        announced here as unschedulable)."""
         uid, key, profile = pod.metadata.uid, pod.key, pod.spec.scheduler_name
+        if pod.spec.node_name:
+            self.log.info("pod accepted for its node", pod=key, uid=uid, node=pod.spec.node_name)
+            await self._place_on_node(record, pod)
+            return self._pod_announcement(EventKind.POD_ACCEPTED, record)
         queue = self.queues.get(profile)
         if queue is None:
             self.log.warning("pod accepted for no profile", pod=key, uid=uid, profile=profile)
@@ -298,7 +440,7 @@ class Intake(QueueBase):
         queue = self.queues.get(existing.profile)
         if queue is not None and queue.where(uid) is QueueName.IN_FLIGHT:
             raise Retry(f"pod {key}: being scheduled; the update waits for the attempt's outcome")
-        reason, message = self._pending_reason(pod)
+        reason, message = ("", "") if pod.spec.node_name else self._pending_reason(pod)
         w = await self._cluster().transition(
             uid,
             PodPhase.PENDING,
@@ -310,6 +452,11 @@ class Intake(QueueBase):
         )
         if not w.ok:
             raise Retry(f"pod {key}: changed while being updated ({w.code})")
+        if pod.spec.node_name:  # it names its node now: placed there, never scheduled
+            if queue is not None:
+                queue.delete(uid)
+            await self._place_on_node(replace(existing, phase=PodPhase.PENDING, manifest=manifest), pod)
+            return
         where = None
         if queue is not None:
             where = queue.update(pod, manifest) or queue.add(pod, manifest, attempts=existing.attempts)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+from kubus.api.objects import Pod
 from kubus.bus import (
     EventKind,
     Publication,
@@ -15,7 +16,7 @@ from kubus.bus.messages import (
     NodeAssignment,
 )
 from kubus.framework.cycle_state import CycleState
-from kubus.queue._base import QueueBase
+from kubus.queue.intake import NodePlacement
 from kubus.queue.queueing import QueueName
 from kubus.store import (
     EventType,
@@ -26,7 +27,7 @@ from kubus.store.cluster_state import node_info_of
 from kubus.store.records import PodRecord
 
 
-class Janitor(QueueBase):
+class Janitor(NodePlacement):
     """Periodic repairs."""
 
     async def _expire_in_flight(self) -> None:
@@ -74,6 +75,9 @@ class Janitor(QueueBase):
                     pod = self._pod_of(record)
                     if pod is None:
                         continue
+                    if pod.spec.node_name:  # never queued: placed on its node (a try that stopped)
+                        await self._place_again(record, pod)
+                        continue
                     queue.add(pod, record.manifest, attempts=record.attempts, event="Resync")
                     added += 1
             stale = sorted(uid for uid in known - pending if queue.where(uid) is not QueueName.IN_FLIGHT)
@@ -112,17 +116,34 @@ class Janitor(QueueBase):
             self.log.warning(
                 "janitor: reserved pod back to pending", pod=pod.key, uid=pod.uid, node=pod.node, reason=e.reason
             )
-            await self._unreserve_plugins(pod)
+            parsed = self._pod_of(pod)
             if e.released:  # room was given back: pods waiting for room on that node may fit now
                 announce.append(self._pod_announcement(EventKind.POD_UNRESERVED, pod, e.attempt, reason=e.reason))
+            if parsed is not None and parsed.spec.node_name:
+                # Never scheduled elsewhere, never queued: a placement a crash stopped is tried
+                # again on its node, as a new attempt (no plugin reserved anything for it).
+                await self._pod_event(pod.uid, EventType.WARNING, e.reason, f"{e.message}; placing it again", "queue")
+                fresh = await self._cluster().get_pod(pod.uid)
+                if fresh is not None:
+                    await self._place_again(fresh, parsed)
+                continue
+            await self._unreserve_plugins(pod)
             await self._pod_event(pod.uid, EventType.WARNING, "FailedScheduling", e.message, "queue")
             queue = self.queues.get(pod.profile)
-            parsed = self._pod_of(pod)
             if queue is not None and parsed is not None:
                 queue.delete(pod.uid)  # a stale in-flight entry, if any
                 queue.add(parsed, pod.manifest, attempts=pod.attempts, event=e.reason)
         if announce:
             await publish_durable_many(self.jetstream(), announce)
+
+    async def _place_again(self, record: PodRecord, pod: Pod) -> None:
+        """`_place_on_node` for a pod that names its node, found Pending by a repair; a failure
+        is logged and left for the next resync (the pod stays Pending, never queued)."""
+        try:
+            await self._place_on_node(record, pod)
+        except Exception as exc:
+            self.log.warning("placing a pod on its node failed; retried at the next resync", pod=record.key,
+                             uid=record.uid, node=pod.spec.node_name, error=repr(exc))  # fmt: skip
 
     async def _reconcile(self) -> None:
         fixes = await self._cluster().reconcile(grace_s=self.options.reconcile_grace)

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import heapq
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -326,6 +327,15 @@ class SchedulingQueue:
     def in_flight_count(self) -> int:
         """Pods handed to the cycle whose outcome has not come back."""
         return len(self._in_flight)
+
+    def unschedulable_by_plugin(self) -> Counter[str]:
+        """How many pods in the unschedulable set each plugin rejected (a pod counts once per
+        rejecting plugin; one rejected by none counts under ""): kube's
+        scheduler_unschedulable_pods."""
+        counts: Counter[str] = Counter()
+        for entry in self._unschedulable.values():
+            counts.update(entry.unschedulable_plugins or ("",))
+        return counts
 
     @property
     def unschedulable_count(self) -> int:

@@ -218,6 +218,17 @@ class QueueService(Intake, Serving, Janitor, NodeLifecycle, QueueBase):
     async def _flush_backoff(self) -> None:
         for queue in self.queues.values():
             queue.flush_backoff()
+        self._count_unschedulable()
+
+    def _count_unschedulable(self) -> None:
+        # Once a second, with the flush: counting walks the unschedulable set.
+        for profile, queue in self.queues.items():
+            counts = queue.unschedulable_by_plugin()
+            for plugin in self._unschedulable_labels.get(profile, set()) - set(counts):
+                self.metrics.unschedulable_pods.labels(plugin=plugin, profile=profile).set(0)
+            for plugin, count in counts.items():
+                self.metrics.unschedulable_pods.labels(plugin=plugin, profile=profile).set(count)
+            self._unschedulable_labels[profile] = set(counts)
 
     async def _flush_leftover(self) -> None:
         for profile, queue in self.queues.items():

@@ -9,7 +9,7 @@ same servers.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -40,10 +40,13 @@ def kubus(cli_env: dict[str, str]) -> Callable[..., Awaitable[CliResult]]:
 
 @pytest.fixture
 async def services(
-    nats: NATS, redis: aioredis.Redis, nats_url: str, redis_url: str, tmp_path: Path
+    nats: NATS, redis: aioredis.Redis, nats_url: str, redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[StartServices]:
     """``cluster = await services(nodes=20)``: every service, ready (nodes heartbeating, cycles
-    leading), on wiped servers. Stopped (SIGTERM, then SIGKILL) after the test."""
+    leading), on wiped servers. Stopped (SIGTERM, then SIGKILL) after the test. ``config_text``
+    replaces the scheduler configuration (KubeSchedulerConfiguration YAML) every service gets;
+    ``env`` is added to the services' environment (they inherit this process's, see
+    `kubus.cli.processes.ServiceGroup`), and taken back after the test."""
     started: list[Cluster] = []
 
     async def start(
@@ -54,11 +57,15 @@ async def services(
         pod_duration: float = 0.0,
         batch_size: int | None = None,
         ready_timeout: float = 90.0,
+        config_text: str | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> Cluster:
         directory = tmp_path / f"cluster-{len(started)}"
         directory.mkdir()
         config = directory / "scheduler-config.yaml"
-        config.write_text(gpu_scheduler_config(profiles))
+        config.write_text(gpu_scheduler_config(profiles) if config_text is None else config_text)
+        for name, value in (env or {}).items():
+            monkeypatch.setenv(name, value)
         template = directory / "node-template.yaml"
         template.write_text(NODE_TEMPLATE)
         since = time.time()

@@ -754,8 +754,8 @@ async def test_a_pod_rejected_for_resources_moves_when_a_pod_on_a_node_finishes(
     assert queue.queues[DEFAULT].where(uid_of(big)) in (QueueName.BACKOFF, QueueName.ACTIVE)
 
 
-def _pod_with_spec(name: str, extra: dict[str, Any]) -> bytes:
-    manifest = codec.loads(pod_manifest(name))
+def _pod_with_spec(name: str, extra: dict[str, Any], *, annotations: dict[str, str] | None = None) -> bytes:
+    manifest = codec.loads(pod_manifest(name, annotations=annotations))
     manifest["spec"].update(extra)
     return codec.dumps(manifest)
 
@@ -792,12 +792,12 @@ async def _hinted(queue: QueueService, plugin: str, event: str, hint: str, count
 # -- helpers -----------------------------------------------------------------------------------------
 
 
-def _node(name: str, labels: dict[str, str] | None = None) -> Any:
+def _node(name: str, labels: dict[str, str] | None = None, *, annotations: dict[str, str] | None = None) -> Any:
     return parse_node(
         {
             "apiVersion": "v1",
             "kind": "Node",
-            "metadata": {"name": name, "labels": labels or {}},
+            "metadata": {"name": name, "labels": labels or {}, "annotations": annotations or {}},
             "status": {"capacity": {"cpu": "8", "memory": "16Gi", "pods": "110"}},
         }
     )
@@ -813,3 +813,122 @@ async def _reserve(state: ClusterState, manifest: bytes, node: str) -> int:
     reservation = Reservation.of(PodInfo.of(sub.pod), node, attempt=str(w.version), now=state.clock())
     assert (await state.reserve(node, reservation)).ok
     return w.version
+
+
+# -- pods that name their node -----------------------------------------------------------------------
+
+
+async def test_a_pod_naming_its_node_is_bound_there_without_any_cycle(
+    start_queue: QueueFactory, nats: NATS, js: JetStreamContext, redis: aioredis.Redis, events: EventLog
+) -> None:
+    state = ClusterState(redis)
+    await state.put_node(_node("n1"))
+    assignments = await nats.subscribe(node_pods("n1"))
+    queue = await start_queue()
+    data = _pod_with_spec("pinned", {"nodeName": "n1"})
+    uid = uid_of(data)
+    await submit(js, data)
+
+    record = await stored(state, uid, PodPhase.BOUND)
+    assert (record.node, record.bindings, record.attempts) == ("n1", 1, 1)
+    assignment = decode(NodeAssignment, (await assignments.next_msg(timeout=5)).data)
+    assert (assignment.uid, assignment.node, assignment.attempt) == (uid, "n1", record.version - 1)
+    [held] = await state.reservations("n1")
+    assert held.pod_uid == uid and str(held.state) == "bound"
+    assert [e.reason for e in await state.events(uid)] == ["Assigned"]
+    await eventually(lambda: _assert([e.node for e in events.of("pod.bound")] == ["n1"]))
+    assert (await pop(nats)).pods == () and len(queue.queues[DEFAULT]) == 0  # never queued
+    assert await check_invariants(state) == []
+
+
+@pytest.mark.parametrize(
+    ("spec", "reason"),
+    [
+        ({"nodeName": "nowhere"}, "NodeNotFound"),
+        ({"nodeName": "n1", "containers": [{"name": "c", "resources": {"requests": {"cpu": "9"}}}]}, "OutOfcpu"),
+        (
+            {"nodeName": "n1", "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+            "UnexpectedAdmissionError",
+        ),
+    ],
+    ids=["missing-node", "full-node", "no-gpu-there"],
+)
+async def test_a_pod_its_node_cannot_take_ends_failed_with_kubelets_reason(
+    start_queue: QueueFactory,
+    nats: NATS,
+    js: JetStreamContext,
+    redis: aioredis.Redis,
+    spec: dict[str, Any],
+    reason: str,
+) -> None:
+    state = ClusterState(redis)
+    await state.put_node(_node("n1"))
+    await start_queue()
+    data = _pod_with_spec("refused", spec)
+    uid = uid_of(data)
+    await submit(js, data)
+
+    record = await stored(state, uid, PodPhase.FAILED)
+    assert record.reason == reason and spec["nodeName"] in record.message, record
+    [event] = await state.events(uid)
+    assert (event.type, event.reason, event.message) == (EventType.WARNING, reason, record.message)
+    assert await state.reservations("n1") == []
+    assert (await pop(nats)).pods == ()
+    assert await check_invariants(state) == []
+
+
+async def test_a_pod_naming_its_node_gets_free_gpu_devices_there(
+    start_queue: QueueFactory, nats: NATS, js: JetStreamContext, redis: aioredis.Redis
+) -> None:
+    state = ClusterState(redis)
+    gpus = codec.dumps([{"index": i, "model": "H100", "memory": "80Gi"} for i in range(2)]).decode()
+    await state.put_node(_node("g1", annotations={"kubus.io/gpus": gpus}))
+    await start_queue()
+    one_gpu = [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
+    pinned = _pod_with_spec(
+        "pinned", {"nodeName": "g1", "containers": one_gpu}, annotations={"kubus.io/gpu-devices": "1"}
+    )
+    picked = _pod_with_spec("picked", {"nodeName": "g1", "containers": one_gpu})
+    await submit(js, pinned)
+    assert (await stored(state, uid_of(pinned), PodPhase.BOUND)).gpu_devices == (1,)
+    await submit(js, picked)
+    assert (await stored(state, uid_of(picked), PodPhase.BOUND)).gpu_devices == (0,)
+    assert await check_invariants(state) == []
+
+
+async def test_the_janitor_places_again_a_pod_naming_its_node_that_a_crash_left_reserved(
+    start_queue: QueueFactory, nats: NATS, js: JetStreamContext, redis: aioredis.Redis
+) -> None:
+    old = ClusterState(redis, clock=lambda: time.time() - 600)  # a queue that crashed after reserving
+    await old.put_node(_node("n1"))
+    data = _pod_with_spec("half-placed", {"nodeName": "n1"})
+    [sub] = read_submission(data, source="test", max_manifest_bytes=1 << 20)
+    uid = sub.pod.metadata.uid
+    await old.put_pod(PodRecord.of(sub.pod, sub.manifest, now=old.clock()))
+    attempt = await _reserve(old, sub.manifest, "n1")
+    assignments = await nats.subscribe(node_pods("n1"))
+
+    queue = await start_queue(QueueOptions(reserve_timeout=60, janitor_interval=0.1))
+    state = ClusterState(redis)
+    record = await stored(state, uid, PodPhase.BOUND)
+    assert record.node == "n1" and record.attempts == 2 and record.reason == "ReservationTimeout"
+    assignment = decode(NodeAssignment, (await assignments.next_msg(timeout=5)).data)
+    assert assignment.uid == uid and assignment.attempt > attempt  # a new attempt, on the same node
+    assert [e.reason for e in await state.events(uid)] == ["ReservationTimeout", "Assigned"]
+    assert (await pop(nats)).pods == () and len(queue.queues[DEFAULT]) == 0
+    assert await check_invariants(state) == []
+
+
+async def test_a_restarted_queue_places_a_stored_pod_naming_its_node_instead_of_queueing_it(
+    start_queue: QueueFactory, nats: NATS, redis: aioredis.Redis
+) -> None:
+    state = ClusterState(redis)
+    await state.put_node(_node("n1"))
+    data = _pod_with_spec("stored-only", {"nodeName": "n1"})  # stored, then the queue died
+    [sub] = read_submission(data, source="test", max_manifest_bytes=1 << 20)
+    await state.put_pod(PodRecord.of(sub.pod, sub.manifest, now=time.time()))
+
+    queue = await start_queue()
+    assert (await stored(state, sub.pod.metadata.uid, PodPhase.BOUND)).node == "n1"
+    assert len(queue.queues[DEFAULT]) == 0
+    assert await check_invariants(state) == []

@@ -524,3 +524,16 @@ def test_events_in_flight_are_counted_per_pod_in_constant_time() -> None:
     assert queue.unschedulable_count == 1
     assert queue.move_for_event("pod.deleted") == 1
     assert queue.unschedulable_count == 0
+
+
+def test_unschedulable_pods_are_counted_by_rejecting_plugin() -> None:
+    clock = FakeClock()
+    queue = make_queue(clock)
+    add(queue, "a")
+    add(queue, "b")
+    assert fail(queue, "a", "NodeResourcesFit", "TaintToleration") is QueueName.UNSCHEDULABLE
+    assert fail(queue, "b", "NodeResourcesFit") is QueueName.UNSCHEDULABLE
+    assert queue.unschedulable_by_plugin() == {"NodeResourcesFit": 2, "TaintToleration": 1}
+    b = next(uid for uid in queue.uids() if (entry := queue.get(uid)) is not None and entry.key == "default/b")
+    queue.delete(b)
+    assert queue.unschedulable_by_plugin() == {"NodeResourcesFit": 1, "TaintToleration": 1}
