@@ -294,6 +294,25 @@ class EmbeddedServers:
         """The Valkey server's log file (appended to on every start)."""
         return self._redis.log_path
 
+    def exited(self) -> dict[str, int]:
+        """The servers that ended although started and not stopped (a crash, ``kill -9``):
+        binary name -> exit status (negative: the signal)."""
+        if not self._running:
+            return {}
+        return {p.name: code for p in (self._nats, self._redis) if (code := p.exited()) is not None}
+
+    async def restart(self, name: str, timeout: float = 20.0) -> None:
+        """Start the server ``name`` (``nats-server`` or ``valkey-server``) again after it
+        ended: the same port and data directory, so clients reconnect and find every stream,
+        message and key it had persisted. Raises ServerStartError like start()."""
+        deadline = time.monotonic() + timeout
+        process = {self._nats.name: self._nats, self._redis.name: self._redis}[name]
+        await process.stop(timeout=1)  # reaps it
+        if process is self._nats:
+            await self._start_nats(deadline)
+        else:
+            await self._start_redis(deadline)
+
     def pids(self) -> dict[str, int]:
         """Process ids of the running servers, by binary name (for resource accounting)."""
         return {p.name: p.proc.pid for p in (self._nats, self._redis) if p.proc is not None and p.proc.poll() is None}

@@ -6,7 +6,8 @@ and Redis-compatible servers (unless external URLs are given) → record the URL
 → wait until every simulated node heartbeats and every profile's cycle holds its lease → run
 (or, with --demo, run the sample workload) → on Ctrl-C/SIGTERM stop the services in order, then
 the servers. A service that exits on its own is reported with the tail of its log and started
-again (five times a minute at most; then kubus up gives up and stops everything, exit 1).
+again (five times a minute at most; then kubus up gives up and stops everything, exit 1); so
+is an embedded server that dies, on the same port and data directory.
 """
 
 from __future__ import annotations
@@ -211,8 +212,25 @@ def report_exit(service: ServiceProcess, *, restarting: bool) -> None:
 
 
 async def supervise(cluster: Cluster, stop: asyncio.Event) -> int:
-    """Run until ``stop`` is set (0), restarting services that exit; 1 when one keeps failing."""
+    """Run until ``stop`` is set (0), restarting the embedded servers and the services that
+    exit; 1 when one keeps failing."""
+    server_exits: dict[str, list[float]] = {}
     while not await sleep_or(stop, 0.5):
+        if cluster.servers is not None:
+            for name, code in cluster.servers.exited().items():
+                exits = server_exits.setdefault(name, [])
+                exits.append(time.monotonic())
+                if len([t for t in exits if time.monotonic() - t < 60]) > RESTARTS_PER_MINUTE:
+                    _err(f"kubus up: {name} exited {len(exits)} times within a minute; giving up")
+                    return 1
+                how = f"exited with code {code}" if code >= 0 else f"was killed by signal {-code}"
+                _err(f"kubus up: {name} {how}; starting it again on the same port and data dir")
+                try:
+                    await cluster.servers.restart(name)
+                except ServerStartError as exc:
+                    _err(f"kubus up: {name} did not start again: {exc}")
+                    return 1
+                _say(f"kubus up: {name} is back")
         for service in cluster.group.failed():
             recent = [t for t in service.exits if time.monotonic() - t < 60]
             if len(recent) > RESTARTS_PER_MINUTE:

@@ -27,7 +27,7 @@ from kubus.framework.status import Code, Status
 
 if TYPE_CHECKING:
     from kubus.kernels.node_table import NodeTable, TableView
-    from kubus.kernels.nodeinfo import NodeInfo
+    from kubus.kernels.nodeinfo import NodeInfo, PodInfo
 
 Rows = slice | Any
 """slice(None) for all rows, or an integer index array (numpy or CuPy)."""
@@ -93,6 +93,19 @@ class PreFilterPlugin(Plugin, Protocol):
         """Prepare for Filter. Returns the node names the pod can only go to (None: any) and a
         Status: Skip means this plugin's Filter is not run for the pod."""
         ...
+
+
+@runtime_checkable
+class PreFilterExtensions(Plugin, Protocol):
+    """What a PreFilter plugin that keeps state about other pods defines (kube's
+    PreFilterExtensions): how its CycleState changes when a pod is added to or removed from a
+    node in a what-if (preemption removing victims, nominated pods added)."""
+
+    def add_pod(self, state: CycleState, pod_to_schedule: Pod, pod_to_add: PodInfo, node_info: NodeInfo) -> Status: ...
+
+    def remove_pod(
+        self, state: CycleState, pod_to_schedule: Pod, pod_to_remove: PodInfo, node_info: NodeInfo
+    ) -> Status: ...
 
 
 @runtime_checkable
@@ -254,6 +267,7 @@ __all__ = [
     "PostFilterResult",
     "PreBindPlugin",
     "PreEnqueuePlugin",
+    "PreFilterExtensions",
     "PreFilterPlugin",
     "PreScorePlugin",
     "QueueSortPlugin",

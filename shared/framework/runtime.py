@@ -25,6 +25,7 @@ from kubus.framework.interface import (
     PostFilterResult,
     PreBindPlugin,
     PreEnqueuePlugin,
+    PreFilterExtensions,
     PreFilterPlugin,
     PreScorePlugin,
     QueueSortPlugin,
@@ -36,7 +37,7 @@ from kubus.framework.status import Code, Status
 
 if TYPE_CHECKING:
     from kubus.framework.registry import Registry
-    from kubus.kernels.nodeinfo import NodeInfo
+    from kubus.kernels.nodeinfo import NodeInfo, PodInfo
 
 __all__ = ["MAX_PERMIT_TIMEOUT", "Framework", "PermitVerdict", "PluginTimer"]
 
@@ -155,6 +156,26 @@ class Framework:
                 return result
             last = result
         return last
+
+    def run_add_pod(self, state: CycleState, pod: Pod, pod_to_add: PodInfo, node_info: NodeInfo) -> Status:
+        """PreFilterExtensions.AddPod of every PreFilter plugin that has it, in order: the
+        pod's CycleState as if ``pod_to_add`` ran on ``node_info``. The first failure is
+        returned, naming its plugin."""
+        for plugin in self.pre_filter:
+            if isinstance(plugin, PreFilterExtensions):
+                status = plugin.add_pod(state, pod, pod_to_add, node_info)
+                if not status.is_success:
+                    return status.with_plugin(plugin.name)
+        return Status.success()
+
+    def run_remove_pod(self, state: CycleState, pod: Pod, pod_to_remove: PodInfo, node_info: NodeInfo) -> Status:
+        """PreFilterExtensions.RemovePod, as `run_add_pod` (a victim taken off the node)."""
+        for plugin in self.pre_filter:
+            if isinstance(plugin, PreFilterExtensions):
+                status = plugin.remove_pod(state, pod, pod_to_remove, node_info)
+                if not status.is_success:
+                    return status.with_plugin(plugin.name)
+        return Status.success()
 
     def run_reserve(self, state: CycleState, pod: Pod, node_info: NodeInfo) -> Status:
         """Reserve plugins in order; the first failure runs Unreserve of all of them (reverse

@@ -1,6 +1,7 @@
 """Stopping, whatever state the servers are in: every service exits within its stop timeout on
 SIGTERM even after NATS or Redis was killed under load, and nothing `kubus up` started outlives
 it (a normal stop after its servers died, kill -9 of `kubus up` after it restarted a service).
+And `kubus up` starts its embedded servers again when they die, losing no acknowledged submit.
 
 These tests own their servers (they kill them), so they start embedded ones of their own.
 """
@@ -17,9 +18,10 @@ import time
 from pathlib import Path
 
 import pytest
-from cluster_support import service_logs
+from cluster_support import run_kubus, service_logs
 from support import eventually
 
+from kubus import codec
 from kubus.bus.connection import connect_bus
 from kubus.cli.cluster import pod_manifests, submit
 from kubus.cli.processes import GROUP_STOP_WAIT, SERVICE_STOP_WAIT
@@ -248,3 +250,54 @@ def _kill(children: dict[int, tuple[int, str]]) -> None:
         if _stat(pid) is not None:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def _pods_yaml(prefix: str, count: int) -> str:
+    return "".join(
+        f"---\napiVersion: v1\nkind: Pod\nmetadata: {{name: {prefix}-{i}, namespace: up}}\n"
+        "spec: {containers: [{name: c, image: x, resources: {requests: {cpu: 100m}}}]}\n"
+        for i in range(count)
+    )
+
+
+async def test_kubus_up_restarts_a_dead_server_and_loses_no_acknowledged_pod(tmp_path: Path) -> None:
+    up = _KubusUp(tmp_path)
+    env = {"KUBUS_HOME": str(tmp_path)}
+    children: dict[int, tuple[int, str]] = {}
+    try:
+        await up.ready()
+        children = descendants(up.proc.pid)
+        before = tmp_path / "before.yaml"
+        before.write_text(_pods_yaml("before", 40))
+        applied = await run_kubus("apply", "-f", str(before), env=env)
+        assert applied.code == 0, applied.err  # acknowledged by JetStream
+        for server in ("nats-server", "valkey-server"):
+            os.kill(up.child(server), signal.SIGKILL)
+
+            def back(server: str = server) -> None:
+                assert f"kubus up: {server} is back" in up.text(), up.text()
+
+            await eventually(back, timeout=60, interval=0.2)
+        after = tmp_path / "after.yaml"
+        after.write_text(_pods_yaml("after", 20))
+        applied = await run_kubus("apply", "-f", str(after), env=env, timeout=120)
+        assert applied.code == 0, applied.err
+
+        async def all_placed() -> None:
+            listed = await run_kubus("get", "pods", "-n", "up", "-o", "json", env=env)
+            assert listed.code == 0, listed.err
+            phases = {p["name"]: p["phase"] for p in codec.loads(listed.out)["pods"]}
+            assert len(phases) == 60, sorted(phases)
+            stuck = {n: ph for n, ph in phases.items() if ph not in ("Bound", "Running", "Succeeded")}
+            assert not stuck, stuck
+
+        await eventually(all_placed, timeout=120, interval=1.0)
+        assert up.proc.poll() is None, up.text()
+        children = descendants(up.proc.pid)  # the restarted servers included
+        assert len(children) == 6, children
+        up.proc.send_signal(signal.SIGTERM)
+        await up.exited(GROUP_STOP_WAIT + 15)
+        await eventually(lambda: _none_alive(children), timeout=10, interval=0.2)
+    finally:
+        up.kill()
+        _kill(children)

@@ -165,3 +165,24 @@ def test_simulate_gives_back_the_node_of_a_pod_still_waiting_at_the_end() -> Non
     # b-1 waits alone and times out; its 500m went back, so the node is not counted full.
     result = run(pods(("b-1", "b")))
     assert result["b-1"] == (UNSCHEDULABLE, "rejected due to timeout waiting on Pair")
+
+
+def test_pre_filter_extensions_run_for_the_plugins_that_have_them() -> None:
+    calls: list[str] = []
+
+    def add_pod(self: object, state: CycleState, pod: Pod, other: object, node: object) -> Status:
+        calls.append(f"add {type(self).__name__}")
+        return Status.success()
+
+    def remove_pod(self: object, state: CycleState, pod: Pod, other: object, node: object) -> Status:
+        calls.append(f"remove {type(self).__name__}")
+        return Status.unschedulable("cannot undo")
+
+    pre_filter = lambda self, *args: (None, Status.success())  # noqa: E731
+    stateful = plugin("Stateful", pre_filter=pre_filter, add_pod=add_pod, remove_pod=remove_pod)
+    plain = plugin("Plain", pre_filter=pre_filter)
+    fw = framework(pre_filter=[plain, stateful])
+    assert fw.run_add_pod(CycleState(), POD, None, None).is_success  # type: ignore[arg-type]
+    removed = fw.run_remove_pod(CycleState(), POD, None, None)  # type: ignore[arg-type]
+    assert (removed.code, removed.plugin) == (Code.UNSCHEDULABLE, "Stateful")
+    assert calls == ["add Stateful", "remove Stateful"]
