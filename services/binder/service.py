@@ -86,6 +86,7 @@ from kubus.framework.cycle_state import CycleState
 from kubus.framework.registry import ExtensionPoint
 from kubus.framework.runtime import MAX_PERMIT_TIMEOUT, Framework
 from kubus.framework.status import Code, Status
+from kubus.framework.waiting import WaitingPods
 from kubus.metrics import Metrics
 from kubus.service import TRANSIENT_ERRORS, Service, StructuredLogger
 from kubus.settings import ConnectionSettings
@@ -439,7 +440,7 @@ class BinderService(Service):
 
     def _time_plugin(self, plugin: str, point: ExtensionPoint, status: Status, seconds: float) -> None:
         self.metrics.plugin_execution_duration.labels(
-            plugin=plugin, extension_point=point.value, status=status.code.name
+            plugin=plugin, extension_point=point.label, status=status.code.name
         ).observe(seconds)
 
     def _framework(self, request: BindRequest) -> Framework:
@@ -657,10 +658,18 @@ class BinderService(Service):
             pod = wire_pod(request.manifest, request.uid, request.key)
         except (ManifestError, ValueError):
             return  # no pod to unreserve: what the plugins reserved for it cannot be named
-        snapshot = await self._store().load_snapshot([request.node])
-        if snapshot:
-            node, reservations = snapshot[0]
-            fw.run_unreserve(CycleState(), pod, node_info_of(node, reservations))
+        store = self._store()
+        snapshot = await store.load_snapshot([request.node])
+        if not snapshot:
+            return
+        node, reservations = snapshot[0]
+        # Unreserve may decide about other waiting pods (a gang's members): it sees the waits.
+        waiting = fw.handle if isinstance(fw.handle, WaitingPods) else None
+        if waiting is not None and fw.permit:
+            waiting.load_states(await store.waiting_pods(request.profile))
+        fw.run_unreserve(CycleState(), pod, node_info_of(node, reservations))
+        if waiting is not None:
+            await store.apply_permit_decisions(waiting.take_decisions())
 
     async def _requeue(self, request: BindRequest, message: str) -> None:
         """``Outcome(BIND_FAILED)`` on kubus.pods.requeue: the queue moves the pod back to Pending

@@ -53,6 +53,7 @@ from nats.aio.msg import Msg
 from kubus.api.errors import ManifestError
 from kubus.api.manifests import wire_pod
 from kubus.api.objects import Pod
+from kubus.api.podgroups import pod_group_key
 from kubus.bus import EventKind, Publication, bind, event_filter, msgids, publish_durable_many, queue_done, queue_pop
 from kubus.bus.messages import (
     BindRequest,
@@ -71,10 +72,11 @@ from kubus.bus.messages import (
 from kubus.cycle.leadership import Leadership, lease_name
 from kubus.cycle.snapshot import NodeSnapshot
 from kubus.framework.cycle_state import CycleState
+from kubus.framework.registry import ExtensionPoint
 from kubus.framework.runtime import Framework
 from kubus.framework.scheduling import Scheduler, ScheduleResult
 from kubus.framework.status import Code
-from kubus.framework.waiting import DecisionKind, WaitingPods
+from kubus.framework.waiting import WaitingPods
 from kubus.kernels import NodeTable, select_backend
 from kubus.kernels.nodeinfo import PodInfo
 from kubus.plugins.node_resources_fit import NodeResourcesFit
@@ -343,7 +345,9 @@ class CycleService(Service):
             snapshot = NodeSnapshot(self.backend, seed=self.options.seed)
             stats = snapshot.load(entries)
             self.snapshot, self._term = snapshot, term
-            self._scheduler = Scheduler(self.framework, snapshot.table, seed=self.options.seed)
+            self._scheduler = Scheduler(
+                self.framework, snapshot.table, seed=self.options.seed, timer=self._time_extension_point
+            )
         else:
             stats = self.snapshot.load(entries)
         self._next_resync = asyncio.get_running_loop().time() + self.options.resync_interval
@@ -432,7 +436,7 @@ class CycleService(Service):
             await self._refresh()  # events that came while the pop waited
             pods = self._admit(batch)
             if self._sees_waiting_pods:
-                await self._load_waiting()
+                await self._load_waiting(pods)
             placed = await self._schedule(batch, pods)
             refused = await self._reserve_round(batch, placed)
             if refused:
@@ -705,6 +709,14 @@ class CycleService(Service):
         except TRANSIENT_ERRORS as exc:
             self.log.warning("give back failed; the janitor will", pod=pod.key, node=node, error=repr(exc))
 
+    def _time_extension_point(self, point: ExtensionPoint, plugin: str, seconds: float) -> None:
+        if plugin:
+            labels = {"plugin": plugin, "extension_point": point.label, "status": "Success"}
+            self.metrics.plugin_execution_duration.labels(**labels).observe(seconds)
+        else:
+            labels = {"extension_point": point.label, "status": "Success", "profile": self.profile}
+            self.metrics.extension_point_duration.labels(**labels).observe(seconds)
+
     # -- Permit --------------------------------------------------------------------------------------
 
     @property
@@ -712,9 +724,20 @@ class CycleService(Service):
         """Whether plugins of this profile may look at or decide about waiting pods."""
         return bool(self.framework.permit or self.framework.post_filter)
 
-    async def _load_waiting(self) -> None:
-        states = await self._store().waiting_pods(self.profile)
-        self.waiting.load((s.uid, s.key, s.node, s.attempt, s.pending) for s in states if not s.rejected)
+    async def _load_waiting(self, pods: Sequence[Pod]) -> None:
+        """The handle's view, from Redis: this profile's pods waiting on Permit, and the pod
+        groups (gangs) of the batch's pods and of the waiting ones, with their member counts."""
+        store = self._store()
+        states = [s for s in await store.waiting_pods(self.profile) if not s.rejected]
+        self.waiting.load_states(states)
+        keys = {key for pod in pods if (key := pod_group_key(pod)) is not None} | {s.group for s in states if s.group}
+        if keys:
+            counts = await store.group_counts(keys)
+            self.waiting.pod_groups.load(
+                await store.pod_groups(keys),
+                {key: members for key, (members, _) in counts.items()},
+                {key: assigned for key, (_, assigned) in counts.items()},
+            )
 
     async def _permit(self, batch: _Batch, reserved: list[_Reserved]) -> list[_Reserved]:
         """Permit for the pods Redis reserved (kube runs it right after Reserve): rejected ones
@@ -732,7 +755,7 @@ class CycleService(Service):
             if verdict.status.is_success:
                 passed.append(r)
             elif verdict.status.is_wait:
-                self.waiting.add(uid, pod.key, r.node, r.attempt, verdict.waiting_on)
+                self.waiting.add(uid, pod.key, r.node, r.attempt, verdict.waiting_on, group=pod_group_key(pod) or "")
                 await store.wait_on_permit(
                     uid,
                     key=pod.key,
@@ -740,6 +763,7 @@ class CycleService(Service):
                     attempt=r.attempt,
                     node=r.node,
                     waiting_on=verdict.waiting_on,
+                    group=pod_group_key(pod) or "",
                 )
                 passed.append(r)
             else:
@@ -751,6 +775,9 @@ class CycleService(Service):
                 )
                 self.log.info("permit rejected", pod=pod.key, uid=uid, node=r.node, plugin=status.plugin)
         await asyncio.gather(*undo)
+        # Before any BindRequest goes out: a member that completed its gang allowed the others,
+        # and those allows must be in Redis first, or a crash now would bind it alone.
+        await self._apply_decisions()
         self.metrics.extension_point_duration.labels(
             extension_point="Permit", status="Success", profile=self.profile
         ).observe(time.perf_counter() - started)
@@ -758,12 +785,7 @@ class CycleService(Service):
 
     async def _apply_decisions(self) -> None:
         """What plugins decided about waiting pods (allow, reject), written where the waits live."""
-        store = self._store()
-        for d in self.waiting.take_decisions():
-            if d.kind is DecisionKind.ALLOW:
-                await store.allow_permit(d.uid, d.attempt, d.plugin)
-            else:
-                await store.reject_permit(d.uid, d.attempt, d.plugin, d.message)
+        await self._store().apply_permit_decisions(self.waiting.take_decisions())
 
     async def _report(self, batch: _Batch) -> None:
         """docs/services.md 4d: the batch's outcomes to the queue, retried; then left to the

@@ -10,8 +10,10 @@ from dataclasses import replace
 
 from nats.aio.msg import Msg
 
+from kubus.api.errors import ManifestError
 from kubus.api.gpus import pod_gpu_devices, pod_gpu_request
 from kubus.api.objects import Pod
+from kubus.api.podgroups import pod_group_key
 from kubus.bus import (
     MSG_ID_HEADER,
     PODS_DELETE,
@@ -32,6 +34,7 @@ from kubus.bus.messages import (
     PodDeletion,
     decode,
 )
+from kubus.codec import DecodeError
 from kubus.kernels.nodeinfo import PodInfo
 from kubus.plugins.gpu_fit import pick_devices
 from kubus.queue._base import QueueBase, Retry
@@ -309,6 +312,14 @@ class Intake(NodePlacement):
         records = [self._pending_record(sub.pod, sub.manifest, now) for _, subs in read for sub in subs]
         try:
             stored = await self._cluster().put_pods(records)
+            # A gang's members are indexed before any of them is queued or placed (Coscheduling
+            # counts them); a redelivery adds them again, harmlessly.
+            await self._cluster().add_group_members(
+                (group, sub.pod.metadata.uid)
+                for _, subs in read
+                for sub in subs
+                if (group := pod_group_key(sub.pod)) is not None
+            )
         except Exception as exc:
             if len(read) == 1:
                 await self._failed_message(read[0][0], exc)
@@ -476,6 +487,8 @@ class Intake(NodePlacement):
         node = after.node if after is not None else record.node
         if node:
             await state.release(node, record.uid)
+        if (group := self._group_of(record)) is not None:
+            await state.remove_group_member(group, record.uid)
         for queue in self.queues.values():
             queue.delete(record.uid)
         if w.ok:
@@ -486,6 +499,15 @@ class Intake(NodePlacement):
                 EventKind.POD_DELETED, key, record.uid, at=time.time(), node=node, profile=record.profile
             )
         )
+
+    def _group_of(self, record: PodRecord) -> str | None:
+        """The group (`namespace/name`) a stored pod is labeled into, or None; None too for a
+        manifest that no longer parses (nothing to remove then: the queue never indexed it)."""
+        try:
+            return pod_group_key(record.pod())
+        except (ManifestError, DecodeError):
+            self.log.warning("stored pod manifest unreadable", pod=record.key, uid=record.uid)
+            return None
 
     async def _on_requeue(self, msg: Msg) -> None:
         outcomes = decode(Outcomes, msg.data)

@@ -16,6 +16,7 @@ from kubus.bus.messages import (
     NodeAssignment,
 )
 from kubus.framework.cycle_state import CycleState
+from kubus.framework.waiting import WaitingPods
 from kubus.queue.intake import NodePlacement
 from kubus.queue.queueing import QueueName
 from kubus.store import (
@@ -159,7 +160,15 @@ class Janitor(NodePlacement):
         parsed = self._pod_of(pod)
         if framework is None or not framework.reserve or parsed is None:
             return
-        snapshot = await self._cluster().load_snapshot([pod.node])
-        if snapshot:
-            node, reservations = snapshot[0]
-            framework.run_unreserve(CycleState(), parsed, node_info_of(node, reservations))
+        store = self._cluster()
+        snapshot = await store.load_snapshot([pod.node])
+        if not snapshot:
+            return
+        node, reservations = snapshot[0]
+        # Unreserve may decide about other waiting pods (a gang's members): it sees the waits.
+        waiting = framework.handle if isinstance(framework.handle, WaitingPods) else None
+        if waiting is not None and framework.permit:
+            waiting.load_states(await store.waiting_pods(pod.profile))
+        framework.run_unreserve(CycleState(), parsed, node_info_of(node, reservations))
+        if waiting is not None:
+            await store.apply_permit_decisions(waiting.take_decisions())

@@ -2,7 +2,8 @@
 
 - `kubus.api.objects`: Pod, Node and their parts (frozen dataclasses, quantities as integers).
 - `kubus.api.quantity`: Kubernetes quantities ("500m", "1.5Gi", "1e3") parsed exactly.
-- `kubus.api.manifests`: YAML/JSON manifests -> Pods and Nodes, with the API server's defaults.
+- `kubus.api.manifests`: YAML/JSON manifests -> Pods, Nodes and PodGroups, with the API server's defaults.
+- `kubus.api.podgroups`: PodGroup (gang scheduling, scheduler-plugins' Coscheduling).
 - `kubus.api.requests`: what a pod requests of a node (kube's PodRequests).
 - `kubus.api.gpus`: GPU devices of nodes and GPU requests of pods (`kubus.io/gpu*`).
 - `kubus.api.node_affinity`: the one decoder of a NodeAffinity, under kube's two validations.
@@ -34,6 +35,7 @@ from kubus.api.manifests import (
     parse_manifests,
     parse_node,
     parse_pod,
+    parse_pod_group,
 )
 from kubus.api.objects import (
     CPU,
@@ -71,6 +73,7 @@ from kubus.api.objects import (
     TopologySpreadConstraint,
     WeightedPodAffinityTerm,
 )
+from kubus.api.podgroups import DEFAULT_SCHEDULE_TIMEOUT, POD_GROUP_LABEL, PodGroup, pod_group_key
 from kubus.api.quantity import MAX_INT64, milli_value, parse_quantity, to_base_units, value
 from kubus.api.requests import (
     DEFAULT_MEMORY_REQUEST,
@@ -85,6 +88,7 @@ __all__ = [
     "DEFAULT_MEMORY_REQUEST",
     "DEFAULT_MILLI_CPU_REQUEST",
     "DEFAULT_SCHEDULER_NAME",
+    "DEFAULT_SCHEDULE_TIMEOUT",
     "EPHEMERAL_STORAGE",
     "GPUS_ANNOTATION",
     "GPU_COUNT_ANNOTATION",
@@ -95,6 +99,7 @@ __all__ = [
     "MEMORY",
     "NVIDIA_GPU",
     "PODS",
+    "POD_GROUP_LABEL",
     "Affinity",
     "Container",
     "ContainerImage",
@@ -118,6 +123,7 @@ __all__ = [
     "Pod",
     "PodAffinity",
     "PodAffinityTerm",
+    "PodGroup",
     "PodSpec",
     "PreemptionPolicy",
     "PreferredSchedulingTerm",
@@ -136,9 +142,11 @@ __all__ = [
     "parse_node",
     "parse_node_gpus",
     "parse_pod",
+    "parse_pod_group",
     "parse_quantity",
     "pod_gpu_devices",
     "pod_gpu_request",
+    "pod_group_key",
     "pod_nonzero_requests",
     "pod_requests",
     "to_base_units",

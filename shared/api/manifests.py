@@ -1,7 +1,10 @@
-"""Read Kubernetes manifests (Pods and Nodes) into kubus objects, as the API server would.
+"""Read Kubernetes manifests (Pods, Nodes and PodGroups) into kubus objects, as the API server would.
 
-Input is YAML or JSON, one or many documents (`---`), each a `v1` `Pod` or `Node`, or a `List`
-(`PodList`, `NodeList`) whose `items` are. Empty documents are skipped. Fields scheduling does
+Input is YAML or JSON, one or many documents (`---`), each a `v1` `Pod` or `Node`, a
+`scheduling.x-k8s.io/v1alpha1` `PodGroup` (`spec.minMember` required, at least 1;
+`spec.minResources` a resource list; `spec.scheduleTimeoutSeconds` at least 1; any other field of
+a PodGroup is an error, a typo there would silently change the gang), or a `List` (`PodList`,
+`NodeList`) whose `items` are. Empty documents are skipped. Fields scheduling does
 not read are ignored, as kube ignores them; fields it reads must have the right type and a valid
 value, otherwise the load fails with a ManifestError naming the file, the object and the field::
 
@@ -68,6 +71,7 @@ from kubus import codec
 from kubus.api._fields import Reader, describe, shown
 from kubus.api._metadata import STDIN
 from kubus.api._nodes import DEFAULT_MAX_PODS, HOSTNAME_LABEL, parse_node, read_node
+from kubus.api._podgroups import parse_pod_group, read_pod_group
 from kubus.api._pods import parse_pod, read_pod
 from kubus.api.errors import ManifestError, ManifestErrors
 from kubus.api.objects import (
@@ -75,6 +79,7 @@ from kubus.api.objects import (
     Node,
     Pod,
 )
+from kubus.api.podgroups import PodGroup
 
 __all__ = [
     "DEFAULT_MAX_PODS",
@@ -85,6 +90,7 @@ __all__ = [
     "parse_manifests",
     "parse_node",
     "parse_pod",
+    "parse_pod_group",
     "read_documents",
     "wire_pod",
 ]
@@ -116,6 +122,8 @@ class Manifests:
 
     pods: list[Pod] = field(default_factory=list)
     nodes: list[Node] = field(default_factory=list)
+    pod_groups: tuple[PodGroup, ...] = ()
+    """PodGroups (`scheduling.x-k8s.io/v1alpha1`), for gang scheduling (Coscheduling)."""
 
 
 class _Collector:
@@ -127,6 +135,8 @@ class _Collector:
         self.errors: list[ManifestError] = []
         self.pod_at: dict[str, str] = {}
         self.node_at: dict[str, str] = {}
+        self.group_at: dict[str, str] = {}
+        self.groups: list[PodGroup] = []
 
     def document(self, doc: Any, number: int) -> None:
         where = f"document {number}"
@@ -151,6 +161,8 @@ class _Collector:
                 self.add_pod(read_pod(doc, self.source, where), where)
             elif kind == "Node":
                 self.add_node(read_node(doc, self.source, where), where)
+            elif kind == "PodGroup":
+                self.add_pod_group(read_pod_group(doc, self.source, where), where)
             elif kind in _LIST_KINDS:
                 self.list(doc, where, kind)
             elif kind is None:
@@ -209,6 +221,18 @@ class _Collector:
         self.node_at[name] = where
         self.result.nodes.append(node)
 
+    def add_pod_group(self, group: PodGroup, where: str) -> None:
+        key = group.key
+        if key in self.group_at:
+            raise ManifestError(
+                self.source,
+                f"PodGroup {key}",
+                "metadata.name",
+                f"duplicate: the same pod group is already defined in {self.group_at[key]}",
+            )
+        self.group_at[key] = where
+        self.groups.append(group)
+
 
 def _yaml_error(e: yaml.YAMLError) -> str:
     mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
@@ -266,7 +290,7 @@ def _read(path_or_text: str | bytes | os.PathLike[str], source: str | None) -> t
 
 
 def load_manifests(path_or_text: str | bytes | os.PathLike[str], *, source: str | None = None) -> Manifests:
-    """Read Pods and Nodes from a manifest file or text (YAML or JSON, multi-document, Lists).
+    """Read Pods, Nodes and PodGroups from a manifest file or text (YAML or JSON, multi-document, Lists).
 
     The argument is a path (a `pathlib.Path`, or a non-blank one-line string), "-" for standard
     input, or the manifest text itself (bytes, or a string that has a newline, starts with `{`
@@ -292,6 +316,7 @@ def parse_manifests(text: str | bytes, *, source: str = STDIN) -> Manifests:
         raise collector.errors[0]
     if collector.errors:
         raise ManifestErrors(collector.errors)
+    collector.result.pod_groups = tuple(collector.groups)
     return collector.result
 
 
@@ -300,7 +325,7 @@ def wire_pod(manifest: bytes | str, uid: str, key: str) -> Pod:
     with the uid the store knows it by. Raises ManifestError, or ValueError when the manifest
     is not exactly one Pod."""
     manifests = parse_manifests(manifest, source=f"pod {key}")
-    if manifests.nodes or len(manifests.pods) != 1:
+    if manifests.nodes or manifests.pod_groups or len(manifests.pods) != 1:
         raise ValueError(
             f"pod {key}: expected one Pod, got {len(manifests.pods)} pod(s) and {len(manifests.nodes)} node(s)"
         )

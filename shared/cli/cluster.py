@@ -17,6 +17,7 @@ from typing import Any, TextIO
 from kubus import codec
 from kubus.api.errors import ManifestError
 from kubus.api.manifests import parse_manifests, parse_pod, read_documents
+from kubus.api.podgroups import PodGroup
 from kubus.bus import msgids
 from kubus.bus.connection import Publication, publish_durable, publish_durable_many
 from kubus.bus.messages import PodDeletion, encode
@@ -37,6 +38,7 @@ __all__ = [
     "get_pods",
     "list_pods",
     "pod_manifests",
+    "read_apply_manifests",
     "read_pod_manifests",
     "submit",
     "write_table",
@@ -91,9 +93,19 @@ def read_pod_manifests(paths: Sequence[str], stdin: Any = None) -> list[SubmitMa
 
     ``-`` reads standard input (once). Raises ManifestError (all of a file's bad objects) for
     invalid input, UsageError for what apply does not take (a Node, the same pod twice, a pod
-    too large for the bus).
+    too large for the bus). PodGroups are validated and left out (`read_apply_manifests`).
     """
+    return read_apply_manifests(paths, stdin)[0]
+
+
+def read_apply_manifests(
+    paths: Sequence[str], stdin: Any = None
+) -> tuple[list[SubmitManifest], list[tuple[PodGroup, bytes]]]:
+    """`read_pod_manifests`, and the files' PodGroups with their manifests (JSON), in file order.
+    Raises as it does; the same PodGroup in two files is a UsageError."""
     out: list[SubmitManifest] = []
+    groups: list[tuple[PodGroup, bytes]] = []
+    group_seen: dict[str, str] = {}
     seen: dict[str, str] = {}
     stdin_used = False
     for path in paths:
@@ -116,7 +128,21 @@ def read_pod_manifests(paths: Sequence[str], stdin: Any = None) -> list[SubmitMa
                 "cluster through their gpu-agent"
             )
         text = raw.decode("utf-8-sig") if isinstance(raw, bytes) else raw
-        objects = [o for o in _objects(text) if isinstance(o, dict) and o.get("kind", "Pod") == "Pod"]
+        every = _objects(text)
+        objects = [o for o in every if isinstance(o, dict) and o.get("kind", "Pod") == "Pod"]
+        group_objects = [o for o in every if isinstance(o, dict) and o.get("kind") == "PodGroup"]
+        if len(group_objects) != len(manifests.pod_groups):  # cannot happen: both read the same documents
+            raise UsageError(
+                f"{source}: found {len(manifests.pod_groups)} pod groups but {len(group_objects)} PodGroup objects"
+            )
+        for group, obj in zip(manifests.pod_groups, group_objects, strict=True):
+            if group.key in group_seen:
+                raise UsageError(
+                    f"{source}: PodGroup {group.key}: metadata.name: duplicate: the same pod group is already "
+                    f"in {group_seen[group.key]}"
+                )
+            group_seen[group.key] = source
+            groups.append((group, codec.dumps(obj)))
         if len(objects) != len(manifests.pods):  # cannot happen: both read the same documents
             raise UsageError(f"{source}: found {len(manifests.pods)} pods but {len(objects)} Pod objects")
         for pod, obj in zip(manifests.pods, objects, strict=True):
@@ -133,7 +159,7 @@ def read_pod_manifests(paths: Sequence[str], stdin: Any = None) -> list[SubmitMa
                     f"{where}: the manifest is {len(data)} bytes as JSON; kubus accepts at most {MAX_MANIFEST_SIZE}"
                 )
             out.append(SubmitManifest(pod.namespace, pod.name, data, pod.metadata.uid))
-    return out
+    return out, groups
 
 
 def pod_manifests(objects: Sequence[dict[str, Any]], source: str = "<generated>") -> list[SubmitManifest]:
@@ -168,10 +194,22 @@ async def submit(
 
 
 async def apply(settings: ConnectionSettings, paths: Sequence[str], out: TextIO, *, quiet: bool = False) -> int:
-    """`kubus apply -f ...`: validate everything, then submit. Exit status 0."""
-    pods = read_pod_manifests(paths)
-    if not pods:
+    """`kubus apply -f ...`: validate everything, store the PodGroups in Redis (before their
+    pods arrive, so no member is scheduled without its group), then submit the pods. Exit
+    status 0."""
+    pods, groups = read_apply_manifests(paths)
+    if not pods and not groups:
         raise UsageError(f"no pods in {', '.join(paths)}")
+    if groups:
+        async with open_state(settings) as state:
+            for group, manifest in groups:
+                changed = await state.put_pod_group(group, manifest)
+                if not quiet:
+                    out.write(f"podgroup/{group.name} {'configured' if changed else 'unchanged'}\n")
+        if quiet:
+            out.write(f"{len(groups)} pod groups configured\n")
+    if not pods:
+        return 0
     async with open_bus(settings) as (_, js):
         new = await submit(js, pods)
     for pod, fresh in zip(pods, new, strict=True):

@@ -4,12 +4,18 @@ Pods that carry spec.nodeName are facts: they are counted on their node as they 
 they overcommit it. Every other pod goes through its profile's framework in queue order (the
 profiles' QueueSort plugin, PrioritySort by default: priority, then creation time, then file
 order), each seeing the ones before it.
+
+PodGroups (gangs, for Coscheduling) come from the manifests: their members are the manifests'
+pods that carry the group's label, and the ones with spec.nodeName count as already placed. A
+pod that waits on Permit holds its node until a plugin rejects it (it is given back then) or the
+run ends (placed if its plugins allowed it, given back if not: the timeout).
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cmp_to_key
 from typing import Any, TextIO
@@ -17,6 +23,7 @@ from typing import Any, TextIO
 from kubus.api.gpus import pod_gpu_devices, pod_gpu_request
 from kubus.api.manifests import Manifests
 from kubus.api.objects import Pod
+from kubus.api.podgroups import pod_group_key
 from kubus.framework.config import SchedulerConfiguration
 from kubus.framework.interface import QueueSortPlugin
 from kubus.framework.registry import Registry
@@ -93,9 +100,10 @@ def simulate(
     table.add_nodes(manifests.nodes)
     facts = [p for p in manifests.pods if p.spec.node_name]
     warnings = place_facts(table, facts)
-    # Permit runs right after Reserve; a pod it makes wait holds its node until the end of the
-    # run, when it is placed if its plugins allowed it and given back if not (the timeout).
+    # Permit runs right after Reserve; a pod it makes wait holds its node until a plugin rejects
+    # it, or the end of the run: placed if its plugins allowed it, given back if not (timeout).
     waiting = {profile.scheduler_name: WaitingPods() for profile in config.profiles}
+    _load_pod_groups(manifests, waiting.values())
     schedulers = {
         profile.scheduler_name: Scheduler(
             Framework.from_profile(
@@ -115,14 +123,19 @@ def simulate(
     waits: list[tuple[int, ScheduleResult, str]] = []
     batch: list[Pod] = []
     batch_profile = ""
+    batch_group: str | None = None
 
     def flush() -> None:
         if batch:
+            handle = waiting[batch_profile]
             for r in schedulers[batch_profile].schedule(batch, explain=explain):
                 if r.waiting_on and r.node is not None:
                     waits.append((len(outcomes), r, batch_profile))
+                elif r.node is not None and (key := pod_group_key(r.pod)) is not None:
+                    handle.pod_groups.note_assigned(key)
                 outcomes.append(_outcome(r))
             batch.clear()
+            _release_rejected(table, outcomes, waits, waiting)
 
     # kube requires every profile to have the same QueueSort: one queue orders all pods
     queue_sort = next((s.framework.queue_sort for s in schedulers.values() if s.framework.queue_sort), None)
@@ -141,13 +154,53 @@ def simulate(
             flush()
             outcomes.append(PodOutcome(pod, None, SCHEDULING_GATED, gated.message()))
             continue
-        if name != batch_profile:
+        # A gang is a batch of its own: the waits its members' failures reject give their nodes
+        # back before the next pods are scheduled, as kube's Unreserve does at once.
+        group = pod_group_key(pod)
+        if name != batch_profile or group != batch_group:
             flush()
-            batch_profile = name
+            batch_profile, batch_group = name, group
         batch.append(pod)
     flush()
     _end_waits(table, outcomes, waits, waiting)
     return outcomes, warnings
+
+
+def _load_pod_groups(manifests: Manifests, handles: Iterable[WaitingPods]) -> None:
+    """Each profile's view of the manifests' PodGroups: members are the pods labelled for a
+    group (kubus pods carry no phase, so none has finished), assigned the ones naming a node."""
+    groups = manifests.pod_groups
+    members: Counter[str] = Counter()
+    assigned: Counter[str] = Counter()
+    for pod in manifests.pods:
+        key = pod_group_key(pod)
+        if key is not None:
+            members[key] += 1
+            if pod.spec.node_name:
+                assigned[key] += 1
+    for handle in handles:
+        handle.pod_groups.load(groups, members, assigned)
+
+
+def _release_rejected(
+    table: NodeTable,
+    outcomes: list[PodOutcome],
+    waits: list[tuple[int, ScheduleResult, str]],
+    waiting: Mapping[str, WaitingPods],
+) -> None:
+    """Waiting pods a plugin rejected give their node back now and fail with its message."""
+    kept = []
+    for index, r, profile in waits:
+        handle, uid = waiting[profile], r.pod.metadata.uid or r.pod.key
+        rejection = handle.rejection(uid)
+        if not rejection:
+            kept.append((index, r, profile))
+            continue
+        assert r.node is not None
+        table.forget(r.pod.key, r.node)
+        message = f"rejected while waiting on Permit: {rejection}"
+        outcomes[index] = PodOutcome(r.pod, None, UNSCHEDULABLE, message, (), r.explain)
+    waits[:] = kept
 
 
 def _end_waits(

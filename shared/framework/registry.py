@@ -47,6 +47,11 @@ class ExtensionPoint(StrEnum):
     BIND = "bind"
     POST_BIND = "postBind"
 
+    @property
+    def label(self) -> str:
+        """kube's name of the point in metrics: PreFilter, Filter, PostBind, ..."""
+        return self.value[0].upper() + self.value[1:]
+
 
 METHOD_EXTENSION_POINTS: dict[str, ExtensionPoint] = {
     "pre_enqueue": ExtensionPoint.PRE_ENQUEUE,

@@ -87,6 +87,8 @@ class Framework:
     """None: kube's adaptive percentage."""
     plugins: Mapping[str, Any] = field(default_factory=dict)
     """Every plugin instance of the profile by name."""
+    handle: Any = None
+    """What the plugins' factories got (a `kubus.framework.waiting.WaitingPods`, or None)."""
 
     @classmethod
     def from_profile(
@@ -130,6 +132,7 @@ class Framework:
             post_bind=tuple(at(ExtensionPoint.POST_BIND)),
             percentage_of_nodes_to_score=pct if pct is not None else percentage_of_nodes_to_score,
             plugins=instances,
+            handle=handle,
         )
 
     # -- the extension points that run one pod at a time ------------------------------------------

@@ -14,17 +14,20 @@ nodes go to the smallest seeded tie key (`kubus.kernels.tiebreak`) instead of a 
 
 from __future__ import annotations
 
+import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from kubus.api.objects import Pod
+from kubus.api.podgroups import pod_group_key
 from kubus.framework.config import num_feasible_nodes_to_find
 from kubus.framework.cycle_state import GPU_DEVICES_STATE_KEY, CycleState
 from kubus.framework.interface import ALL_ROWS, FilterDiagnosis, FilterResult, is_placement_sensitive
+from kubus.framework.registry import ExtensionPoint
 from kubus.framework.runtime import Framework
 from kubus.framework.status import Code, Status
 from kubus.framework.waiting import WaitingPods
@@ -118,6 +121,13 @@ class _PodClass:
     """(table.version, message, reasons, plugins) of the last failure, reused until the table changes."""
 
 
+PointTimer = Callable[[ExtensionPoint, str, float], None]
+"""``timer(extension point, plugin or "" for the whole point, seconds)``."""
+
+PLUGIN_SAMPLE = 10
+"""One pod class in this many has its plugins timed one by one (kube samples 10%)."""
+
+
 class Scheduler:
     """Schedules pods of one profile onto a node table, assuming each placement into it.
 
@@ -132,6 +142,7 @@ class Scheduler:
         seed: int = 0,
         run_permit: bool = False,
         waiting: WaitingPods | None = None,
+        timer: PointTimer | None = None,
     ) -> None:
         self.framework = framework
         self.table = table
@@ -142,6 +153,10 @@ class Scheduler:
         self.waiting = waiting
         """With ``run_permit``: the handle the framework's plugins see waiting pods through; a
         pod that starts waiting is added to it at once, so the next pod's Permit sees it."""
+        self.timer = timer
+        """Told how long each extension point took (plugin ""), and each plugin of one pod class
+        in `PLUGIN_SAMPLE` (as kube samples its plugin metrics): the services' metrics."""
+        self._evaluations = 0
         self.next_start_node_index = 0
 
     # ---- public ------------------------------------------------------------------------------
@@ -175,6 +190,21 @@ class Scheduler:
     # ---- one class: PreFilter, Filter, PreScore, Score over all rows --------------------------
 
     def _evaluate(self, pod: Pod) -> _PodClass:
+        self._evaluations += 1
+        timer = self.timer
+        sampled = timer is not None and self._evaluations % PLUGIN_SAMPLE == 1
+        began = time.perf_counter()
+        try:
+            return self._evaluate_timed(pod, sampled)
+        finally:
+            if timer is not None:
+                timer(ExtensionPoint.FILTER, "", time.perf_counter() - began)
+
+    def _timed(self, sampled: bool, point: ExtensionPoint, plugin: str, began: float) -> None:
+        if sampled and self.timer is not None:
+            self.timer(point, plugin, time.perf_counter() - began)
+
+    def _evaluate_timed(self, pod: Pod, sampled: bool) -> _PodClass:
         fw, table = self.framework, self.table
         state = CycleState()
         view = table.view()
@@ -182,7 +212,9 @@ class Scheduler:
         allowed: frozenset[str] | None = None
         narrowing: list[str] = []
         for plugin in fw.pre_filter:
+            began = time.perf_counter()
             names, status = plugin.pre_filter(state, pod, table)
+            self._timed(sampled, ExtensionPoint.PRE_FILTER, plugin.name, began)
             if status.is_skip:
                 state.skip_filter_plugins.add(plugin.name)
                 continue
@@ -210,7 +242,9 @@ class Scheduler:
         static_pass = candidates.copy()
         feasible = None
         for filter_plugin in filters:
+            began = time.perf_counter()
             res = filter_plugin.filter(state, pod, view, ALL_ROWS)
+            self._timed(sampled, ExtensionPoint.FILTER, filter_plugin.name, began)
             if is_placement_sensitive(filter_plugin):
                 feasible = res.passed if feasible is None else feasible & res.passed
             else:
@@ -224,6 +258,14 @@ class Scheduler:
 
     def _prepare_scores(self, cls: _PodClass) -> None:
         """PreScore and raw scores for every row; done once per class, when first needed."""
+        began = time.perf_counter()
+        try:
+            self._prepare_scores_timed(cls)
+        finally:
+            if self.timer is not None:
+                self.timer(ExtensionPoint.SCORE, "", time.perf_counter() - began)
+
+    def _prepare_scores_timed(self, cls: _PodClass) -> None:
         cls.scored = True
         fw, table = self.framework, self.table
         for plugin in fw.pre_score:
@@ -326,7 +368,10 @@ class Scheduler:
         explained = self._explain_success(cls, details, totals) if explain else None
         node_info = table.node_info(best)
         state = cls.state.clone()
+        began = time.perf_counter()
         status = self.framework.run_reserve(state, pod, node_info)
+        if self.timer is not None:
+            self.timer(ExtensionPoint.RESERVE, "", time.perf_counter() - began)
         if not status.is_success:
             return ScheduleResult(pod, None, status, status.message(), plugins=(status.plugin,), state=state)
         waiting_on: Mapping[str, float] = {}
@@ -339,7 +384,8 @@ class Scheduler:
                 return ScheduleResult(pod, None, status, message, plugins=(status.plugin,), state=state)
             waiting_on = verdict.waiting_on
             if waiting_on and self.waiting is not None:
-                self.waiting.add(pod.metadata.uid or pod.key, pod.key, node_info.name, 0, waiting_on)
+                group = pod_group_key(pod) or ""
+                self.waiting.add(pod.metadata.uid or pod.key, pod.key, node_info.name, 0, waiting_on, group=group)
         devices = tuple(state.get(GPU_DEVICES_STATE_KEY, ()))
         table.assume(PodInfo.of(pod, devices), best)
         return ScheduleResult(
@@ -422,7 +468,10 @@ class Scheduler:
         if not self.framework.post_filter:
             return result
         diagnosis = FilterDiagnosis(len(self.table), dict(result.reasons), frozenset(result.plugins))
+        began = time.perf_counter()
         outcome = self.framework.run_post_filter(cls.state.clone(), result.pod, diagnosis)
+        if self.timer is not None:
+            self.timer(ExtensionPoint.POST_FILTER, "", time.perf_counter() - began)
         if outcome is None or not (outcome.status.reasons or outcome.nominated_node):
             return result
         extra = f" {outcome.status.plugin}: {outcome.status.message()}" if outcome.status.reasons else ""

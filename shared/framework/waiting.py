@@ -13,6 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
+
+from kubus.framework.podgroups import PodGroups
 
 __all__ = ["Decision", "DecisionKind", "WaitingPods"]
 
@@ -42,6 +45,8 @@ class _WaitingPod:
     pending: set[str]
     owner: WaitingPods
     rejected: str = ""
+    group: str = ""
+    """The pod group (namespace/name) it belongs to, else empty."""
 
     @property
     def pending_plugins(self) -> frozenset[str]:
@@ -64,6 +69,8 @@ class WaitingPods:
 
     _pods: dict[str, _WaitingPod] = field(default_factory=dict)
     _decisions: list[Decision] = field(default_factory=list)
+    pod_groups: PodGroups = field(default_factory=PodGroups)
+    """The pod groups (gangs) and their member counts, loaded by the owner with the waits."""
 
     # -- what plugins call (FrameworkHandle) --------------------------------------------------
 
@@ -82,9 +89,17 @@ class WaitingPods:
         for uid, key, node, attempt, pending in pods:
             self.add(uid, key, node, attempt, pending)
 
-    def add(self, uid: str, key: str, node: str, attempt: int, pending: Iterable[str]) -> None:
+    def load_states(self, states: Iterable[Any]) -> None:
+        """Replace the view with these waits (`kubus.store.PermitState`s: uid, key, node,
+        attempt, pending, rejected); rejected ones are left out."""
+        self._pods = {}
+        for s in states:
+            if not s.rejected:
+                self.add(s.uid, s.key, s.node, s.attempt, s.pending, group=getattr(s, "group", ""))
+
+    def add(self, uid: str, key: str, node: str, attempt: int, pending: Iterable[str], *, group: str = "") -> None:
         """A pod that starts waiting now (later Permit calls of the batch see it)."""
-        self._pods[uid] = _WaitingPod(uid, key, node, attempt, set(pending), self)
+        self._pods[uid] = _WaitingPod(uid, key, node, attempt, set(pending), self, group=group)
 
     def remove(self, uid: str) -> None:
         self._pods.pop(uid, None)

@@ -1,7 +1,8 @@
 """The in-tree plugins, vectorized over the node table, and the registry that names them.
 
 Each plugin matches kube-scheduler's plugin of the same name (results, reasons, scores);
-GPUFit is kubus's own. `kubus.reference` holds the same plugins written one node at a
+GPUFit is kubus's own; Coscheduling is scheduler-plugins' (gang scheduling), enabled by a
+profile, never by default. `kubus.reference` holds the same plugins written one node at a
 time, the kube way: the reference the tests compare against and the benchmark's baseline.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 from kubus.framework.registry import ENTRY_POINT_GROUP, Registry, load_entry_point_plugins
 from kubus.plugins.balanced_allocation import NodeResourcesBalancedAllocation
+from kubus.plugins.coscheduling import Coscheduling
 from kubus.plugins.default_binder import DefaultBinder
 from kubus.plugins.gpu_fit import GPUFit
 from kubus.plugins.image_locality import ImageLocality
@@ -34,6 +36,7 @@ IN_TREE = (
     ImageLocality,
     DefaultBinder,
     GPUFit,
+    Coscheduling,
 )
 
 
@@ -48,6 +51,7 @@ def in_tree_registry(*, entry_points: bool = False) -> Registry:
 
 __all__ = [
     "IN_TREE",
+    "Coscheduling",
     "DefaultBinder",
     "GPUFit",
     "ImageLocality",

@@ -4,7 +4,8 @@
 - `kubus.store.records`: NodeRecord, PodRecord, Reservation, PodEvent and their encodings.
 - `kubus.store.scripts`: the Lua scripts (each atomic change is one) and their return codes.
 - `kubus.store.cluster_state`: ClusterState, the async API every service uses, made of one part
-  per aggregate: `nodes`, `reservations`, `pods`, `agents` (admission), `permits`, `leases`, `recovery`
+  per aggregate: `nodes`, `reservations`, `pods`, `agents` (admission), `permits`, `podgroups`,
+  `leases`, `recovery`
   (over `_core`: the client, keys, scripts).
 - `kubus.store.invariants`: check_invariants, no overcommit / no loss / no double binding.
 """
@@ -21,6 +22,7 @@ from kubus.store.cluster_state import (
     Move,
     NodeUsage,
     PermitState,
+    PodGroupStore,
     PodStart,
     PodStartResult,
     PodWrite,
@@ -61,6 +63,7 @@ __all__ = [
     "NodeUsage",
     "PermitState",
     "PodEvent",
+    "PodGroupStore",
     "PodPhase",
     "PodRecord",
     "PodStart",

@@ -18,7 +18,9 @@ pod record's version right after its Pending -> Reserved transition; every later
           mark_bound takes release(n, uid, attempt): unreserve answers BOUND by then.
           A bound pod stays bound for life. bind_many does these steps for many pods at once.
 - agent:  transition(RUNNING), then transition(SUCCEEDED | FAILED) and release(n, uid).
-- delete: transition(DELETED) and release(n, uid).
+- delete: transition(DELETED) and release(n, uid); remove_group_member for a gang's pod.
+- apply:  put_pod_group for each PodGroup; the queue add_group_members for labeled pods once
+          stored (before they are queued).
 - queue:  a hand-back of attempt v: give_back(uid, n, v, reason=...), then requeue.
 - janitor: expire_reserved(timeout_s, lost_after_s) repairs Reserved pods a crash left;
           reconcile(grace_s) gives back room no pod holds.
@@ -30,6 +32,7 @@ from kubus.store.agents import AdmissionView, AgentStore, PodStart, PodStartResu
 from kubus.store.leases import Lease, LeaseStore
 from kubus.store.nodes import GPUUsage, HeartbeatResult, Liveness, NodeUsage, PutNodeResult, node_info_of
 from kubus.store.permits import PermitState
+from kubus.store.podgroups import PodGroupStore
 from kubus.store.pods import Binding, BindingResult, GiveBack, Move, PodWrite
 from kubus.store.recovery import Expiry, ExpiryKind, Recovery
 from kubus.store.reservations import ReserveResult
@@ -49,6 +52,7 @@ __all__ = [
     "Move",
     "NodeUsage",
     "PermitState",
+    "PodGroupStore",
     "PodStart",
     "PodStartResult",
     "PodWrite",
@@ -58,10 +62,11 @@ __all__ = [
 ]
 
 
-class ClusterState(Recovery, AgentStore, LeaseStore):
+class ClusterState(Recovery, AgentStore, LeaseStore, PodGroupStore):
     """The shared state of the cluster in one Redis, behind one async API: nodes
     (`kubus.store.nodes`), reservations (`.reservations`), pods (`.pods`), node agents'
-    admission (`.agents`), waits on Permit (`.permits`), leases (`.leases`) and recovery
+    admission (`.agents`), waits on Permit (`.permits`), pod groups and their members
+    (`.podgroups`), leases (`.leases`) and recovery
     (`.recovery`), each a part of it.
 
     One Redis (a `redis.asyncio.Redis`; for high availability, Redis with replicas behind

@@ -34,6 +34,12 @@ Per pod ``U`` (its uid; tag ``{pod:U}``)::
                                       profile, deadline, p:<plugin> per plugin still waited on,
                                       rejected (the message) once a plugin rejected it
 
+Per pod group ``G`` (``namespace/name``; tag ``{pg:G}``)::
+
+    <p>:{pg:G}:record          hash  the PodGroup (written by put_pod_group)
+                                      record      JSON of the PodGroup's fields
+                                      manifest    the group's manifest bytes, when given
+
 Per lease ``L`` (tag ``{lease:L}``)::
 
     <p>:{lease:L}:holder       hash  holder, token; expires (PEXPIRE) when not renewed
@@ -48,6 +54,9 @@ Indexes (tag ``{idx}``, one slot of their own)::
     <p>:{idx}:pending:<prof>   set   uids of Pending pods of one profile (schedulerName)
     <p>:{idx}:pod-keys         hash  "namespace/name" -> uid of the newest pod with that key
     <p>:{idx}:waiting:<prof>   set   uids of pods of one profile waiting on Permit
+    <p>:{idx}:pod-groups       set   "namespace/name" of every PodGroup (put_pod_group adds)
+    <p>:{idx}:group:<G>        set   uids of the pods labeled into group G (the queue adds them
+                                      when it stores the pods, removes them when they are deleted)
 
 The scripts update the indexes atomically with the records, the index keys passed as KEYS too
 (`ClusterState.repair_indexes` rebuilds them from the records, which are the truth).
@@ -160,6 +169,19 @@ class Keys:
         if not (key.startswith(head) and key.endswith(tail)):
             raise ValueError(f"{key!r} is not a pod record key")
         return unescape(key[len(head) : -len(tail)])
+
+    # ---- pod groups ----------------------------------------------------------------------------
+
+    def pod_group_record(self, group: str) -> str:
+        """The record of the group ``namespace/name``."""
+        return f"{self.prefix}:{{pg:{escape(group)}}}:record"
+
+    def pod_groups_index(self) -> str:
+        return f"{self.prefix}:{{idx}}:pod-groups"
+
+    def group_members(self, group: str) -> str:
+        """The uids of the pods of the group ``namespace/name``."""
+        return f"{self.prefix}:{{idx}}:group:{escape(group)}"
 
     # ---- leases --------------------------------------------------------------------------------
 

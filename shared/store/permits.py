@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from kubus.codec import text
 from kubus.store._core import _BATCH, StoreCore
@@ -38,6 +39,8 @@ class PermitState:
     """The Permit plugins that have not allowed the pod yet."""
     rejected: str = ""
     """``"<plugin>: <message>"`` once a plugin rejected the pod, else empty."""
+    group: str = ""
+    """The pod group (namespace/name) the pod belongs to, else empty."""
 
     @property
     def allowed(self) -> bool:
@@ -61,6 +64,7 @@ def _state(uid: str, raw: Mapping[bytes | str, bytes | str]) -> PermitState | No
         deadline=float(fields.get("deadline") or 0.0),
         pending=frozenset(k[2:] for k in fields if k.startswith("p:")),
         rejected=fields.get("rejected", ""),
+        group=fields.get("group", ""),
     )
 
 
@@ -68,7 +72,15 @@ class PermitStore(StoreCore):
     """Waiting on Permit: `ClusterState` is one."""
 
     async def wait_on_permit(
-        self, uid: str, *, key: str, profile: str, attempt: int, node: str, waiting_on: Mapping[str, float]
+        self,
+        uid: str,
+        *,
+        key: str,
+        profile: str,
+        attempt: int,
+        node: str,
+        waiting_on: Mapping[str, float],
+        group: str = "",
     ) -> PermitState:
         """Record that attempt ``attempt`` of the pod waits on these plugins (name -> timeout in
         seconds), replacing any older wait of the pod; listed among the profile's waiting pods.
@@ -83,6 +95,7 @@ class PermitStore(StoreCore):
             "node": node,
             "profile": profile,
             "deadline": repr(deadline),
+            "group": group,
         }
         mapping.update({f"p:{name}": repr(float(timeout)) for name, timeout in waiting_on.items()})
         pipe = self.redis.pipeline(transaction=True)
@@ -90,7 +103,7 @@ class PermitStore(StoreCore):
         pipe.hset(permit, mapping=mapping)
         pipe.sadd(self.keys.waiting_index(profile), uid)
         await pipe.execute()
-        return PermitState(uid, key, attempt, node, profile, deadline, frozenset(waiting_on))
+        return PermitState(uid, key, attempt, node, profile, deadline, frozenset(waiting_on), group=group)
 
     async def allow_permit(self, uid: str, attempt: int, plugin: str) -> bool:
         """``plugin`` lets attempt ``attempt`` of the pod go. False when the pod does not wait
@@ -103,6 +116,15 @@ class PermitStore(StoreCore):
         not wait (any more) at that attempt. Idempotent."""
         reply = await self.scripts.permit_reject(keys=[self.keys.pod_permit(uid)], args=[str(attempt), plugin, message])
         return bool(int(reply))
+
+    async def apply_permit_decisions(self, decisions: Iterable[Any]) -> None:
+        """What plugins decided about waiting pods (`kubus.framework.waiting.Decision`: kind
+        allow or reject, uid, attempt, plugin, message), applied in order."""
+        for d in decisions:
+            if d.kind.value == "allow":
+                await self.allow_permit(d.uid, d.attempt, d.plugin)
+            else:
+                await self.reject_permit(d.uid, d.attempt, d.plugin, d.message)
 
     async def permit_states(self, uids: Iterable[str]) -> dict[str, PermitState | None]:
         """The wait of each pod (None where it does not wait), pipelined."""

@@ -121,6 +121,11 @@ PERMIT_ALLOW  ARGV: attempt, plugin. The plugin lets the pod go. -> 1 done (or n
              by it), 0 no such wait of that attempt.
 PERMIT_REJECT ARGV: attempt, plugin, message. The first rejection is kept. -> 1 | 0 as above.
 
+PodGroup script (KEYS = the group's record hash, the groups index)
+------------------------------------------------------------------
+PUT_POD_GROUP ARGV: group key (namespace/name), record JSON, manifest. Insert or replace,
+             listed in the index. -> 1 written now (new or changed), 0 stored as is already.
+
 Lease scripts (KEYS = holder hash, fence counter)
 -------------------------------------------------
 ACQUIRE_LEASE ARGV: holder, ttl ms. -> the fencing token (a string) when `holder` holds the lease
@@ -657,6 +662,17 @@ return {cur[1] or '', cur[2] or '', cur[3] or '', cur[4] or '', redis.call('HGET
         redis.call('SISMEMBER', KEYS[3], ARGV[1])}
 """
 
+PUT_POD_GROUP = r"""
+local record = redis.call('HGET', KEYS[1], 'record')
+local manifest = redis.call('HGET', KEYS[1], 'manifest') or ''
+redis.call('SADD', KEYS[2], ARGV[1])
+if record == ARGV[2] and manifest == ARGV[3] then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'record', ARGV[2], 'manifest', ARGV[3])
+return 1
+"""
+
 PERMIT_ALLOW = r"""
 if redis.call('HGET', KEYS[1], 'attempt') ~= ARGV[1] then return 0 end
 redis.call('HDEL', KEYS[1], 'p:' .. ARGV[2])
@@ -710,6 +726,7 @@ SOURCES: dict[str, str] = {
     "acquire_lease": ACQUIRE_LEASE,
     "release_lease": RELEASE_LEASE,
     "start_pod": START_POD,
+    "put_pod_group": PUT_POD_GROUP,
     "permit_allow": PERMIT_ALLOW,
     "permit_reject": PERMIT_REJECT,
     "admission_view": ADMISSION_VIEW,
@@ -743,6 +760,7 @@ class Scripts:
         self.acquire_lease = redis.register_script(ACQUIRE_LEASE)
         self.release_lease = redis.register_script(RELEASE_LEASE)
         self.start_pod = redis.register_script(START_POD)
+        self.put_pod_group = redis.register_script(PUT_POD_GROUP)
         self.permit_allow = redis.register_script(PERMIT_ALLOW)
         self.permit_reject = redis.register_script(PERMIT_REJECT)
         self.admission_view = redis.register_script(ADMISSION_VIEW)

@@ -6,30 +6,24 @@ plugins; Unreserve on every failure after Reserve; PostFilter on failure. Invari
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import pytest
+from live_cluster import LiveCluster, live_cluster, pod, until_phase
 from nats.js import JetStreamContext
 from support import eventually
 
 from kubus.api.manifests import parse_manifests
 from kubus.api.objects import Pod
-from kubus.binder import BinderOptions, BinderService
-from kubus.cli.cluster import pod_manifests, submit
-from kubus.cycle import CycleOptions, CycleService
-from kubus.framework.config import load_config
 from kubus.framework.cycle_state import CycleState
 from kubus.framework.interface import FilterDiagnosis, PostFilterResult
 from kubus.framework.registry import Registry
-from kubus.framework.runtime import Framework
 from kubus.framework.status import Status
 from kubus.framework.waiting import WaitingPods
 from kubus.kernels.nodeinfo import NodeInfo
 from kubus.plugins import in_tree_registry
-from kubus.queue import QueueOptions, QueueService
 from kubus.settings import ConnectionSettings
 from kubus.store import ClusterState, PodPhase, check_invariants
 
@@ -130,65 +124,16 @@ status:
 """
 
 
-def pod(name: str, cpu: str = "100m") -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": cpu}}}]},
-    }
-
-
-@dataclass
-class Live:
-    state: ClusterState
-    js: JetStreamContext
-    submit: Callable[..., Awaitable[list[str]]]
-
-
 @pytest.fixture
-async def live(settings: ConnectionSettings, state: ClusterState, js: JetStreamContext) -> AsyncIterator[Live]:
+async def live(settings: ConnectionSettings, state: ClusterState, js: JetStreamContext) -> AsyncIterator[LiveCluster]:
     JOURNAL.calls.clear()
     registry: Registry = in_tree_registry()
     registry.register(Recorder)
     registry.register(Gate)
-    config = load_config(CONFIG, registry=registry)
     for i in range(2):
         await state.put_node(parse_manifests(NODE.format(name=f"n{i}")).nodes[0])
-
-    def framework() -> tuple[Framework, WaitingPods]:
-        waiting = WaitingPods()
-        return Framework.from_profile(config.profile(PROFILE), registry, handle=waiting), waiting
-
-    cycle_fw, waiting = framework()
-    services = [
-        QueueService(settings, config, QueueOptions(flush_interval=0.05, in_flight_interval=0.05), registry=registry),
-        CycleService(
-            settings,
-            cycle_fw,
-            CycleOptions(lease_ttl=1.0, renew_interval=0.1, pop_wait_ms=50, request_timeout=1.0, backend="numpy"),
-            waiting=waiting,
-        ),
-        BinderService(
-            settings,
-            BinderOptions(fetch_timeout=0.2, permit_poll=0.02),
-            frameworks={PROFILE: framework()[0]},
-        ),
-    ]
-    for service in services:
-        await service.start()
-
-    async def submit_pods(*specs: dict[str, Any]) -> list[str]:
-        manifests = pod_manifests(list(specs), source="test")
-        await submit(js, manifests)
-        return [m.uid for m in manifests]
-
-    try:
-        yield Live(state, js, submit_pods)
-    finally:
-        for service in reversed(services):
-            with contextlib.suppress(Exception):
-                await service.stop(timeout=5)
+    async with live_cluster(settings, state, js, CONFIG, registry) as cluster:
+        yield cluster
 
 
 async def phase_of(state: ClusterState, uid: str) -> PodPhase | None:
@@ -196,27 +141,28 @@ async def phase_of(state: ClusterState, uid: str) -> PodPhase | None:
     return None if record is None else record.phase
 
 
-async def until_phase(state: ClusterState, uid: str, phase: PodPhase, timeout: float = 20) -> None:
-    async def check() -> None:
-        assert await phase_of(state, uid) is phase
-
-    await eventually(check, timeout=timeout, interval=0.05)
-
-
-async def test_every_extension_point_runs_in_order_for_a_plain_pod(live: Live) -> None:
+async def test_every_extension_point_runs_in_order_for_a_plain_pod(live: LiveCluster) -> None:
     [uid] = await live.submit(pod("plain"))
     await until_phase(live.state, uid, PodPhase.BOUND)
     assert [p for p, name in JOURNAL.calls if name == "plain"] == ["reserve", "prebind", "postbind"]
     assert await check_invariants(live.state) == []
+    cycle, binder = live.services[1].metrics.exposition().decode(), live.services[-1].metrics.exposition().decode()
+    for point in ("Filter", "Score", "Reserve", "Permit"):
+        assert f'scheduler_framework_extension_point_duration_seconds_count{{extension_point="{point}"' in cycle
+    assert (
+        'scheduler_plugin_execution_duration_seconds_count{extension_point="Filter",plugin="NodeResourcesFit"' in cycle
+    )
+    assert 'scheduler_plugin_execution_duration_seconds_count{extension_point="PreBind",plugin="Recorder"' in binder
+    assert "scheduler_pod_scheduling_attempts_count 1.0" in binder
 
 
-async def test_a_bind_plugin_that_does_not_skip_binds_and_post_bind_follows(live: Live) -> None:
+async def test_a_bind_plugin_that_does_not_skip_binds_and_post_bind_follows(live: LiveCluster) -> None:
     [uid] = await live.submit(pod("custom-bind-1"))
     await until_phase(live.state, uid, PodPhase.BOUND)
     assert [p for p, name in JOURNAL.calls if name == "custom-bind-1"] == ["reserve", "prebind", "bind", "postbind"]
 
 
-async def test_permit_rejects_and_unreserve_runs(live: Live) -> None:
+async def test_permit_rejects_and_unreserve_runs(live: LiveCluster) -> None:
     [denied, fine] = await live.submit(pod("deny-1"), pod("fine-1"))
     await until_phase(live.state, fine, PodPhase.BOUND)
 
@@ -232,7 +178,7 @@ async def test_permit_rejects_and_unreserve_runs(live: Live) -> None:
     assert await check_invariants(live.state) == []
 
 
-async def test_a_waiting_pod_keeps_its_room_blocks_no_one_and_binds_once_allowed(live: Live) -> None:
+async def test_a_waiting_pod_keeps_its_room_blocks_no_one_and_binds_once_allowed(live: LiveCluster) -> None:
     [waiter] = await live.submit(pod("wait-long-1"))
 
     async def waiting() -> None:
@@ -251,7 +197,7 @@ async def test_a_waiting_pod_keeps_its_room_blocks_no_one_and_binds_once_allowed
     assert await check_invariants(live.state) == []
 
 
-async def test_a_permit_timeout_unreserves_and_hands_the_pod_back(live: Live) -> None:
+async def test_a_permit_timeout_unreserves_and_hands_the_pod_back(live: LiveCluster) -> None:
     [waiter] = await live.submit(pod("wait-brief-1"))
 
     async def handed_back() -> None:
@@ -264,7 +210,7 @@ async def test_a_permit_timeout_unreserves_and_hands_the_pod_back(live: Live) ->
     assert await check_invariants(live.state) == []
 
 
-async def test_a_failed_pre_bind_unreserves_and_hands_the_pod_back(live: Live) -> None:
+async def test_a_failed_pre_bind_unreserves_and_hands_the_pod_back(live: LiveCluster) -> None:
     [uid] = await live.submit(pod("fail-prebind-1"))
 
     async def handed_back() -> None:
@@ -278,7 +224,7 @@ async def test_a_failed_pre_bind_unreserves_and_hands_the_pod_back(live: Live) -
     assert await check_invariants(live.state) == []
 
 
-async def test_post_filter_runs_when_no_node_fits(live: Live) -> None:
+async def test_post_filter_runs_when_no_node_fits(live: LiveCluster) -> None:
     [uid] = await live.submit(pod("too-big", cpu="64"))
 
     async def unschedulable() -> None:

@@ -103,6 +103,13 @@ def test_the_event_kinds_are_the_bus_event_kinds() -> None:
 
 
 EXPECTED = {
+    "Coscheduling": {
+        "node.added": False,
+        "node.updated": False,
+        "pod.finished": False,
+        "pod.deleted": False,
+        "pod.unreserved": False,
+    },
     "NodeAffinity": {"node.added": True, "node.updated": True},
     "TaintToleration": {"node.added": True, "node.updated": True},
     "NodeUnschedulable": {"node.added": True, "node.updated": True},

@@ -1,0 +1,207 @@
+"""Coscheduling: gang scheduling, as kubernetes-sigs/scheduler-plugins' Coscheduling defines it.
+
+A pod labelled ``scheduling.x-k8s.io/pod-group: <name>`` belongs to the PodGroup ``<name>`` of its
+namespace; the group's ``minMember`` pods are placed together or not at all:
+
+- QueueSort keeps a group's members together in the queue (priority, then the group's creation
+  time, then the group's key), so they are tried one after another.
+- PreFilter rejects (UnschedulableAndUnresolvable) a member whose group is unknown, has fewer
+  than ``minMember`` pods, or whose ``minResources`` the cluster's free room cannot hold.
+- Permit makes members wait, holding their nodes, until ``minMember`` of them are placed
+  (assigned + waiting + this one); the last one allows them all. The wait ends after the
+  group's ``scheduleTimeoutSeconds`` (default `DEFAULT_SCHEDULE_TIMEOUT`).
+- PostFilter (a member found no node) and Unreserve (a member failed after Reserve) reject the
+  group's waiting members, so a gang never binds partially.
+
+Pods in no group pass every point untouched. The plugin is not in kube's default profile: a
+profile enables it (``multiPoint``) and disables PrioritySort, as scheduler-plugins' configs do.
+
+Differences from scheduler-plugins: no PodGroup status updates and no group backoff
+(``podGroupBackoffSeconds``); a new sibling pod is not a cluster event in kubus, so a member
+PreFilter rejected for lack of siblings retries on capacity events or the unschedulable timeout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, ClassVar
+
+from kubus.api.objects import Pod
+from kubus.api.podgroups import DEFAULT_SCHEDULE_TIMEOUT, PodGroup, pod_group_key
+from kubus.framework.cycle_state import CycleState
+from kubus.framework.interface import FilterDiagnosis, PostFilterResult, WaitingPod
+from kubus.framework.podgroups import PodGroups
+from kubus.framework.queueing_hints import (
+    NODE_ADDED,
+    NODE_UPDATED,
+    POD_FREED,
+    ClusterEventWithHint,
+    events_on,
+)
+from kubus.framework.status import Status
+from kubus.plugins.priority_sort import QueuedPodInfo
+
+if TYPE_CHECKING:
+    from kubus.kernels.node_table import NodeTable
+    from kubus.kernels.nodeinfo import NodeInfo
+
+__all__ = ["Coscheduling"]
+
+
+class Coscheduling:
+    """QueueSort, PreFilter, PostFilter, Reserve/Unreserve and Permit of scheduler-plugins'
+    Coscheduling. ``handle`` is the framework's handle (`kubus.framework.waiting.WaitingPods`):
+    the waiting pods, and the pod groups through ``handle.pod_groups``."""
+
+    name: ClassVar[str] = "Coscheduling"
+
+    def __init__(self, args: object = None, handle: object = None) -> None:
+        self.handle = handle
+        self._group_of: dict[str, str] = {}
+        """Waiting pod uid -> its group key, filled at Permit: for a handle whose waiting pods
+        do not carry their ``group``."""
+
+    # -- reading the handle ----------------------------------------------------------------------
+
+    @property
+    def _groups(self) -> PodGroups:
+        groups = getattr(self.handle, "pod_groups", None)
+        return groups if isinstance(groups, PodGroups) else PodGroups()
+
+    def _group(self, pod: Pod) -> tuple[str | None, PodGroup | None]:
+        key = pod_group_key(pod)
+        return key, (self._groups.get(key) if key is not None else None)
+
+    def _waiting_members(self, key: str) -> list[WaitingPod]:
+        """The group's pods waiting on Permit (allowed ones still count until they bind)."""
+        iterate: Callable[[], Sequence[WaitingPod]] | None = getattr(self.handle, "iterate_over_waiting_pods", None)
+        if iterate is None:
+            return []
+        waiting = iterate()
+        live = {w.uid for w in waiting}
+        for gone in [uid for uid in self._group_of if uid not in live]:
+            del self._group_of[gone]
+        return [w for w in waiting if (getattr(w, "group", "") or self._group_of.get(w.uid)) == key]
+
+    def _reject_waiting(self, key: str, message: str) -> None:
+        for waiting in self._waiting_members(key):
+            waiting.reject(self.name, message)
+            self._group_of.pop(waiting.uid, None)
+
+    # -- QueueSort -------------------------------------------------------------------------------
+
+    def less(self, a: QueuedPodInfo, b: QueuedPodInfo) -> bool:
+        """Higher priority first; then the earlier of the group's creation time (the pod's queue
+        time for a pod in no group); then by group key (pod key): a group's members stay
+        together."""
+        return self.sort_key(a) < self.sort_key(b)
+
+    def sort_key(self, info: QueuedPodInfo) -> tuple[int, float, str]:
+        """A key equivalent to `less`, for sorted() and heaps."""
+        key, group = self._group(info.pod)
+        if key is None or group is None:
+            return (-info.pod.spec.priority, info.timestamp, info.pod.key)
+        return (-info.pod.spec.priority, group.creation_timestamp, key)
+
+    # -- PreFilter -------------------------------------------------------------------------------
+
+    def pre_filter(self, state: CycleState, pod: Pod, table: NodeTable) -> tuple[frozenset[str] | None, Status]:
+        key, group = self._group(pod)
+        if key is None:
+            return None, Status.success()
+        if group is None:
+            return None, Status.unschedulable(f"PodGroup {key} not found", resolvable=False)
+        members = self._groups.members(key)
+        if members < group.min_member:
+            return None, Status.unschedulable(
+                f"pre-filter pod {pod.name} cannot find enough sibling pods, "
+                f"current pods number: {members}, minMember of group: {group.min_member}",
+                resolvable=False,
+            )
+        if group.min_resources:
+            gap = _resource_gap(table, group)
+            if gap:
+                shown = ", ".join(f"{name}: {amount}" for name, amount in sorted(gap.items()))
+                return None, Status.unschedulable(f"resource gap: {{{shown}}}", resolvable=False)
+        return None, Status.success()
+
+    # -- PostFilter ------------------------------------------------------------------------------
+
+    def post_filter(self, state: CycleState, pod: Pod, diagnosis: FilterDiagnosis) -> PostFilterResult:
+        key, group = self._group(pod)
+        if key is None or group is None:
+            return PostFilterResult(Status.unschedulable("can not find pod group"))
+        # Members already placed or waiting (scheduler-plugins counts the snapshot's assumed pods).
+        placed = self._groups.assigned(key) + len(self._waiting_members(key))
+        if placed >= group.min_member:
+            # Enough members are placed: the group does not need this one.
+            return PostFilterResult(Status.unschedulable())
+        if (group.min_member - placed) / group.min_member <= 0.1:
+            # A gap of at most 10%: later members may still close it, let the others wait.
+            return PostFilterResult(Status.unschedulable())
+        # If this member cannot be placed, its siblings very likely cannot either: give back the
+        # room the waiting ones hold now rather than at their timeout.
+        self._reject_waiting(key, "optimistic rejection in PostFilter")
+        message = f"PodGroup {key} gets rejected due to Pod {pod.name} is unschedulable even after PostFilter"
+        return PostFilterResult(Status.unschedulable(message))
+
+    # -- Reserve ---------------------------------------------------------------------------------
+
+    def reserve(self, state: CycleState, pod: Pod, node_info: NodeInfo) -> Status:
+        return Status.success()
+
+    def unreserve(self, state: CycleState, pod: Pod, node_info: NodeInfo) -> None:
+        """A member failed after Reserve: reject the group's waiting members. Idempotent."""
+        key, group = self._group(pod)
+        uid = pod.metadata.uid or pod.key
+        self._group_of.pop(uid, None)
+        if key is None or group is None:
+            return
+        self._reject_waiting(key, f"rejected because a member of PodGroup {key} was unreserved")
+
+    # -- Permit ----------------------------------------------------------------------------------
+
+    def permit(self, state: CycleState, pod: Pod, node_name: str) -> tuple[Status, float]:
+        key, group = self._group(pod)
+        if key is None:
+            return Status.success(), 0.0
+        if group is None:
+            return Status.unschedulable("PodGroup not found"), 0.0
+        uid = pod.metadata.uid or pod.key
+        waiting = [w for w in self._waiting_members(key) if w.uid != uid]
+        if self._groups.assigned(key) + len(waiting) + 1 >= group.min_member:
+            for member in waiting:
+                member.allow(self.name)
+            self._group_of.pop(uid, None)
+            return Status.success(), 0.0
+        self._group_of[uid] = key
+        timeout = group.schedule_timeout_seconds or DEFAULT_SCHEDULE_TIMEOUT
+        return Status.wait(f"waiting for PodGroup {key} to have {group.min_member} members"), float(timeout)
+
+    # -- requeueing ------------------------------------------------------------------------------
+
+    def events_to_register(self) -> tuple[ClusterEventWithHint, ...]:
+        """Room freed or added may let a rejected gang fit (scheduler-plugins registers Pod Add
+        and PodGroup Add/Update, which are no cluster events in kubus)."""
+        return events_on((*POD_FREED, NODE_ADDED, NODE_UPDATED))
+
+
+def _resource_gap(table: NodeTable, group: PodGroup) -> dict[str, int]:
+    """What of ``group.min_resources`` the nodes' free room cannot hold (scheduler-plugins'
+    CheckClusterResource): each node's allocatable less what its pods outside the group request,
+    taken node after node. Empty when it all fits."""
+    gap = {name: amount for name, amount in group.min_resources.items() if amount > 0}
+    for info in table.node_infos():
+        if not gap:
+            break
+        own: dict[str, int] = {}
+        for placed in info.pods.values():
+            if pod_group_key(placed.pod) == group.key:
+                for name, amount in placed.requests.items():
+                    own[name] = own.get(name, 0) + amount
+        for name in list(gap):
+            free = info.allocatable.get(name, 0) - (info.requested.get(name, 0) - own.get(name, 0))
+            gap[name] -= max(free, 0)
+            if gap[name] <= 0:
+                del gap[name]
+    return gap
