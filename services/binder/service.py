@@ -86,12 +86,11 @@ from kubus.framework.cycle_state import CycleState
 from kubus.framework.registry import ExtensionPoint
 from kubus.framework.runtime import MAX_PERMIT_TIMEOUT, Framework
 from kubus.framework.status import Code, Status
-from kubus.framework.waiting import WaitingPods
 from kubus.metrics import Metrics
 from kubus.service import TRANSIENT_ERRORS, Service, StructuredLogger
 from kubus.settings import ConnectionSettings
 from kubus.store import ClusterState, EventType, PermitState, PodEvent, PodPhase, StoreCode
-from kubus.store.cluster_state import Binding, BindingResult, node_info_of
+from kubus.store.cluster_state import Binding, BindingResult
 
 __all__ = ["AllowAll", "BindResult", "BinderOptions", "BinderService", "PermitGate", "PermitWatcher", "is_transient"]
 
@@ -658,18 +657,7 @@ class BinderService(Service):
             pod = wire_pod(request.manifest, request.uid, request.key)
         except (ManifestError, ValueError):
             return  # no pod to unreserve: what the plugins reserved for it cannot be named
-        store = self._store()
-        snapshot = await store.load_snapshot([request.node])
-        if not snapshot:
-            return
-        node, reservations = snapshot[0]
-        # Unreserve may decide about other waiting pods (a gang's members): it sees the waits.
-        waiting = fw.handle if isinstance(fw.handle, WaitingPods) else None
-        if waiting is not None and fw.permit:
-            waiting.load_states(await store.waiting_pods(request.profile))
-        fw.run_unreserve(CycleState(), pod, node_info_of(node, reservations))
-        if waiting is not None:
-            await store.apply_permit_decisions(waiting.take_decisions())
+        await fw.run_unreserve_after(self._store(), pod, request.node)
 
     async def _requeue(self, request: BindRequest, message: str) -> None:
         """``Outcome(BIND_FAILED)`` on kubus.pods.requeue: the queue moves the pod back to Pending

@@ -15,8 +15,6 @@ from kubus.bus import (
 from kubus.bus.messages import (
     NodeAssignment,
 )
-from kubus.framework.cycle_state import CycleState
-from kubus.framework.waiting import WaitingPods
 from kubus.queue.intake import NodePlacement
 from kubus.queue.queueing import QueueName
 from kubus.store import (
@@ -24,7 +22,6 @@ from kubus.store import (
     ExpiryKind,
     PodPhase,
 )
-from kubus.store.cluster_state import node_info_of
 from kubus.store.records import PodRecord
 
 
@@ -160,15 +157,4 @@ class Janitor(NodePlacement):
         parsed = self._pod_of(pod)
         if framework is None or not framework.reserve or parsed is None:
             return
-        store = self._cluster()
-        snapshot = await store.load_snapshot([pod.node])
-        if not snapshot:
-            return
-        node, reservations = snapshot[0]
-        # Unreserve may decide about other waiting pods (a gang's members): it sees the waits.
-        waiting = framework.handle if isinstance(framework.handle, WaitingPods) else None
-        if waiting is not None and framework.permit:
-            waiting.load_states(await store.waiting_pods(pod.profile))
-        framework.run_unreserve(CycleState(), parsed, node_info_of(node, reservations))
-        if waiting is not None:
-            await store.apply_permit_decisions(waiting.take_decisions())
+        await framework.run_unreserve_after(self._cluster(), parsed, pod.node)

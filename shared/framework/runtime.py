@@ -8,9 +8,9 @@ from __future__ import annotations
 import inspect
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kubus.api.objects import Pod
 from kubus.framework.config import ProfileConfig
@@ -34,12 +34,13 @@ from kubus.framework.interface import (
 )
 from kubus.framework.registry import ExtensionPoint
 from kubus.framework.status import Code, Status
+from kubus.framework.waiting import WaitingPods
 
 if TYPE_CHECKING:
     from kubus.framework.registry import Registry
     from kubus.kernels.nodeinfo import NodeInfo, PodInfo
 
-__all__ = ["MAX_PERMIT_TIMEOUT", "Framework", "PermitVerdict", "PluginTimer"]
+__all__ = ["MAX_PERMIT_TIMEOUT", "Framework", "PermitVerdict", "PluginTimer", "UnreserveStore"]
 
 MAX_PERMIT_TIMEOUT = 15 * 60.0
 """Seconds a Permit plugin may make a pod wait at most (kube's maxTimeout)."""
@@ -48,6 +49,16 @@ PluginTimer = Callable[[str, ExtensionPoint, Status, float], None]
 """Called after each plugin run with (plugin, extension point, status, seconds): metrics."""
 
 _log = logging.getLogger("kubus.framework")
+
+
+class UnreserveStore(Protocol):
+    """What `Framework.run_unreserve_after` reads and writes (`kubus.store.ClusterState` is one)."""
+
+    async def node_info(self, name: str) -> NodeInfo | None: ...
+
+    async def waiting_pods(self, profile: str) -> Sequence[Any]: ...
+
+    async def apply_permit_decisions(self, decisions: Iterable[Any]) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +209,23 @@ class Framework:
                 plugin.unreserve(state, pod, node_info)
             except Exception:
                 _log.exception("event=%r plugin=%s pod=%s", "unreserve failed", plugin.name, pod.key)
+
+    async def run_unreserve_after(self, store: UnreserveStore, pod: Pod, node_name: str) -> None:
+        """Unreserve for a failure outside the scheduling cycle (the binder's hand-back, the
+        janitor's timeout): a fresh CycleState and the node as ``store`` has it; the plugins see
+        the profile's waiting pods (a gang's members), and what they decide about them is
+        applied. Nothing to do without Reserve plugins or an unknown node."""
+        if not self.reserve:
+            return
+        node_info = await store.node_info(node_name)
+        if node_info is None:
+            return
+        waiting = self.handle if isinstance(self.handle, WaitingPods) else None
+        if waiting is not None and self.permit:
+            waiting.load_states(await store.waiting_pods(self.scheduler_name))
+        self.run_unreserve(CycleState(), pod, node_info)
+        if waiting is not None:
+            await store.apply_permit_decisions(waiting.take_decisions())
 
     def run_permit(self, state: CycleState, pod: Pod, node_name: str) -> PermitVerdict:
         """Permit plugins in order (kube's RunPermitPlugins): the first that rejects (or errs,

@@ -202,6 +202,11 @@ class NodeStore(StoreCore):
                 )
         return out
 
+    async def node_info(self, name: str) -> NodeInfo | None:
+        """The node with its reservations accounted (`node_info_of`), or None when unknown."""
+        snapshot = await self.load_snapshot([name])
+        return node_info_of(*snapshot[0]) if snapshot else None
+
     async def node_usage(self, name: str) -> NodeUsage | None:
         """What the node's reservations hold, per resource, GPU and host port; None for an
         unknown node."""
