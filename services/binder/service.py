@@ -95,6 +95,9 @@ from kubus.store.cluster_state import Binding, BindingResult
 __all__ = ["AllowAll", "BindResult", "BinderOptions", "BinderService", "PermitGate", "PermitWatcher", "is_transient"]
 
 
+_log = logging.getLogger("kubus.binder")
+
+
 class PermitGate(Protocol):
     """WaitOnPermit: decides whether a reserved pod may be bound (gangs wait here for their
     members). Returns Success to go on, anything else (with reasons) to hand the pod back.
@@ -150,7 +153,12 @@ class PermitWatcher:
                 self._wake.clear()
                 await self._wake.wait()
             waiting = [(key, f) for key, f in self._waiters.items() if not f.done()]
-            states = await self.store.permit_states(uid for (uid, _), _ in waiting)
+            try:
+                states = await self.store.permit_states(uid for (uid, _), _ in waiting)
+            except TRANSIENT_ERRORS as exc:  # Redis away: the waits go on; read again later
+                _log.warning("event=%r error=%r", "permit states unreadable; retrying", exc)
+                await asyncio.sleep(max(self.poll, 0.5))
+                continue
             now = self.clock()
             for (uid, attempt), future in waiting:
                 state = states.get(uid)
