@@ -416,10 +416,12 @@ class BinderService(Service):
         """PreBind, Bind and PostBind of requests whose Permit passed, exactly as docs/services.md
         step 5 says, every step conditional on the attempt. Pods of profiles with binding
         plugins run them one by one first; the store's bind is one call for the group."""
-        plugged = [w for w in works if not self._framework(w.request).binds_plainly]
+        plain: list[_Work] = []
+        plugged: list[_Work] = []
+        for work in works:
+            (plain if self._framework(work.request).binds_plainly else plugged).append(work)
         if plugged:
-            works = [w for w in works if self._framework(w.request).binds_plainly]
-            works += [w for w in await asyncio.gather(*map(self._bind_plugins, plugged)) if w is not None]
+            works = plain + [w for w in await asyncio.gather(*map(self._bind_plugins, plugged)) if w is not None]
         if not works:
             return
         await self._store_bind(works)

@@ -48,7 +48,6 @@ from kubus.store import (
     Reservation,
     ReserveResult,
     StoreCode,
-    node_info_of,
 )
 from kubus.store.cluster_state import Binding
 
@@ -155,10 +154,7 @@ class NodePlacement(QueueBase):
         log.info("pod placed on its node", attempt=attempt)
 
     async def _announce_bound(self, record: PodRecord, node: str, attempt: int, devices: tuple[int, ...]) -> None:
-        assignment = NodeAssignment(
-            uid=record.uid, key=record.key, node=node, manifest=record.manifest, gpu_devices=devices, attempt=attempt
-        )
-        await publish_durable_many(self.jetstream(), announcements.bound(assignment, record.profile, at=time.time()))
+        await publish_durable_many(self.jetstream(), bound_publications(record, node, attempt, devices))
 
     async def _gpu_devices_on(self, pod: Pod, node: str) -> tuple[tuple[int, ...], tuple[str, str] | None]:
         """The GPU devices the pod gets on ``node``: () when it asks for none; those it pins
@@ -171,10 +167,10 @@ class NodePlacement(QueueBase):
         pinned = pod_gpu_devices(pod)
         if pinned:
             return pinned, None
-        snapshot = await self._cluster().load_snapshot([node])
-        if not snapshot:
+        node_info = await self._cluster().node_info(node)
+        if node_info is None:
             return (), ("NodeNotFound", f"node {node} not found")
-        devices = pick_devices(request, node_info_of(*snapshot[0]))
+        devices = pick_devices(request, node_info)
         if len(devices) < request.count:
             return (), (
                 "UnexpectedAdmissionError",
@@ -199,6 +195,14 @@ class NodePlacement(QueueBase):
         await self._pod_event(record.uid, EventType.WARNING, reason, message, "queue")
         self.log.warning("pod refused by its node", pod=record.key, uid=record.uid, node=node, reason=reason,
                          message=message)  # fmt: skip
+
+
+def bound_publications(record: PodRecord, node: str, attempt: int, devices: tuple[int, ...]) -> list[Publication]:
+    """The bind announcement of a stored pod (its assignment and ``pod.bound``)."""
+    assignment = NodeAssignment(
+        uid=record.uid, key=record.key, node=node, manifest=record.manifest, gpu_devices=devices, attempt=attempt
+    )
+    return announcements.bound(assignment, record.profile, at=time.time())
 
 
 class Intake(NodePlacement):

@@ -3,19 +3,13 @@ Redis, the truth (Reserved pods, room no pod holds, pods lost in flight, queues 
 
 from __future__ import annotations
 
-import time
-
 from kubus.api.objects import Pod
 from kubus.bus import (
     EventKind,
     Publication,
-    announcements,
     publish_durable_many,
 )
-from kubus.bus.messages import (
-    NodeAssignment,
-)
-from kubus.queue.intake import NodePlacement
+from kubus.queue.intake import NodePlacement, bound_publications
 from kubus.queue.queueing import QueueName
 from kubus.store import (
     EventType,
@@ -100,15 +94,7 @@ class Janitor(NodePlacement):
         for e in expired:
             pod = e.pod
             if e.kind is ExpiryKind.BOUND:
-                assignment = NodeAssignment(
-                    uid=pod.uid,
-                    key=pod.key,
-                    node=pod.node,
-                    manifest=pod.manifest,
-                    gpu_devices=e.devices,
-                    attempt=e.attempt,
-                )
-                announce += announcements.bound(assignment, pod.profile, at=time.time())
+                announce += bound_publications(pod, pod.node, e.attempt, e.devices)
                 self.log.warning("janitor: finished a bind a binder left", pod=pod.key, uid=pod.uid, node=pod.node)
                 continue
             self.log.warning(

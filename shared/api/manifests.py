@@ -63,7 +63,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
@@ -80,6 +80,8 @@ from kubus.api.objects import (
     Pod,
 )
 from kubus.api.podgroups import PodGroup
+
+_T = TypeVar("_T")
 
 __all__ = [
     "DEFAULT_MAX_PODS",
@@ -198,40 +200,25 @@ class _Collector:
             self.item(item, item_where, _LIST_KINDS[kind])
 
     def add_pod(self, pod: Pod, where: str) -> None:
-        key = pod.key
-        if key in self.pod_at:
-            raise ManifestError(
-                self.source,
-                f"Pod {key}",
-                "metadata.name",
-                f"duplicate: the same pod is already defined in {self.pod_at[key]}",
-            )
-        self.pod_at[key] = where
-        self.result.pods.append(pod)
+        self.result.pods.append(self._first("Pod", "pod", pod.key, where, self.pod_at, pod))
 
     def add_node(self, node: Node, where: str) -> None:
-        name = node.name
-        if name in self.node_at:
-            raise ManifestError(
-                self.source,
-                f"Node {name}",
-                "metadata.name",
-                f"duplicate: the same node is already defined in {self.node_at[name]}",
-            )
-        self.node_at[name] = where
-        self.result.nodes.append(node)
+        self.result.nodes.append(self._first("Node", "node", node.name, where, self.node_at, node))
 
     def add_pod_group(self, group: PodGroup, where: str) -> None:
-        key = group.key
-        if key in self.group_at:
+        self.groups.append(self._first("PodGroup", "pod group", group.key, where, self.group_at, group))
+
+    def _first(self, kind: str, noun: str, key: str, where: str, seen: dict[str, str], obj: _T) -> _T:
+        """``obj``, the first of its kind named ``key``; a ManifestError for a second one."""
+        if key in seen:
             raise ManifestError(
                 self.source,
-                f"PodGroup {key}",
+                f"{kind} {key}",
                 "metadata.name",
-                f"duplicate: the same pod group is already defined in {self.group_at[key]}",
+                f"duplicate: the same {noun} is already defined in {seen[key]}",
             )
-        self.group_at[key] = where
-        self.groups.append(group)
+        seen[key] = where
+        return obj
 
 
 def _yaml_error(e: yaml.YAMLError) -> str:

@@ -229,6 +229,11 @@ class WaitingPod(Protocol):
         """The Permit plugins it still waits on."""
         ...
 
+    @property
+    def group(self) -> str:
+        """The pod group (namespace/name) it belongs to, else empty."""
+        ...
+
     def allow(self, plugin: str) -> None:
         """``plugin`` lets the pod go; it is bound once no plugin holds it."""
         ...

@@ -23,7 +23,6 @@ PreFilter rejected for lack of siblings retries on capacity events or the unsche
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, ClassVar
 
 from kubus.api.objects import Pod
@@ -39,6 +38,7 @@ from kubus.framework.queueing_hints import (
     events_on,
 )
 from kubus.framework.status import Status
+from kubus.framework.waiting import WaitingPods
 from kubus.plugins.priority_sort import QueuedPodInfo
 
 if TYPE_CHECKING:
@@ -55,18 +55,14 @@ class Coscheduling:
 
     name: ClassVar[str] = "Coscheduling"
 
-    def __init__(self, args: object = None, handle: object = None) -> None:
-        self.handle = handle
-        self._group_of: dict[str, str] = {}
-        """Waiting pod uid -> its group key, filled at Permit: for a handle whose waiting pods
-        do not carry their ``group``."""
+    def __init__(self, args: object = None, handle: WaitingPods | None = None) -> None:
+        self.handle = handle if handle is not None else WaitingPods()
 
     # -- reading the handle ----------------------------------------------------------------------
 
     @property
     def _groups(self) -> PodGroups:
-        groups = getattr(self.handle, "pod_groups", None)
-        return groups if isinstance(groups, PodGroups) else PodGroups()
+        return self.handle.pod_groups
 
     def _group(self, pod: Pod) -> tuple[str | None, PodGroup | None]:
         key = pod_group_key(pod)
@@ -74,19 +70,11 @@ class Coscheduling:
 
     def _waiting_members(self, key: str) -> list[WaitingPod]:
         """The group's pods waiting on Permit (allowed ones still count until they bind)."""
-        iterate: Callable[[], Sequence[WaitingPod]] | None = getattr(self.handle, "iterate_over_waiting_pods", None)
-        if iterate is None:
-            return []
-        waiting = iterate()
-        live = {w.uid for w in waiting}
-        for gone in [uid for uid in self._group_of if uid not in live]:
-            del self._group_of[gone]
-        return [w for w in waiting if (getattr(w, "group", "") or self._group_of.get(w.uid)) == key]
+        return [w for w in self.handle.iterate_over_waiting_pods() if w.group == key]
 
     def _reject_waiting(self, key: str, message: str) -> None:
         for waiting in self._waiting_members(key):
             waiting.reject(self.name, message)
-            self._group_of.pop(waiting.uid, None)
 
     # -- QueueSort -------------------------------------------------------------------------------
 
@@ -153,8 +141,6 @@ class Coscheduling:
     def unreserve(self, state: CycleState, pod: Pod, node_info: NodeInfo) -> None:
         """A member failed after Reserve: reject the group's waiting members. Idempotent."""
         key, group = self._group(pod)
-        uid = pod.metadata.uid or pod.key
-        self._group_of.pop(uid, None)
         if key is None or group is None:
             return
         self._reject_waiting(key, f"rejected because a member of PodGroup {key} was unreserved")
@@ -172,9 +158,7 @@ class Coscheduling:
         if self._groups.assigned(key) + len(waiting) + 1 >= group.min_member:
             for member in waiting:
                 member.allow(self.name)
-            self._group_of.pop(uid, None)
             return Status.success(), 0.0
-        self._group_of[uid] = key
         timeout = group.schedule_timeout_seconds or DEFAULT_SCHEDULE_TIMEOUT
         return Status.wait(f"waiting for PodGroup {key} to have {group.min_member} members"), float(timeout)
 

@@ -11,6 +11,7 @@ from typing import Any
 from nats.js import JetStreamContext
 from support import eventually
 
+from kubus.api.manifests import parse_manifests
 from kubus.binder import BinderOptions, BinderService
 from kubus.cli.cluster import pod_manifests, submit
 from kubus.cycle import CycleOptions, CycleService
@@ -51,12 +52,31 @@ class LiveCluster:
         return [m.uid for m in manifests]
 
 
+NODE = """
+apiVersion: v1
+kind: Node
+metadata: {{name: {name}}}
+status:
+  allocatable: {{cpu: "{cpu}", memory: 8Gi, pods: "20"}}
+"""
+
+
 @contextlib.asynccontextmanager
 async def live_cluster(
-    settings: ConnectionSettings, state: ClusterState, js: JetStreamContext, config_text: str, registry: Registry
+    settings: ConnectionSettings,
+    state: ClusterState,
+    js: JetStreamContext,
+    config_text: str,
+    registry: Registry,
+    *,
+    nodes: int = 2,
+    node_cpu: str = "4",
 ) -> AsyncIterator[LiveCluster]:
-    """Every profile of ``config_text``: one queue, one cycle per profile, one binder; stopped after."""
+    """``nodes`` nodes n0, n1, ... of ``node_cpu`` cpu each, and every profile of ``config_text``:
+    one queue, one cycle per profile, one binder; stopped after."""
     config = load_config(config_text, registry=registry)
+    for i in range(nodes):
+        await state.put_node(parse_manifests(NODE.format(name=f"n{i}", cpu=node_cpu)).nodes[0])
 
     def framework(name: str) -> tuple[Framework, WaitingPods]:
         waiting = WaitingPods()

@@ -15,7 +15,6 @@ from live_cluster import LiveCluster, live_cluster, pod, until_phase
 from nats.js import JetStreamContext
 from support import eventually
 
-from kubus.api.manifests import parse_manifests
 from kubus.api.objects import Pod
 from kubus.framework.cycle_state import CycleState
 from kubus.framework.interface import FilterDiagnosis, PostFilterResult
@@ -115,14 +114,6 @@ profiles:
     postFilter: {{enabled: [{{name: Gate}}]}}
 """
 
-NODE = """
-apiVersion: v1
-kind: Node
-metadata: {{name: {name}}}
-status:
-  allocatable: {{cpu: "4", memory: 8Gi, pods: "20"}}
-"""
-
 
 @pytest.fixture
 async def live(settings: ConnectionSettings, state: ClusterState, js: JetStreamContext) -> AsyncIterator[LiveCluster]:
@@ -130,8 +121,6 @@ async def live(settings: ConnectionSettings, state: ClusterState, js: JetStreamC
     registry: Registry = in_tree_registry()
     registry.register(Recorder)
     registry.register(Gate)
-    for i in range(2):
-        await state.put_node(parse_manifests(NODE.format(name=f"n{i}")).nodes[0])
     async with live_cluster(settings, state, js, CONFIG, registry) as cluster:
         yield cluster
 

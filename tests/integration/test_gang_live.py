@@ -14,7 +14,6 @@ from live_cluster import LiveCluster, live_cluster, pod
 from nats.js import JetStreamContext
 from support import eventually
 
-from kubus.api.manifests import parse_manifests
 from kubus.api.podgroups import POD_GROUP_LABEL, PodGroup
 from kubus.plugins import in_tree_registry
 from kubus.settings import ConnectionSettings
@@ -37,14 +36,6 @@ profiles:
     reserve: {{enabled: [{{name: Coscheduling}}]}}
 """
 
-NODE = """
-apiVersion: v1
-kind: Node
-metadata: {{name: {name}}}
-status:
-  allocatable: {{cpu: "2", memory: 8Gi, pods: "20"}}
-"""
-
 
 def member(group: str, i: int) -> dict[str, object]:
     return pod(f"{group}-{i}", cpu="1", namespace=NS, labels={POD_GROUP_LABEL: group})
@@ -54,9 +45,8 @@ def member(group: str, i: int) -> dict[str, object]:
 async def gang_cluster(
     settings: ConnectionSettings, state: ClusterState, js: JetStreamContext
 ) -> AsyncIterator[LiveCluster]:
-    for i in range(2):  # 4 cpu in all: room for 4 one-cpu members
-        await state.put_node(parse_manifests(NODE.format(name=f"n{i}")).nodes[0])
-    async with live_cluster(settings, state, js, CONFIG, in_tree_registry()) as cluster:
+    # 4 cpu in all: room for 4 one-cpu members
+    async with live_cluster(settings, state, js, CONFIG, in_tree_registry(), node_cpu="2") as cluster:
         yield cluster
 
 

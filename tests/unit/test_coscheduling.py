@@ -141,16 +141,6 @@ def test_permit_counts_assigned_members() -> None:
     assert cs.permit(CycleState(), pod("g-3", "gang"), "n1")[0].is_success
 
 
-def test_permit_finds_the_group_of_a_waiting_pod_that_does_not_carry_it() -> None:
-    cs, handle = plugin(GANG)
-    for name in ("g-1", "g-2"):
-        p = pod(name, "gang")
-        assert cs.permit(CycleState(), p, "n1")[0].is_wait
-        handle.add(p.metadata.uid, p.key, "n1", 0, ["Coscheduling"])  # no group: the plugin remembers it
-    assert cs.permit(CycleState(), pod("g-3", "gang"), "n1")[0].is_success
-    assert handle.allowed("uid-g-1") and handle.allowed("uid-g-2")
-
-
 def test_post_filter_rejects_the_waiting_members_of_the_group() -> None:
     cs, handle = plugin(GANG, PodGroup(NS, "other", min_member=2))
     wait(cs, handle, pod("g-1", "gang"))
