@@ -1,19 +1,23 @@
-"""The queue's intake: the KUBUS_PODS consumer. Submitted pods are read, stored Pending and
-queued (in batches); deletions and hand-backs are applied; bad input is rejected with an event.
-A pod that names its node (`spec.nodeName`) is never queued: `NodePlacement` puts it on that node."""
+"""The queue's intake: the KUBUS_PODS consumer. Submitted pods are read, admitted (kube's
+Priority admission: `_admit`), stored Pending and queued (in batches); deletions and hand-backs
+are applied; bad input is rejected with an event. A pod that names its node (`spec.nodeName`) is
+never queued: `NodePlacement` puts it on that node."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 
 from nats.aio.msg import Msg
 
+from kubus import codec
 from kubus.api.errors import ManifestError
 from kubus.api.gpus import pod_gpu_devices, pod_gpu_request
 from kubus.api.objects import Pod
 from kubus.api.podgroups import pod_group_key
+from kubus.api.priority import PriorityClass, PriorityError, resolve_priority
 from kubus.bus import (
     MSG_ID_HEADER,
     PODS_DELETE,
@@ -73,6 +77,27 @@ def _lane(msg: Msg) -> str:
     except MessageError:  # bad input: read again, and rejected, in its turn
         return "?"
     return "?"
+
+
+def _with_priority(sub: Submission, classes: Mapping[str, PriorityClass]) -> Submission:
+    """The submission as kube's Priority admission lets it in (`resolve_priority`): the pod with
+    its class's priority, preemptionPolicy and name, in its manifest too (every hop parses the
+    same pod). Raises Rejected (reason Forbidden) with kube's message."""
+    pod = sub.pod
+    try:
+        resolved = resolve_priority(pod, classes)
+    except PriorityError as exc:
+        raise Rejected(
+            f"{PODS_SUBMIT}: Pod {pod.key}: {exc.field}: {exc}", reason="Forbidden", key=pod.key, uid=pod.metadata.uid
+        ) from None
+    if resolved is pod:
+        return sub
+    doc = codec.loads(sub.manifest)
+    spec = doc["spec"]  # there is one: the pod was read from this manifest
+    spec["priorityClassName"] = resolved.spec.priority_class_name
+    spec["priority"] = resolved.spec.priority
+    spec["preemptionPolicy"] = resolved.spec.preemption_policy.value
+    return Submission(resolved, codec.dumps(doc))
 
 
 def _refusal(node: str, result: ReserveResult) -> tuple[str, str]:
@@ -310,6 +335,7 @@ class Intake(NodePlacement):
                 await self._failed_message(msg, exc)
             else:
                 read.append((msg, subs))
+        read = await self._admit(read)
         if not read:
             return
         now = time.time()
@@ -354,6 +380,30 @@ class Intake(NodePlacement):
         await self._announce(announce)
         for msg in settled:
             await self._settle(msg.ack())
+
+    async def _admit(self, read: list[tuple[Msg, list[Submission]]]) -> list[tuple[Msg, list[Submission]]]:
+        """kube's Priority admission of the messages' pods (`_with_priority`), against the
+        PriorityClasses as the store has them now: one GET while they do not change, so a class
+        stored before its pods were published is always seen. A message with a pod refused (no
+        such class, a priority or preemptionPolicy not its class's) is rejected whole, as bad
+        input; when the classes cannot be read, every message is retried. Returns the admitted
+        messages. Never raises."""
+        if not read:
+            return []
+        try:
+            classes = await self._cluster().priority_classes()
+        except Exception as exc:
+            for msg, _ in read:
+                await self._failed_message(msg, exc)
+            return []
+        admitted: list[tuple[Msg, list[Submission]]] = []
+        for msg, subs in read:
+            try:
+                admitted.append((msg, [_with_priority(sub, classes) for sub in subs]))
+            except Rejected as exc:
+                await self._reject(msg, exc)
+                await self._settle(msg.ack())
+        return admitted
 
     def _pending_record(self, pod: Pod, manifest: bytes, now: float) -> PodRecord:
         reason, message = ("", "") if pod.spec.node_name else self._pending_reason(pod)

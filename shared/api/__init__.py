@@ -2,8 +2,12 @@
 
 - `kubus.api.objects`: Pod, Node and their parts (frozen dataclasses, quantities as integers).
 - `kubus.api.quantity`: Kubernetes quantities ("500m", "1.5Gi", "1e3") parsed exactly.
-- `kubus.api.manifests`: YAML/JSON manifests -> Pods, Nodes and PodGroups, with the API server's defaults.
+- `kubus.api.manifests`: YAML/JSON manifests -> Pods, Nodes, PodGroups, Namespaces, PriorityClasses and
+  PodDisruptionBudgets, with the API server's defaults and validation.
 - `kubus.api.podgroups`: PodGroup (gang scheduling, scheduler-plugins' Coscheduling).
+- `kubus.api.namespaces`: Namespace, and the labels of any namespace (`namespace_labels`).
+- `kubus.api.priority`: PriorityClass and kube's Priority admission (`resolve_priority`).
+- `kubus.api.disruption`: PodDisruptionBudget and the disruption controller's `disruptions_allowed`.
 - `kubus.api.requests`: what a pod requests of a node (kube's PodRequests).
 - `kubus.api.gpus`: GPU devices of nodes and GPU requests of pods (`kubus.io/gpu*`).
 - `kubus.api.node_affinity`: the one decoder of a NodeAffinity, under kube's two validations.
@@ -13,6 +17,7 @@
 Only the standard library, PyYAML, `kubus.codec` and `kubus.errors` are imported here.
 """
 
+from kubus.api.disruption import PodDisruptionBudget, disruptions_allowed, pdb_matches
 from kubus.api.errors import ManifestError, ManifestErrors
 from kubus.api.gpus import (
     GPU_COUNT_ANNOTATION,
@@ -37,6 +42,7 @@ from kubus.api.manifests import (
     parse_pod,
     parse_pod_group,
 )
+from kubus.api.namespaces import NAMESPACE_NAME_LABEL, Namespace, namespace_labels
 from kubus.api.objects import (
     CPU,
     EPHEMERAL_STORAGE,
@@ -74,6 +80,7 @@ from kubus.api.objects import (
     WeightedPodAffinityTerm,
 )
 from kubus.api.podgroups import DEFAULT_SCHEDULE_TIMEOUT, POD_GROUP_LABEL, PodGroup, pod_group_key
+from kubus.api.priority import PriorityClass, PriorityError, resolve_priority
 from kubus.api.quantity import MAX_INT64, milli_value, parse_quantity, to_base_units, value
 from kubus.api.requests import (
     DEFAULT_MEMORY_REQUEST,
@@ -97,6 +104,7 @@ __all__ = [
     "GPU_MODEL_ANNOTATION",
     "MAX_INT64",
     "MEMORY",
+    "NAMESPACE_NAME_LABEL",
     "NVIDIA_GPU",
     "PODS",
     "POD_GROUP_LABEL",
@@ -112,6 +120,7 @@ __all__ = [
     "ManifestError",
     "ManifestErrors",
     "Manifests",
+    "Namespace",
     "Node",
     "NodeAffinity",
     "NodeSelector",
@@ -123,10 +132,13 @@ __all__ = [
     "Pod",
     "PodAffinity",
     "PodAffinityTerm",
+    "PodDisruptionBudget",
     "PodGroup",
     "PodSpec",
     "PreemptionPolicy",
     "PreferredSchedulingTerm",
+    "PriorityClass",
+    "PriorityError",
     "ResourceList",
     "SelectorOperator",
     "Taint",
@@ -135,20 +147,24 @@ __all__ = [
     "TolerationOperator",
     "TopologySpreadConstraint",
     "WeightedPodAffinityTerm",
+    "disruptions_allowed",
     "format_gpu_devices",
     "load_manifests",
     "milli_value",
+    "namespace_labels",
     "parse_manifests",
     "parse_node",
     "parse_node_gpus",
     "parse_pod",
     "parse_pod_group",
     "parse_quantity",
+    "pdb_matches",
     "pod_gpu_devices",
     "pod_gpu_request",
     "pod_group_key",
     "pod_nonzero_requests",
     "pod_requests",
+    "resolve_priority",
     "to_base_units",
     "value",
 ]

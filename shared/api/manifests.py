@@ -1,10 +1,17 @@
-"""Read Kubernetes manifests (Pods, Nodes and PodGroups) into kubus objects, as the API server would.
+"""Read Kubernetes manifests (Pods, Nodes, PodGroups, Namespaces, PriorityClasses and
+PodDisruptionBudgets) into kubus objects, as the API server would.
 
 Input is YAML or JSON, one or many documents (`---`), each a `v1` `Pod` or `Node`, a
 `scheduling.x-k8s.io/v1alpha1` `PodGroup` (`spec.minMember` required, at least 1;
 `spec.minResources` a resource list; `spec.scheduleTimeoutSeconds` at least 1; any other field of
-a PodGroup is an error, a typo there would silently change the gang), or a `List` (`PodList`,
-`NodeList`) whose `items` are. Empty documents are skipped. Fields scheduling does
+a PodGroup is an error, a typo there would silently change the gang), a `v1` `Namespace` (its
+labels; the name a DNS label), a `scheduling.k8s.io/v1` `PriorityClass` (`value` required, at
+most 1000000000 unless it is one of kube's two `system-` classes, whose names are reserved;
+`globalDefault`, `preemptionPolicy`, `description`; at most one globalDefault class in a load),
+a `policy/v1` `PodDisruptionBudget` (`spec.selector`; `spec.minAvailable` or
+`spec.maxUnavailable`, not both, each a count or a percentage up to 100%;
+`spec.unhealthyPodEvictionPolicy`) — any other field of these three is an error too — or a
+`List` (`PodList`, `NodeList`) whose `items` are. Empty documents are skipped. Fields scheduling does
 not read are ignored, as kube ignores them; fields it reads must have the right type and a valid
 value, otherwise the load fails with a ManifestError naming the file, the object and the field::
 
@@ -33,7 +40,8 @@ object:
 - `metadata.uid` when absent: a UUID derived from kind, namespace and name (uuid5), so loading
   the same file twice gives the same uids and runs are reproducible.
 - `spec.schedulerName`: "default-scheduler"; `spec.preemptionPolicy`: PreemptLowerPriority;
-  `spec.priority`: 0 (kubus does not resolve `priorityClassName`; give `priority` explicitly).
+  `spec.priority`: 0. `priorityClassName` is resolved where a pod is admitted (the queue,
+  `kubus simulate`), not here: `kubus.api.priority.resolve_priority`.
 - Container requests (init containers too): a resource with a limit and no request gets the
   limit as its request (SetDefaults_Pod).
 - Node allocatable: when `status.allocatable` is absent or empty, it is `status.capacity`.
@@ -68,18 +76,24 @@ from typing import Any, TypeVar
 import yaml
 
 from kubus import codec
+from kubus.api._disruption_budgets import read_pod_disruption_budget
 from kubus.api._fields import Reader, describe, shown
 from kubus.api._metadata import STDIN
+from kubus.api._namespaces import read_namespace
 from kubus.api._nodes import DEFAULT_MAX_PODS, HOSTNAME_LABEL, parse_node, read_node
 from kubus.api._podgroups import parse_pod_group, read_pod_group
 from kubus.api._pods import parse_pod, read_pod
+from kubus.api._priority_classes import read_priority_class
+from kubus.api.disruption import PodDisruptionBudget
 from kubus.api.errors import ManifestError, ManifestErrors
+from kubus.api.namespaces import Namespace
 from kubus.api.objects import (
     DEFAULT_SCHEDULER_NAME,
     Node,
     Pod,
 )
 from kubus.api.podgroups import PodGroup
+from kubus.api.priority import PriorityClass, PriorityError, check_priority_class
 
 _T = TypeVar("_T")
 
@@ -126,6 +140,12 @@ class Manifests:
     nodes: list[Node] = field(default_factory=list)
     pod_groups: tuple[PodGroup, ...] = ()
     """PodGroups (`scheduling.x-k8s.io/v1alpha1`), for gang scheduling (Coscheduling)."""
+    namespaces: tuple[Namespace, ...] = ()
+    """Namespaces (v1), for the labels namespaceSelectors match."""
+    priority_classes: tuple[PriorityClass, ...] = ()
+    """PriorityClasses (`scheduling.k8s.io/v1`), which pods' priorityClassName name."""
+    disruption_budgets: tuple[PodDisruptionBudget, ...] = ()
+    """PodDisruptionBudgets (`policy/v1`)."""
 
 
 class _Collector:
@@ -139,6 +159,12 @@ class _Collector:
         self.node_at: dict[str, str] = {}
         self.group_at: dict[str, str] = {}
         self.groups: list[PodGroup] = []
+        self.namespace_at: dict[str, str] = {}
+        self.class_at: dict[str, str] = {}
+        self.budget_at: dict[str, str] = {}
+        self.namespaces: list[Namespace] = []
+        self.priority_classes: list[PriorityClass] = []
+        self.budgets: list[PodDisruptionBudget] = []
 
     def document(self, doc: Any, number: int) -> None:
         where = f"document {number}"
@@ -165,6 +191,12 @@ class _Collector:
                 self.add_node(read_node(doc, self.source, where), where)
             elif kind == "PodGroup":
                 self.add_pod_group(read_pod_group(doc, self.source, where), where)
+            elif kind == "Namespace":
+                self.add_namespace(read_namespace(doc, self.source, where), where)
+            elif kind == "PriorityClass":
+                self.add_priority_class(read_priority_class(doc, self.source, where), where)
+            elif kind == "PodDisruptionBudget":
+                self.add_budget(read_pod_disruption_budget(doc, self.source, where), where)
             elif kind in _LIST_KINDS:
                 self.list(doc, where, kind)
             elif kind is None:
@@ -207,6 +239,21 @@ class _Collector:
 
     def add_pod_group(self, group: PodGroup, where: str) -> None:
         self.groups.append(self._first("PodGroup", "pod group", group.key, where, self.group_at, group))
+
+    def add_namespace(self, ns: Namespace, where: str) -> None:
+        self.namespaces.append(self._first("Namespace", "namespace", ns.name, where, self.namespace_at, ns))
+
+    def add_budget(self, pdb: PodDisruptionBudget, where: str) -> None:
+        self.budgets.append(self._first("PodDisruptionBudget", "budget", pdb.key, where, self.budget_at, pdb))
+
+    def add_priority_class(self, pc: PriorityClass, where: str) -> None:
+        """The class, unless it is a second globalDefault (kube's admission refuses it)."""
+        pc = self._first("PriorityClass", "priority class", pc.name, where, self.class_at, pc)
+        try:
+            check_priority_class(pc, self.priority_classes)
+        except PriorityError as e:
+            raise ManifestError(self.source, f"PriorityClass {pc.name}", e.field, str(e)) from None
+        self.priority_classes.append(pc)
 
     def _first(self, kind: str, noun: str, key: str, where: str, seen: dict[str, str], obj: _T) -> _T:
         """``obj``, the first of its kind named ``key``; a ManifestError for a second one."""
@@ -277,7 +324,7 @@ def _read(path_or_text: str | bytes | os.PathLike[str], source: str | None) -> t
 
 
 def load_manifests(path_or_text: str | bytes | os.PathLike[str], *, source: str | None = None) -> Manifests:
-    """Read Pods, Nodes and PodGroups from a manifest file or text (YAML or JSON, multi-document, Lists).
+    """Read the objects of a manifest file or text (YAML or JSON, multi-document, Lists).
 
     The argument is a path (a `pathlib.Path`, or a non-blank one-line string), "-" for standard
     input, or the manifest text itself (bytes, or a string that has a newline, starts with `{`
@@ -304,6 +351,9 @@ def parse_manifests(text: str | bytes, *, source: str = STDIN) -> Manifests:
     if collector.errors:
         raise ManifestErrors(collector.errors)
     collector.result.pod_groups = tuple(collector.groups)
+    collector.result.namespaces = tuple(collector.namespaces)
+    collector.result.priority_classes = tuple(collector.priority_classes)
+    collector.result.disruption_budgets = tuple(collector.budgets)
     return collector.result
 
 
@@ -312,9 +362,11 @@ def wire_pod(manifest: bytes | str, uid: str, key: str) -> Pod:
     with the uid the store knows it by. Raises ManifestError, or ValueError when the manifest
     is not exactly one Pod."""
     manifests = parse_manifests(manifest, source=f"pod {key}")
-    if manifests.nodes or manifests.pod_groups or len(manifests.pods) != 1:
+    others = (manifests.pod_groups, manifests.namespaces, manifests.priority_classes, manifests.disruption_budgets)
+    if manifests.nodes or any(others) or len(manifests.pods) != 1:
         raise ValueError(
-            f"pod {key}: expected one Pod, got {len(manifests.pods)} pod(s) and {len(manifests.nodes)} node(s)"
+            f"pod {key}: expected one Pod, got {len(manifests.pods)} pod(s), {len(manifests.nodes)} node(s) "
+            f"and {sum(map(len, others))} other object(s)"
         )
     pod = manifests.pods[0]
     if pod.metadata.uid != uid:

@@ -1,6 +1,7 @@
 """`kubus apply`, `kubus get` and `kubus delete`: the cluster as kubectl users know it.
 
-apply validates every manifest locally first (nothing is published if one is wrong), then
+apply validates every manifest locally first (nothing is stored or published if one is wrong),
+stores the Namespaces, PriorityClasses, PodDisruptionBudgets and PodGroups in Redis, then
 publishes each pod on its own to ``kubus.pods.submit``; get reads Redis; delete publishes a
 PodDeletion and waits until the queue has recorded it.
 """
@@ -11,13 +12,16 @@ import asyncio
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from kubus import codec
+from kubus.api.disruption import PodDisruptionBudget
 from kubus.api.errors import ManifestError
-from kubus.api.manifests import parse_manifests, parse_pod, read_documents
+from kubus.api.manifests import Manifests, parse_manifests, parse_pod, read_documents
+from kubus.api.namespaces import Namespace
 from kubus.api.podgroups import PodGroup
+from kubus.api.priority import PriorityClass, PriorityError, check_priority_class
 from kubus.bus import msgids
 from kubus.bus.connection import Publication, publish_durable, publish_durable_many
 from kubus.bus.messages import PodDeletion, encode
@@ -28,6 +32,7 @@ from kubus.store.cluster_state import ClusterState, node_info_of
 from kubus.store.records import NodeRecord, PodPhase, PodRecord
 
 __all__ = [
+    "ApplyObjects",
     "SubmitManifest",
     "apply",
     "delete_pod",
@@ -73,6 +78,23 @@ class SubmitManifest:
         return msgids.submit(self.namespace, self.name, self.data)
 
 
+@dataclass(slots=True)
+class ApplyObjects:
+    """What `kubus apply` takes from its files, each kind in file order."""
+
+    pods: list[SubmitManifest] = field(default_factory=list)
+    pod_groups: list[tuple[PodGroup, bytes]] = field(default_factory=list)
+    """Each group with its manifest (JSON)."""
+    namespaces: list[Namespace] = field(default_factory=list)
+    priority_classes: list[PriorityClass] = field(default_factory=list)
+    disruption_budgets: list[PodDisruptionBudget] = field(default_factory=list)
+
+    @property
+    def stored(self) -> int:
+        """How many objects are stored in Redis (all but the pods)."""
+        return len(self.pod_groups) + len(self.namespaces) + len(self.priority_classes) + len(self.disruption_budgets)
+
+
 def _objects(text: str) -> list[Any]:
     """The top-level objects of a manifest text, List items flattened, in order."""
     out: list[Any] = []
@@ -88,25 +110,50 @@ def _objects(text: str) -> list[Any]:
     return out
 
 
+def _take_cluster_objects(result: ApplyObjects, manifests: Manifests, source: str, seen: dict[str, str]) -> None:
+    """The file's Namespaces, PriorityClasses and PodDisruptionBudgets into ``result``. The same
+    object twice (``seen``: "Kind key" -> file) or a second globalDefault class is a UsageError."""
+
+    def first(label: str) -> None:
+        if label in seen:
+            raise UsageError(
+                f"{source}: {label}: metadata.name: duplicate: the same object is already in {seen[label]}"
+            )
+        seen[label] = source
+
+    for ns in manifests.namespaces:
+        first(f"Namespace {ns.name}")
+        result.namespaces.append(ns)
+    for pc in manifests.priority_classes:
+        first(f"PriorityClass {pc.name}")
+        try:
+            check_priority_class(pc, result.priority_classes)
+        except PriorityError as e:
+            raise UsageError(f"{source}: PriorityClass {pc.name}: {e.field}: {e}") from None
+        result.priority_classes.append(pc)
+    for pdb in manifests.disruption_budgets:
+        first(f"PodDisruptionBudget {pdb.key}")
+        result.disruption_budgets.append(pdb)
+
+
 def read_pod_manifests(paths: Sequence[str], stdin: Any = None) -> list[SubmitManifest]:
     """Read, validate and split manifest files into one JSON manifest per pod, in file order.
 
     ``-`` reads standard input (once). Raises ManifestError (all of a file's bad objects) for
     invalid input, UsageError for what apply does not take (a Node, the same pod twice, a pod
-    too large for the bus). PodGroups are validated and left out (`read_apply_manifests`).
+    too large for the bus). Other kinds are validated and left out (`read_apply_manifests`).
     """
-    return read_apply_manifests(paths, stdin)[0]
+    return read_apply_manifests(paths, stdin).pods
 
 
-def read_apply_manifests(
-    paths: Sequence[str], stdin: Any = None
-) -> tuple[list[SubmitManifest], list[tuple[PodGroup, bytes]]]:
-    """`read_pod_manifests`, and the files' PodGroups with their manifests (JSON), in file order.
-    Raises as it does; the same PodGroup in two files is a UsageError."""
-    out: list[SubmitManifest] = []
-    groups: list[tuple[PodGroup, bytes]] = []
+def read_apply_manifests(paths: Sequence[str], stdin: Any = None) -> ApplyObjects:
+    """`read_pod_manifests`, and the files' other objects. Raises as it does; the same object
+    in two files, or a second globalDefault PriorityClass, is a UsageError."""
+    result = ApplyObjects()
+    out, groups = result.pods, result.pod_groups
     group_seen: dict[str, str] = {}
     seen: dict[str, str] = {}
+    others_seen: dict[str, str] = {}
     stdin_used = False
     for path in paths:
         if path == "-":
@@ -127,6 +174,7 @@ def read_apply_manifests(
                 f"{source}: Node {manifests.nodes[0].name}: kubus apply submits pods; nodes join the "
                 "cluster through their gpu-agent"
             )
+        _take_cluster_objects(result, manifests, source, others_seen)
         text = raw.decode("utf-8-sig") if isinstance(raw, bytes) else raw
         every = _objects(text)
         objects = [o for o in every if isinstance(o, dict) and o.get("kind", "Pod") == "Pod"]
@@ -159,7 +207,7 @@ def read_apply_manifests(
                     f"{where}: the manifest is {len(data)} bytes as JSON; kubus accepts at most {MAX_MANIFEST_SIZE}"
                 )
             out.append(SubmitManifest(pod.namespace, pod.name, data, pod.metadata.uid))
-    return out, groups
+    return result
 
 
 def pod_manifests(objects: Sequence[dict[str, Any]], source: str = "<generated>") -> list[SubmitManifest]:
@@ -193,21 +241,48 @@ async def submit(
     return results
 
 
+async def _store_objects(state: ClusterState, objects: ApplyObjects, out: TextIO, *, quiet: bool) -> None:
+    """Store every object but the pods: namespaces, priority classes, disruption budgets, pod
+    groups. The classes are checked against the stored ones first, as their puts will be, so
+    that a refused class (a second globalDefault, a changed value) stores nothing at all.
+    Raises UsageError for a refused class."""
+    classes = dict(await state.priority_classes())
+    for pc in objects.priority_classes:
+        try:
+            check_priority_class(pc, classes.values())
+        except PriorityError as e:
+            raise UsageError(f"PriorityClass {pc.name}: {e.field}: {e}") from None
+        classes[pc.name] = pc
+    written: list[tuple[str, str, bool]] = []
+    for ns in objects.namespaces:
+        written.append(("namespace", ns.name, await state.put_namespace(ns)))
+    for pc in objects.priority_classes:
+        try:
+            written.append(("priorityclass", pc.name, await state.put_priority_class(pc)))
+        except PriorityError as e:  # another apply stored a class meanwhile
+            raise UsageError(f"PriorityClass {pc.name}: {e.field}: {e}") from None
+    for pdb in objects.disruption_budgets:
+        written.append(("poddisruptionbudget", pdb.name, await state.put_pod_disruption_budget(pdb)))
+    for group, manifest in objects.pod_groups:
+        written.append(("podgroup", group.name, await state.put_pod_group(group, manifest)))
+    if quiet:
+        out.write(f"{len(written)} objects configured ({sum(changed for _, _, changed in written)} changed)\n")
+        return
+    for kind, name, changed in written:
+        out.write(f"{kind}/{name} {'configured' if changed else 'unchanged'}\n")
+
+
 async def apply(settings: ConnectionSettings, paths: Sequence[str], out: TextIO, *, quiet: bool = False) -> int:
-    """`kubus apply -f ...`: validate everything, store the PodGroups in Redis (before their
-    pods arrive, so no member is scheduled without its group), then submit the pods. Exit
-    status 0."""
-    pods, groups = read_apply_manifests(paths)
-    if not pods and not groups:
-        raise UsageError(f"no pods in {', '.join(paths)}")
-    if groups:
+    """`kubus apply -f ...`: validate everything, store the other objects in Redis before the
+    pods (a pod's PriorityClass must be there when the queue admits it, a gang's group before
+    its members are scheduled), then submit the pods. Exit status 0."""
+    objects = read_apply_manifests(paths)
+    pods = objects.pods
+    if not pods and not objects.stored:
+        raise UsageError(f"nothing to apply in {', '.join(paths)}")
+    if objects.stored:
         async with open_state(settings) as state:
-            for group, manifest in groups:
-                changed = await state.put_pod_group(group, manifest)
-                if not quiet:
-                    out.write(f"podgroup/{group.name} {'configured' if changed else 'unchanged'}\n")
-        if quiet:
-            out.write(f"{len(groups)} pod groups configured\n")
+            await _store_objects(state, objects, out, quiet=quiet)
     if not pods:
         return 0
     async with open_bus(settings) as (_, js):

@@ -60,12 +60,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _read_manifests(paths: Sequence[str]) -> Manifests:
-    pods, nodes = [], []
+    every = Manifests()
     for path in paths:
         m = load_manifests(path)
-        pods.extend(m.pods)
-        nodes.extend(m.nodes)
-    return Manifests(pods=pods, nodes=nodes)
+        every.pods.extend(m.pods)
+        every.nodes.extend(m.nodes)
+        every.pod_groups += m.pod_groups
+        every.namespaces += m.namespaces
+        every.priority_classes += m.priority_classes
+        every.disruption_budgets += m.disruption_budgets
+    return every
 
 
 def _simulate(args: argparse.Namespace) -> int:

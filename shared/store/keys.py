@@ -58,6 +58,14 @@ Indexes (tag ``{idx}``, one slot of their own)::
     <p>:{idx}:group:<G>        set   uids of the pods labeled into group G (the queue adds them
                                       when it stores the pods, removes them when they are deleted)
 
+Objects `kubus apply` stores whole, one hash per kind (tag ``{idx}``; see kubus.store.objects)::
+
+    <p>:{idx}:namespaces       hash  name -> Namespace JSON
+    <p>:{idx}:priority-classes hash  name -> PriorityClass JSON
+    <p>:{idx}:pdbs             hash  "namespace/name" -> PodDisruptionBudget JSON
+    <p>:{idx}:<kind>:version   string bumped (INCR) by every change of that hash: readers that
+                                      cache a kind read it again only when this moved
+
 The scripts update the indexes atomically with the records, the index keys passed as KEYS too
 (`ClusterState.repair_indexes` rebuilds them from the records, which are the truth).
 
@@ -223,6 +231,22 @@ class Keys:
 
     def pod_keys_index(self) -> str:
         return f"{self.prefix}:{{idx}}:pod-keys"
+
+    # ---- objects stored whole ------------------------------------------------------------------
+
+    def namespaces(self) -> str:
+        return f"{self.prefix}:{{idx}}:namespaces"
+
+    def priority_classes(self) -> str:
+        return f"{self.prefix}:{{idx}}:priority-classes"
+
+    def disruption_budgets(self) -> str:
+        return f"{self.prefix}:{{idx}}:pdbs"
+
+    @staticmethod
+    def version_of(objects: str) -> str:
+        """The version counter of one of the hashes above (``objects`` is its key)."""
+        return f"{objects}:version"
 
 
 def hash_slot_tag(key: str) -> str:

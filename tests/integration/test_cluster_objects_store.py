@@ -1,0 +1,127 @@
+"""kubus.store's Namespaces, PriorityClasses and PodDisruptionBudgets against a real Redis: put and
+read back, unchanged puts, the version counters readers cache on, and kube's PriorityClass checks."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aioredis
+
+from kubus.api.disruption import PodDisruptionBudget
+from kubus.api.namespaces import NAMESPACE_NAME_LABEL, Namespace
+from kubus.api.objects import LabelSelector, LabelSelectorRequirement, PreemptionPolicy, SelectorOperator
+from kubus.api.priority import PriorityClass, PriorityError
+from kubus.cli.cluster import apply
+from kubus.settings import ConnectionSettings
+from kubus.store import ClusterState
+
+HIGH = PriorityClass("high", 1000, preemption_policy=PreemptionPolicy.NEVER, description="batch")
+LOW = PriorityClass("low", -5, global_default=True)
+
+
+async def test_namespaces_are_put_and_read_back_with_the_name_label(state: ClusterState) -> None:
+    assert await state.namespaces() == {}
+    assert await state.put_namespace(Namespace("ml", {"team": "a"}))
+    assert await state.put_namespace(Namespace("web"))
+    assert not await state.put_namespace(Namespace("ml", {"team": "a"}))  # the same: unchanged
+    assert await state.namespaces() == {
+        "ml": {"team": "a", NAMESPACE_NAME_LABEL: "ml"},
+        "web": {NAMESPACE_NAME_LABEL: "web"},
+    }
+    assert await state.put_namespace(Namespace("ml", {"team": "b"}))  # relabeled
+    assert (await state.namespaces())["ml"]["team"] == "b"
+
+
+async def test_a_reader_reads_again_only_when_the_version_moved(state: ClusterState, redis: aioredis.Redis) -> None:
+    await state.put_namespace(Namespace("ml"))
+    first = await state.namespaces()
+    assert await state.namespaces() is first  # nothing changed: the same object
+    other = ClusterState(redis)  # another process
+    await other.put_namespace(Namespace("web"))
+    second = await state.namespaces()
+    assert second is not first and set(second) == {"ml", "web"}
+    assert int(await redis.get(state.keys.version_of(state.keys.namespaces()))) == 2
+    assert not await other.put_namespace(Namespace("web"))  # unchanged: no version bump
+    assert await state.namespaces() is second
+
+
+async def test_priority_classes_round_trip_and_are_cached(state: ClusterState, redis: aioredis.Redis) -> None:
+    assert await state.priority_classes() == {}
+    assert await state.put_priority_class(HIGH)
+    assert await state.put_priority_class(LOW)
+    classes = await state.priority_classes()
+    assert classes == {"high": HIGH, "low": LOW}
+    assert await state.priority_classes() is classes
+    assert not await state.put_priority_class(HIGH)
+    described = PriorityClass("high", 1000, preemption_policy=PreemptionPolicy.NEVER, description="other")
+    assert await state.put_priority_class(described)  # the description may change
+    assert (await ClusterState(redis).priority_classes())["high"] == described
+
+
+async def test_priority_classes_are_checked_as_kube_admits_them(state: ClusterState) -> None:
+    assert await state.put_priority_class(LOW)
+    with pytest.raises(PriorityError, match="PriorityClass low is already marked as default") as info:
+        await state.put_priority_class(PriorityClass("other", 1, global_default=True))
+    assert info.value.field == "globalDefault"
+    with pytest.raises(PriorityError, match="may not be changed") as info:
+        await state.put_priority_class(PriorityClass("low", 7, global_default=True))
+    assert info.value.field == "value"
+    with pytest.raises(PriorityError, match="immutable"):
+        await state.put_priority_class(PriorityClass("low", -5, True, PreemptionPolicy.NEVER))
+    assert await state.priority_classes() == {"low": LOW}  # nothing stored by the refusals
+    assert await state.put_priority_class(PriorityClass("low", -5))  # no longer the default
+    assert await state.put_priority_class(PriorityClass("other", 1, global_default=True))
+
+
+async def test_two_racing_defaults_store_one(redis: aioredis.Redis) -> None:
+    a, b = ClusterState(redis), ClusterState(redis)
+    results = await asyncio.gather(
+        a.put_priority_class(PriorityClass("a", 1, global_default=True)),
+        b.put_priority_class(PriorityClass("b", 2, global_default=True)),
+        return_exceptions=True,
+    )
+    assert sorted(type(r).__name__ for r in results) == ["PriorityError", "bool"]
+    assert len(await a.priority_classes()) == 1
+
+
+async def test_budgets_round_trip_per_namespace(state: ClusterState) -> None:
+    web = PodDisruptionBudget(
+        "web",
+        "front",
+        LabelSelector({"app": "web"}, (LabelSelectorRequirement("tier", SelectorOperator.IN, ("a", "b")),)),
+        min_available="50%",
+    )
+    everything = PodDisruptionBudget(
+        "ml", "all", LabelSelector(), max_unavailable=1, unhealthy_pod_eviction_policy="AlwaysAllow"
+    )
+    nothing = PodDisruptionBudget("ml", "none", None, min_available=2)
+    for pdb in (web, everything, nothing):
+        assert await state.put_pod_disruption_budget(pdb)
+    assert not await state.put_pod_disruption_budget(web)
+    assert await state.pod_disruption_budgets() == [everything, nothing, web]
+    assert await state.pod_disruption_budgets("ml") == [everything, nothing]
+    assert await state.pod_disruption_budgets("none") == []
+
+
+async def test_apply_stores_namespaces_and_budgets(
+    settings: ConnectionSettings, state: ClusterState, tmp_path: Path
+) -> None:
+    path = tmp_path / "objects.yaml"
+    path.write_text(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: ml, labels: {team: a}}\n---\n"
+        "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: web, namespace: ml}\n"
+        "spec: {maxUnavailable: 25%, selector: {matchLabels: {app: web}}}\n"
+    )
+    out = io.StringIO()
+    assert await apply(settings, [str(path)], out) == 0
+    assert out.getvalue().splitlines() == ["namespace/ml configured", "poddisruptionbudget/web configured"]
+    assert await state.namespaces() == {"ml": {"team": "a", NAMESPACE_NAME_LABEL: "ml"}}
+    assert await state.pod_disruption_budgets() == [
+        PodDisruptionBudget("ml", "web", LabelSelector({"app": "web"}), max_unavailable="25%")
+    ]
+    out = io.StringIO()
+    assert await apply(settings, [str(path)], out, quiet=True) == 0
+    assert out.getvalue() == "2 objects configured (0 changed)\n"
