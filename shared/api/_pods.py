@@ -208,18 +208,27 @@ def _topology_spread(r: Reader, raw: Any, path: str) -> tuple[TopologySpreadCons
             policies[name] = (
                 None if raw_policy is None else r.choice(raw_policy, f"{item_path}.{name}", ("Honor", "Ignore"))
             )
+        selector = _label_selector(r, tsc.get("labelSelector"), f"{item_path}.labelSelector")
+        keys_path = f"{item_path}.matchLabelKeys"
+        match_label_keys = r.string_list(tsc.get("matchLabelKeys"), keys_path, qualified_name_error)
+        if match_label_keys and selector is None:
+            r.fail(keys_path, "must not be specified when labelSelector is not set")
+        if selector is not None:
+            # kube's ValidateMatchLabelKeysInTopologySpread: a key the selector already constrains
+            selector_keys = set(selector.match_labels) | {e.key for e in selector.match_expressions}
+            for j, key in enumerate(match_label_keys):
+                if key in selector_keys:
+                    r.fail(f"{keys_path}[{j}]", f"{quote(key)} exists in both matchLabelKeys and labelSelector")
         result.append(
             TopologySpreadConstraint(
                 max_skew=max_skew,
                 topology_key=topology_key,
                 when_unsatisfiable=when,
-                label_selector=_label_selector(r, tsc.get("labelSelector"), f"{item_path}.labelSelector"),
+                label_selector=selector,
                 min_domains=min_domains,
                 node_affinity_policy=policies["nodeAffinityPolicy"],
                 node_taints_policy=policies["nodeTaintsPolicy"],
-                match_label_keys=r.string_list(
-                    tsc.get("matchLabelKeys"), f"{item_path}.matchLabelKeys", qualified_name_error
-                ),
+                match_label_keys=match_label_keys,
             )
         )
     return tuple(result)
@@ -405,3 +414,69 @@ def parse_pod(obj: Mapping[str, Any], *, source: str = STDIN, index: int = 1) ->
     `source` and `index` (the 1-based document number) only label errors. Raises ManifestError.
     """
     return read_pod(obj, source, f"document {index}")
+
+
+# ---- pod affinity on the wire (a reservation carries it for the plugins that read other pods) ----
+
+
+def selector_manifest(selector: LabelSelector | None) -> dict[str, Any] | None:
+    """A LabelSelector in manifest form (None for a nil selector, {} for the empty one)."""
+    if selector is None:
+        return None
+    out: dict[str, Any] = {}
+    if selector.match_labels:
+        out["matchLabels"] = dict(selector.match_labels)
+    if selector.match_expressions:
+        out["matchExpressions"] = [
+            {"key": r.key, "operator": r.operator.value, "values": list(r.values)} for r in selector.match_expressions
+        ]
+    return out
+
+
+def _term_manifest(term: PodAffinityTerm) -> dict[str, Any]:
+    out: dict[str, Any] = {"topologyKey": term.topology_key}
+    if term.label_selector is not None:
+        out["labelSelector"] = selector_manifest(term.label_selector)
+    if term.namespaces:
+        out["namespaces"] = list(term.namespaces)
+    if term.namespace_selector is not None:
+        out["namespaceSelector"] = selector_manifest(term.namespace_selector)
+    if term.match_label_keys:
+        out["matchLabelKeys"] = list(term.match_label_keys)
+    if term.mismatch_label_keys:
+        out["mismatchLabelKeys"] = list(term.mismatch_label_keys)
+    return out
+
+
+def _affinity_manifest(affinity: PodAffinity) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if affinity.required:
+        out["requiredDuringSchedulingIgnoredDuringExecution"] = [_term_manifest(t) for t in affinity.required]
+    if affinity.preferred:
+        out["preferredDuringSchedulingIgnoredDuringExecution"] = [
+            {"weight": w.weight, "podAffinityTerm": _term_manifest(w.pod_affinity_term)} for w in affinity.preferred
+        ]
+    return out
+
+
+def pod_affinity_manifest(pod: Pod) -> dict[str, Any]:
+    """The pod's podAffinity / podAntiAffinity in manifest form ({} when it has neither)."""
+    affinity = pod.spec.affinity
+    out: dict[str, Any] = {}
+    if affinity is not None and affinity.pod_affinity is not None:
+        out["podAffinity"] = _affinity_manifest(affinity.pod_affinity)
+    if affinity is not None and affinity.pod_anti_affinity is not None:
+        out["podAntiAffinity"] = _affinity_manifest(affinity.pod_anti_affinity)
+    return out
+
+
+def read_pod_affinity_manifest(raw: Mapping[str, Any], where: str) -> Affinity | None:
+    """`pod_affinity_manifest`'s output back to an Affinity (None for {}). Raises ManifestError."""
+    if not raw:
+        return None
+    r = Reader("stored pod", where)
+    aff, anti = raw.get("podAffinity"), raw.get("podAntiAffinity")
+    return Affinity(
+        pod_affinity=None if aff is None else _pod_affinity(r, aff, "podAffinity"),
+        pod_anti_affinity=None if anti is None else _pod_affinity(r, anti, "podAntiAffinity"),
+    )

@@ -31,11 +31,13 @@ from kubus.plugins.scheduling_gates import SchedulingGates
 from kubus.reference.balanced_allocation import NodeResourcesBalancedAllocation
 from kubus.reference.gpu_fit import GPUFit, pick_gpu_devices, reserve_gpu_devices
 from kubus.reference.image_locality import ImageLocality
+from kubus.reference.inter_pod_affinity import InterPodAffinity
 from kubus.reference.node_affinity import NodeAffinity
 from kubus.reference.node_name import NodeName
 from kubus.reference.node_ports import NodePorts
 from kubus.reference.node_resources_fit import NodeResourcesFit
 from kubus.reference.node_unschedulable import NodeUnschedulable
+from kubus.reference.pod_topology_spread import PodTopologySpread
 from kubus.reference.scheduler import (
     PluginScore,
     ReferenceProfile,
@@ -55,6 +57,8 @@ ALL_PLUGINS = (
     NodeAffinity,
     NodePorts,
     NodeResourcesFit,
+    PodTopologySpread,
+    InterPodAffinity,
     NodeResourcesBalancedAllocation,
     ImageLocality,
     GPUFit,
@@ -93,6 +97,7 @@ __all__ = [
     "FilterPlugin",
     "GPUFit",
     "ImageLocality",
+    "InterPodAffinity",
     "NodeAffinity",
     "NodeName",
     "NodePorts",
@@ -101,6 +106,7 @@ __all__ = [
     "NodeUnschedulable",
     "NormalizeScorePlugin",
     "PluginScore",
+    "PodTopologySpread",
     "PreFilterPlugin",
     "PreScorePlugin",
     "PrioritySort",

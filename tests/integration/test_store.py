@@ -1023,3 +1023,85 @@ async def test_heartbeats_index_follows_heartbeats_and_deletes(state: ClusterSta
     await state.forget_heartbeats([])
     assert await state.silent_nodes(1e12) == ["n1"]
     assert await state.node_count() == 2
+
+
+# ---- pod anti-affinity between the pods of one node ----------------------------------------------
+
+
+def _anti_pod(
+    name: str, labels: dict[str, str], avoid: dict[str, str] | None, key: str = "kubernetes.io/hostname"
+) -> Pod:
+    manifest: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "uid": f"uid-{name}", "labels": labels},
+        "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "100m"}}}]},
+    }
+    if avoid is not None:
+        manifest["spec"]["affinity"] = {
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"labelSelector": {"matchLabels": avoid}, "topologyKey": key}
+                ]
+            }
+        }
+    return parse_pod(manifest)
+
+
+async def test_reserve_refuses_breaking_required_anti_affinity_on_the_hostname(state: ClusterState) -> None:
+    """Two profiles that do not see each other's placements yet: RESERVE is where a pod with
+    required anti-affinity on the hostname and the pods it excludes meet, both ways."""
+    await state.put_node(make_node("n1", cpu="8"))
+    await state.put_node(make_node("n2", cpu="8"))
+    web1 = _anti_pod("web1", {"app": "web"}, {"app": "web"})
+    web2 = _anti_pod("web2", {"app": "web"}, {"app": "web"})
+    plain = _anti_pod("plain", {"app": "web"}, None)  # no terms, but web1's term selects it
+    other = _anti_pod("other", {"app": "db"}, None)
+    zonal = _anti_pod("zonal", {"app": "batch"}, {"app": "db"}, key="topology.kubernetes.io/zone")
+
+    assert (await state.reserve("n1", reservation(web1, "n1"))).ok
+    refused = await state.reserve("n1", reservation(web2, "n1"))
+    assert refused.reasons == ("node(s) didn't match pod anti-affinity rules (pod default/web1)",)
+    refused = await state.reserve("n1", reservation(plain, "n1"))
+    assert refused.reasons == ("node(s) didn't satisfy existing pods anti-affinity rules (pod default/web1)",)
+    assert (await state.reserve("n1", reservation(other, "n1"))).ok
+    assert (await state.reserve("n2", reservation(web2, "n2"))).ok
+    assert (await state.reserve("n1", reservation(zonal, "n1"))).ok  # wider domains: the cycle's check
+    assert await usage(state, "n1") == {"anti": 1, "pods": 3, "r:cpu": 300}
+    assert not [v for v in await check_invariants(state) if "anti" in v]  # (the pods are not submitted)
+    # the holder leaves: the node takes the pod it excluded
+    assert await state.unreserve("n1", "uid-web1") is StoreCode.OK
+    assert (await state.reserve("n1", reservation(plain, "n1"))).ok
+    assert "anti" not in await usage(state, "n1")
+    assert not [v for v in await check_invariants(state) if "anti" in v]
+
+
+async def test_anti_affinity_namespace_selector_reads_the_namespace_labels(state: ClusterState) -> None:
+    await state.put_node(make_node("n1", cpu="8"))
+    guard = parse_pod(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "guard", "uid": "uid-guard", "namespace": "ops"},
+            "spec": {
+                "containers": [{"name": "c"}],
+                "affinity": {
+                    "podAntiAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": [
+                            {
+                                "labelSelector": {},
+                                "namespaceSelector": {"matchLabels": {"team": "ml"}},
+                                "topologyKey": "kubernetes.io/hostname",
+                            }
+                        ]
+                    }
+                },
+            },
+        }
+    )
+    assert (await state.reserve("n1", reservation(guard, "n1"))).ok
+    ml = _anti_pod("trainer", {}, None)
+    web = _anti_pod("web", {}, None)
+    refused = await state.reserve("n1", reservation(ml, "n1", namespace_labels={"team": "ml"}))
+    assert refused.reasons == ("node(s) didn't satisfy existing pods anti-affinity rules (pod ops/guard)",)
+    assert (await state.reserve("n1", reservation(web, "n1", namespace_labels={"team": "web"}))).ok

@@ -491,6 +491,8 @@ def test_plugin_names_and_profile_points() -> None:
         "NodeAffinity",
         "NodePorts",
         "NodeResourcesFit",
+        "PodTopologySpread",
+        "InterPodAffinity",
         "NodeResourcesBalancedAllocation",
         "ImageLocality",
         "GPUFit",

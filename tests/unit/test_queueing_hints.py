@@ -130,6 +130,24 @@ EXPECTED = {
         "pod.unreserved": True,
     },
     "SchedulingGates": {},
+    "InterPodAffinity": {
+        "pod.bound": True,
+        "pod.finished": True,
+        "pod.deleted": True,
+        "pod.unreserved": True,
+        "node.added": True,
+        "node.updated": True,
+    },
+    "PodTopologySpread": {
+        "pod.bound": True,
+        "pod.finished": True,
+        "pod.deleted": True,
+        "pod.unreserved": True,
+        "node.added": True,
+        "node.updated": True,
+        "node.deleted": True,
+        "node.lost": True,
+    },
 }
 """Plugin -> event kind -> whether a hint function decides (False: always Queue)."""
 
@@ -552,7 +570,16 @@ def test_in_flight_events_are_pruned_past_the_oldest_pod_in_flight() -> None:
 
 def test_hinted_kinds_name_the_events_worth_reading() -> None:
     queue = SchedulingQueue()  # the in-tree plugins
-    assert queue.hinted_kinds == {"node.added", "node.updated", "pod.finished", "pod.deleted", "pod.unreserved"}
+    assert queue.hinted_kinds == {
+        "node.added",
+        "node.updated",
+        "node.deleted",
+        "node.lost",
+        "pod.bound",
+        "pod.finished",
+        "pod.deleted",
+        "pod.unreserved",
+    }
     assert SchedulingQueue(plugins={"Silent": Silent()}).hinted_kinds == frozenset()
 
 
