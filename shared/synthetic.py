@@ -12,6 +12,7 @@ import random
 from dataclasses import dataclass
 
 from kubus.api.gpus import GPU_MEMORY_ANNOTATION, GPU_MODEL_ANNOTATION
+from kubus.api.names import label_value_error
 from kubus.api.objects import (
     CPU,
     EPHEMERAL_STORAGE,
@@ -210,3 +211,28 @@ def make_replicas(templates: int, replicas: int, *, seed: int = 1, gpu_fraction:
             )
             pods.append(Pod(meta, base.spec))
     return pods
+
+
+# ---- zones of simulated nodes (the gpu-agent stamps nodes from a template) ----------------------
+
+SIMULATED_ZONES_ANNOTATION = "kubus.io/simulated-zones"
+"""Template annotation: comma-separated zones the simulated nodes are spread over, round-robin."""
+
+ZONE_LABEL = "topology.kubernetes.io/zone"
+
+
+def simulated_zones(template: Node) -> tuple[str, ...]:
+    """The zones the template's `SIMULATED_ZONES_ANNOTATION` lists, in order; () without the
+    annotation. Raises ValueError (one line) for an empty entry or one that is not a label value."""
+    raw = template.metadata.annotations.get(SIMULATED_ZONES_ANNOTATION)
+    if raw is None:
+        return ()
+    zones = tuple(z.strip() for z in raw.split(","))
+    for i, zone in enumerate(zones, start=1):
+        where = f"node template {template.name}: annotation {SIMULATED_ZONES_ANNOTATION}: {raw!r}: zone {i}"
+        if not zone:
+            raise ValueError(f'{where} is empty (expected comma-separated zone names, e.g. "moon-1,moon-2")')
+        problem = label_value_error(zone)
+        if problem:
+            raise ValueError(f"{where} ({zone!r}) is not a valid label value: {problem}")
+    return zones

@@ -4,17 +4,30 @@ Node ``i`` (0-based) of a simulation is the template renamed ``<prefix><i:05d>``
 with its ``kubernetes.io/hostname`` label and a uid derived from that name, so a restarted
 simulation registers exactly the same nodes. A simulated pod runs for the configured duration,
 stretched by a jitter drawn from its uid (the same after a restart), then succeeds.
+
+Zones: a template annotated ``kubus.io/simulated-zones: "moon-1,moon-2,moon-3"`` spreads its
+nodes over those zones round-robin: node ``i`` gets the label
+``topology.kubernetes.io/zone: zones[i % len(zones)]`` (replacing any zone label of the
+template; the annotation stays on the nodes). Entries are comma-separated and trimmed; each must
+be a non-empty label value; a zone listed twice gets twice the nodes.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
+from dataclasses import replace
 
 from kubus.api.objects import Node
 from kubus.gpu_agent.inventory import renamed
+from kubus.synthetic import ZONE_LABEL, simulated_zones
 
-__all__ = ["MAX_SIMULATED_NODES", "pod_duration", "simulated_node_names", "simulated_nodes"]
+__all__ = [
+    "MAX_SIMULATED_NODES",
+    "pod_duration",
+    "simulated_node_names",
+    "simulated_nodes",
+]
 
 MAX_SIMULATED_NODES = 100_000
 """The most nodes one agent process simulates (kubus' cluster size)."""
@@ -26,11 +39,21 @@ def simulated_node_names(count: int, prefix: str = "sim-") -> Iterator[str]:
 
 
 def simulated_nodes(template: Node, count: int, prefix: str = "sim-") -> list[Node]:
-    """``count`` copies of ``template`` named by `simulated_node_names`. Raises ValueError for a
-    count outside 1..MAX_SIMULATED_NODES or a prefix that makes invalid node names."""
+    """``count`` copies of ``template`` named by `simulated_node_names`, spread over the zones of
+    `simulated_zones` (node ``i`` in ``zones[i % len(zones)]``). Raises ValueError for a count
+    outside 1..MAX_SIMULATED_NODES, a prefix that makes invalid node names or a bad zone list."""
     if not 1 <= count <= MAX_SIMULATED_NODES:
         raise ValueError(f"--simulate: expected 1 to {MAX_SIMULATED_NODES} nodes, got {count}")
-    return [renamed(template, name) for name in simulated_node_names(count, prefix)]
+    zones = simulated_zones(template)
+    nodes = [renamed(template, name) for name in simulated_node_names(count, prefix)]
+    if not zones:
+        return nodes
+    return [_in_zone(node, zones[i % len(zones)]) for i, node in enumerate(nodes)]
+
+
+def _in_zone(node: Node, zone: str) -> Node:
+    meta = replace(node.metadata, labels={**node.metadata.labels, ZONE_LABEL: zone})
+    return replace(node, metadata=meta)
 
 
 def pod_duration(uid: str, base: float, jitter: float = 0.0) -> float:

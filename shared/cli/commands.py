@@ -19,6 +19,7 @@ import redis.exceptions
 
 from kubus.cli.connect import Unreachable, UsageError
 from kubus.cli.endpoints import DEFAULT_DATA_DIR, HOME_ENV, Endpoints, cluster_settings, data_dir, read_endpoints
+from kubus.cli.workload import BENCH_WORKLOADS
 from kubus.framework.config import SchedulerConfiguration, default_config, load_config
 from kubus.plugins import in_tree_registry
 from kubus.settings import ConnectionSettings
@@ -111,9 +112,10 @@ def add_cluster_commands(sub: Any) -> None:
 
     apply = sub.add_parser(
         "apply",
-        help="submit Pod manifests to the cluster",
-        description="Validate every manifest locally (nothing is sent if one is wrong), then publish each pod "
-        "to kubus.pods.submit. The same manifest submitted twice is stored once.",
+        help="submit Pod manifests (and Namespaces, PriorityClasses, PodDisruptionBudgets, PodGroups) to the cluster",
+        description="Validate every manifest locally (nothing is sent if one is wrong), store the Namespaces, "
+        "PriorityClasses, PodDisruptionBudgets and PodGroups in Redis, then publish each pod to "
+        "kubus.pods.submit. The same manifest submitted twice is stored once.",
     )
     apply.add_argument(
         "-f",
@@ -121,7 +123,7 @@ def add_cluster_commands(sub: Any) -> None:
         action="append",
         required=True,
         metavar="FILE",
-        help="Pod manifests (YAML or JSON, multi-document, List); '-' reads stdin; repeatable",
+        help="manifests (YAML or JSON, multi-document, List); '-' reads stdin; repeatable",
     )
     apply.add_argument("-q", "--quiet", action="store_true", help="one summary line instead of one line per pod")
     add_connection_options(apply)
@@ -167,10 +169,29 @@ def add_cluster_commands(sub: Any) -> None:
         "bench",
         help="measure the whole system: pods bound per second and submit-to-bound latency",
         description="Start embedded servers, every service and N simulated nodes; submit P pods as fast as "
-        "possible; report pods bound per second, latency percentiles and time per stage; check the invariants.",
+        "possible; report pods bound per second, latency percentiles and time per stage; check the invariants. "
+        "The pod-constraint workloads are kube scheduler_perf's SchedulingPodAffinity, SchedulingPodAntiAffinity, "
+        "TopologySpreading and PreferredTopologySpreading on 4-cpu nodes: init pods first, unmeasured.",
+    )
+    bench.add_argument(
+        "--workload",
+        choices=BENCH_WORKLOADS,
+        default="mixed",
+        help="what to submit (default: mixed, GPU and CPU pods on 8 x H100 nodes)",
     )
     bench.add_argument("--nodes", type=int, default=5000, metavar="N", help="simulated nodes (default: 5000)")
-    bench.add_argument("--pods", type=int, default=10000, metavar="P", help="pods to submit (default: 10000)")
+    bench.add_argument(
+        "--pods",
+        type=int,
+        metavar="P",
+        help="measured pods (default: 10000 mixed; the workload's own: 1000, 1000, 2000, 2000)",
+    )
+    bench.add_argument(
+        "--init-pods",
+        type=int,
+        metavar="I",
+        help="pods placed before the measurement, pod-constraint workloads (default: 5000, 1000, 5000, 5000)",
+    )
     bench.add_argument("--batch-size", type=int, default=256, metavar="B", help="pods per cycle batch (default: 256)")
     bench.add_argument(
         "--profiles", type=int, default=1, metavar="K", help="scheduler profiles, one cycle each (default: 1)"

@@ -5,22 +5,41 @@ the gpu-agent stamps out as many nodes as asked from it. `mixed_workload` makes 
 (plain dicts, as a user would write them) of a mixed GPU/CPU workload that such nodes can run:
 CPU services, whole-GPU training jobs, shared-GPU inference, a few high-priority batch pods.
 Every pod carries its kind in the label ``kubus.io/workload`` so summaries can group by it.
+
+`POD_CONSTRAINT_WORKLOADS` are kubernetes v1.28 scheduler_perf's workloads that stress the
+plugins looking at other pods (InterPodAffinity, PodTopologySpread), on `cpu_node_template`
+nodes (4 cpu / 32Gi / 110 pods, spread over zones as the workload says): init pods placed first,
+then the measured ones; `pod_constraint_pods` makes their manifests.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
+from kubus.synthetic import SIMULATED_ZONES_ANNOTATION, ZONE_LABEL
+
 __all__ = [
+    "BENCH_WORKLOADS",
+    "CPU_NODE_TEMPLATE",
+    "HOSTNAME_LABEL",
     "KIND_LABEL",
     "NODE_TEMPLATE",
+    "POD_CONSTRAINT_WORKLOADS",
+    "SIMULATED_ZONES_ANNOTATION",
+    "ZONE_LABEL",
+    "PodConstraintWorkload",
+    "PodShape",
+    "cpu_node_template",
     "gpu_scheduler_config",
     "impossible_pods",
     "mixed_workload",
+    "pod_constraint_pods",
+    "pod_constraints_scheduler_config",
     "to_yaml",
 ]
 
@@ -60,6 +79,33 @@ status:
 """
 
 
+def cpu_node_template(zones: Sequence[str] = ()) -> str:
+    """A simulated CPU node as kube's scheduler_perf makes them: 4 cpu, 32Gi, 110 pods, no GPU,
+    no taint. With ``zones``, the gpu-agent puts node ``i`` in ``zones[i % len(zones)]``
+    (label ``topology.kubernetes.io/zone``); without, the nodes have no zone."""
+    annotations = f'  annotations:\n    {SIMULATED_ZONES_ANNOTATION}: "{",".join(zones)}"\n' if zones else ""
+    return f"""\
+# A simulated CPU node for `kubus up --node-template` and the gpu-agent's --template, the shape
+# of kube's scheduler_perf nodes: 4 cores, 32Gi, 110 pods, no GPU. The agent stamps out N nodes
+# from it, each with its own name{" and, round-robin, one of the zones the annotation lists" if zones else ""}.
+apiVersion: v1
+kind: Node
+metadata:
+  name: sim-cpu
+  labels:
+    kubernetes.io/os: linux
+    kubernetes.io/arch: amd64
+{annotations}status:
+  capacity: {{cpu: "4", memory: 32Gi, pods: "110"}}
+  allocatable: {{cpu: "4", memory: 32Gi, pods: "110"}}
+  conditions: [{{type: Ready, status: "True"}}]
+"""
+
+
+CPU_NODE_TEMPLATE = cpu_node_template()
+"""`cpu_node_template` without zones."""
+
+
 def gpu_scheduler_config(profiles: Sequence[str] = ("default-scheduler",)) -> str:
     """A KubeSchedulerConfiguration with one profile per name: kube's default plugins plus
     GPUFit (kubus's default set has no GPU plugin, and the simulated nodes are GPU nodes: without
@@ -79,6 +125,21 @@ def gpu_scheduler_config(profiles: Sequence[str] = ("default-scheduler",)) -> st
             "          - name: GPUFit",
             "            weight: 2",
         ]
+    return "\n".join(lines) + "\n"
+
+
+def pod_constraints_scheduler_config(profiles: Sequence[str] = ("default-scheduler",)) -> str:
+    """A KubeSchedulerConfiguration with one profile per name, each kube's default profile (no
+    GPUFit: the pod-constraint workloads run on CPU nodes), every node filtered and scored
+    (percentageOfNodesToScore 100, as bench/pod_constraints.py runs them)."""
+    lines = [
+        "# Written by kubus: kube's default profile, once per profile; every node scored.",
+        "apiVersion: kubescheduler.config.k8s.io/v1",
+        "kind: KubeSchedulerConfiguration",
+        "percentageOfNodesToScore: 100",
+        "profiles:",
+    ]
+    lines += [f"  - schedulerName: {name}" for name in profiles]
     return "\n".join(lines) + "\n"
 
 
@@ -178,6 +239,174 @@ def impossible_pods(namespace: str = "default", prefix: str = "pod") -> list[dic
             nodeSelector={"topology.kubernetes.io/zone": "mars-1a"},
         ),
     ]
+
+
+BENCH_WORKLOADS = (
+    "mixed",
+    "pod-affinity",
+    "pod-anti-affinity",
+    "topology-spreading",
+    "preferred-topology-spreading",
+    "preemption-basic",
+)
+"""`kubus bench --workload` choices: `mixed_workload`, then `POD_CONSTRAINT_WORKLOADS`."""
+
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+
+
+@dataclass(frozen=True)
+class PodShape:
+    """The pods of one half (init or measured) of a pod-constraint workload."""
+
+    namespace: str
+    labels: Mapping[str, str]
+    spec: Mapping[str, Any] = field(default_factory=dict)
+    """Added to the pod's spec: affinity, topologySpreadConstraints, priority."""
+    cpu: str = "100m"
+
+
+@dataclass(frozen=True)
+class PodConstraintWorkload:
+    """One of kube scheduler_perf's pod-constraint workloads (v1.28 performance-config.yaml)."""
+
+    name: str
+    """`kubus bench --workload` name."""
+    kube_name: str
+    """scheduler_perf's name."""
+    zones: tuple[str, ...]
+    """Zones of the nodes, round-robin; () for none."""
+    init: PodShape
+    measured: PodShape
+    init_pods: int
+    """scheduler_perf's init pods at 5,000 nodes."""
+    measured_pods: int
+    """scheduler_perf's measured pods at 5,000 nodes."""
+    kube_pods_per_second: float
+    """kube-scheduler's figure for it on a 2-core machine at 5,000 nodes."""
+    plugin: str
+    """The plugin whose constraint the pods carry."""
+
+
+def _affinity(kind: str, color: str, key: str) -> dict[str, Any]:
+    term = {
+        "labelSelector": {"matchLabels": {"color": color}},
+        "topologyKey": key,
+        "namespaces": ["sched-0", "sched-1"],
+    }
+    return {"affinity": {kind: {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}}
+
+
+def _spread(when: str) -> dict[str, Any]:
+    constraint = {
+        "maxSkew": 5,
+        "topologyKey": ZONE_LABEL,
+        "whenUnsatisfiable": when,
+        "labelSelector": {"matchLabels": {"color": "blue"}},
+    }
+    return {"topologySpreadConstraints": [constraint]}
+
+
+_MOONS = ("moon-1", "moon-2", "moon-3")
+
+POD_CONSTRAINT_WORKLOADS: Mapping[str, PodConstraintWorkload] = {
+    w.name: w
+    for w in (
+        PodConstraintWorkload(
+            "pod-affinity",
+            "SchedulingPodAffinity",
+            ("zone1",),
+            PodShape("sched-0", {"color": "blue"}, _affinity("podAffinity", "blue", ZONE_LABEL)),
+            PodShape("sched-1", {"color": "blue"}, _affinity("podAffinity", "blue", ZONE_LABEL)),
+            5000,
+            1000,
+            36,
+            "InterPodAffinity",
+        ),
+        PodConstraintWorkload(
+            "pod-anti-affinity",
+            "SchedulingPodAntiAffinity",
+            (),
+            PodShape("sched-0", {"color": "green"}, _affinity("podAntiAffinity", "green", HOSTNAME_LABEL)),
+            PodShape("sched-1", {"color": "green"}, _affinity("podAntiAffinity", "green", HOSTNAME_LABEL)),
+            1000,
+            1000,
+            112,
+            "InterPodAffinity",
+        ),
+        PodConstraintWorkload(
+            "topology-spreading",
+            "TopologySpreading",
+            _MOONS,
+            PodShape("bench", {}),
+            PodShape("bench", {"color": "blue"}, _spread("DoNotSchedule")),
+            5000,
+            2000,
+            82,
+            "PodTopologySpread",
+        ),
+        PodConstraintWorkload(
+            "preferred-topology-spreading",
+            "PreferredTopologySpreading",
+            _MOONS,
+            PodShape("bench", {}),
+            PodShape("bench", {"color": "blue"}, _spread("ScheduleAnyway")),
+            5000,
+            2000,
+            84,
+            "PodTopologySpread",
+        ),
+        PodConstraintWorkload(
+            "preemption-basic",
+            "PreemptionBasic",
+            (),
+            PodShape("bench", {}, {"priority": 0}, cpu="900m"),
+            PodShape("bench", {}, {"priority": 10}, cpu="3"),
+            2000,
+            500,
+            40,
+            "DefaultPreemption",
+        ),
+    )
+}
+"""kubernetes v1.28 scheduler_perf's SchedulingPodAffinity (every node in zone1; required
+podAffinity to color=blue on the zone, namespaces sched-0 and sched-1), SchedulingPodAntiAffinity
+(required podAntiAffinity to color=green on the hostname: one such pod per node), TopologySpreading
+(zones moon-1..3; plain init pods, then a DoNotSchedule spread, maxSkew 5 on the zone, over
+color=blue) and PreferredTopologySpreading (the same, ScheduleAnyway): pods of 100m / 500Mi, kube's
+figures at 5,000 nodes. PreemptionBasic: init pods of 900m at priority 0 (four per node), then
+pods of 3 cpu at priority 10 that must each preempt three; scheduler_perf runs it at 500 nodes
+(`--nodes 500`: 2,000 init and 500 measured pods)."""
+
+
+def _constraint_pod(name: str, shape: PodShape, scheduler: str) -> dict[str, Any]:
+    container = {
+        "name": "pause",
+        "image": "registry.k8s.io/pause:3.5",
+        "ports": [{"containerPort": 80}],
+        "resources": {"requests": {"cpu": shape.cpu, "memory": "500Mi"}},
+    }
+    metadata: dict[str, Any] = {"name": name, "namespace": shape.namespace}
+    if shape.labels:
+        metadata["labels"] = dict(shape.labels)
+    spec: dict[str, Any] = {"containers": [container], **shape.spec}
+    if scheduler != "default-scheduler":
+        spec["schedulerName"] = scheduler
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+def pod_constraint_pods(
+    workload: PodConstraintWorkload,
+    init: int,
+    measured: int,
+    *,
+    profiles: Sequence[str] = ("default-scheduler",),
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The init pods (``init-<i>``) and the measured pods (``measured-<i>``) of ``workload``, as
+    Pod manifests, each half spread round-robin over ``profiles``."""
+    return (
+        [_constraint_pod(f"init-{i:05d}", workload.init, profiles[i % len(profiles)]) for i in range(init)],
+        [_constraint_pod(f"measured-{i:05d}", workload.measured, profiles[i % len(profiles)]) for i in range(measured)],
+    )
 
 
 def to_yaml(pods: Iterable[dict[str, Any]]) -> str:

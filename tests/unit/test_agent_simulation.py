@@ -6,6 +6,7 @@ import pytest
 
 from kubus.api.manifests import parse_node
 from kubus.gpu_agent.simulation import pod_duration, simulated_node_names, simulated_nodes
+from kubus.synthetic import simulated_zones
 
 
 def template():  # type: ignore[no-untyped-def]
@@ -50,3 +51,49 @@ def test_durations_are_jittered_deterministically_per_pod() -> None:
     assert pod_duration("uid-7", 30, 0.5) == durations[7]
     with pytest.raises(ValueError, match="jitter"):
         pod_duration("a", 30, 1.5)
+
+
+def zoned(zones: str):  # type: ignore[no-untyped-def]
+    return parse_node(
+        {
+            "kind": "Node",
+            "metadata": {
+                "name": "tpl",
+                "labels": {"pool": "a", "topology.kubernetes.io/zone": "template-zone"},
+                "annotations": {"kubus.io/simulated-zones": zones},
+            },
+            "status": {"capacity": {"cpu": "4", "memory": "32Gi"}},
+        }
+    )
+
+
+def test_zones_annotation_spreads_nodes_round_robin() -> None:
+    assert simulated_zones(template()) == ()
+    assert "topology.kubernetes.io/zone" not in simulated_nodes(template(), 2)[1].metadata.labels
+    tpl = zoned(" moon-1, moon-2 ,moon-3")
+    assert simulated_zones(tpl) == ("moon-1", "moon-2", "moon-3")
+    nodes = simulated_nodes(tpl, 7)
+    assert [n.metadata.labels["topology.kubernetes.io/zone"] for n in nodes] == [
+        "moon-1", "moon-2", "moon-3", "moon-1", "moon-2", "moon-3", "moon-1",
+    ]  # fmt: skip
+    assert all(n.metadata.labels["pool"] == "a" for n in nodes)
+    assert [n.metadata.labels["kubernetes.io/hostname"] for n in nodes] == [n.name for n in nodes]
+    assert [n.metadata.labels["topology.kubernetes.io/zone"] for n in simulated_nodes(zoned("zone1"), 3)] == [
+        "zone1"
+    ] * 3
+    assert tpl.metadata.labels["topology.kubernetes.io/zone"] == "template-zone"  # the template is untouched
+
+
+@pytest.mark.parametrize(
+    ("zones", "expected"),
+    [
+        ("", "zone 1 is empty"),
+        ("moon-1,,moon-3", "zone 2 is empty"),
+        ("moon-1,", "zone 2 is empty"),
+        ("moon-1,-bad-", "zone 2 ('-bad-') is not a valid label value"),
+    ],
+)
+def test_bad_zones_annotation_is_one_clear_error(zones: str, expected: str) -> None:
+    with pytest.raises(ValueError, match=r"kubus\.io/simulated-zones") as info:
+        simulated_nodes(zoned(zones), 3)
+    assert expected in str(info.value) and "\n" not in str(info.value)
