@@ -124,6 +124,19 @@ class Metrics:
             buckets=(1, 2, 4, 8, 16),
             registry=r,
         )
+        self.preemption_attempts = Counter(
+            "scheduler_preemption_attempts",
+            "Total preemption attempts in the cluster till now.",
+            ("profile",),
+            registry=r,
+        )
+        self.preemption_victims = Histogram(
+            "scheduler_preemption_victims",
+            "Number of selected preemption victims.",
+            ("profile",),
+            buckets=(1, 2, 4, 8, 16, 32, 64),
+            registry=r,
+        )
         self.nodes = Gauge("kubus_nodes", "Nodes known, by state (ready, unreachable).", ("state",), registry=r)
         self.pods_running = Gauge("kubus_pods_running", "Pods running on the nodes of this agent.", registry=r)
         self.pod_admissions = Counter(

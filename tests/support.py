@@ -8,11 +8,12 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from dataclasses import replace
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-__all__ = ["eventually", "http_get"]
+__all__ = ["eventually", "http_get", "without_post_filter"]
 
 
 async def eventually(check: Callable[[], T | Awaitable[T]], timeout: float = 10.0, interval: float = 0.02) -> T:
@@ -43,3 +44,12 @@ def http_get(url: str) -> tuple[int, str]:
         return error.code, error.read().decode().strip()
     except OSError as error:
         return 0, repr(error)
+
+
+def without_post_filter(profile: Any) -> Any:
+    """A `ProfileConfig` less its PostFilter plugins (DefaultPreemption, in the default profile):
+    for comparisons with the reference scheduler, which runs no PostFilter, and for messages
+    that are only about Filter."""
+    from kubus.framework.registry import ExtensionPoint
+
+    return replace(profile, plugins={**profile.plugins, ExtensionPoint.POST_FILTER: ()})

@@ -8,7 +8,8 @@ standbys run the same service and take over when the lease lapses. The leader, i
    (`ClusterState.load_snapshot`) into a `NodeSnapshot`; cluster events (``kubus.events.>``)
    name the nodes whose rows it reads again before the next batch, and a full resync every
    ``resync_interval`` heals any event it missed. Its own reservations are assumed locally as
-   it makes them.
+   it makes them. The namespaces' labels (for namespaceSelectors) are read from the store before
+   every pop, when their version moved: a namespace applied is seen from the next batch on.
 2. **Pop** up to ``batch_size`` pods (`PopRequest` on ``kubus.queue.<profile>.pop``, with the
    lease's fencing token). Each manifest is parsed; a bad one is an ERROR outcome.
 3. **Schedule** the batch (`Scheduler.schedule`, in a worker thread so the lease keeps being
@@ -54,7 +55,17 @@ from kubus.api.errors import ManifestError
 from kubus.api.manifests import wire_pod
 from kubus.api.objects import Pod
 from kubus.api.podgroups import pod_group_key
-from kubus.bus import EventKind, Publication, bind, event_filter, msgids, publish_durable_many, queue_done, queue_pop
+from kubus.bus import (
+    EventKind,
+    Publication,
+    announcements,
+    bind,
+    event_filter,
+    msgids,
+    publish_durable_many,
+    queue_done,
+    queue_pop,
+)
 from kubus.bus.messages import (
     BindRequest,
     ClusterEvent,
@@ -82,7 +93,7 @@ from kubus.kernels.nodeinfo import PodInfo
 from kubus.plugins.node_resources_fit import NodeResourcesFit
 from kubus.service import TRANSIENT_ERRORS, Service
 from kubus.settings import ConnectionSettings
-from kubus.store import ClusterState, Move, PodPhase, Reservation, StoreCode
+from kubus.store import ClusterState, EventType, Move, PodEvent, PodPhase, Reservation, ReserveResult, StoreCode
 
 __all__ = ["CycleOptions", "CycleService"]
 
@@ -174,6 +185,9 @@ class _Batch:
     """Uids of pods that were no longer Pending: not an attempt, not counted as one."""
     touched: set[str] = field(default_factory=set)
     """Nodes this batch asked Redis to reserve on."""
+    victims: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    """Preemptor uid -> (uid, attempt) of each pod its preemption evicts (the table already
+    forgot them; the store evicts them with the preemptor's reservation, in one step)."""
 
     def decide(self, outcome: Outcome) -> None:
         if outcome.uid not in self.outcomes:
@@ -334,6 +348,7 @@ class CycleService(Service):
         elif asyncio.get_running_loop().time() >= self._next_resync:
             await self._load(fresh=False)
         await self._refresh()
+        self._snapshot().table.namespaces = await self._store().namespaces()
 
     async def _load(self, *, fresh: bool) -> None:
         """Read every node and reservation: a new table (``fresh``), or a diff into the current one."""
@@ -521,6 +536,13 @@ class CycleService(Service):
             if result.node is not None:
                 snapshot.placed_by_scheduler(pod.key, _uid(pod), result.node)
                 placed.append(result)
+                if result.preempted:
+                    batch.victims[_uid(pod)] = [
+                        (v.pod.metadata.uid, where.attempt if where is not None else "")
+                        for v in result.preempted
+                        for where in (snapshot.evicted(v.pod.key, result.node),)
+                    ]
+                    self.metrics.preemption_victims.labels(profile=self.profile).observe(len(result.preempted))
             elif result.status.code is Code.ERROR:
                 batch.error(_uid(pod), result.message or "scheduling failed")
             else:
@@ -603,6 +625,7 @@ class CycleService(Service):
                     token=batch.token,
                     attempt=str(write.version),
                     ignored=self._ignored(pod_info.requests),
+                    namespace_labels=self._snapshot().table.namespaces.get(pod.namespace),
                 )
             except ValueError as exc:
                 undo.append(self._give_back(pod, node, write.version, result.state))
@@ -611,7 +634,7 @@ class CycleService(Service):
             batch.touched.add(node)
             holds.append((result, write.version, reservation))
         try:
-            answers = await state.reserve_many([h[2] for h in holds])
+            answers = await self._reserve_or_preempt(batch, holds)
         except TRANSIENT_ERRORS as exc:
             for result, attempt, _ in holds:
                 undo.append(self._give_back(result.pod, result.node or "", attempt, result.state))
@@ -645,6 +668,52 @@ class CycleService(Service):
         if reserved:
             await self._hand_over(batch, reserved, asyncio.Semaphore(self.options.reserve_concurrency))
         return refused
+
+    async def _reserve_or_preempt(
+        self, batch: _Batch, holds: Sequence[tuple[ScheduleResult, int, Reservation]]
+    ) -> list[ReserveResult]:
+        """Each hold's store step, in order: RESERVE for most (one pipelined round trip), and for
+        a pod placed by preemption PREEMPT, which checks its victims are still what the table
+        held, evicts them and takes their room for the pod in one step; then the victims'
+        ``pod.deleted`` events, so their agents stop them and every cycle forgets them."""
+        state = self._store()
+        preempting = [i for i, h in enumerate(holds) if _uid(h[0].pod) in batch.victims]
+        plain = [i for i in range(len(holds)) if i not in set(preempting)]
+        answers: list[ReserveResult | None] = [None] * len(holds)
+        for i, answer in zip(plain, await state.reserve_many([holds[i][2] for i in plain]), strict=True):
+            answers[i] = answer
+        for i in preempting:
+            result, _, reservation = holds[i]
+            victims = batch.victims[_uid(result.pod)]
+            outcome = await state.preempt(reservation.node, reservation, victims, source=f"cycle/{self.profile}")
+            answers[i] = outcome
+            if outcome.ok and outcome.evicted:
+                self.log.info(
+                    "pod preempted others", pod=result.pod.key, node=reservation.node, victims=len(outcome.evicted)
+                )
+                victims_text = ", ".join(v.key for v in outcome.evicted)
+                with contextlib.suppress(*TRANSIENT_ERRORS):  # the record says it; the event is extra
+                    await state.append_event(
+                        _uid(result.pod),
+                        PodEvent(
+                            time.time(),
+                            EventType.NORMAL,
+                            "Preempting",
+                            f"preempted {len(outcome.evicted)} pod(s) of lower priority on node "
+                            f"{reservation.node}: {victims_text}",
+                            source=f"cycle/{self.profile}",
+                        ),
+                    )
+                publications = announcements.preempted(
+                    outcome.evicted, node=reservation.node, message=outcome.message, at=time.time()
+                )
+                try:
+                    await publish_durable_many(self.jetstream(), publications)
+                except TRANSIENT_ERRORS as exc:
+                    # Evicted in Redis all the same: the agent's resync stops pods no longer
+                    # Running there, and the cycles' node resync drops them.
+                    self.log.warning("preemption announcement failed", pod=result.pod.key, error=repr(exc))
+        return [a for a in answers if a is not None]
 
     async def _hand_over(self, batch: _Batch, reserved: list[_Reserved], limit: asyncio.Semaphore) -> None:
         """docs/services.md 4c: the reserved pods' BindRequests, all sent before any ack is
@@ -716,6 +785,12 @@ class CycleService(Service):
         else:
             labels = {"extension_point": point.label, "status": "Success", "profile": self.profile}
             self.metrics.extension_point_duration.labels(**labels).observe(seconds)
+            if point is ExtensionPoint.POST_FILTER and self._preempts:
+                self.metrics.preemption_attempts.labels(profile=self.profile).inc()
+
+    @property
+    def _preempts(self) -> bool:
+        return any(p.name == "DefaultPreemption" for p in self.framework.post_filter)
 
     # -- Permit --------------------------------------------------------------------------------------
 

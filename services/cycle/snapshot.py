@@ -13,7 +13,7 @@ Unreachable nodes arrive with kube's ``node.kubernetes.io/unreachable`` taints a
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kubus.api.objects import Node
 from kubus.kernels import NUMPY, Backend, NodeTable
@@ -29,6 +29,9 @@ class PlacedPod:
 
     node: str
     uid: str
+    attempt: str = field(default="", compare=False)
+    """The attempt of its reservation in Redis, when the table has it from there ('' for the
+    cycle's own placements until a sync): preemption evicts exactly that reservation."""
 
 
 @dataclass(slots=True)
@@ -91,6 +94,15 @@ class NodeSnapshot:
         """Record a placement the Scheduler assumed into the table itself."""
         self.placed[key] = PlacedPod(node, uid)
 
+    def evicted(self, key: str, node: str) -> PlacedPod | None:
+        """A pod the Scheduler's preemption already took off ``node`` in the table: forget where
+        it was. Returns where it was (with the attempt the store must still hold)."""
+        placed = self.placed.get(key)
+        if placed is None or placed.node != node:
+            return None
+        del self.placed[key]
+        return placed
+
     def forget(self, key: str, node: str) -> bool:
         """Undo a placement (a failed reservation). False when the pod is not on that node."""
         if node not in self.table or key not in self.table.node_info(node).pods:
@@ -138,7 +150,7 @@ class NodeSnapshot:
                 self.forget(key, moved.node)
                 stats.pods_forgotten += 1
             table.assume(r.pod_info(), name)
-            self.placed[key] = PlacedPod(name, r.pod_uid)
+            self.placed[key] = PlacedPod(name, r.pod_uid, r.attempt)
             stats.pods_assumed += 1
 
     def _remove(self, name: str, stats: SyncStats) -> None:

@@ -1,5 +1,6 @@
 """What services announce on the bus, built in one place: cluster events about pods and nodes,
-and the announcement of a bind (the node's assignment and the ``pod.bound`` event).
+the announcement of a bind (the node's assignment and the ``pod.bound`` event) and of the
+victims of a preemption.
 
 Each function returns the `Publication` (subject, payload, msg id): the caller publishes it,
 alone or in a batch (`publish_durable_many`). Whoever announces the same fact builds the same
@@ -8,13 +9,30 @@ message id (`kubus.bus.msgids`), so the binder and the janitor finishing its bin
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Protocol
+
 from kubus import codec
 from kubus.bus import msgids
 from kubus.bus.connection import Publication
 from kubus.bus.messages import ClusterEvent, NodeAssignment, NodeChange, PodChange, Rejection, encode
 from kubus.bus.subjects import EventKind, event_subject, node_pods
 
-__all__ = ["bound", "node_event", "pod_event", "rejection_event"]
+__all__ = ["Evicted", "bound", "node_event", "pod_event", "preempted", "rejection_event"]
+
+
+class Evicted(Protocol):
+    """A pod preemption evicted: its uid, namespace/name (``key``) and scheduler profile
+    (`kubus.store.Eviction` is one)."""
+
+    @property
+    def uid(self) -> str: ...
+
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def profile(self) -> str: ...
 
 
 def pod_event(
@@ -73,6 +91,19 @@ def bound(assignment: NodeAssignment, profile: str, *, at: float) -> list[Public
     return [
         Publication(node_pods(a.node), encode(a), msgids.assign(a.uid, a.attempt)),
         pod_event(EventKind.POD_BOUND, a.key, a.uid, at=at, node=a.node, attempt=a.attempt, profile=profile),
+    ]
+
+
+def preempted(victims: Iterable[Evicted], *, node: str, message: str, at: float) -> list[Publication]:
+    """Pods preemption evicted from ``node``: per victim, the ``pod.deleted`` event a deletion
+    sends, with reason ``Preempted`` and ``message`` (`kubus.store.PreemptResult.message`), so
+    its node's agent stops it and the queue and the cycles see its room freed. Its message id is
+    the deletion's (one ``pod.deleted`` per pod), so announcing again (a retried preemption, a
+    later delete of the victim) is stored once."""
+    kind = EventKind.POD_DELETED
+    return [
+        pod_event(kind, v.key, v.uid, at=at, node=node, profile=v.profile, reason="Preempted", message=message)
+        for v in victims
     ]
 
 

@@ -9,6 +9,10 @@ PodGroups (gangs, for Coscheduling) come from the manifests: their members are t
 pods that carry the group's label, and the ones with spec.nodeName count as already placed. A
 pod that waits on Permit holds its node until a plugin rejects it (it is given back then) or the
 run ends (placed if its plugins allowed it, given back if not: the timeout).
+
+Every pod is admitted first as kube's Priority admission would (`kubus.api.priority`), with the
+manifests' PriorityClasses: a pod it refuses (no such class...) is Rejected, never scheduled.
+The manifests' Namespaces give namespaceSelectors their labels.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from __future__ import annotations
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cmp_to_key
 from typing import Any, TextIO
 
@@ -24,6 +28,7 @@ from kubus.api.gpus import pod_gpu_devices, pod_gpu_request
 from kubus.api.manifests import Manifests
 from kubus.api.objects import Pod
 from kubus.api.podgroups import pod_group_key
+from kubus.api.priority import PriorityError, resolve_priority
 from kubus.framework.config import SchedulerConfiguration
 from kubus.framework.interface import QueueSortPlugin
 from kubus.framework.registry import Registry
@@ -40,6 +45,10 @@ SCHEDULED = "Scheduled"
 UNSCHEDULABLE = "Unschedulable"
 SCHEDULING_GATED = "SchedulingGated"
 UNKNOWN_SCHEDULER = "UnknownScheduler"
+REJECTED = "Rejected"
+"""Refused before the queue, by kube's Priority admission."""
+PREEMPTED = "Preempted"
+"""Placed (or given as running on its node), then evicted by a pod of higher priority."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +59,10 @@ class PodOutcome:
     message: str
     gpu_devices: tuple[int, ...] = ()
     explain: dict[str, NodeExplain] | None = None
+    nominated_node: str = ""
+    """The node preemption nominated for the pod (it is placed there when it preempted)."""
+    preempted: tuple[str, ...] = ()
+    """The pods (namespace/name) this pod evicted to fit."""
 
 
 def place_facts(table: NodeTable, pods: Sequence[Pod]) -> list[str]:
@@ -92,12 +105,15 @@ def simulate(
     registry: Registry | None = None,
 ) -> tuple[list[PodOutcome], list[str]]:
     """Schedule the manifests' pending pods with the plugins of `registry` (default: the in-tree
-    and installed out-of-tree plugins). Returns outcomes in queue order, and warnings. Raises
-    RegistryError for a broken out-of-tree plugin."""
+    and installed out-of-tree plugins). Returns outcomes (the pods admission Rejected first, then
+    in queue order), and warnings. Raises RegistryError for a broken out-of-tree plugin."""
     if registry is None:
         registry = in_tree_registry(entry_points=True)
+    manifests, outcomes = _admit(manifests)
     table = NodeTable(backend, seed=seed, capacity=max(64, len(manifests.nodes)))
     table.add_nodes(manifests.nodes)
+    table.namespaces = {ns.name: ns.labels for ns in manifests.namespaces}
+    table.disruption_budgets = tuple(manifests.disruption_budgets)
     facts = [p for p in manifests.pods if p.spec.node_name]
     warnings = place_facts(table, facts)
     # Permit runs right after Reserve; a pod it makes wait holds its node until a plugin rejects
@@ -119,7 +135,6 @@ def simulate(
         )
         for profile in config.profiles
     }
-    outcomes: list[PodOutcome] = []
     waits: list[tuple[int, ScheduleResult, str]] = []
     batch: list[Pod] = []
     batch_profile = ""
@@ -133,6 +148,7 @@ def simulate(
                     waits.append((len(outcomes), r, batch_profile))
                 elif r.node is not None and (key := pod_group_key(r.pod)) is not None:
                     handle.pod_groups.note_assigned(key)
+                _evicted(outcomes, r)
                 outcomes.append(_outcome(r))
             batch.clear()
             _release_rejected(table, outcomes, waits, waiting)
@@ -164,6 +180,20 @@ def simulate(
     flush()
     _end_waits(table, outcomes, waits, waiting)
     return outcomes, warnings
+
+
+def _admit(manifests: Manifests) -> tuple[Manifests, list[PodOutcome]]:
+    """The manifests with each pod as kube's Priority admission lets it in (its class's priority
+    and preemptionPolicy), and a Rejected outcome for each pod it refuses, left out."""
+    classes = {pc.name: pc for pc in manifests.priority_classes}
+    admitted: list[Pod] = []
+    refused: list[PodOutcome] = []
+    for pod in manifests.pods:
+        try:
+            admitted.append(resolve_priority(pod, classes))
+        except PriorityError as e:
+            refused.append(PodOutcome(pod, None, REJECTED, f"{e.field}: {e}"))
+    return replace(manifests, pods=admitted), refused
 
 
 def _load_pod_groups(manifests: Manifests, handles: Iterable[WaitingPods]) -> None:
@@ -226,9 +256,28 @@ def _end_waits(
 
 
 def _outcome(r: ScheduleResult) -> PodOutcome:
+    victims = tuple(v.pod.key for v in r.preempted)
     if r.node is not None:
-        return PodOutcome(r.pod, r.node, SCHEDULED, "", r.gpu_devices, r.explain)
-    return PodOutcome(r.pod, None, UNSCHEDULABLE, r.message, (), r.explain)
+        message = f"preempted {len(victims)} pod(s) on node {r.node}: {', '.join(victims)}" if victims else ""
+        return PodOutcome(r.pod, r.node, SCHEDULED, message, r.gpu_devices, r.explain, r.nominated_node, victims)
+    return PodOutcome(r.pod, None, UNSCHEDULABLE, r.message, (), r.explain, r.nominated_node)
+
+
+def _evicted(outcomes: list[PodOutcome], r: ScheduleResult) -> None:
+    """The outcomes of the pods ``r``'s preemption evicted become Preempted (a pod given with
+    spec.nodeName has no outcome yet: it gets one)."""
+    if not r.preempted:
+        return
+    message = f"Preempted by {r.pod.key} on node {r.node}"
+    index = {o.pod.key: i for i, o in enumerate(outcomes)}
+    for victim in r.preempted:
+        i = index.get(victim.pod.key)
+        pod = victim.pod if i is None else outcomes[i].pod
+        outcome = PodOutcome(pod, None, PREEMPTED, message)
+        if i is None:
+            outcomes.append(outcome)
+        else:
+            outcomes[i] = outcome
 
 
 # ---- output ----------------------------------------------------------------------------------
@@ -245,6 +294,10 @@ def to_json(outcomes: Sequence[PodOutcome], *, explain: bool) -> dict[str, Any]:
             "message": o.message,
             "gpuDevices": list(o.gpu_devices),
         }
+        if o.nominated_node:
+            entry["nominatedNode"] = o.nominated_node
+        if o.preempted:
+            entry["preempted"] = list(o.preempted)
         if explain:
             entry["explain"] = {"nodes": {n: _explain_json(e) for n, e in (o.explain or {}).items()}}
         pods.append(entry)

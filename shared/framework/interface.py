@@ -13,6 +13,14 @@ A plugin written one node at a time, the kube way, plugs in through
 `placement_sensitive` tells the batch scheduler whether a plugin's answer for a node can change
 when a pod is placed on that node (resources, ports, GPUs: yes; labels, taints, images: no).
 Getting it wrong breaks batch == one-by-one, so the default is True.
+
+`reads_view_only` (default False) tells the preemption dry run
+(`kubus.plugins.default_preemption`) that a placement-sensitive Filter plugin reads the pods on
+a node only through the view's arrays (`req`, `nz_cpu`, `nz_mem`, `gpu_free`, `gpu_pods`: the
+`kubus.kernels.node_table.USAGE_COLUMNS`), never through `view.table`'s NodeInfos or indexes
+(NodeResourcesFit, GPUFit: True; NodePorts reads `port_rows` and `used_ports`: False). The dry
+run then evaluates it on a what-if copy of those arrays instead of taking pods off the table.
+A wrong True makes preemption choose victims from a stale picture.
 """
 
 from __future__ import annotations
@@ -128,6 +136,14 @@ class FilterDiagnosis:
     resolvable_nodes: tuple[str, ...] = ()
     """Nodes whose rejection was only Unschedulable (not UnschedulableAndUnresolvable): where
     removing pods could help, the candidates of preemption."""
+    table: NodeTable | None = None
+    """The node table the pod was filtered against (the scheduler's; a PostFilter plugin may
+    change it only to undo what it changed, e.g. a preemption dry run)."""
+    framework: Any = None
+    """The profile's `kubus.framework.runtime.Framework`, for dry runs of its Filter plugins."""
+    resolvable: Any = None
+    """Host bool per row: the node holds a node and no filter rejected it UnschedulableAndUnresolvable
+    (the rows `resolvable_nodes` names)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +153,8 @@ class PostFilterResult:
 
     status: Status
     nominated_node: str = ""
+    victims: tuple[PodInfo, ...] = ()
+    """Preemption: the pods to evict from ``nominated_node`` so the pod fits there."""
 
 
 @runtime_checkable
@@ -151,6 +169,35 @@ class PostFilterPlugin(Plugin, Protocol):
 class PreScorePlugin(Plugin, Protocol):
     def pre_score(self, state: CycleState, pod: Pod, table: NodeTable) -> Status:
         """Prepare for Score. Skip means this plugin's Score is not run for the pod."""
+        ...
+
+
+@runtime_checkable
+class ClusterScopedPlugin(Plugin, Protocol):
+    """A Filter or Score plugin whose answer for a node depends on pods on *other* nodes (the
+    node's topology domain, or the whole cluster): InterPodAffinity, PodTopologySpread.
+
+    After each placement of a batch the scheduler asks ``placement_affects``; when True it runs
+    the plugin's PreFilter and Filter (and PreScore and Score, once the pod's class is scored)
+    again over every row, with the placed pod in the table (`NodeTable.pods`). A Skip from
+    PreFilter/PreScore then is the plugin passing every node / scoring nothing, so a plugin
+    that skipped at first (no existing anti-affinity yet) is still asked."""
+
+    def placement_affects(self, state: CycleState, pod: Pod, placed: PodInfo) -> bool:
+        """Whether placing ``placed`` (on any node) can change this plugin's Filter or Score for
+        ``pod`` (``state`` is the pod's, after its PreFilter). False must be exact: a wrong
+        False breaks batch == one by one."""
+        ...
+
+
+@runtime_checkable
+class FeasibleNodesPreScorePlugin(Plugin, Protocol):
+    """A PreScore plugin that reads the feasible nodes, as kube passes them to PreScore (after
+    percentageOfNodesToScore sampling): PodTopologySpread. The scheduler runs its PreScore and
+    Score at every decision, over the sampled feasible rows only (never cached per class)."""
+
+    def pre_score_feasible(self, state: CycleState, pod: Pod, table: NodeTable, rows: Any) -> Status:
+        """PreScore with ``rows``: a host int array of the feasible rows being scored."""
         ...
 
 
@@ -256,10 +303,20 @@ def is_placement_sensitive(plugin: object) -> bool:
     return bool(getattr(plugin, "placement_sensitive", True))
 
 
+def is_cluster_scoped(plugin: object) -> bool:
+    return callable(getattr(plugin, "placement_affects", None))
+
+
+def needs_feasible_nodes(plugin: object) -> bool:
+    return callable(getattr(plugin, "pre_score_feasible", None))
+
+
 __all__ = [
     "ALL_ROWS",
     "MAX_NODE_SCORE",
     "BindPlugin",
+    "ClusterScopedPlugin",
+    "FeasibleNodesPreScorePlugin",
     "FilterDiagnosis",
     "FilterPlugin",
     "FilterResult",
@@ -281,5 +338,7 @@ __all__ = [
     "Rows",
     "ScorePlugin",
     "WaitingPod",
+    "is_cluster_scoped",
     "is_placement_sensitive",
+    "needs_feasible_nodes",
 ]

@@ -60,6 +60,7 @@ METHOD_EXTENSION_POINTS: dict[str, ExtensionPoint] = {
     "filter": ExtensionPoint.FILTER,
     "post_filter": ExtensionPoint.POST_FILTER,
     "pre_score": ExtensionPoint.PRE_SCORE,
+    "pre_score_feasible": ExtensionPoint.PRE_SCORE,
     "score": ExtensionPoint.SCORE,
     "reserve": ExtensionPoint.RESERVE,
     "permit": ExtensionPoint.PERMIT,

@@ -9,7 +9,7 @@ import inspect
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kubus.api.objects import Pod
@@ -165,7 +165,7 @@ class Framework:
             except Exception as exc:
                 _log.exception("event=%r plugin=%s pod=%s", "post_filter failed", plugin.name, pod.key)
                 return PostFilterResult(Status.error(f"{plugin.name}: {exc!r}").with_plugin(plugin.name))
-            result = PostFilterResult(result.status.with_plugin(plugin.name), result.nominated_node)
+            result = replace(result, status=result.status.with_plugin(plugin.name))
             if result.status.is_success or result.status.code is Code.ERROR:
                 return result
             last = result
@@ -174,9 +174,10 @@ class Framework:
     def run_add_pod(self, state: CycleState, pod: Pod, pod_to_add: PodInfo, node_info: NodeInfo) -> Status:
         """PreFilterExtensions.AddPod of every PreFilter plugin that has it, in order: the
         pod's CycleState as if ``pod_to_add`` ran on ``node_info``. The first failure is
-        returned, naming its plugin."""
+        returned, naming its plugin. Plugins whose PreFilter said Skip for the pod are left
+        out, as kube's RunPreFilterExtensionAddPod leaves them out."""
         for plugin in self.pre_filter:
-            if isinstance(plugin, PreFilterExtensions):
+            if isinstance(plugin, PreFilterExtensions) and plugin.name not in state.skip_filter_plugins:
                 status = plugin.add_pod(state, pod, pod_to_add, node_info)
                 if not status.is_success:
                     return status.with_plugin(plugin.name)
@@ -185,7 +186,7 @@ class Framework:
     def run_remove_pod(self, state: CycleState, pod: Pod, pod_to_remove: PodInfo, node_info: NodeInfo) -> Status:
         """PreFilterExtensions.RemovePod, as `run_add_pod` (a victim taken off the node)."""
         for plugin in self.pre_filter:
-            if isinstance(plugin, PreFilterExtensions):
+            if isinstance(plugin, PreFilterExtensions) and plugin.name not in state.skip_filter_plugins:
                 status = plugin.remove_pod(state, pod, pod_to_remove, node_info)
                 if not status.is_success:
                     return status.with_plugin(plugin.name)

@@ -26,7 +26,14 @@ from kubus.api.objects import Pod
 from kubus.api.podgroups import pod_group_key
 from kubus.framework.config import num_feasible_nodes_to_find
 from kubus.framework.cycle_state import GPU_DEVICES_STATE_KEY, CycleState
-from kubus.framework.interface import ALL_ROWS, FilterDiagnosis, FilterResult, is_placement_sensitive
+from kubus.framework.interface import (
+    ALL_ROWS,
+    FilterDiagnosis,
+    FilterResult,
+    is_cluster_scoped,
+    is_placement_sensitive,
+    needs_feasible_nodes,
+)
 from kubus.framework.registry import ExtensionPoint
 from kubus.framework.runtime import Framework
 from kubus.framework.status import Code, Status
@@ -76,7 +83,10 @@ class ScheduleResult:
     state: CycleState | None = None
     """Placed: the pod's CycleState after Reserve, for what runs next (Permit, Unreserve)."""
     nominated_node: str = ""
-    """Unschedulable: the node a PostFilter plugin nominated (preemption), if any."""
+    """The node a PostFilter plugin nominated (preemption), if any."""
+    preempted: tuple[PodInfo, ...] = ()
+    """Placed by preemption: the pods evicted from `node` to make room (already forgotten in
+    the table). The cycle evicts them and reserves for the pod in one store step."""
     waiting_on: Mapping[str, float] = field(default_factory=dict)
     """Placed, with ``run_permit``: the Permit plugins it waits on, with their timeouts."""
 
@@ -92,7 +102,14 @@ class _ScoreTerm:
     normalizes: bool
     sensitive: bool
     raw: Any = None
-    """int64 raw scores for every row."""
+    """int64 raw scores for every row (None for a `per_decision` term)."""
+    cluster: bool = False
+    """Cluster-scoped (`ClusterScopedPlugin`): recomputed over every row when a placement affects it."""
+    active: bool = True
+    """False while its PreScore said Skip (a cluster-scoped term is kept, to be asked again)."""
+    per_decision: bool = False
+    """Its PreScore reads the feasible nodes (`FeasibleNodesPreScorePlugin`): PreScore and Score
+    run at every decision over the rows being scored."""
 
 
 @dataclass(slots=True)
@@ -107,8 +124,16 @@ class _PodClass:
     """bool per row: a node, and allowed by PreFilter results."""
     static_pass: Any = None
     """bool per row: passes every filter plugin whose answer placements cannot change."""
+    sensitive_pass: Any = None
+    """bool per row: passes every placement-sensitive (row-local) filter plugin."""
+    cluster_pass: dict[str, Any] = field(default_factory=dict)
+    """Cluster-scoped filter plugin -> bool per row (all True while its PreFilter skips)."""
     feasible: Any = None
     sensitive_filters: tuple[Any, ...] = ()
+    cluster_plugins: tuple[Any, ...] = ()
+    """The profile's cluster-scoped Filter/Score plugins: asked after every placement."""
+    stale: set[str] = field(default_factory=set)
+    """Cluster-scoped plugins a placement affected: rerun over every row before deciding."""
     terms: list[_ScoreTerm] = field(default_factory=list)
     base: Any = None
     """Sum of weighted scores of plugins without NormalizeScore (they need no renormalizing)."""
@@ -175,16 +200,23 @@ class Scheduler:
             cls = classes.get(key)
             if cls is None:
                 cls = classes[key] = self._evaluate(pod)
-            elif cls.dirty:
+            elif cls.dirty or cls.stale:
                 self._refresh_rows(cls)
             remaining[key] -= 1
             result = self._decide(cls, pod, explain)
             results.append(result)
             if result.node is not None:
                 row = self.table.row_of[result.node]
+                placed = self.table.node_info(row).pods[pod.key]
                 for k, other in classes.items():
                     if remaining[k] > 0:
                         other.dirty.append(row)
+                        for plugin in other.cluster_plugins:
+                            if result.preempted or (
+                                plugin.name not in other.stale
+                                and plugin.placement_affects(other.state, other.pod, placed)
+                            ):
+                                other.stale.add(plugin.name)  # pods evicted: any count may drop
         return results
 
     # ---- one class: PreFilter, Filter, PreScore, Score over all rows --------------------------
@@ -238,23 +270,38 @@ class Scheduler:
             mask[rows] = True
             candidates &= table.backend.asarray(mask)
         cls = _PodClass(pod, state, Status.success(), candidates=candidates, narrowed_by=tuple(sorted(narrowing)))
-        filters = [p for p in fw.filter if p.name not in state.skip_filter_plugins]
+        cls.cluster_plugins = _cluster_plugins(fw)
         static_pass = candidates.copy()
-        feasible = None
-        for filter_plugin in filters:
+        sensitive_pass = xp.ones(table.rows, dtype=bool)
+        for filter_plugin in fw.filter:
+            cluster = is_cluster_scoped(filter_plugin)
+            if filter_plugin.name in state.skip_filter_plugins:
+                if cluster:
+                    cls.cluster_pass[filter_plugin.name] = xp.ones(table.rows, dtype=bool)
+                continue
             began = time.perf_counter()
             res = filter_plugin.filter(state, pod, view, ALL_ROWS)
             self._timed(sampled, ExtensionPoint.FILTER, filter_plugin.name, began)
-            if is_placement_sensitive(filter_plugin):
-                feasible = res.passed if feasible is None else feasible & res.passed
+            if cluster:
+                cls.cluster_pass[filter_plugin.name] = res.passed
+            elif is_placement_sensitive(filter_plugin):
+                sensitive_pass &= res.passed
+                cls.sensitive_filters += (filter_plugin,)
             else:
                 static_pass &= res.passed
         cls.static_pass = static_pass
-        cls.feasible = static_pass if feasible is None else static_pass & feasible
-        cls.sensitive_filters = tuple(p for p in filters if is_placement_sensitive(p))
+        cls.sensitive_pass = sensitive_pass
+        self._combine(cls)
         cls.base = xp.zeros(table.rows, dtype=xp.int64)
         del xp
         return cls
+
+    @staticmethod
+    def _combine(cls: _PodClass) -> None:
+        feasible = cls.static_pass & cls.sensitive_pass
+        for passed in cls.cluster_pass.values():
+            feasible &= passed
+        cls.feasible = feasible
 
     def _prepare_scores(self, cls: _PodClass) -> None:
         """PreScore and raw scores for every row; done once per class, when first needed."""
@@ -269,6 +316,8 @@ class Scheduler:
         cls.scored = True
         fw, table = self.framework, self.table
         for plugin in fw.pre_score:
+            if needs_feasible_nodes(plugin):
+                continue  # run at every decision, with the rows being scored
             status = plugin.pre_score(cls.state, cls.pod, table)
             if status.is_skip:
                 cls.state.skip_score_plugins.add(plugin.name)
@@ -277,18 +326,30 @@ class Scheduler:
                 return
         view = table.view()
         for score_plugin, weight in fw.score:
-            if score_plugin.name in cls.state.skip_score_plugins:
+            cluster = is_cluster_scoped(score_plugin)
+            per_decision = needs_feasible_nodes(score_plugin)
+            skipped = score_plugin.name in cls.state.skip_score_plugins
+            if skipped and not cluster:
                 continue
-            raw = score_plugin.score(cls.state, cls.pod, view, ALL_ROWS)
+            raw = None
+            if not per_decision:
+                raw = (
+                    view.xp.zeros(table.rows, dtype=view.xp.int64)
+                    if skipped
+                    else score_plugin.score(cls.state, cls.pod, view, ALL_ROWS)
+                )
             term = _ScoreTerm(
                 score_plugin,
                 weight,
                 getattr(score_plugin, "normalize_score", None) is not None,
-                is_placement_sensitive(score_plugin),
+                is_placement_sensitive(score_plugin) and not cluster,
                 raw,
+                cluster=cluster,
+                active=not skipped,
+                per_decision=per_decision,
             )
             cls.terms.append(term)
-            if not term.normalizes:
+            if not term.normalizes and term.active and raw is not None:
                 cls.base = cls.base + raw * weight
 
     # ---- after a placement: recompute one row --------------------------------------------------
@@ -301,21 +362,82 @@ class Scheduler:
         cls.dirty.clear()
         if not cls.status.is_success:
             return
+        if cls.stale:
+            self._rerun_cluster_plugins(cls)
+            if not cls.status.is_success:
+                return
+        if len(rows_h) == 0:
+            return
         view = table.view()
         rows = table.backend.asarray(rows_h)
         ok = cls.static_pass[rows]
         for plugin in cls.sensitive_filters:
             ok = ok & plugin.filter(cls.state, cls.pod, view, rows).passed
+        cls.sensitive_pass[rows] = ok
+        for passed in cls.cluster_pass.values():
+            ok = ok & passed[rows]
         cls.feasible[rows] = ok
         if not cls.scored:
             return
         for term in cls.terms:
-            if not term.sensitive:
+            if not term.sensitive or term.raw is None:
                 continue
             new = term.plugin.score(cls.state, cls.pod, view, rows)
             if not term.normalizes:
                 cls.base[rows] += (new - term.raw[rows]) * term.weight
             term.raw[rows] = new
+
+    def _rerun_cluster_plugins(self, cls: _PodClass) -> None:
+        """PreFilter, Filter (and PreScore, Score once scored) of the cluster-scoped plugins a
+        placement affected, over every row, as scheduling the pod afresh would run them."""
+        fw, table, state, pod = self.framework, self.table, cls.state, cls.pod
+        names, cls.stale = cls.stale, set()
+        view = table.view()
+        xp = view.xp
+        for pre_filter in fw.pre_filter:
+            if pre_filter.name not in names:
+                continue
+            _, status = pre_filter.pre_filter(state, pod, table)
+            if status.is_skip:
+                state.skip_filter_plugins.add(pre_filter.name)
+            elif status.is_success:
+                state.skip_filter_plugins.discard(pre_filter.name)
+            else:
+                cls.status = status.with_plugin(pre_filter.name)
+                return
+        for filter_plugin in fw.filter:
+            name = filter_plugin.name
+            if name in names and name in cls.cluster_pass:
+                cls.cluster_pass[name] = (
+                    xp.ones(table.rows, dtype=bool)
+                    if name in state.skip_filter_plugins
+                    else filter_plugin.filter(state, pod, view, ALL_ROWS).passed
+                )
+        self._combine(cls)
+        if not cls.scored:
+            return
+        for pre_score in fw.pre_score:
+            if pre_score.name not in names or needs_feasible_nodes(pre_score):
+                continue
+            status = pre_score.pre_score(state, pod, table)
+            if status.is_skip:
+                state.skip_score_plugins.add(pre_score.name)
+            elif status.is_success:
+                state.skip_score_plugins.discard(pre_score.name)
+            else:
+                cls.status = status.with_plugin(pre_score.name)
+                return
+        for term in cls.terms:
+            if not term.cluster or term.raw is None or term.plugin.name not in names:
+                continue
+            if not term.normalizes and term.active:
+                cls.base = cls.base - term.raw * term.weight
+            term.active = term.plugin.name not in state.skip_score_plugins
+            term.raw = (
+                term.plugin.score(state, pod, view, ALL_ROWS) if term.active else xp.zeros(table.rows, dtype=xp.int64)
+            )
+            if not term.normalizes and term.active:
+                cls.base = cls.base + term.raw * term.weight
 
     # ---- one pod -----------------------------------------------------------------------------
 
@@ -342,11 +464,20 @@ class Scheduler:
             d_rows = xp.asarray(rows)
             total = cls.base[d_rows]
             for term in cls.terms:
-                if not term.normalizes and not explain:
+                if term.per_decision:
+                    status = self._pre_score_feasible(cls, term, rows)
+                    if status.is_skip:
+                        continue
+                    if not status.is_success:
+                        cls.status = status.with_plugin(term.plugin.name)
+                        return self._fail(cls, pod, explain)
+                    raw = term.plugin.score(cls.state, pod, table.view(), d_rows)
+                elif not term.active or (not term.normalizes and not explain):
                     continue
-                raw = term.raw[d_rows]
+                else:
+                    raw = term.raw[d_rows]
                 norm = term.plugin.normalize_score(cls.state, pod, xp, raw) if term.normalizes else raw
-                if term.normalizes:
+                if term.normalizes or term.per_decision:
                     total = total + norm * term.weight
                 if explain:
                     h_raw, h_norm = table.backend.to_host(raw), table.backend.to_host(norm)
@@ -397,6 +528,15 @@ class Scheduler:
             state=state,
             waiting_on=waiting_on,
         )
+
+    def _pre_score_feasible(self, cls: _PodClass, term: _ScoreTerm, rows: np.ndarray) -> Status:
+        """A `FeasibleNodesPreScorePlugin`'s PreScore over the rows being scored (when the
+        profile runs it at PreScore; kube runs only the enabled ones)."""
+        plugin = term.plugin
+        if not any(p is plugin for p in self.framework.pre_score):
+            return Status.success()
+        status: Status = plugin.pre_score_feasible(cls.state, cls.pod, self.table, rows)
+        return status
 
     def _sample(self, cls: _PodClass) -> np.ndarray:
         """The feasible rows to score, as kube's findNodesThatPassFilters finds them: candidates
@@ -464,23 +604,94 @@ class Scheduler:
 
     def _post_filter(self, cls: _PodClass, result: ScheduleResult) -> ScheduleResult:
         """PostFilter after Filter found no node (kube runs it for Unschedulable, not Error):
-        its message joins the pod's (as kube's "preemption: ..."), its nomination is kept."""
+        its message joins the pod's (as kube's "preemption: ..."), its nomination is kept. A
+        nomination with victims (preemption) places the pod there at once: the victims are
+        forgotten in the table and the pod assumed, as `_decide` places any pod."""
         if not self.framework.post_filter:
             return result
-        diagnosis = FilterDiagnosis(len(self.table), dict(result.reasons), frozenset(result.plugins))
+        resolvable = self._resolvable(cls)
+        table = self.table
+        diagnosis = FilterDiagnosis(
+            len(table),
+            dict(result.reasons),
+            frozenset(result.plugins),
+            tuple(table.node_info(int(r)).name for r in np.flatnonzero(resolvable)),
+            table=table,
+            framework=self.framework,
+            resolvable=resolvable,
+        )
         began = time.perf_counter()
         outcome = self.framework.run_post_filter(cls.state.clone(), result.pod, diagnosis)
         if self.timer is not None:
             self.timer(ExtensionPoint.POST_FILTER, "", time.perf_counter() - began)
+        if outcome is not None and outcome.status.is_success and outcome.victims and outcome.nominated_node:
+            placed = self._place_preemptor(cls, result.pod, outcome.nominated_node, outcome.victims)
+            if placed is not None:
+                return placed
         if outcome is None or not (outcome.status.reasons or outcome.nominated_node):
             return result
-        extra = f" {outcome.status.plugin}: {outcome.status.message()}" if outcome.status.reasons else ""
+        # kube's FitError: the PostFilter message joins with SeparatorFormat " %v."
+        extra = f" {outcome.status.message()}." if outcome.status.reasons else ""
         message = result.message + extra
         return replace(
             result,
             status=Status(result.status.code, (message,)),
             message=message,
             nominated_node=outcome.nominated_node,
+        )
+
+    def _resolvable(self, cls: _PodClass) -> np.ndarray:
+        """Host bool per row: nodes where removing pods might help (kube's
+        nodesWherePreemptionMightHelp): a node, not rejected UnschedulableAndUnresolvable by the
+        first filter that rejected it (nor left out by a PreFilter result)."""
+        table, backend = self.table, self.table.backend
+        valid = np.zeros(table.rows, dtype=bool)
+        valid[table.valid_rows()] = True
+        status = cls.status
+        if not status.is_success:
+            return valid if status.code is Code.UNSCHEDULABLE else np.zeros(table.rows, dtype=bool)
+        alive = backend.to_host(cls.candidates).copy()
+        resolvable = alive.copy()
+        view = table.view()
+        for plugin in self.framework.filter:
+            if plugin.name in cls.state.skip_filter_plugins:
+                continue
+            res: FilterResult = plugin.filter(cls.state, cls.pod, view, ALL_ROWS)
+            rejected = alive & ~backend.to_host(res.passed)
+            for rej in res.rejections:
+                if rej.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
+                    resolvable &= ~(rejected & backend.to_host(rej.mask))
+            alive &= ~rejected
+        return resolvable
+
+    def _place_preemptor(
+        self, cls: _PodClass, pod: Pod, node: str, victims: Sequence[PodInfo]
+    ) -> ScheduleResult | None:
+        """The victims off ``node`` in the table and the pod reserved there; None (table as it
+        was) when a victim is not there any more or a Reserve plugin refuses."""
+        table = self.table
+        if node not in table.row_of:
+            return None
+        info = table.node_info(node)
+        if any(v.pod.key not in info.pods for v in victims):
+            return None
+        removed = [table.forget(v.pod.key, node) for v in victims]
+        state = cls.state.clone()
+        status = self.framework.run_reserve(state, pod, info)
+        if not status.is_success:
+            for v in removed:
+                table.assume(v, node)
+            return None
+        devices = tuple(state.get(GPU_DEVICES_STATE_KEY, ()))
+        table.assume(PodInfo.of(pod, devices), node)
+        return ScheduleResult(
+            pod,
+            node,
+            Status.success(),
+            gpu_devices=devices,
+            state=state,
+            nominated_node=node,
+            preempted=tuple(removed),
         )
 
     def _diagnose(
@@ -565,6 +776,14 @@ def _plugins_of(status: Status) -> tuple[str, ...]:
 def _go_list(items: Sequence[str]) -> str:
     """Go's %v of a []string: [a b c]."""
     return "[" + " ".join(items) + "]"
+
+
+def _cluster_plugins(fw: Framework) -> tuple[Any, ...]:
+    found: dict[str, Any] = {}
+    for plugin in (*fw.filter, *(p for p, _ in fw.score)):
+        if is_cluster_scoped(plugin):
+            found.setdefault(plugin.name, plugin)
+    return tuple(found.values())
 
 
 def _class_key(pod: Pod) -> Any:

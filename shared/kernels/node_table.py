@@ -28,9 +28,11 @@ from typing import Any
 
 import numpy as np
 
+from kubus.api.disruption import PodDisruptionBudget
 from kubus.api.objects import CPU, EPHEMERAL_STORAGE, MEMORY, PODS, Node
 from kubus.kernels.backend import NUMPY, Backend
 from kubus.kernels.nodeinfo import NodeInfo, PodInfo
+from kubus.kernels.pod_index import PodIndex
 from kubus.kernels.tiebreak import node_tie_hash
 
 BASE_RESOURCES = (CPU, MEMORY, EPHEMERAL_STORAGE, PODS)
@@ -52,6 +54,11 @@ _COLUMNS: dict[str, tuple[type, str]] = {
     "gpu_model": (np.int32, "g"),
     "gpu_pods": (np.int32, "g"),
 }
+
+
+USAGE_COLUMNS = ("req", "nz_cpu", "nz_mem", "gpu_free", "gpu_pods")
+"""The columns the pods on a node change (`NodeTable.assume` / `forget`); the others are the
+node's own."""
 
 
 def _at(column: str, rows: Any) -> Any:
@@ -98,6 +105,11 @@ class TableView:
         """The interned column of label `key`, or None when no node has the key."""
         return self._labels.get(key)
 
+    def replacing(self, arrays: dict[str, Any]) -> TableView:
+        """This view with some arrays replaced (same names, shapes and backend), the others
+        shared: e.g. a what-if of the usage columns (`USAGE_COLUMNS`)."""
+        return TableView(self.table, {**self._arrays, **arrays}, self._labels)
+
 
 class NodeTable:
     """All nodes as arrays, plus their NodeInfos. Not thread-safe: one scheduling loop owns it."""
@@ -119,6 +131,16 @@ class NodeTable:
         """Image name as the node reports it -> {row: size in bytes} for nodes that have it."""
         self.port_rows: dict[tuple[str, int], set[int]] = {}
         """(protocol, hostPort) -> rows where some pod uses that host port."""
+        self.pods = PodIndex()
+        """The pods on the nodes, grouped by labels and by affinity terms (for the plugins
+        that look at other pods)."""
+        self.disruption_budgets: tuple[PodDisruptionBudget, ...] = ()
+        """The cluster's PodDisruptionBudgets (preemption prefers victims that violate none);
+        set as `namespaces` is."""
+        self.namespaces: dict[str, dict[str, str]] = {}
+        """Namespace name -> its labels, for namespaceSelectors (InterPodAffinity). Whoever fills
+        the table sets it (simulate from Namespace manifests, the cycle from the store); a
+        namespace not in it has no labels."""
         self.version = 0
         """Bumped on every change; caches key on it."""
         self.nodes_version = 0
@@ -240,6 +262,8 @@ class NodeTable:
         info = self.infos[row]
         assert info is not None
         self._forget_row_indexes(row, info)
+        for pod_info in info.pods.values():
+            self.pods.remove(row, pod_info)
         self.infos[row] = None
         self._free_rows.append(row)
         for name, arr in self._host.items():
@@ -256,21 +280,70 @@ class NodeTable:
         """Account a pod on a node (bound, reserved or assumed). Raises KeyError if already there."""
         row = self.row_of[node] if isinstance(node, str) else node
         info = self.node_info(row)
-        info.add_pod(pod_info)
-        for _ip, proto, port in pod_info.host_ports:
-            self.port_rows.setdefault((proto, port), set()).add(row)
-        self._write_usage(row, info)
+        self._add(row, info, pod_info)
+        self._write_pods_usage(row, info, (pod_info,))
 
     def forget(self, pod_key: str, node: int | str) -> PodInfo:
         """Undo `assume`. Raises KeyError if the pod is not on that node."""
         row = self.row_of[node] if isinstance(node, str) else node
         info = self.node_info(row)
+        pod_info = self._remove(row, info, pod_key)
+        self._write_pods_usage(row, info, (pod_info,))
+        return pod_info
+
+    def assume_many(self, pod_infos: Iterable[PodInfo], node: int | str) -> None:
+        """`assume` each pod, in order, on one node; its row is written once. Raises KeyError
+        if one is there already (the pods before it are then on the node)."""
+        row = self.row_of[node] if isinstance(node, str) else node
+        info = self.node_info(row)
+        added: list[PodInfo] = []
+        try:
+            for pod_info in pod_infos:
+                self._add(row, info, pod_info)
+                added.append(pod_info)
+        finally:
+            self._write_pods_usage(row, info, added)
+
+    def forget_many(self, pod_keys: Iterable[str], node: int | str) -> list[PodInfo]:
+        """`forget` each pod, in order, on one node; its row is written once. Returns their
+        PodInfos. Raises KeyError for a pod not on the node (the pods before it are then off)."""
+        row = self.row_of[node] if isinstance(node, str) else node
+        info = self.node_info(row)
+        removed: list[PodInfo] = []
+        try:
+            for key in pod_keys:
+                removed.append(self._remove(row, info, key))
+            return removed
+        finally:
+            self._write_pods_usage(row, info, removed)
+
+    def _add(self, row: int, info: NodeInfo, pod_info: PodInfo) -> None:
+        info.add_pod(pod_info)
+        self.pods.add(row, pod_info)
+        for _ip, proto, port in pod_info.host_ports:
+            self.port_rows.setdefault((proto, port), set()).add(row)
+
+    def _remove(self, row: int, info: NodeInfo, pod_key: str) -> PodInfo:
         pod_info = info.remove_pod(pod_key)
+        self.pods.remove(row, pod_info)
         for _ip, proto, port in pod_info.host_ports:
             if not any(p == proto and q == port for (_, p, q) in info.used_ports):
                 self.port_rows.get((proto, port), set()).discard(row)
-        self._write_usage(row, info)
         return pod_info
+
+    # ---- labels on the host ------------------------------------------------------------------
+
+    def host_label(self, key: str) -> np.ndarray | None:
+        """Host copy-free column of label ``key`` over `rows` (interned ids, 0 = absent), or
+        None when no node has the key. Topology domains are its ids: per-domain sums are a
+        bincount over it, `label_values[key]` names them."""
+        col = self._labels.get(key)
+        return None if col is None else col[: self.rows]
+
+    def domains(self, key: str) -> int:
+        """Number of ids label ``key`` can have (0 included): the minlength of a bincount."""
+        values = self.label_values.get(key)
+        return 1 if values is None else len(values)
 
     # ---- rows --------------------------------------------------------------------------------
 
@@ -349,6 +422,39 @@ class NodeTable:
         h["gpu_pods"][row, :g] = info.gpu_pod_count
         self._touch(row)
 
+    def _write_pods_usage(self, row: int, info: NodeInfo, pod_infos: Iterable[PodInfo]) -> None:
+        """`_write_usage` after ``pod_infos`` came or went: only the entries they change."""
+        h = self._host
+        index = self.resource_index
+        req = h["req"]
+        requested = info.requested
+        gpus = False
+        for pod_info in pod_infos:
+            for name in pod_info.requests:
+                if name == PODS:
+                    continue
+                i = index.get(name)
+                if i is None:
+                    if requested[name]:
+                        self._write_usage(row, info)  # a resource new to the table
+                        return
+                    continue
+                req[i, row] = requested[name]
+            gpus = gpus or (pod_info.gpu is not None and bool(pod_info.gpu_devices))
+        req[index[PODS], row] = len(info.pods)
+        h["nz_cpu"][row] = info.non_zero_cpu
+        h["nz_mem"][row] = info.non_zero_memory
+        if gpus:
+            g = len(info.gpu_free_memory)
+            h["gpu_free"][row, :g] = info.gpu_free_memory
+            h["gpu_pods"][row, :g] = info.gpu_pod_count
+        self._touch(row)
+
+    def usage_copy(self) -> dict[str, np.ndarray]:
+        """Host copies of the `USAGE_COLUMNS`, trimmed to `rows` (e.g. for `TableView.replacing`)."""
+        n = self.rows
+        return {k: self._host[k][_at(k, slice(0, n))].copy() for k in USAGE_COLUMNS}
+
     def _touch(self, row: int) -> None:
         self.version += 1
         if self.backend.on_device:
@@ -383,4 +489,4 @@ class NodeTable:
         return sum(a.nbytes for a in self._host.values()) + sum(a.nbytes for a in self._labels.values())
 
 
-__all__ = ["BASE_RESOURCES", "Interned", "NodeTable", "TableView"]
+__all__ = ["BASE_RESOURCES", "USAGE_COLUMNS", "Interned", "NodeTable", "TableView"]

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from kubus.api.gpus import GPURequest, pod_gpu_request
 from kubus.api.objects import Node, Pod
+from kubus.api.pod_affinity import PodAffinityTerms
 from kubus.api.requests import pod_nonzero_requests, pod_requests
 
 DEFAULT_BIND_ALL_HOST_IP = "0.0.0.0"
@@ -31,9 +32,21 @@ class PodInfo:
     gpu: GPURequest | None
     gpu_devices: tuple[int, ...] = ()
     """Indices of the node's GPUs this pod holds (empty until placed)."""
+    affinity: PodAffinityTerms | None = None
+    """Its podAffinity / podAntiAffinity terms, resolved (None: it has none)."""
+    start_time: float = 0.0
+    """When it started on its node (seconds since the epoch; kube's pod.Status.StartTime): the
+    time it was reserved there; 0 when unknown. Preemption prefers to evict the newest."""
+    label_key: tuple[str, tuple[tuple[str, str], ...]] = field(init=False, repr=False, compare=False)
+    """(namespace, sorted labels): the pod's group in `kubus.kernels.pod_index.PodIndex`, computed
+    once here (the pod's labels as they were when this PodInfo was made)."""
+
+    def __post_init__(self) -> None:
+        meta = self.pod.metadata
+        object.__setattr__(self, "label_key", (meta.namespace, tuple(sorted(meta.labels.items()))))
 
     @classmethod
-    def of(cls, pod: Pod, gpu_devices: tuple[int, ...] = ()) -> PodInfo:
+    def of(cls, pod: Pod, gpu_devices: tuple[int, ...] = (), start_time: float = 0.0) -> PodInfo:
         cpu, mem = pod_nonzero_requests(pod)
         return cls(
             pod=pod,
@@ -43,6 +56,8 @@ class PodInfo:
             host_ports=pod_host_ports(pod),
             gpu=pod_gpu_request(pod),
             gpu_devices=gpu_devices,
+            affinity=PodAffinityTerms.of(pod),
+            start_time=start_time,
         )
 
     def placed_on(self, gpu_devices: tuple[int, ...]) -> PodInfo:
@@ -54,6 +69,8 @@ class PodInfo:
             self.host_ports,
             self.gpu,
             gpu_devices,
+            self.affinity,
+            self.start_time,
         )
 
 
@@ -97,6 +114,9 @@ class NodeInfo:
     """Free memory per GPU device, bytes, indexed like node.gpus."""
     gpu_pod_count: list[int] = field(default_factory=list)
     """Pods holding each GPU device."""
+    generation: int = 0
+    """Bumped by every `add_pod` and `remove_pod`: what was derived from the pods on the node at
+    one generation still holds while it is unchanged (the same NodeInfo object)."""
 
     def __post_init__(self) -> None:
         if not self.gpu_free_memory:
@@ -117,21 +137,35 @@ class NodeInfo:
         if key in self.pods:
             raise KeyError(f"pod {key} is already on node {self.name}")
         self.pods[key] = info
-        self.requested.update(info.requests)
+        self.generation += 1
+        requested = self.requested
+        for name, qty in info.requests.items():
+            requested[name] += qty
         self.non_zero_cpu += info.non_zero_cpu
         self.non_zero_memory += info.non_zero_memory
-        self.used_ports.update(info.host_ports)
-        self._account_gpus(info, +1)
+        if info.host_ports:
+            self.used_ports.update(info.host_ports)
+        if info.gpu is not None:
+            self._account_gpus(info, +1)
 
     def remove_pod(self, key: str) -> PodInfo:
         """Forget a pod on this node and return it. Raises KeyError if it is not here."""
         info = self.pods.pop(key)
-        self.requested.subtract(info.requests)
+        self.generation += 1
+        requested = self.requested
+        for name, qty in info.requests.items():
+            requested[name] -= qty
         self.non_zero_cpu -= info.non_zero_cpu
         self.non_zero_memory -= info.non_zero_memory
-        self.used_ports.subtract(info.host_ports)
-        self.used_ports = +self.used_ports
-        self._account_gpus(info, -1)
+        if info.host_ports:
+            # every count stays positive: the ports this pod's removal took to 0 go
+            used = self.used_ports
+            used.subtract(info.host_ports)
+            for port in info.host_ports:
+                if port in used and used[port] <= 0:
+                    del used[port]
+        if info.gpu is not None:
+            self._account_gpus(info, -1)
         return info
 
     def _account_gpus(self, info: PodInfo, sign: int) -> None:

@@ -12,13 +12,16 @@ from kubus.framework.registry import ENTRY_POINT_GROUP, Registry, load_entry_poi
 from kubus.plugins.balanced_allocation import NodeResourcesBalancedAllocation
 from kubus.plugins.coscheduling import Coscheduling
 from kubus.plugins.default_binder import DefaultBinder
+from kubus.plugins.default_preemption import DefaultPreemption
 from kubus.plugins.gpu_fit import GPUFit
 from kubus.plugins.image_locality import ImageLocality
+from kubus.plugins.inter_pod_affinity import InterPodAffinity
 from kubus.plugins.node_affinity import NodeAffinity
 from kubus.plugins.node_name import NodeName
 from kubus.plugins.node_ports import NodePorts
 from kubus.plugins.node_resources_fit import NodeResourcesFit
 from kubus.plugins.node_unschedulable import NodeUnschedulable
+from kubus.plugins.pod_topology_spread import PodTopologySpread
 from kubus.plugins.priority_sort import PrioritySort, QueuedPodInfo
 from kubus.plugins.scheduling_gates import SchedulingGates
 from kubus.plugins.taint_toleration import TaintToleration
@@ -32,6 +35,9 @@ IN_TREE = (
     NodeAffinity,
     NodePorts,
     NodeResourcesFit,
+    PodTopologySpread,
+    InterPodAffinity,
+    DefaultPreemption,
     NodeResourcesBalancedAllocation,
     ImageLocality,
     DefaultBinder,
@@ -53,14 +59,17 @@ __all__ = [
     "IN_TREE",
     "Coscheduling",
     "DefaultBinder",
+    "DefaultPreemption",
     "GPUFit",
     "ImageLocality",
+    "InterPodAffinity",
     "NodeAffinity",
     "NodeName",
     "NodePorts",
     "NodeResourcesBalancedAllocation",
     "NodeResourcesFit",
     "NodeUnschedulable",
+    "PodTopologySpread",
     "PrioritySort",
     "QueuedPodInfo",
     "SchedulingGates",

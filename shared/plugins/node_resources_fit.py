@@ -24,7 +24,7 @@ from kubus.framework.queueing_hints import (
     node_change,
     removed_pod,
 )
-from kubus.framework.status import Status
+from kubus.framework.status import Code, Status
 from kubus.kernels.node_table import NodeTable, TableView
 from kubus.plugins._columns import go_div
 from kubus.plugins._resources import allocatable_and_requested
@@ -56,6 +56,7 @@ def _strategy(args: Any) -> tuple[str, tuple[ResourceWeight, ...], tuple[tuple[i
 class NodeResourcesFit:
     name: ClassVar[str] = "NodeResourcesFit"
     placement_sensitive: ClassVar[bool] = True
+    reads_view_only: ClassVar[bool] = True
 
     def __init__(self, args: Any = None, handle: object = None) -> None:
         self.ignored_resources = frozenset(getattr(args, "ignored_resources", None) or ())
@@ -98,11 +99,16 @@ class NodeResourcesFit:
                 if qty == 0 or name == PODS or self._ignored(name):
                     continue
                 i = index.get(name)
+                reason = f"Insufficient {name}"
                 if i is None:  # no node has this resource at all
-                    short = xp.ones(n, dtype=bool)
-                else:
-                    short = qty > view.alloc[i, rows] - view.req[i, rows]
-                rejections.append(Rejection(f"Insufficient {name}", short))
+                    rejections.append(Rejection(reason, xp.ones(n, dtype=bool), Code.UNSCHEDULABLE_AND_UNRESOLVABLE))
+                    continue
+                short = qty > view.alloc[i, rows] - view.req[i, rows]
+                # kube: a request beyond the node's allocatable is UnschedulableAndUnresolvable
+                # (no preemption can help there); the reason reads the same
+                beyond = qty > view.alloc[i, rows]
+                rejections.append(Rejection(reason, short & ~beyond))
+                rejections.append(Rejection(reason, beyond, Code.UNSCHEDULABLE_AND_UNRESOLVABLE))
         return FilterResult.of(xp, rejections, n)
 
     # ---- score -------------------------------------------------------------------------------

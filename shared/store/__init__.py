@@ -5,7 +5,7 @@
 - `kubus.store.scripts`: the Lua scripts (each atomic change is one) and their return codes.
 - `kubus.store.cluster_state`: ClusterState, the async API every service uses, made of one part
   per aggregate: `nodes`, `reservations`, `pods`, `agents` (admission), `permits`, `podgroups`,
-  `leases`, `recovery`
+  `objects` (Namespaces, PriorityClasses, PodDisruptionBudgets), `preemption`, `leases`, `recovery`
   (over `_core`: the client, keys, scripts).
 - `kubus.store.invariants`: check_invariants, no overcommit / no loss / no double binding.
 """
@@ -13,6 +13,7 @@
 from kubus.store.cluster_state import (
     AdmissionView,
     ClusterState,
+    Eviction,
     Expiry,
     ExpiryKind,
     GiveBack,
@@ -21,11 +22,13 @@ from kubus.store.cluster_state import (
     Lease,
     Move,
     NodeUsage,
+    ObjectStore,
     PermitState,
     PodGroupStore,
     PodStart,
     PodStartResult,
     PodWrite,
+    PreemptResult,
     PutNodeResult,
     ReserveResult,
     node_info_of,
@@ -51,6 +54,7 @@ __all__ = [
     "AdmissionView",
     "ClusterState",
     "EventType",
+    "Eviction",
     "Expiry",
     "ExpiryKind",
     "GPUUsage",
@@ -61,6 +65,7 @@ __all__ = [
     "Move",
     "NodeRecord",
     "NodeUsage",
+    "ObjectStore",
     "PermitState",
     "PodEvent",
     "PodGroupStore",
@@ -69,6 +74,7 @@ __all__ = [
     "PodStart",
     "PodStartResult",
     "PodWrite",
+    "PreemptResult",
     "PutNodeResult",
     "Reservation",
     "ReservationState",

@@ -19,8 +19,14 @@ pod record's version right after its Pending -> Reserved transition; every later
           A bound pod stays bound for life. bind_many does these steps for many pods at once.
 - agent:  transition(RUNNING), then transition(SUCCEEDED | FAILED) and release(n, uid).
 - delete: transition(DELETED) and release(n, uid); remove_group_member for a gang's pod.
-- apply:  put_pod_group for each PodGroup; the queue add_group_members for labeled pods once
-          stored (before they are queued).
+- cycle (preemption): after transition(uid, RESERVED, ...) as above, preempt(n, reservation,
+          victims) instead of reserve: the victims Deleted and their room given back, the
+          preemptor's reservation made, one step; announcements.preempted for the victims.
+- apply:  put_namespace, put_priority_class, put_pod_disruption_budget and put_pod_group for
+          each object of those kinds, before the pods are submitted; the queue
+          add_group_members for labeled pods once stored (before they are queued).
+- queue:  priority_classes (cached on their version) to admit each submitted pod; the cycle
+          namespaces (likewise) before each batch, for namespaceSelectors.
 - queue:  a hand-back of attempt v: give_back(uid, n, v, reason=...), then requeue.
 - janitor: expire_reserved(timeout_s, lost_after_s) repairs Reserved pods a crash left;
           reconcile(grace_s) gives back room no pod holds.
@@ -31,9 +37,11 @@ from __future__ import annotations
 from kubus.store.agents import AdmissionView, AgentStore, PodStart, PodStartResult
 from kubus.store.leases import Lease, LeaseStore
 from kubus.store.nodes import GPUUsage, HeartbeatResult, Liveness, NodeUsage, PutNodeResult, node_info_of
+from kubus.store.objects import ObjectStore
 from kubus.store.permits import PermitState
 from kubus.store.podgroups import PodGroupStore
 from kubus.store.pods import Binding, BindingResult, GiveBack, Move, PodWrite
+from kubus.store.preemption import Eviction, PreemptionStore, PreemptResult
 from kubus.store.recovery import Expiry, ExpiryKind, Recovery
 from kubus.store.reservations import ReserveResult
 
@@ -42,6 +50,7 @@ __all__ = [
     "Binding",
     "BindingResult",
     "ClusterState",
+    "Eviction",
     "Expiry",
     "ExpiryKind",
     "GPUUsage",
@@ -51,23 +60,25 @@ __all__ = [
     "Liveness",
     "Move",
     "NodeUsage",
+    "ObjectStore",
     "PermitState",
     "PodGroupStore",
     "PodStart",
     "PodStartResult",
     "PodWrite",
+    "PreemptResult",
     "PutNodeResult",
     "ReserveResult",
     "node_info_of",
 ]
 
 
-class ClusterState(Recovery, AgentStore, LeaseStore, PodGroupStore):
+class ClusterState(Recovery, AgentStore, LeaseStore, PodGroupStore, ObjectStore, PreemptionStore):
     """The shared state of the cluster in one Redis, behind one async API: nodes
     (`kubus.store.nodes`), reservations (`.reservations`), pods (`.pods`), node agents'
     admission (`.agents`), waits on Permit (`.permits`), pod groups and their members
-    (`.podgroups`), leases (`.leases`) and recovery
-    (`.recovery`), each a part of it.
+    (`.podgroups`), namespaces, priority classes and disruption budgets (`.objects`),
+    preemption (`.preemption`), leases (`.leases`) and recovery (`.recovery`), each a part of it.
 
     One Redis (a `redis.asyncio.Redis`; for high availability, Redis with replicas behind
     Sentinel or a managed failover endpoint). Safe to share between tasks; processes each build

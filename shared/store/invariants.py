@@ -11,8 +11,9 @@ No overcommit
   - the usage counters the scripts keep equal the sums recomputed from the reservations (drift).
 
 No loss, no double binding
-  - every reservation's pod exists and is Reserved, Bound or Running on that node; a Bound or
-    Running pod's reservation is marked bound and holds the devices the pod was bound with;
+  - every reservation's pod exists and is Reserved, Bound or Running on that node (so a
+    Succeeded, Failed or Deleted pod, a preempted victim too, holds none); a Bound or Running
+    pod's reservation is marked bound and holds the devices the pod was bound with;
   - every Reserved, Bound or Running pod holds a reservation on its node, and on no other;
   - no pod was bound more than once;
   - every pod is in exactly one phase index, the one of its phase, and in its profile's pending
@@ -148,9 +149,21 @@ def _check_node(node: _Node, pods: dict[str, PodRecord], out: list[str]) -> None
             want[f"g:{d}:used"] = used
         want[f"g:{d}:pods"] = len(gpu_holders[d])
     want.update(ports)
+    holders_of_anti = sum(1 for r in node.reservations if r.anti_affinity_on_host())
+    if holders_of_anti:
+        want["anti"] = holders_of_anti
     for f in sorted(set(want) | set(node.usage)):
         if want.get(f, 0) != node.usage.get(f, 0):
             out.append(f"{where}: usage {f} is {node.usage.get(f, 0)}, reservations add up to {want.get(f, 0)}")
+
+    # no required anti-affinity on the hostname broken between the pods held here
+    for r in node.reservations:
+        for term in r.anti_affinity_on_host():
+            for e in node.reservations:
+                if e.pod_uid != r.pod_uid and term.matches(e.namespace, e.labels, e.namespace_labels_or_default()):
+                    out.append(
+                        f"{where}: pod {e.pod_key} is on the node of pod {r.pod_key}, whose anti-affinity excludes it"
+                    )
 
     # every reservation belongs to a pod placed here
     for r in node.reservations:

@@ -16,12 +16,14 @@ from typing import Any
 
 from kubus import codec
 from kubus.api.gpus import GPURequest, format_gpu_devices
-from kubus.api.manifests import parse_pod
+from kubus.api.manifests import HOSTNAME_LABEL, parse_pod
+from kubus.api.namespaces import NAMESPACE_NAME_LABEL, namespace_labels
 from kubus.api.objects import (
     CPU,
     EPHEMERAL_STORAGE,
     MEMORY,
     PODS,
+    Affinity,
     ContainerImage,
     GPUDevice,
     Node,
@@ -29,8 +31,16 @@ from kubus.api.objects import (
     NodeStatus,
     ObjectMeta,
     Pod,
+    PodSpec,
     Taint,
     TaintEffect,
+)
+from kubus.api.pod_affinity import (
+    AffinityTerm,
+    PodAffinityTerms,
+    pod_affinity_manifest,
+    read_pod_affinity_manifest,
+    selector_manifest,
 )
 from kubus.codec import text
 from kubus.kernels.nodeinfo import PodInfo
@@ -368,6 +378,14 @@ class Reservation:
     """Requested resources not to check (NodeResourcesFit's ignoredResources); still counted."""
     labels: dict[str, str] = field(default_factory=dict)
     """The pod's labels, for plugins that look at the pods on a node."""
+    affinity: Affinity | None = None
+    """The pod's podAffinity / podAntiAffinity (not its node affinity), for the same plugins:
+    InterPodAffinity checks an incoming pod against the terms of the pods already placed."""
+    priority: int = 0
+    """The pod's resolved priority: preemption evicts only pods of lower priority."""
+    namespace_labels: dict[str, str] = field(default_factory=dict)
+    """Labels of the pod's namespace (kube's kubernetes.io/metadata.name left implied), for the
+    namespaceSelectors of RESERVE's anti-affinity check; empty when it has no others."""
     reserved_at: float = 0.0
     state: ReservationState = ReservationState.RESERVED
     """Not part of the stored JSON: Redis keeps it in the node's bound set."""
@@ -397,6 +415,7 @@ class Reservation:
         attempt: str | None = None,
         ignored: Iterable[str] = (),
         now: float | None = None,
+        namespace_labels: Mapping[str, str] | None = None,
     ) -> Reservation:
         """The reservation for a pod placed on `node` (pod_info.gpu_devices already picked).
 
@@ -429,6 +448,9 @@ class Reservation:
             attempt=uuid.uuid4().hex if attempt is None else attempt,
             ignored=tuple(sorted(set(ignored))),
             labels=dict(pod.metadata.labels),
+            affinity=_pod_affinity_only(pod),
+            priority=pod.spec.priority,
+            namespace_labels={k: v for k, v in (namespace_labels or {}).items() if k != NAMESPACE_NAME_LABEL},
             reserved_at=time.time() if now is None else now,
         )
 
@@ -442,7 +464,8 @@ class Reservation:
             pod = Pod(
                 metadata=ObjectMeta(
                     name=self.pod_name, namespace=self.namespace, uid=self.pod_uid, labels=dict(self.labels)
-                )
+                ),
+                spec=PodSpec(affinity=self.affinity, priority=self.priority),
             )
         return PodInfo(
             pod=pod,
@@ -452,6 +475,8 @@ class Reservation:
             host_ports=self.host_ports,
             gpu=self.gpu_request,
             gpu_devices=self.gpu_devices,
+            affinity=PodAffinityTerms.of(pod),
+            start_time=self.reserved_at,
         )
 
     def encode(self) -> bytes:
@@ -473,9 +498,42 @@ class Reservation:
                 "attempt": self.attempt,
                 "ignored": list(self.ignored),
                 "labels": self.labels,
+                "affinity": pod_affinity_manifest(Pod(ObjectMeta(""), PodSpec(affinity=self.affinity))),
                 "reserved_at": self.reserved_at,
+                "priority": self.priority,
+                **self._anti_affinity_guard(),
             }
         )
+
+    def anti_affinity_on_host(self) -> tuple[AffinityTerm, ...]:
+        """The pod's required anti-affinity terms on kubernetes.io/hostname: what RESERVE
+        checks between the pods of one node."""
+        terms = self.pod_info().affinity
+        if terms is None:
+            return ()
+        return tuple(t for t in terms.required_anti_affinity if t.topology_key == HOSTNAME_LABEL)
+
+    def namespace_labels_or_default(self) -> Mapping[str, str]:
+        return namespace_labels({self.namespace: self.namespace_labels}, self.namespace)
+
+    def _anti_affinity_guard(self) -> dict[str, Any]:
+        """What RESERVE's Lua checks: the required anti-affinity terms on the hostname topology
+        (resolved as kube's AffinityTerm: namespaces, merged selector, namespaceSelector) and the
+        namespace's labels. Omitted when empty, so most reservations carry nothing more."""
+        out: dict[str, Any] = {}
+        if self.namespace_labels:
+            out["nsl"] = self.namespace_labels
+        host = self.anti_affinity_on_host()
+        if host:
+            out["anti_host"] = [
+                {
+                    "ns": sorted(t.namespaces),
+                    "sel": selector_manifest(t.selector),
+                    "nss": selector_manifest(t.namespace_selector),
+                }
+                for t in host
+            ]
+        return out
 
     @classmethod
     def decode(cls, data: bytes | str, *, bound: bool = False) -> Reservation:
@@ -497,9 +555,19 @@ class Reservation:
             attempt=d.get("attempt", ""),
             ignored=tuple(d["ignored"]),
             labels=dict(d["labels"]),
+            affinity=read_pod_affinity_manifest(d.get("affinity") or {}, f"reservation of {d['pod_key']}"),
+            namespace_labels=dict(d.get("nsl") or {}),
+            priority=int(d.get("priority", 0)),
             reserved_at=float(d["reserved_at"]),
             state=ReservationState.BOUND if bound else ReservationState.RESERVED,
         )
+
+
+def _pod_affinity_only(pod: Pod) -> Affinity | None:
+    a = pod.spec.affinity
+    if a is None or (a.pod_affinity is None and a.pod_anti_affinity is None):
+        return None
+    return Affinity(pod_affinity=a.pod_affinity, pod_anti_affinity=a.pod_anti_affinity)
 
 
 # ---- events ------------------------------------------------------------------------------------

@@ -32,6 +32,16 @@ class ReserveResult:
         return ", ".join(self.reasons)
 
 
+def on_node(reservation: Reservation, node: str) -> Reservation:
+    """``reservation`` for ``node`` (one naming no node gets it). Raises ValueError when it
+    names another node."""
+    if reservation.node == node:
+        return reservation
+    if reservation.node:
+        raise ValueError(f"reservation of {reservation.pod_key} is for node {reservation.node!r}, not {node!r}")
+    return replace(reservation, node=node)
+
+
 class ReservationStore(StoreCore):
     """Reservations: `ClusterState` is one."""
 
@@ -55,10 +65,7 @@ class ReservationStore(StoreCore):
         """Reserve room for a pod on a node, atomically, or say why not (see RESERVE in
         kubus.store.scripts). Idempotent: a pod that holds a reservation here gets OK again.
         Raises ValueError when `reservation.node` names another node."""
-        if reservation.node != node:
-            if reservation.node:
-                raise ValueError(f"reservation of {reservation.pod_key} is for node {reservation.node!r}, not {node!r}")
-            reservation = replace(reservation, node=node)
+        reservation = on_node(reservation, node)
         reply = await self._run(
             self.scripts.reserve, self.keys.node_keys(node), [reservation.pod_uid, reservation.encode()]
         )

@@ -32,7 +32,13 @@ RESERVE      ARGV: pod uid, reservation JSON (`Reservation.encode`). Checks, for
              is healthy ("gpu 1 unhealthy") and is free: a shared slice needs free memory >=
              gpu_memory, a whole GPU needs no holder and total memory >= gpu_memory ("gpu 3
              busy", "gpu 3 too small"); no host port collides, as kube's NodePorts rules say
-             ("host port TCP/80 in use"). Then adds the usage and records the reservation.
+             ("host port TCP/80 in use"); no required pod anti-affinity on
+             kubernetes.io/hostname is broken, the pod's own terms (`anti_host`) against the
+             pods held here or theirs against the pod ("node(s) didn't match pod anti-affinity
+             rules (pod ns/name)", "... didn't satisfy existing pods anti-affinity rules ...":
+             two profiles racing for one node; the usage field `anti` counts the holders of
+             such terms, so nodes without any skip the walk). Then adds the usage and records
+             the reservation.
              -> OK 'reserved' | OK 'already reserved' (the pod holds one here from the same
              attempt: an idempotent retry, nothing checked or changed) | CONFLICT reason...
              (nothing changed; 'pod already reserved here by another attempt' when the pod
@@ -115,6 +121,28 @@ ADMISSION_VIEW Read only. KEYS = the pod's record, the node's reservations
              updated_at, reservation JSON ('' = none), 1 when bound else 0: what
              `ClusterState.admission_views` pipelines one command per pod for.
 
+Preemption script (it writes a node's keys and its victims' pod keys together)
+------------------------------------------------------------------------------
+PREEMPT      KEYS = the node's info, usage, reservations, bound, fences; the 7 phase indexes
+             (PHASES order); then per victim: its pod record, its events.
+             ARGV: preemptor uid, its reservation JSON (as RESERVE), now, reason, message, event
+             JSON ('' = none), events kept, then per victim: uid, attempt (its reservation's).
+             DefaultPreemption's eviction and the preemptor's Reserve as one step, all checked
+             before anything is written: RESERVE's gate (node found and reachable, fencing
+             token; a preemptor already holding a reservation here answers as RESERVE does);
+             every victim still holds a reservation on this node of that attempt and its pod is
+             Reserved, Bound or Running here ("victim ns/name changed or gone since the cycle
+             looked": the cycle's view was stale), of a priority lower than the reservation's
+             `priority` ("victim ns/name has priority 5, not lower than 5"); then RESERVE's
+             checks, with the victims' room counted as given back and their reservations left
+             out of the anti-affinity walk. Then per victim: RELEASE of its room and its pod ->
+             Deleted (reason, message, the event appended; phase indexes kept in step); then the
+             preemptor's reservation is recorded as RESERVE records it.
+             -> OK 'preempted' (uid, namespace/name, profile, old phase, new version)... per
+             victim evicted (a victim listed twice is evicted once) | OK 'already reserved'
+             (an idempotent retry: nothing checked or changed) | CONFLICT reason... (nothing
+             changed) | NODE_GONE reason | FENCED reason, as RESERVE.
+
 Permit scripts (KEYS = the pod's permit hash)
 ---------------------------------------------
 PERMIT_ALLOW  ARGV: attempt, plugin. The plugin lets the pod go. -> 1 done (or not waited on
@@ -174,34 +202,121 @@ local function incr(key, field, by)
   local v = redis.call('HINCRBY', key, field, int(by))
   if v == 0 then redis.call('HDEL', key, field) end
 end
--- Add (sign 1) or take back (sign -1) a decoded reservation's usage.
-local function account(info, usage, r, sign)
+-- What a decoded reservation holds of its node's usage: {field, amount} pairs, in the order
+-- `account` writes them.
+local function holdings(info, r)
+  local out = {}
   for _, pair in ipairs(r.requests) do
-    if pair[1] ~= 'pods' then incr(usage, 'r:' .. pair[1], sign * pair[2]) end
+    if pair[1] ~= 'pods' then out[#out + 1] = {'r:' .. pair[1], pair[2]} end
   end
-  incr(usage, 'pods', sign)
+  out[#out + 1] = {'pods', 1}
   local ngpus = num(redis.call('HGET', info, 'gpus'))
   for _, d in ipairs(r.gpu_devices) do
     if d >= 0 and d < ngpus then
       local ds = int(d)
       local taken = r.gpu_memory
       if not r.gpu_shared then taken = num(redis.call('HGET', info, 'g:' .. ds .. ':mem')) end
-      incr(usage, 'g:' .. ds .. ':used', sign * taken)
-      incr(usage, 'g:' .. ds .. ':pods', sign)
+      out[#out + 1] = {'g:' .. ds .. ':used', taken}
+      out[#out + 1] = {'g:' .. ds .. ':pods', 1}
     end
   end
   for _, p in ipairs(r.host_ports) do
     local port = p[2] .. ':' .. int(p[3])
-    incr(usage, 'p:' .. port .. ':' .. p[1], sign)
-    incr(usage, 'p:' .. port, sign)
+    out[#out + 1] = {'p:' .. port .. ':' .. p[1], 1}
+    out[#out + 1] = {'p:' .. port, 1}
   end
+  if r.anti_host and #r.anti_host > 0 then out[#out + 1] = {'anti', 1} end
+  return out
+end
+-- Add (sign 1) or take back (sign -1) a decoded reservation's usage.
+local function account(info, usage, r, sign)
+  for _, h in ipairs(holdings(info, r)) do incr(usage, h[1], sign * h[2]) end
+end
+-- Give pod uid's reservation r (decoded) back: its usage, the reservation, its bound mark.
+local function drop_reservation(info, usage, resv, bound, uid, r)
+  redis.call('SREM', bound, uid)
+  account(info, usage, r, -1)
+  redis.call('HDEL', resv, uid)
+end
+-- Append a pod event (JSON; '' = none), keeping the newest `cap`.
+local function append_event(events, event, cap)
+  if event == '' then return end
+  redis.call('RPUSH', events, event)
+  redis.call('LTRIM', events, -cap, -1)
 end
 """
 
+# Label selectors and pod affinity terms, for RESERVE's node-local anti-affinity check.
+_AFFINITY_LIB = r"""
+local function sel_match(sel, labels)
+  if sel == nil or sel == cjson.null then return false end
+  if type(sel.matchLabels) == 'table' then
+    for k, v in pairs(sel.matchLabels) do if labels[k] ~= v then return false end end
+  end
+  if type(sel.matchExpressions) == 'table' then
+    for _, e in ipairs(sel.matchExpressions) do
+      local v, op, found = labels[e.key], e.operator, false
+      if v ~= nil and type(e.values) == 'table' then
+        for _, x in ipairs(e.values) do if x == v then found = true end end
+      end
+      if op == 'In' then if not found then return false end
+      elseif op == 'NotIn' then if found then return false end
+      elseif op == 'Exists' then if v == nil then return false end
+      elseif op == 'DoesNotExist' then if v ~= nil then return false end
+      else return false end
+    end
+  end
+  return true
+end
+local function ns_labels(r, ns)
+  local l = {}
+  if type(r.nsl) == 'table' then for k, v in pairs(r.nsl) do l[k] = v end end
+  l['kubernetes.io/metadata.name'] = ns
+  return l
+end
+-- kube's AffinityTerm.Matches: the pod's namespace is the term's, or its namespace selector
+-- selects the namespace's labels; then the label selector selects the pod.
+local function term_match(t, ns, labels, nslabels)
+  local in_ns = false
+  if type(t.ns) == 'table' then for _, n in ipairs(t.ns) do if n == ns then in_ns = true end end end
+  if not in_ns then in_ns = sel_match(t.nss, nslabels) end
+  return in_ns and sel_match(t.sel, labels)
+end
+-- Required anti-affinity on kubernetes.io/hostname, both ways, against the pods held on the
+-- node but those `leaving` (uid -> true): the placement two profiles could race on. `holders`:
+-- how many of the pods staying have such terms (usage `anti`; none and no terms of its own:
+-- no walk). Returns kube's reason, or nil.
+local function anti_affinity_conflict(resv, uid, r, holders, leaving)
+  local own = r.anti_host or {}
+  if #own == 0 and holders == 0 then return nil end
+  local pns = string.match(r.pod_key, '^([^/]*)/')
+  local plabels = r.labels or {}
+  local held = redis.call('HGETALL', resv)
+  for i = 1, #held, 2 do
+    if held[i] ~= uid and not leaving[held[i]] then
+      local e = cjson.decode(held[i + 1])
+      local ens = string.match(e.pod_key, '^([^/]*)/')
+      for _, t in ipairs(own) do
+        if term_match(t, ens, e.labels or {}, ns_labels(e, ens)) then
+          return "node(s) didn't match pod anti-affinity rules (pod " .. e.pod_key .. ')'
+        end
+      end
+      for _, t in ipairs(e.anti_host or {}) do
+        if term_match(t, pns, plabels, ns_labels(r, pns)) then
+          return "node(s) didn't satisfy existing pods anti-affinity rules (pod " .. e.pod_key .. ')'
+        end
+      end
+    end
+  end
+  return nil
+end
+"""
+
+_PHASES_LUA = "local PHASES = {" + ", ".join(f"'{p}'" for p in PHASES) + "}\n"
+"""The pod phases in the order their index keys are passed (PHASES)."""
+
 _POD_LIB = (
-    "local PHASES = {"
-    + ", ".join(f"'{p}'" for p in PHASES)
-    + "}\n"
+    _PHASES_LUA
     + r"""
 -- Move the uid between the phase and pending sets (KEYS[3..9] and KEYS[10]).
 local function index_move(uid, old, new)
@@ -305,84 +420,171 @@ return {'OK', int(gen + 1)}
 """
 )
 
-RESERVE = (
-    _LIB
-    + r"""
-local info, usage, resv, fences = KEYS[1], KEYS[2], KEYS[3], KEYS[5]
-local uid = ARGV[1]
-if redis.call('EXISTS', info) == 0 then return {'NODE_GONE', 'node not found'} end
-local r = cjson.decode(ARGV[2])
-local held = redis.call('HGET', resv, uid)
-if held then
-  if cjson.decode(held).attempt == r.attempt then return {'OK', 'already reserved'} end
-  return {'CONFLICT', 'pod already reserved here by another attempt'}
-end
-if redis.call('HGET', info, 'unreachable') == '1' then return {'NODE_GONE', 'node unreachable'} end
-local token = tonumber(r.token) or 0
-local seen = 0
-if token > 0 then
-  seen = num(redis.call('HGET', fences, r.profile))
-  if token < seen then
-    return {'FENCED', 'fencing token ' .. int(token) .. ' of profile ' .. r.profile ..
-            ' is older than ' .. int(seen)}
+# RESERVE's steps, shared by RESERVE and PREEMPT (which reserves once its victims' room counts
+# as given back). Needs _LIB and _AFFINITY_LIB.
+_RESERVE_LIB = r"""
+-- Whether pod `uid` may reserve with r (decoded) on the node at all: the reply that ends the
+-- script (NODE_GONE, FENCED, OK 'already reserved' for an idempotent retry, CONFLICT when it
+-- holds another attempt's reservation here), or nil to go on.
+local function reserve_gate(info, resv, fences, uid, r)
+  if redis.call('EXISTS', info) == 0 then return {'NODE_GONE', 'node not found'} end
+  local held = redis.call('HGET', resv, uid)
+  if held then
+    if cjson.decode(held).attempt == r.attempt then return {'OK', 'already reserved'} end
+    return {'CONFLICT', 'pod already reserved here by another attempt'}
   end
-end
-local reasons = {}
-if num(redis.call('HGET', usage, 'pods')) + 1 > num(redis.call('HGET', info, 'a:pods')) then
-  reasons[#reasons + 1] = 'Too many pods'
-end
-local ignored = {}
-for _, name in ipairs(r.ignored) do ignored[name] = true end
-for _, pair in ipairs(r.requests) do
-  local name, want = pair[1], pair[2]
-  if want > 0 and name ~= 'pods' and not ignored[name] then
-    local cap = num(redis.call('HGET', info, 'a:' .. name))
-    local used = num(redis.call('HGET', usage, 'r:' .. name))
-    if want > cap - used then reasons[#reasons + 1] = 'Insufficient ' .. name end
-  end
-end
-local ngpus = num(redis.call('HGET', info, 'gpus'))
-for _, d in ipairs(r.gpu_devices) do
-  local ds = int(d)
-  if d < 0 or d >= ngpus then
-    reasons[#reasons + 1] = 'gpu ' .. ds .. ' does not exist'
-  elseif redis.call('HGET', info, 'g:' .. ds .. ':ok') ~= '1' then
-    reasons[#reasons + 1] = 'gpu ' .. ds .. ' unhealthy'
-  else
-    local total = num(redis.call('HGET', info, 'g:' .. ds .. ':mem'))
-    local used = num(redis.call('HGET', usage, 'g:' .. ds .. ':used'))
-    if r.gpu_shared then
-      if total - used < r.gpu_memory then
-        reasons[#reasons + 1] = 'gpu ' .. ds .. ' busy (' .. int(total - used) .. ' bytes free, ' ..
-                                int(r.gpu_memory) .. ' wanted)'
-      end
-    elseif num(redis.call('HGET', usage, 'g:' .. ds .. ':pods')) > 0 then
-      reasons[#reasons + 1] = 'gpu ' .. ds .. ' busy'
-    elseif total < r.gpu_memory then
-      reasons[#reasons + 1] = 'gpu ' .. ds .. ' too small'
+  if redis.call('HGET', info, 'unreachable') == '1' then return {'NODE_GONE', 'node unreachable'} end
+  local token = tonumber(r.token) or 0
+  if token > 0 then
+    local seen = num(redis.call('HGET', fences, r.profile))
+    if token < seen then
+      return {'FENCED', 'fencing token ' .. int(token) .. ' of profile ' .. r.profile ..
+              ' is older than ' .. int(seen)}
     end
   end
+  return nil
 end
-for _, p in ipairs(r.host_ports) do
-  local port = p[2] .. ':' .. int(p[3])
-  local taken
-  if p[1] == '0.0.0.0' then
-    taken = num(redis.call('HGET', usage, 'p:' .. port)) > 0
-  else
-    taken = num(redis.call('HGET', usage, 'p:' .. port .. ':' .. p[1])) > 0
-            or num(redis.call('HGET', usage, 'p:' .. port .. ':0.0.0.0')) > 0
+-- Why r does not fit the node: every shortfall, in kube's order ({} when it fits). `freed`
+-- (usage field -> amount) is room counted as given back, and `leaving` (uid -> true) the pods
+-- that give it: RESERVE passes {} and {}.
+local function fit_reasons(info, usage, resv, uid, r, freed, leaving)
+  local function used(field) return num(redis.call('HGET', usage, field)) - (freed[field] or 0) end
+  local reasons = {}
+  if used('pods') + 1 > num(redis.call('HGET', info, 'a:pods')) then
+    reasons[#reasons + 1] = 'Too many pods'
   end
-  if taken then reasons[#reasons + 1] = 'host port ' .. p[2] .. '/' .. int(p[3]) .. ' in use' end
+  local ignored = {}
+  for _, name in ipairs(r.ignored) do ignored[name] = true end
+  for _, pair in ipairs(r.requests) do
+    local name, want = pair[1], pair[2]
+    if want > 0 and name ~= 'pods' and not ignored[name] then
+      local cap = num(redis.call('HGET', info, 'a:' .. name))
+      if want > cap - used('r:' .. name) then reasons[#reasons + 1] = 'Insufficient ' .. name end
+    end
+  end
+  local ngpus = num(redis.call('HGET', info, 'gpus'))
+  for _, d in ipairs(r.gpu_devices) do
+    local ds = int(d)
+    if d < 0 or d >= ngpus then
+      reasons[#reasons + 1] = 'gpu ' .. ds .. ' does not exist'
+    elseif redis.call('HGET', info, 'g:' .. ds .. ':ok') ~= '1' then
+      reasons[#reasons + 1] = 'gpu ' .. ds .. ' unhealthy'
+    else
+      local total = num(redis.call('HGET', info, 'g:' .. ds .. ':mem'))
+      local taken = used('g:' .. ds .. ':used')
+      if r.gpu_shared then
+        if total - taken < r.gpu_memory then
+          reasons[#reasons + 1] = 'gpu ' .. ds .. ' busy (' .. int(total - taken) .. ' bytes free, ' ..
+                                  int(r.gpu_memory) .. ' wanted)'
+        end
+      elseif used('g:' .. ds .. ':pods') > 0 then
+        reasons[#reasons + 1] = 'gpu ' .. ds .. ' busy'
+      elseif total < r.gpu_memory then
+        reasons[#reasons + 1] = 'gpu ' .. ds .. ' too small'
+      end
+    end
+  end
+  for _, p in ipairs(r.host_ports) do
+    local port = p[2] .. ':' .. int(p[3])
+    local in_use
+    if p[1] == '0.0.0.0' then
+      in_use = used('p:' .. port) > 0
+    else
+      in_use = used('p:' .. port .. ':' .. p[1]) > 0 or used('p:' .. port .. ':0.0.0.0') > 0
+    end
+    if in_use then reasons[#reasons + 1] = 'host port ' .. p[2] .. '/' .. int(p[3]) .. ' in use' end
+  end
+  local anti = anti_affinity_conflict(resv, uid, r, used('anti'), leaving)
+  if anti then reasons[#reasons + 1] = anti end
+  return reasons
 end
-if #reasons > 0 then
+local function conflict(reasons)
   local out = {'CONFLICT'}
   for _, reason in ipairs(reasons) do out[#out + 1] = reason end
   return out
 end
-account(info, usage, r, 1)
-redis.call('HSET', resv, uid, ARGV[2])
-if token > seen then redis.call('HSET', fences, r.profile, int(token)) end
+-- Record the reservation (JSON j, decoded r) and add its usage; remember its fencing token.
+local function reserve_write(info, usage, resv, fences, uid, j, r)
+  account(info, usage, r, 1)
+  redis.call('HSET', resv, uid, j)
+  local token = tonumber(r.token) or 0
+  if token > 0 and token > num(redis.call('HGET', fences, r.profile)) then
+    redis.call('HSET', fences, r.profile, int(token))
+  end
+end
+"""
+
+RESERVE = (
+    _LIB
+    + _AFFINITY_LIB
+    + _RESERVE_LIB
+    + r"""
+local info, usage, resv, fences = KEYS[1], KEYS[2], KEYS[3], KEYS[5]
+local uid, r = ARGV[1], cjson.decode(ARGV[2])
+local refused = reserve_gate(info, resv, fences, uid, r)
+if refused then return refused end
+local reasons = fit_reasons(info, usage, resv, uid, r, {}, {})
+if #reasons > 0 then return conflict(reasons) end
+reserve_write(info, usage, resv, fences, uid, ARGV[2], r)
 return {'OK', 'reserved'}
+"""
+)
+
+PREEMPT = (
+    _LIB
+    + _AFFINITY_LIB
+    + _RESERVE_LIB
+    + _PHASES_LUA
+    + r"""
+-- KEYS: the node's info, usage, reservations, bound, fences; the 7 phase indexes (PHASES order);
+-- then per victim: its pod record, its events.
+-- ARGV: preemptor uid, its reservation JSON, now, reason, message, event JSON ('' = none),
+-- events kept, then per victim: uid, attempt.
+local info, usage, resv, bound, fences = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local uid, r = ARGV[1], cjson.decode(ARGV[2])
+local now, reason, message, event, cap = ARGV[3], ARGV[4], ARGV[5], ARGV[6], tonumber(ARGV[7])
+local refused = reserve_gate(info, resv, fences, uid, r)
+if refused then return refused end
+local ON_NODE = {Reserved = true, Bound = true, Running = true}
+local priority = tonumber(r.priority) or 0
+local victims, stale, freed, leaving = {}, {}, {}, {}
+for i = 1, (#ARGV - 7) / 2 do
+  local vuid, attempt, rec = ARGV[6 + 2 * i], ARGV[7 + 2 * i], KEYS[11 + 2 * i]
+  local j = redis.call('HGET', resv, vuid)
+  local v = j and cjson.decode(j)
+  local cur = redis.call('HMGET', rec, 'phase', 'node', 'profile', 'namespace', 'name')
+  local name = vuid
+  if v then name = v.pod_key elseif cur[4] then name = cur[4] .. '/' .. cur[5] end
+  if not v or v.attempt ~= attempt or not ON_NODE[cur[1]] or cur[2] ~= r.node then
+    stale[#stale + 1] = 'victim ' .. name .. ' changed or gone since the cycle looked'
+  elseif (tonumber(v.priority) or 0) >= priority then
+    stale[#stale + 1] = 'victim ' .. name .. ' has priority ' .. int(tonumber(v.priority) or 0) ..
+                        ', not lower than ' .. int(priority)
+  elseif not leaving[vuid] then
+    leaving[vuid] = true
+    victims[#victims + 1] = {vuid, rec, KEYS[12 + 2 * i], v, cur[1], cur[3] or ''}
+    for _, h in ipairs(holdings(info, v)) do freed[h[1]] = (freed[h[1]] or 0) + h[2] end
+  end
+end
+if #stale > 0 then return conflict(stale) end
+local reasons = fit_reasons(info, usage, resv, uid, r, freed, leaving)
+if #reasons > 0 then return conflict(reasons) end
+local out = {'OK', 'preempted'}
+for _, e in ipairs(victims) do
+  local vuid, rec, events, v, phase = e[1], e[2], e[3], e[4], e[5]
+  drop_reservation(info, usage, resv, bound, vuid, v)  -- RELEASE
+  -- TRANSITION to Deleted (from Reserved, Bound or Running: no pending index to touch)
+  redis.call('HSET', rec, 'phase', 'Deleted', 'reason', reason, 'message', message, 'updated_at', now)
+  local version = redis.call('HINCRBY', rec, 'version', 1)
+  for k, p in ipairs(PHASES) do
+    if p == 'Deleted' then redis.call('SADD', KEYS[5 + k], vuid)
+    elseif p == phase then redis.call('SREM', KEYS[5 + k], vuid) end
+  end
+  append_event(events, event, cap)
+  for _, x in ipairs({vuid, v.pod_key, e[6], phase, tostring(version)}) do out[#out + 1] = x end
+end
+reserve_write(info, usage, resv, fences, uid, ARGV[2], r)
+return out
 """
 )
 
@@ -394,8 +596,7 @@ if not j then return {'NOOP'} end
 local r = cjson.decode(j)
 if ARGV[2] ~= '' and r.attempt ~= ARGV[2] then return {'CONFLICT'} end
 if redis.call('SISMEMBER', KEYS[4], ARGV[1]) == 1 then return {'BOUND'} end
-account(KEYS[1], KEYS[2], r, -1)
-redis.call('HDEL', KEYS[3], ARGV[1])
+drop_reservation(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], r)
 return {'OK'}
 """
 )
@@ -418,9 +619,7 @@ if not j then
 end
 local r = cjson.decode(j)
 if ARGV[2] ~= '' and r.attempt ~= ARGV[2] then return {'CONFLICT'} end
-redis.call('SREM', KEYS[4], ARGV[1])
-account(KEYS[1], KEYS[2], r, -1)
-redis.call('HDEL', KEYS[3], ARGV[1])
+drop_reservation(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], r)
 return {'OK'}
 """
 )
@@ -528,8 +727,7 @@ if j then
   local r = cjson.decode(j)
   if r.attempt == attempt then
     if redis.call('SISMEMBER', bound, uid) == 1 then return {'BOUND', version, phase, profile} end
-    account(info, usage, r, -1)
-    redis.call('HDEL', resv, uid)
+    drop_reservation(info, usage, resv, bound, uid, r)
     released = 'OK'
   end
 end
@@ -568,9 +766,7 @@ return {'OK', tostring(v), phase, profile}
 
 BIND_MANY = (
     _LIB
-    + "local PHASES = {"
-    + ", ".join(f"'{p}'" for p in PHASES)
-    + "}\n"
+    + _PHASES_LUA
     + r"""
 -- KEYS: the 7 phase indexes (PHASES order), then per pod: node info, usage, reservations,
 -- bound, pod record, pod events, pending index of the pod's profile.
@@ -609,17 +805,12 @@ local function bind_one(k, a)
       elseif p == phase then redis.call('SREM', KEYS[i], uid) end
     end
     if phase == 'Pending' then redis.call('SREM', KEYS[k + 7], uid) end
-    if event ~= '' then
-      redis.call('RPUSH', events, event)
-      redis.call('LTRIM', events, -cap, -1)
-    end
+    append_event(events, event, cap)
     return {marked, 'OK', '', phase, tostring(v), cur[6] or '', cur[7] or ''}
   end
   if code == 'ALREADY' then return {marked, code, '', phase, version, cur[6] or '', cur[7] or ''} end
   -- Refused: RELEASE this attempt's room (the reservation is this attempt's: checked above).
-  redis.call('SREM', bound, uid)
-  account(info, usage, r, -1)
-  redis.call('HDEL', resv, uid)
+  drop_reservation(info, usage, resv, bound, uid, r)
   return {marked, code, 'OK', phase or '', version or ''}
 end
 local out = {}
@@ -628,7 +819,9 @@ return out
 """
 )
 
-START_POD = r"""
+START_POD = (
+    _LIB
+    + r"""
 local rec, events, resv, bound = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 if redis.call('EXISTS', rec) == 0 then return {'NOT_FOUND'} end
 local cur = redis.call('HMGET', rec, 'phase', 'version', 'profile', 'uid', 'node')
@@ -649,12 +842,10 @@ redis.call('HSET', rec, 'phase', 'Running', 'updated_at', ARGV[3])
 local v = redis.call('HINCRBY', rec, 'version', 1)
 redis.call('SREM', KEYS[5], uid)
 redis.call('SADD', KEYS[6], uid)
-if ARGV[4] ~= '' then
-  redis.call('RPUSH', events, ARGV[4])
-  redis.call('LTRIM', events, -tonumber(ARGV[5]), -1)
-end
+append_event(events, ARGV[4], tonumber(ARGV[5]))
 return {'OK', tostring(v), phase, profile}
 """
+)
 
 ADMISSION_VIEW = r"""
 local cur = redis.call('HMGET', KEYS[1], 'phase', 'node', 'profile', 'updated_at')
@@ -715,6 +906,7 @@ SOURCES: dict[str, str] = {
     "heartbeat": HEARTBEAT,
     "mark_unreachable": MARK_UNREACHABLE,
     "reserve": RESERVE,
+    "preempt": PREEMPT,
     "unreserve": UNRESERVE,
     "mark_bound": MARK_BOUND,
     "release": RELEASE,
@@ -748,6 +940,7 @@ class Scripts:
         self.heartbeat = redis.register_script(HEARTBEAT)
         self.mark_unreachable = redis.register_script(MARK_UNREACHABLE)
         self.reserve = redis.register_script(RESERVE)
+        self.preempt = redis.register_script(PREEMPT)
         self.unreserve = redis.register_script(UNRESERVE)
         self.mark_bound = redis.register_script(MARK_BOUND)
         self.release = redis.register_script(RELEASE)

@@ -123,7 +123,8 @@ def test_json_output_is_exactly_the_documented_shape(
                 "status": "Unschedulable",
                 # cpu-1 has 3750m left after web; cpu-2 500m after the running pod; gpu-1 is tainted
                 "message": "0/3 nodes are available: 1 node(s) had untolerated taint {nvidia.com/gpu: present},"
-                " 2 Insufficient cpu.",
+                " 2 Insufficient cpu. preemption: 0/3 nodes are available: 1 No preemption victims found for"
+                " incoming pod, 2 Preemption is not helpful for scheduling..",
                 "gpuDevices": [],
             },
             {
@@ -251,11 +252,11 @@ def test_bad_config_is_a_clear_error(
     config = tmp_path / "config.yaml"
     config.write_text(
         "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
-        "profiles:\n- schedulerName: x\n  plugins:\n    filter:\n      enabled: [{name: PodTopologySpread}]\n"
+        "profiles:\n- schedulerName: x\n  plugins:\n    filter:\n      enabled: [{name: DefaultPreemption}]\n"
     )
     code, _, err = run(capsys, "-f", files[0], "--config", str(config))
     assert code == 2
-    assert err.startswith(f"error: {config}: ") and "PodTopologySpread" in err
+    assert err.startswith(f"error: {config}: ") and "DefaultPreemption" in err
     assert len(err.splitlines()) == 1
 
 

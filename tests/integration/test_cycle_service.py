@@ -300,7 +300,10 @@ async def test_unschedulable_pods_get_kubes_message_and_bad_ones_an_error(
         unschedulable, error, skipped, reserved = await queue.decided(huge, broken, gone, fits)
 
         assert unschedulable.kind is OutcomeKind.UNSCHEDULABLE
-        assert unschedulable.message == "0/2 nodes are available: 2 Insufficient cpu."
+        assert unschedulable.message == (  # kube's FitError, with DefaultPreemption's PostFilter message
+            "0/2 nodes are available: 2 Insufficient cpu. "
+            "preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.."
+        )
         assert unschedulable.plugins == ("NodeResourcesFit",)
         assert error.kind is OutcomeKind.ERROR and "metadata.name" in error.message and "\n" not in error.message
         assert reserved.kind is OutcomeKind.RESERVED
@@ -499,7 +502,7 @@ async def test_node_and_pod_events_keep_the_table_fresh(
         big = await submit(state, "big", "2")
         queue.offer(big)
         [outcome] = await queue.decided(big)
-        assert outcome.message == "0/1 nodes are available: 1 Insufficient cpu."
+        assert outcome.message.startswith("0/1 nodes are available: 1 Insufficient cpu. preemption: ")
 
         # A node added after start gets pods once its node.added event arrives.
         await add_node(state, "roomy", "2")

@@ -219,7 +219,7 @@ async def test_post_filter_runs_when_no_node_fits(live: LiveCluster) -> None:
     async def unschedulable() -> None:
         record = await live.state.get_pod(uid)
         assert record is not None and record.reason == "Unschedulable"
-        assert "Gate: nothing to preempt here" in record.message, record.message
+        assert "nothing to preempt here." in record.message, record.message
 
     await eventually(unschedulable, timeout=20, interval=0.05)
     assert "too-big" in JOURNAL.of("postfilter")

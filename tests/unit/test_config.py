@@ -25,13 +25,16 @@ from kubus.framework.config import (
     KUBE_DEFAULT_PLUGINS,
     OMITTED_KUBE_DEFAULT_PLUGINS,
     ConfigError,
+    DefaultPreemptionArgs,
     ExtensionPoint,
     GPUArgs,
     GPUMode,
+    InterPodAffinityArgs,
     NodeAffinityArgs,
     NodeResourcesBalancedAllocationArgs,
     NodeResourcesFitArgs,
     PluginRef,
+    PodTopologySpreadArgs,
     ProfileConfig,
     RequestedToCapacityRatioParam,
     ResourceSpec,
@@ -141,6 +144,22 @@ class DefaultBinder(_Plugin, _Bind):
     name = "DefaultBinder"
 
 
+class PodTopologySpread(_Plugin, _PreFilter, _Filter, _Score):
+    name = "PodTopologySpread"
+
+    def pre_score_feasible(self, state: Any, pod: Any, table: Any, rows: Any) -> None: ...
+
+
+class InterPodAffinity(_Plugin, _PreFilter, _Filter, _PreScore, _Score):
+    name = "InterPodAffinity"
+
+
+class DefaultPreemption(_Plugin):
+    name = "DefaultPreemption"
+
+    def post_filter(self, state: Any, pod: Any, diagnosis: Any) -> None: ...
+
+
 class GPUFit(_Plugin, _PreFilter, _Filter, _PreScore, _Score, _Reserve):
     name = "GPUFit"
 
@@ -204,6 +223,9 @@ KUBE_LIKE = [
     NodeAffinityPlugin,
     NodePorts,
     NodeResourcesFit,
+    PodTopologySpread,
+    InterPodAffinity,
+    DefaultPreemption,
     NodeResourcesBalancedAllocation,
     ImageLocality,
     DefaultBinder,
@@ -238,7 +260,7 @@ def lists(profile: ProfileConfig) -> dict[str, list[Any]]:
 DEFAULT_LISTS = {
     "preEnqueue": ["SchedulingGates"],
     "queueSort": ["PrioritySort"],
-    "preFilter": ["NodeAffinity", "NodePorts", "NodeResourcesFit"],
+    "preFilter": ["NodeAffinity", "NodePorts", "NodeResourcesFit", "PodTopologySpread", "InterPodAffinity"],
     "filter": [
         "NodeUnschedulable",
         "NodeName",
@@ -246,15 +268,26 @@ DEFAULT_LISTS = {
         "NodeAffinity",
         "NodePorts",
         "NodeResourcesFit",
+        "PodTopologySpread",
+        "InterPodAffinity",
     ],
-    "preScore": ["TaintToleration", "NodeAffinity", "NodeResourcesBalancedAllocation"],
+    "preScore": [
+        "TaintToleration",
+        "NodeAffinity",
+        "PodTopologySpread",
+        "InterPodAffinity",
+        "NodeResourcesBalancedAllocation",
+    ],
     "score": [
         ("TaintToleration", 3),
         ("NodeAffinity", 2),
         ("NodeResourcesFit", 1),
+        ("PodTopologySpread", 2),
+        ("InterPodAffinity", 2),
         ("NodeResourcesBalancedAllocation", 1),
         ("ImageLocality", 1),
     ],
+    "postFilter": ["DefaultPreemption"],
     "bind": ["DefaultBinder"],
 }
 
@@ -289,9 +322,6 @@ def test_kube_default_plugin_list() -> None:
         "NodeVolumeLimits",
         "VolumeBinding",
         "VolumeZone",
-        "PodTopologySpread",
-        "InterPodAffinity",
-        "DefaultPreemption",
     }
     assert [p.name for p in DEFAULT_PLUGINS] == [
         "SchedulingGates",
@@ -302,6 +332,9 @@ def test_kube_default_plugin_list() -> None:
         "NodeAffinity",
         "NodePorts",
         "NodeResourcesFit",
+        "PodTopologySpread",
+        "InterPodAffinity",
+        "DefaultPreemption",
         "NodeResourcesBalancedAllocation",
         "ImageLocality",
         "DefaultBinder",
@@ -321,9 +354,12 @@ def test_default_config() -> None:
     assert profile.percentage_of_nodes_to_score is None
     assert lists(profile) == DEFAULT_LISTS
     assert set(profile.plugins) == set(ExtensionPoint)
-    assert profile.enabled(EP.POST_FILTER) == ()
+    assert [r.name for r in profile.enabled(EP.POST_FILTER)] == ["DefaultPreemption"]
     # kube appends default args for the enabled plugins that have an args type
     assert profile.plugin_args == {
+        "InterPodAffinity": InterPodAffinityArgs(),
+        "PodTopologySpread": PodTopologySpreadArgs(),
+        "DefaultPreemption": DefaultPreemptionArgs(),
         "NodeAffinity": NodeAffinityArgs(),
         "NodeResourcesFit": NodeResourcesFitArgs(),
         "NodeResourcesBalancedAllocation": NodeResourcesBalancedAllocationArgs(),
@@ -368,9 +404,7 @@ def test_disabling_plugins_kubus_lacks_still_loads() -> None:
 profiles:
   - plugins:
       multiPoint:
-        disabled: [{name: PodTopologySpread}, {name: VolumeBinding}, {name: DefaultPreemption}]
-      score:
-        disabled: [{name: InterPodAffinity}]
+        disabled: [{name: VolumeBinding}]
       filter:
         disabled: [{name: VolumeRestrictions}, {name: NodeVolumeLimits}, {name: VolumeZone}]
 """
@@ -660,6 +694,8 @@ def test_specific_score_entry_goes_first_with_its_weight() -> None:
         ("TaintToleration", 3),
         ("NodeAffinity", 2),
         ("NodeResourcesFit", 1),
+        ("PodTopologySpread", 2),
+        ("InterPodAffinity", 2),
         ("NodeResourcesBalancedAllocation", 1),
     ]
 
@@ -679,7 +715,12 @@ def test_multipoint_reconfigures_default_in_place() -> None:
 def test_disable_a_default_at_one_extension_point() -> None:
     cfg = load("profiles: [{plugins: {preScore: {disabled: [{name: TaintToleration}]}}}]")
     got = lists(cfg.profiles[0])
-    assert got["preScore"] == ["NodeAffinity", "NodeResourcesBalancedAllocation"]
+    assert got["preScore"] == [
+        "NodeAffinity",
+        "PodTopologySpread",
+        "InterPodAffinity",
+        "NodeResourcesBalancedAllocation",
+    ]
     assert got["score"] == DEFAULT_LISTS["score"]
 
 
@@ -722,10 +763,10 @@ def test_enabling_an_unregistered_plugin() -> None:
 
 
 def test_enabling_a_kube_plugin_kubus_lacks() -> None:
-    msg = error("profiles: [{plugins: {multiPoint: {enabled: [{name: PodTopologySpread, weight: 2}]}}}]")
+    msg = error("profiles: [{plugins: {multiPoint: {enabled: [{name: VolumeBinding}]}}}]")
     assert msg == (
-        'profile "default-scheduler": plugins.multiPoint.enabled[0]: plugin "PodTopologySpread" '
-        f"is not registered: not implemented in kubus yet (known: {KNOWN})"
+        'profile "default-scheduler": plugins.multiPoint.enabled[0]: plugin "VolumeBinding" '
+        f"is not registered: kubus does not model volumes (known: {KNOWN})"
     )
 
 
@@ -794,8 +835,8 @@ def test_weight_must_fit_int32() -> None:
 
 def test_score_weight_overflow(monkeypatch: pytest.MonkeyPatch) -> None:
     # kube checks weight * MaxNodeScore against MaxTotalScore; shrink the bound to reach it
-    monkeypatch.setattr(multipoint, "MAX_TOTAL_SCORE", 800)
-    assert load("")  # 3+2+1+1+1 = 8 -> 800: exactly fits
+    monkeypatch.setattr(multipoint, "MAX_TOTAL_SCORE", 1200)
+    assert load("")  # 3+2+1+2+2+1+1 = 12 -> 1200: exactly fits
     msg = error("profiles: [{plugins: {score: {enabled: [{name: ImageLocality, weight: 2}]}}}]")
     assert msg == 'profile "default-scheduler": plugins.score: total score of Score plugins could overflow'
 
@@ -883,10 +924,10 @@ extenders:
 profiles:
   - schedulerName: default-scheduler
     pluginConfig:
-      - name: PodTopologySpread
-        args: {defaultingType: List, defaultConstraints: []}
-      - name: DefaultPreemption
-        args: {minCandidateNodesPercentage: 20}
+      - name: VolumeBinding
+        args: {bindTimeoutSeconds: 600}
+      - name: VolumeZone
+        args: {}
 """
     )
     assert cfg.ignored_fields == (
@@ -895,8 +936,8 @@ profiles:
         "enableProfiling",
         "extenders",
         "delayCacheUntilActive",
-        "profiles[0].pluginConfig[0] (PodTopologySpread)",
-        "profiles[0].pluginConfig[1] (DefaultPreemption)",
+        "profiles[0].pluginConfig[0] (VolumeBinding)",
+        "profiles[0].pluginConfig[1] (VolumeZone)",
     )
     assert lists(cfg.profiles[0]) == DEFAULT_LISTS
 
@@ -1430,11 +1471,13 @@ def test_example_config() -> None:
     got = lists(gpu)
     assert got["filter"] == DEFAULT_LISTS["filter"] + ["GPUFit"]
     assert got["reserve"] == ["GPUFit"]
-    assert got["preScore"] == ["TaintToleration", "NodeAffinity", "GPUFit"]
+    assert got["preScore"] == ["TaintToleration", "NodeAffinity", "PodTopologySpread", "InterPodAffinity", "GPUFit"]
     assert got["score"] == [
         ("TaintToleration", 3),
         ("NodeAffinity", 2),
         ("NodeResourcesFit", 1),
+        ("PodTopologySpread", 2),
+        ("InterPodAffinity", 2),
         ("ImageLocality", 1),
         ("GPUFit", 5),
     ]

@@ -3,6 +3,8 @@ the queue for its QueueingHints)."""
 
 from __future__ import annotations
 
+from support import without_post_filter
+
 from kubus.api.objects import (
     CPU,
     MEMORY,
@@ -34,7 +36,7 @@ GI = 1024**3
 
 def scheduler(*nodes: Node) -> Scheduler:
     registry = in_tree_registry()
-    profile = default_config(registry).profiles[0]
+    profile = without_post_filter(default_config(registry).profiles[0])
     table = NodeTable()
     table.add_nodes(nodes)
     return Scheduler(Framework.from_profile(profile, registry), table)

@@ -4,6 +4,7 @@ required terms, and "pod affinity terms conflict" when every term's names confli
 from __future__ import annotations
 
 import pytest
+from support import without_post_filter
 
 from kubus.api.objects import (
     Affinity,
@@ -112,7 +113,7 @@ def test_conflicting_terms_reject_the_pod_with_kubes_reason() -> None:
     p = pod(NodeSelectorTerm(match_fields=(names(IN, "n1"), names(IN, "n2"))))
     nodes = [node(n) for n in ("n1", "n2", "n3")]
     registry = in_tree_registry()
-    profile = default_config(registry=registry).profiles[0]
+    profile = without_post_filter(default_config(registry=registry).profiles[0])
     table = NodeTable(capacity=8)
     table.add_nodes(nodes)
     got = Scheduler(Framework.from_profile(profile, registry), table).schedule([p])[0]

@@ -48,6 +48,8 @@ def _canonical(table: NodeTable) -> dict:
             ],
             "images": sorted(name for name, rows in table.images.items() if row in rows),
             "ports": sorted(key for key, rows in table.port_rows.items() if row in rows),
+            "used_ports": sorted(info.used_ports.items()),
+            "requested": sorted((k, v) for k, v in info.requested.items() if v),
             "hash": int(view.node_hash[row]),
             "valid": bool(view.valid[row]),
         }
@@ -75,16 +77,27 @@ def test_incremental_updates_equal_a_fresh_build(seed: int, steps: int) -> None:
             table.remove_node(name)
             placed = {k: v for k, v in placed.items() if v[0] != name}
         elif op < 0.8:
-            counter += 1
-            pod = make_pod(rng, counter)
             node = rng.choice(sorted(nodes))
-            info = PodInfo.of(pod, (0,) if nodes[node].gpus else ())
-            table.assume(info, node)
-            placed[pod.key] = (node, info)
+            infos = []
+            for _ in range(rng.choice((1, 1, 3))):
+                counter += 1
+                info = PodInfo.of(make_pod(rng, counter), (0,) if nodes[node].gpus else ())
+                infos.append(info)
+                placed[info.pod.key] = (node, info)
+            if len(infos) == 1:
+                table.assume(infos[0], node)
+            else:
+                table.assume_many(infos, node)
         elif placed:
             key = rng.choice(sorted(placed))
             node, _ = placed.pop(key)
-            table.forget(key, node)
+            if rng.random() < 0.5:
+                table.forget(key, node)
+            else:  # with the node's other pods, at times
+                keys = [key] + [k for k, (n, _) in placed.items() if n == node and rng.random() < 0.5]
+                for k in keys[1:]:
+                    del placed[k]
+                assert [i.pod.key for i in table.forget_many(keys, node)] == keys
     fresh = NodeTable(seed=3)
     fresh.add_nodes(nodes.values())
     for node, info in placed.values():

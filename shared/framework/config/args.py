@@ -9,8 +9,9 @@ from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
 from kubus.api.node_affinity import Validation, decode_node_affinity
-from kubus.api.objects import CPU, MEMORY, NodeAffinity
+from kubus.api.objects import CPU, MEMORY, NodeAffinity, TopologySpreadConstraint
 from kubus.framework.config._fields import (
+    _INT32_MAX,
     _INT64_MAX,
     ConfigReader,
     FieldError,
@@ -21,6 +22,7 @@ from kubus.framework.config._fields import (
     integer,
     mapping,
     string,
+    type_name,
 )
 
 MAX_CUSTOM_PRIORITY_SCORE = 10
@@ -145,6 +147,155 @@ class NodeAffinityArgs:
         return cls(added)
 
 
+MAX_HARD_POD_AFFINITY_WEIGHT = 100
+"""Highest InterPodAffinity hardPodAffinityWeight (kube's validateHardPodAffinityWeight)."""
+
+
+@dataclass(frozen=True, slots=True)
+class InterPodAffinityArgs:
+    """Args of InterPodAffinity (kube's InterPodAffinityArgs)."""
+
+    hard_pod_affinity_weight: int = 1
+    """Score weight of an existing pod's required pod affinity term that the incoming pod
+    matches (the "symmetric" weight), 0..100; 0 turns that part of the score off."""
+    ignore_preferred_terms_of_existing_pods: bool = False
+    """Skip Score when the incoming pod has no preferred pod (anti-)affinity terms, ignoring the
+    existing pods' terms (kube's flag; a pod with preferred terms is scored as usual)."""
+
+    @classmethod
+    def decode_config(cls, m: Mapping[str, Any], path: str) -> InterPodAffinityArgs:
+        """The args at `path`, with kube's defaults (hardPodAffinityWeight 1), validated as
+        ValidateInterPodAffinityArgs does. Raises FieldError."""
+        check_fields(m, path, ("hardPodAffinityWeight", "ignorePreferredTermsOfExistingPods"))
+        weight = 1
+        if m.get("hardPodAffinityWeight") is not None:
+            w_path = child(path, "hardPodAffinityWeight")
+            weight = integer(m["hardPodAffinityWeight"], w_path)
+            if not 0 <= weight <= MAX_HARD_POD_AFFINITY_WEIGHT:
+                raise FieldError(
+                    w_path, f"invalid value {weight}: not in valid range [0, {MAX_HARD_POD_AFFINITY_WEIGHT}]"
+                )
+        ignore = False
+        if m.get("ignorePreferredTermsOfExistingPods") is not None:
+            raw = m["ignorePreferredTermsOfExistingPods"]
+            if not isinstance(raw, bool):
+                raise FieldError(
+                    child(path, "ignorePreferredTermsOfExistingPods"),
+                    f"expected a boolean, got {type_name(raw)} {raw!r}",
+                )
+            ignore = raw
+        return cls(weight, ignore)
+
+
+DEFAULT_MIN_CANDIDATE_NODES_PERCENTAGE = 10
+DEFAULT_MIN_CANDIDATE_NODES_ABSOLUTE = 100
+
+
+@dataclass(frozen=True, slots=True)
+class DefaultPreemptionArgs:
+    """Args of DefaultPreemption (kube's DefaultPreemptionArgs): how many nodes the preemption
+    dry run must find as candidates before it stops looking, max(percentage of the nodes where
+    preemption might help, absolute), never more than those nodes."""
+
+    min_candidate_nodes_percentage: int = DEFAULT_MIN_CANDIDATE_NODES_PERCENTAGE
+    """0..100 (kube's default 10)."""
+    min_candidate_nodes_absolute: int = DEFAULT_MIN_CANDIDATE_NODES_ABSOLUTE
+    """0 or more (kube's default 100); not 0 together with a 0 percentage."""
+
+    def validate(self, path: str = "") -> None:
+        """kube's ValidateDefaultPreemptionArgs (the first problem it reports). Raises FieldError."""
+        pct_path = child(path, "minCandidateNodesPercentage")
+        abs_path = child(path, "minCandidateNodesAbsolute")
+        pct, absolute = self.min_candidate_nodes_percentage, self.min_candidate_nodes_absolute
+        if not 0 <= pct <= 100:
+            raise FieldError(pct_path, f"invalid value {pct}: not in valid range [0, 100]")
+        if absolute < 0:
+            raise FieldError(abs_path, f"invalid value {absolute}: not in valid range [0, inf)")
+        if pct == 0 and absolute == 0:
+            raise FieldError(
+                pct_path, f"invalid value {pct}: cannot be zero at the same time as minCandidateNodesAbsolute"
+            )
+
+    @classmethod
+    def decode_config(cls, m: Mapping[str, Any], path: str) -> DefaultPreemptionArgs:
+        """The args at `path`, with kube's v1 defaults (10 and 100 when unset; an explicit 0
+        stays 0), validated as ValidateDefaultPreemptionArgs does. Raises FieldError."""
+        check_fields(m, path, ("minCandidateNodesPercentage", "minCandidateNodesAbsolute"))
+        values = []
+        for key, default in (
+            ("minCandidateNodesPercentage", DEFAULT_MIN_CANDIDATE_NODES_PERCENTAGE),
+            ("minCandidateNodesAbsolute", DEFAULT_MIN_CANDIDATE_NODES_ABSOLUTE),
+        ):
+            values.append(default if m.get(key) is None else integer(m[key], child(path, key)))
+        args = cls(values[0], values[1])
+        args.validate(path)
+        return args
+
+
+class DefaultingType(StrEnum):
+    """PodTopologySpreadArgs.defaultingType: where the default constraints come from."""
+
+    SYSTEM = "System"
+    """kube's built-in constraints (hostname maxSkew 3, zone maxSkew 5, both ScheduleAnyway)."""
+    LIST = "List"
+    """The `defaultConstraints` of the args."""
+
+
+WHEN_UNSATISFIABLE = ("DoNotSchedule", "ScheduleAnyway")
+NODE_INCLUSION_POLICIES = ("Honor", "Ignore")
+
+
+@dataclass(frozen=True, slots=True)
+class PodTopologySpreadArgs:
+    """Args of PodTopologySpread (kube's PodTopologySpreadArgs).
+
+    Default constraints apply to a pod without topologySpreadConstraints of its own, with a
+    label selector kube builds from the Services, ReplicationControllers, ReplicaSets and
+    StatefulSets that select the pod. kubus has none of those objects, so that selector is
+    always empty and, as in kube for a pod no such object selects, the default constraints (the
+    System ones or a List) apply to no pod: they load and validate, and change nothing (see
+    `kubus.plugins.pod_topology_spread`).
+    """
+
+    default_constraints: tuple[TopologySpreadConstraint, ...] = ()
+    """The constraints of `List` defaulting (no labelSelector: it is deduced per pod)."""
+    defaulting_type: DefaultingType = DefaultingType.SYSTEM
+    """`System` (kube's v1 default) or `List`."""
+
+    @classmethod
+    def decode_config(cls, m: Mapping[str, Any], path: str) -> PodTopologySpreadArgs:
+        """The args at `path`, with kube's v1 defaults (defaultingType System), validated as
+        ValidatePodTopologySpreadArgs does; stricter in one point: nodeAffinityPolicy and
+        nodeTaintsPolicy must be Honor or Ignore (kube takes any other value for Ignore).
+        Raises FieldError."""
+        check_fields(m, path, ("defaultConstraints", "defaultingType"))
+        dc_path = child(path, "defaultConstraints")
+        raw_constraints = as_list(m.get("defaultConstraints"), dc_path)
+        dt_path = child(path, "defaultingType")
+        raw_type = m.get("defaultingType")
+        defaulting = DefaultingType.SYSTEM
+        if raw_type is not None and raw_type != "":
+            text = string(raw_type, dt_path)
+            try:
+                defaulting = DefaultingType(text)
+            except ValueError:
+                supported = ", ".join(f'"{x.value}"' for x in DefaultingType)
+                raise FieldError(dt_path, f'unsupported value "{text}" (supported: {supported})') from None
+        if defaulting is DefaultingType.SYSTEM and raw_constraints:
+            raise FieldError(dt_path, f'invalid value "{defaulting.value}": when .defaultConstraints are not empty')
+        constraints = tuple(_decode_default_constraint(raw, f"{dc_path}[{i}]") for i, raw in enumerate(raw_constraints))
+        seen: dict[tuple[str, str], int] = {}
+        for i, c in enumerate(constraints):
+            pair = (c.topology_key, c.when_unsatisfiable)
+            if pair in seen:
+                pair_text = f"{{{c.topology_key}, {c.when_unsatisfiable}}}"
+                raise FieldError(
+                    f"{dc_path}[{i}]", f'duplicate value "{pair_text}" (also defaultConstraints[{seen[pair]}])'
+                )
+            seen[pair] = i
+        return cls(constraints, defaulting)
+
+
 class GPUMode(StrEnum):
     BINPACK = "binpack"
     """Prefer nodes and GPUs that are already the most used: fill partly used GPUs first and
@@ -190,6 +341,9 @@ BUILTIN_ARGS_TYPES: dict[str, type] = {
     "NodeResourcesFit": NodeResourcesFitArgs,
     "NodeResourcesBalancedAllocation": NodeResourcesBalancedAllocationArgs,
     "NodeAffinity": NodeAffinityArgs,
+    "InterPodAffinity": InterPodAffinityArgs,
+    "PodTopologySpread": PodTopologySpreadArgs,
+    "DefaultPreemption": DefaultPreemptionArgs,
     "GPUFit": GPUArgs,
 }
 """Args types of kubus's in-tree plugins, by name: used when the registry gives none."""
@@ -205,6 +359,73 @@ def _decode_resources(raw: object, path: str) -> tuple[ResourceSpec, ...]:
         weight = 0 if m.get("weight") is None else integer(m["weight"], child(p, "weight"), maximum=_INT64_MAX)
         out.append(ResourceSpec(name, weight or 1))  # kube defaults 0 (or unset) to 1
     return tuple(out)
+
+
+_CONSTRAINT_FIELDS = (
+    "maxSkew",
+    "topologyKey",
+    "whenUnsatisfiable",
+    "labelSelector",
+    "minDomains",
+    "nodeAffinityPolicy",
+    "nodeTaintsPolicy",
+    "matchLabelKeys",
+)
+
+
+def _decode_default_constraint(raw: object, path: str) -> TopologySpreadConstraint:
+    """One of PodTopologySpreadArgs.defaultConstraints (a v1.TopologySpreadConstraint), checked
+    as ValidatePodTopologySpreadArgs checks it."""
+    m = mapping(raw, path, allow_none=False)
+    check_fields(m, path, _CONSTRAINT_FIELDS)
+    skew_path = child(path, "maxSkew")
+    max_skew = integer(m.get("maxSkew", 0), skew_path, maximum=_INT32_MAX)
+    if max_skew <= 0:
+        raise FieldError(skew_path, f"invalid value {max_skew}: not in valid range (0, inf)")
+    key_path = child(path, "topologyKey")
+    key = string(m.get("topologyKey", ""), key_path)
+    if not key:
+        raise FieldError(key_path, "required: can not be empty")
+    check_qualified_name(key, key_path)
+    when_path = child(path, "whenUnsatisfiable")
+    when = string(m.get("whenUnsatisfiable", ""), when_path)
+    if not when:
+        raise FieldError(when_path, "required: can not be empty")
+    if when not in WHEN_UNSATISFIABLE:
+        supported = ", ".join(f'"{w}"' for w in WHEN_UNSATISFIABLE)
+        raise FieldError(when_path, f'unsupported value "{when}" (supported: {supported})')
+    if m.get("labelSelector") is not None:
+        raise FieldError(
+            child(path, "labelSelector"),
+            "forbidden: constraint must not define a selector, as they deduced for each pod",
+        )
+    min_domains = None
+    if m.get("minDomains") is not None:
+        min_domains = integer(m["minDomains"], child(path, "minDomains"), maximum=_INT32_MAX)
+    policies: dict[str, str | None] = {}
+    for name in ("nodeAffinityPolicy", "nodeTaintsPolicy"):
+        value = m.get(name)
+        if value is None:
+            policies[name] = None
+            continue
+        policy = string(value, child(path, name))
+        if policy not in NODE_INCLUSION_POLICIES:
+            supported = ", ".join(f'"{p}"' for p in NODE_INCLUSION_POLICIES)
+            raise FieldError(child(path, name), f'unsupported value "{policy}" (supported: {supported})')
+        policies[name] = policy
+    mlk_path = child(path, "matchLabelKeys")
+    keys = tuple(string(v, f"{mlk_path}[{i}]") for i, v in enumerate(as_list(m.get("matchLabelKeys"), mlk_path)))
+    for i, k in enumerate(keys):
+        check_qualified_name(k, f"{mlk_path}[{i}]")
+    return TopologySpreadConstraint(
+        max_skew=max_skew,
+        topology_key=key,
+        when_unsatisfiable=when,
+        min_domains=min_domains,
+        node_affinity_policy=policies["nodeAffinityPolicy"],
+        node_taints_policy=policies["nodeTaintsPolicy"],
+        match_label_keys=keys,
+    )
 
 
 def _decode_shape(raw: object, path: str) -> tuple[UtilizationShapePoint, ...]:

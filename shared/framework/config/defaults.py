@@ -34,9 +34,6 @@ OMITTED_KUBE_DEFAULT_PLUGINS: Mapping[str, str] = {
     "NodeVolumeLimits": "kubus does not model volumes",
     "VolumeBinding": "kubus does not model volumes",
     "VolumeZone": "kubus does not model volumes",
-    "PodTopologySpread": "not implemented in kubus yet",
-    "InterPodAffinity": "not implemented in kubus yet",
-    "DefaultPreemption": "not implemented in kubus yet: kubus does not preempt",
 }
 """kube default plugins that kubus's default set leaves out, and why."""
 
