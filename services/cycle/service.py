@@ -646,6 +646,7 @@ class CycleService(Service):
             pod, node, uid = result.pod, result.node or "", _uid(result.pod)
             if answer.ok:
                 reserved.append(_Reserved(result, node, attempt))
+                self._snapshot().reserved(pod.key, node, str(attempt))
                 continue
             undo.append(self._give_back(pod, node, attempt, result.state))
             if answer.code is StoreCode.FENCED:

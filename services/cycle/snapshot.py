@@ -94,6 +94,13 @@ class NodeSnapshot:
         """Record a placement the Scheduler assumed into the table itself."""
         self.placed[key] = PlacedPod(node, uid)
 
+    def reserved(self, key: str, node: str, attempt: str) -> None:
+        """The store now holds the cycle's own placement under ``attempt`` (what a preemption
+        that picks this pod as a victim must name)."""
+        placed = self.placed.get(key)
+        if placed is not None and placed.node == node:
+            self.placed[key] = PlacedPod(node, placed.uid, attempt)
+
     def evicted(self, key: str, node: str) -> PlacedPod | None:
         """A pod the Scheduler's preemption already took off ``node`` in the table: forget where
         it was. Returns where it was (with the attempt the store must still hold)."""

@@ -153,3 +153,20 @@ def test_unreachable_nodes_carry_the_taint_and_are_counted() -> None:
     assert snapshot.unreachable_nodes() == 1
     taints = snapshot.table.node_info("lost").node.spec.taints
     assert any(t.key == "node.kubernetes.io/unreachable" and t.effect.value == "NoSchedule" for t in taints)
+
+
+def test_preemption_victims_carry_the_attempt_the_store_holds() -> None:
+    """A victim must be named with its reservation's attempt (PREEMPT refuses any other): the
+    attempt comes from Redis on a sync, and from the cycle's own reserve for its placements."""
+    s = NodeSnapshot()
+    a, b = pod("a"), pod("b")
+    s.load([(node("n1"), [dataclasses.replace(reservation(a, "n1"), attempt="7")])])
+    s.table.assume(PodInfo.of(b), "n1")
+    s.placed_by_scheduler("default/b", "uid-b", "n1")
+    s.reserved("default/b", "n1", "3")
+    s.reserved("default/b", "n2", "9")  # not where it is: ignored
+    assert s.placed["default/a"].attempt == "7" and s.placed["default/b"].attempt == "3"
+    s.table.forget("default/b", "n1")  # the Scheduler's preemption took it off
+    gone = s.evicted("default/b", "n1")
+    assert gone == PlacedPod("n1", "uid-b") and gone.attempt == "3"
+    assert "default/b" not in s.placed and s.evicted("default/b", "n1") is None
