@@ -133,17 +133,22 @@ class FilterDiagnosis:
     """Reason -> how many nodes gave it (the "0/N nodes are available" histogram)."""
     unschedulable_plugins: frozenset[str]
     """The plugins that rejected the pod."""
-    resolvable_nodes: tuple[str, ...] = ()
-    """Nodes whose rejection was only Unschedulable (not UnschedulableAndUnresolvable): where
-    removing pods could help, the candidates of preemption."""
     table: NodeTable | None = None
     """The node table the pod was filtered against (the scheduler's; a PostFilter plugin may
     change it only to undo what it changed, e.g. a preemption dry run)."""
     framework: Any = None
     """The profile's `kubus.framework.runtime.Framework`, for dry runs of its Filter plugins."""
     resolvable: Any = None
-    """Host bool per row: the node holds a node and no filter rejected it UnschedulableAndUnresolvable
-    (the rows `resolvable_nodes` names)."""
+    """Host bool per row: the row holds a node and no filter rejected it UnschedulableAndUnresolvable:
+    where removing pods could help, the candidates of preemption."""
+
+    @property
+    def resolvable_nodes(self) -> tuple[str, ...]:
+        """The names of the `resolvable` rows, in row order."""
+        if self.table is None or self.resolvable is None:
+            return ()
+        table = self.table
+        return tuple(table.node_info(int(r)).name for r in range(table.rows) if self.resolvable[r])
 
 
 @dataclass(frozen=True, slots=True)

@@ -615,7 +615,6 @@ class Scheduler:
             len(table),
             dict(result.reasons),
             frozenset(result.plugins),
-            tuple(table.node_info(int(r)).name for r in np.flatnonzero(resolvable)),
             table=table,
             framework=self.framework,
             resolvable=resolvable,

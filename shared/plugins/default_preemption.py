@@ -1042,11 +1042,10 @@ def _chunk_size(
 
 def _potential_rows(table: NodeTable, diagnosis: FilterDiagnosis) -> np.ndarray:
     """The rows where preemption might help, ascending (kube's nodesWherePreemptionMightHelp)."""
-    if diagnosis.resolvable is not None:
-        resolvable = np.asarray(diagnosis.resolvable, dtype=bool)
-        return np.flatnonzero(resolvable[: table.rows]).astype(np.intp)
-    rows = sorted(table.row_of[name] for name in diagnosis.resolvable_nodes if name in table.row_of)
-    return np.asarray(rows, dtype=np.intp)
+    if diagnosis.resolvable is None:
+        return np.empty(0, dtype=np.intp)
+    resolvable = np.asarray(diagnosis.resolvable, dtype=bool)
+    return np.flatnonzero(resolvable[: table.rows]).astype(np.intp)
 
 
 def _status_of(plugin: str, rejections: Iterable[Any]) -> Status:

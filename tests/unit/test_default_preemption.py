@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 
 from kubus.api.disruption import PodDisruptionBudget
 from kubus.api.gpus import GPU_COUNT_ANNOTATION, GPU_MEMORY_ANNOTATION
+from kubus.api.manifests import parse_node
 from kubus.api.objects import (
     CPU,
     MEMORY,
@@ -217,10 +218,9 @@ def plugin_of(fw: Framework) -> DefaultPreemption:
 def diagnosis(table: NodeTable, fw: Framework, unschedulable: Iterable[str]) -> FilterDiagnosis:
     """kube's NodeToStatusMap as kubus passes it: the nodes rejected only Unschedulable."""
     resolvable = np.zeros(table.rows, dtype=bool)
-    names = tuple(unschedulable)
-    for name in names:
+    for name in unschedulable:
         resolvable[table.row_of[name]] = True
-    return FilterDiagnosis(len(table), {}, frozenset(), names, table=table, framework=fw, resolvable=resolvable)
+    return FilterDiagnosis(len(table), {}, frozenset(), table=table, framework=fw, resolvable=resolvable)
 
 
 def dry_run(
@@ -1513,3 +1513,11 @@ def test_the_usage_copy_is_the_table_with_the_same_pods_taken_off(seed: int) -> 
     view = shadow.view()
     for column, values in table.usage_copy().items():
         assert np.array_equal(backend.to_host(getattr(view, column)), values), column
+
+
+def test_the_diagnosis_names_the_resolvable_rows() -> None:
+    table = NodeTable()
+    table.add_nodes([parse_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": n}}) for n in "abc"])
+    resolvable = np.array([True, False, True])
+    assert FilterDiagnosis(3, {}, frozenset(), table=table, resolvable=resolvable).resolvable_nodes == ("a", "c")
+    assert FilterDiagnosis(3, {}, frozenset()).resolvable_nodes == ()
