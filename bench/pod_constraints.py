@@ -1,8 +1,9 @@
 """InterPodAffinity and PodTopologySpread: kube-scheduler's scheduler_perf workloads, in process.
 
 The four workloads of kubernetes v1.28 test/integration/scheduler_perf/config/performance-config.yaml
-that stress the plugins looking at other pods, with their shapes (5,000 nodes of 4 cpu / 32Gi /
-110 pods; pods of 100m / 500Mi):
+that stress the plugins looking at other pods, with the shapes `kubus bench --workload` runs
+(`kubus.cli.workload.POD_CONSTRAINT_WORKLOADS`; 5,000 nodes of 4 cpu / 32Gi / 110 pods; pods of
+100m / 500Mi):
 
 - SchedulingPodAffinity: every node in zone1; 5,000 init pods then 1,000 measured, each with
   required podAffinity to color=blue on the zone (namespaces sched-0 and sched-1);
@@ -29,12 +30,13 @@ import gc
 import sys
 import time
 import tracemalloc
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from kubus.api.manifests import parse_node, parse_pod
 from kubus.api.objects import Node, Pod
+from kubus.cli.workload import POD_CONSTRAINT_WORKLOADS, pod_constraint_pods
 from kubus.framework.config import default_config
 from kubus.framework.runtime import Framework
 from kubus.framework.scheduling import Scheduler
@@ -43,14 +45,6 @@ from kubus.kernels.node_table import NodeTable
 from kubus.kernels.nodeinfo import NodeInfo, PodInfo
 from kubus.plugins import in_tree_registry
 from kubus.reference import ReferenceScheduler, reference_profile
-
-KUBE_PODS_PER_SECOND = {
-    "SchedulingPodAffinity": 36,
-    "SchedulingPodAntiAffinity": 112,
-    "TopologySpreading": 82,
-    "PreferredTopologySpreading": 84,
-}
-"""kube-scheduler's scheduler_perf on a 2-core machine at 5,000 nodes (the issue's figures)."""
 
 
 def node(i: int, zone: str | None) -> Node:
@@ -67,111 +61,26 @@ def node(i: int, zone: str | None) -> Node:
     )
 
 
-def pod(name: str, namespace: str, labels: dict[str, str], spec: dict[str, Any]) -> Pod:
-    return parse_pod(
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "namespace": namespace, "uid": f"{namespace}-{name}", "labels": labels},
-            "spec": {
-                "containers": [
-                    {
-                        "name": "pause",
-                        "image": "registry.k8s.io/pause:3.5",
-                        "ports": [{"containerPort": 80}],
-                        "resources": {"requests": {"cpu": "100m", "memory": "500Mi"}},
-                    }
-                ],
-                **spec,
-            },
-        }
-    )
-
-
-def _affinity(kind: str, color: str, key: str) -> dict[str, Any]:
-    term = {
-        "labelSelector": {"matchLabels": {"color": color}},
-        "topologyKey": key,
-        "namespaces": ["sched-0", "sched-1"],
-    }
-    return {"affinity": {kind: {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}}
-
-
-def _spread(when: str) -> dict[str, Any]:
-    return {
-        "topologySpreadConstraints": [
-            {
-                "maxSkew": 5,
-                "topologyKey": "topology.kubernetes.io/zone",
-                "whenUnsatisfiable": when,
-                "labelSelector": {"matchLabels": {"color": "blue"}},
-            }
-        ]
-    }
-
-
 @dataclass(frozen=True)
 class Workload:
+    """`kubus bench --workload`'s shapes (`kubus.cli.workload.POD_CONSTRAINT_WORKLOADS`), as Pods."""
+
     name: str
     zones: Sequence[str]
-    init: Callable[[int], Pod]
-    measured: Callable[[int], Pod]
-    init_pods: int
-    measure_pods: int
+    init: list[Pod]
+    measured: list[Pod]
+    kube_pods_per_second: float
 
 
 def workloads(scale: float) -> list[Workload]:
-    def n(x: int) -> int:
-        return max(1, int(x * scale))
-
-    return [
-        Workload(
-            "SchedulingPodAffinity",
-            ["zone1"],
-            lambda i: pod(
-                f"init-{i}",
-                "sched-0",
-                {"color": "blue"},
-                _affinity("podAffinity", "blue", "topology.kubernetes.io/zone"),
-            ),
-            lambda i: pod(
-                f"m-{i}", "sched-1", {"color": "blue"}, _affinity("podAffinity", "blue", "topology.kubernetes.io/zone")
-            ),
-            n(5000),
-            n(1000),
-        ),
-        Workload(
-            "SchedulingPodAntiAffinity",
-            [],
-            lambda i: pod(
-                f"init-{i}",
-                "sched-0",
-                {"color": "green"},
-                _affinity("podAntiAffinity", "green", "kubernetes.io/hostname"),
-            ),
-            lambda i: pod(
-                f"m-{i}", "sched-1", {"color": "green"}, _affinity("podAntiAffinity", "green", "kubernetes.io/hostname")
-            ),
-            n(1000),
-            n(1000),
-        ),
-        Workload(
-            "TopologySpreading",
-            ["moon-1", "moon-2", "moon-3"],
-            lambda i: pod(f"init-{i}", "default", {}, {}),
-            lambda i: pod(f"m-{i}", "default", {"color": "blue"}, _spread("DoNotSchedule")),
-            n(5000),
-            n(2000),
-        ),
-        Workload(
-            "PreferredTopologySpreading",
-            ["moon-1", "moon-2", "moon-3"],
-            lambda i: pod(f"init-{i}", "default", {}, {}),
-            lambda i: pod(f"m-{i}", "default", {"color": "blue"}, _spread("ScheduleAnyway")),
-            n(5000),
-            n(2000),
-        ),
-    ]
+    out = []
+    for w in POD_CONSTRAINT_WORKLOADS.values():
+        if w.plugin not in ("InterPodAffinity", "PodTopologySpread"):
+            continue  # PreemptionBasic: bench/preemption.py
+        init, measured = pod_constraint_pods(w, max(1, int(w.init_pods * scale)), max(1, int(w.measured_pods * scale)))
+        pods = [parse_pod(p) for p in init], [parse_pod(p) for p in measured]
+        out.append(Workload(w.kube_name, w.zones, *pods, w.kube_pods_per_second))
+    return out
 
 
 @dataclass
@@ -185,6 +94,7 @@ class Row:
     same: bool
     bytes_per_node: float
     bytes_per_pod: float
+    kube: float
 
 
 def _setup(w: Workload, nodes: int, backend: str) -> tuple[Scheduler, list[Node]]:
@@ -195,14 +105,14 @@ def _setup(w: Workload, nodes: int, backend: str) -> tuple[Scheduler, list[Node]
     table = NodeTable(select_backend(backend), seed=1, capacity=nodes)
     table.add_nodes(cluster)
     scheduler = Scheduler(fw, table, seed=1)
-    init = [w.init(i) for i in range(w.init_pods)]
+    init = w.init
     for start in range(0, len(init), 256):
         scheduler.schedule(init[start : start + 256])
     return scheduler, cluster
 
 
 def run(w: Workload, nodes: int, backend: str, reference_pods: int) -> Row:
-    measured = [w.measured(i) for i in range(w.measure_pods)]
+    measured = w.measured
     # one at a time, as kube-scheduler decides
     scheduler, cluster = _setup(w, nodes, backend)
     began = time.perf_counter()
@@ -253,6 +163,7 @@ def run(w: Workload, nodes: int, backend: str, reference_pods: int) -> Row:
         same,
         table.nbytes() / nodes,
         grown / max(1, len(measured)),
+        w.kube_pods_per_second,
     )
 
 
@@ -264,7 +175,7 @@ def print_table(rows: Sequence[Row], out: Any = sys.stdout) -> None:
     print(head, file=out)
     print("-" * len(head), file=out)
     for r in rows:
-        kube = KUBE_PODS_PER_SECOND.get(r.workload)
+        kube = r.kube
         print(
             f"{r.workload:<28} {r.nodes:>6} {r.pods:>7} {r.one_by_one:>14.0f} {r.batched:>13.0f} "
             f"{r.reference:>10.1f} {r.one_by_one / r.reference:>6.0f}x "

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubus.api.manifests import parse_node, parse_pod
-from kubus.api.objects import Pod
+from kubus.cli.workload import POD_CONSTRAINT_WORKLOADS, pod_constraint_pods
 from kubus.framework.config import load_config
 from kubus.framework.runtime import Framework
 from kubus.framework.scheduling import Scheduler
@@ -31,7 +31,9 @@ from kubus.kernels.backend import select_backend
 from kubus.kernels.node_table import NodeTable
 from kubus.plugins import in_tree_registry
 
-KUBE_PODS_PER_SECOND = 40
+PREEMPTION_BASIC = POD_CONSTRAINT_WORKLOADS["preemption-basic"]
+"""The shapes `kubus bench --workload preemption-basic` runs."""
+KUBE_PODS_PER_SECOND = PREEMPTION_BASIC.kube_pods_per_second
 
 CONFIG = """
 apiVersion: kubescheduler.config.k8s.io/v1
@@ -41,26 +43,6 @@ profiles:
   plugins:
     postFilter: {enabled: [{name: DefaultPreemption}]}
 """
-
-
-def _pod(name: str, cpu: str, priority: int) -> Pod:
-    manifest: dict[str, Any] = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "uid": name, "creationTimestamp": "2026-01-01T00:00:00Z"},
-        "spec": {
-            "priority": priority,
-            "containers": [
-                {
-                    "name": "pause",
-                    "image": "registry.k8s.io/pause:3.5",
-                    "ports": [{"containerPort": 80}],
-                    "resources": {"requests": {"cpu": cpu, "memory": "500Mi"}},
-                }
-            ],
-        },
-    }
-    return parse_pod(manifest)
 
 
 def _scheduler(nodes: int, backend: str) -> Scheduler:
@@ -79,7 +61,7 @@ def _scheduler(nodes: int, backend: str) -> Scheduler:
         for i in range(nodes)
     )
     scheduler = Scheduler(Framework.from_profile(profile, registry), table, seed=1)
-    low = [_pod(f"low-{i}", "900m", 0) for i in range(nodes * 4)]
+    low = [parse_pod(p) for p in pod_constraint_pods(PREEMPTION_BASIC, nodes * 4, 0)[0]]
     for start in range(0, len(low), 256):
         assert all(r.node for r in scheduler.schedule(low[start : start + 256])), "init pods must all fit"
     return scheduler
@@ -103,7 +85,7 @@ def _overcommitted(table: NodeTable) -> int:
 
 def run(nodes: int, batch: int, backend: str) -> Row:
     scheduler = _scheduler(nodes, backend)
-    high = [_pod(f"high-{i}", "3", 10) for i in range(nodes)]
+    high = [parse_pod(p) for p in pod_constraint_pods(PREEMPTION_BASIC, 0, nodes)[1]]
     began = time.perf_counter()
     results = []
     for start in range(0, len(high), batch):
