@@ -679,7 +679,7 @@ class CycleService(Service):
         ``pod.deleted`` events, so their agents stop them and every cycle forgets them."""
         state = self._store()
         preempting = [i for i, h in enumerate(holds) if _uid(h[0].pod) in batch.victims]
-        plain = [i for i in range(len(holds)) if i not in set(preempting)]
+        plain = sorted(set(range(len(holds))) - set(preempting))
         answers: list[ReserveResult | None] = [None] * len(holds)
         for i, answer in zip(plain, await state.reserve_many([holds[i][2] for i in plain]), strict=True):
             answers[i] = answer
