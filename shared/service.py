@@ -37,7 +37,7 @@ import redis.exceptions
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
-from kubus.bus.connection import connect_bus, ensure_streams
+from kubus.bus.connection import connect_bus, ensure_streams, settle
 from kubus.errors import KubusError
 from kubus.metrics import Metrics
 from kubus.settings import ConnectionSettings, redis_client
@@ -376,8 +376,8 @@ class Service:
         self._on_start_called = True
         await self.on_start()
         if self.nc is not None:
-            # A round trip: the server has every subscription on_start made before start() returns.
-            await self.nc.flush()
+            # The server has every subscription on_start made before start() returns.
+            await settle(self.nc)
         if self._state is ServiceState.STARTING:
             self._state = ServiceState.RUNNING
             self.log.info("service running", root_tasks=",".join(self._tasks) or "-")

@@ -12,6 +12,7 @@ from kubus.bus.connection import (
     ensure_streams,
     publish_durable,
     publish_durable_many,
+    settle,
     stream_config,
 )
 from kubus.bus.consumers import (
@@ -87,6 +88,7 @@ __all__ = [
     "queue_done",
     "queue_pop",
     "redelivery_delay",
+    "settle",
     "stream_config",
     "token",
     "untoken",

@@ -26,6 +26,7 @@ __all__ = [
     "ensure_streams",
     "publish_durable",
     "publish_durable_many",
+    "settle",
     "stream_config",
 ]
 
@@ -89,6 +90,25 @@ async def connect_bus(
             await nc.close()
         raise
     return nc, nc.jetstream(timeout=js_timeout)
+
+
+async def settle(nc: NATS, timeout: float = 10.0) -> None:
+    """Return once the server has processed every command this client sent before the call, its
+    subscriptions above all: then a publish from any client reaches them.
+
+    `nc.flush()` does not promise that: nats-py writes its PING straight to the socket, ahead of
+    commands (a SUB) still in the client's pending buffer, so its PONG can come back before the
+    server has seen the SUB. A message this client publishes to an inbox of its own comes back only
+    after everything queued before it. Raises nats' TimeoutError after `timeout` seconds.
+    """
+    inbox = nc.new_inbox()
+    probe = await nc.subscribe(inbox, max_msgs=1)
+    try:
+        await nc.publish(inbox, b"")
+        await probe.next_msg(timeout=timeout)
+    finally:
+        with contextlib.suppress(Exception):
+            await probe.unsubscribe()
 
 
 def stream_config(spec: StreamSpec, *, replicas: int = 1) -> StreamConfig:

@@ -34,6 +34,7 @@ from kubus.bus import (
     publish_durable_many,
     queue_done,
     queue_pop,
+    settle,
     token,
     untoken,
 )
@@ -182,6 +183,27 @@ async def test_publish_durable_retries_until_the_stream_exists(js: JetStreamCont
     await ensure_streams(js, [PODS_STREAM])
     ack = await asyncio.wait_for(publishing, 10)
     assert ack.stream == PODS_STREAM.name
+
+
+async def test_after_settle_another_client_reaches_a_subscription_at_once(nats_url: str, nats: NATS) -> None:
+    # nats-py's flush() writes its PING ahead of a SUB still in the client's buffer, so a request
+    # right after flush() can meet "no responders" (a service test flaked so in CI). Megabytes
+    # queued ahead of the SUB make the window wide: flush() here fails this test.
+    async def echo(msg) -> None:  # type: ignore[no-untyped-def]
+        await msg.respond(msg.data)
+
+    responder, _ = await connect_bus(ConnectionSettings(nats_url=nats_url), "responder")
+    try:
+        for i in range(20):
+            for _ in range(8):
+                await responder.publish("kubus.test.nobody", bytes(512 * 1024))
+            sub = await responder.subscribe(f"kubus.test.settle.{i}", cb=echo)
+            await settle(responder)
+            reply = await nats.request(f"kubus.test.settle.{i}", b"%d" % i, timeout=2)
+            assert reply.data == b"%d" % i
+            await sub.unsubscribe()
+    finally:
+        await responder.close()
 
 
 async def test_connect_bus_to_nothing_is_a_clear_error() -> None:

@@ -23,7 +23,7 @@ from support import eventually
 
 from kubus import codec
 from kubus.api.manifests import parse_node, parse_pod
-from kubus.bus import BIND_STREAM, EventKind, bind, event_subject, queue_done, queue_pop
+from kubus.bus import BIND_STREAM, EventKind, bind, event_subject, queue_done, queue_pop, settle
 from kubus.bus.messages import (
     BindRequest,
     ClusterEvent,
@@ -106,7 +106,7 @@ class FakeQueue:
     async def start(self) -> FakeQueue:
         await self.nc.subscribe(queue_pop(self.profile), cb=self._pop_concurrently)
         await self.nc.subscribe(queue_done(self.profile), cb=self._done)
-        await self.nc.flush()
+        await settle(self.nc)
         return self
 
     def offer(self, *pods: QueuedPod) -> None:
