@@ -454,6 +454,9 @@ class Intake(NodePlacement):
         Returns its pod.accepted event for the caller to publish (None for a pod of no profile,
         announced here as unschedulable)."""
         uid, key, profile = pod.metadata.uid, pod.key, pod.spec.scheduler_name
+        for line in pod.spec.unhonoured:  # never silent: the user hears what kubus does not check
+            self.log.warning("pod field not honoured", pod=key, uid=uid, field=line)
+            await self._pod_event(uid, EventType.WARNING, "FieldNotHonoured", line, "queue")
         if pod.spec.node_name:
             self.log.info("pod accepted for its node", pod=key, uid=uid, node=pod.spec.node_name)
             await self._place_on_node(record, pod)

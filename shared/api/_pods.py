@@ -234,7 +234,9 @@ def _topology_spread(r: Reader, raw: Any, path: str) -> tuple[TopologySpreadCons
     return tuple(result)
 
 
-def _ports(r: Reader, raw: Any, path: str) -> tuple[ContainerPort, ...]:
+def _ports(r: Reader, raw: Any, path: str, *, host_network: bool) -> tuple[ContainerPort, ...]:
+    """Container ports. With hostNetwork, the API server defaults hostPort to containerPort
+    (SetDefaults_Pod) and refuses any other hostPort, so NodePorts sees the ports the pod takes."""
     ports = []
     for i, item in enumerate(r.sequence(raw, path)):
         item_path = f"{path}[{i}]"
@@ -245,6 +247,10 @@ def _ports(r: Reader, raw: Any, path: str) -> tuple[ContainerPort, ...]:
         host_port = 0
         if port.get("hostPort") is not None:
             host_port = r.integer(port.get("hostPort"), f"{item_path}.hostPort", lo=0, hi=65535)
+        if host_network:
+            if host_port not in (0, container_port):
+                r.fail(f"{item_path}.hostPort", "must match `containerPort` when `hostNetwork` is true")
+            host_port = container_port
         protocol = (
             "TCP"
             if port.get("protocol") is None or port.get("protocol") == ""
@@ -267,7 +273,7 @@ def _ports(r: Reader, raw: Any, path: str) -> tuple[ContainerPort, ...]:
     return tuple(ports)
 
 
-def _container(r: Reader, raw: Any, path: str, *, init: bool) -> Container:
+def _container(r: Reader, raw: Any, path: str, *, init: bool, host_network: bool) -> Container:
     spec = r.mapping(raw, path)
     if raw is None:
         r.fail(path, "expected a container, got null")
@@ -298,7 +304,7 @@ def _container(r: Reader, raw: Any, path: str, *, init: bool) -> Container:
         image=r.string(spec.get("image"), f"{path}.image"),
         requests=request_list,
         limits={n: base for n, (base, _, _) in limits.items()},
-        ports=_ports(r, spec.get("ports"), f"{path}.ports"),
+        ports=_ports(r, spec.get("ports"), f"{path}.ports", host_network=host_network),
         restart_policy=restart_policy,
     )
 
@@ -320,9 +326,13 @@ def _pod_spec(r: Reader, raw: Any) -> PodSpec:
     containers_raw = r.sequence(spec.get("containers"), "spec.containers")
     if not containers_raw:
         r.fail("spec.containers", "is required: a pod needs at least one container")
-    containers = tuple(_container(r, c, f"spec.containers[{i}]", init=False) for i, c in enumerate(containers_raw))
+    host_network = r.boolean(spec.get("hostNetwork"), "spec.hostNetwork", False)
+    containers = tuple(
+        _container(r, c, f"spec.containers[{i}]", init=False, host_network=host_network)
+        for i, c in enumerate(containers_raw)
+    )
     init_containers = tuple(
-        _container(r, c, f"spec.initContainers[{i}]", init=True)
+        _container(r, c, f"spec.initContainers[{i}]", init=True, host_network=host_network)
         for i, c in enumerate(r.sequence(spec.get("initContainers"), "spec.initContainers"))
     )
     seen_names: dict[str, str] = {}
@@ -381,7 +391,46 @@ def _pod_spec(r: Reader, raw: Any) -> PodSpec:
         ),
         overhead=r.resource_list(spec.get("overhead"), "spec.overhead", pod=True),
         scheduling_gates=tuple(gates),
+        unhonoured=_unhonoured(r, spec),
     )
+
+
+# Volume sources that kube-scheduler's volume plugins act on, and what kubus then fails to check.
+_CLAIM_PLUGINS = "VolumeBinding, VolumeZone and NodeVolumeLimits"
+_UNHONOURED_VOLUMES = {
+    "persistentVolumeClaim": f"kubus has no PersistentVolumes: {_CLAIM_PLUGINS} do not run, so the "
+    "claim's binding, zone and the node's attach limits are not checked",
+    "ephemeral": f"kubus has no PersistentVolumes: {_CLAIM_PLUGINS} do not run for the generic ephemeral "
+    "volume's claim",
+    "csi": "NodeVolumeLimits does not run: the node's CSI attach limits are not checked",
+    "gcePersistentDisk": "VolumeRestrictions does not run: a disk another pod mounts read-write is not checked",
+    "awsElasticBlockStore": "VolumeRestrictions does not run: a volume another pod uses is not checked",
+    "rbd": "VolumeRestrictions does not run: an image another pod mounts read-write is not checked",
+    "iscsi": "VolumeRestrictions does not run: a LUN another pod mounts read-write is not checked",
+}
+
+
+def _unhonoured(r: Reader, spec: Mapping[str, Any]) -> tuple[str, ...]:
+    """The fields of a pod spec that kube-scheduler acts on and kubus does not, one line each
+    (PodSpec.unhonoured). Never raises for a field it only reports."""
+    out = []
+    for i, volume in enumerate(r.sequence(spec.get("volumes"), "spec.volumes")):
+        if not isinstance(volume, Mapping):
+            continue
+        for source, why in _UNHONOURED_VOLUMES.items():
+            if volume.get(source) is not None:
+                out.append(f"spec.volumes[{i}].{source}: not honoured: {why}")
+    if spec.get("resourceClaims"):
+        out.append(
+            "spec.resourceClaims: not honoured: DynamicResources does not run, the claims are not allocated "
+            "or checked against any node"
+        )
+    if spec.get("runtimeClassName") and not spec.get("overhead"):
+        out.append(
+            "spec.runtimeClassName: not honoured: RuntimeClasses are not read, so their overhead and "
+            "scheduling (nodeSelector, tolerations) are not applied; set spec.overhead for the overhead"
+        )
+    return tuple(out)
 
 
 def _check_pod_gpus(r: Reader, pod: Pod) -> None:

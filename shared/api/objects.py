@@ -209,6 +209,10 @@ class PodSpec:
     overhead: ResourceList = field(default_factory=dict)
     scheduling_gates: tuple[str, ...] = ()
     """Names of spec.schedulingGates; the pod is not scheduled while any remain."""
+    unhonoured: tuple[str, ...] = ()
+    """Fields the pod sets that kube-scheduler acts on and kubus does not (yet), one line each
+    ("spec.volumes[0].persistentVolumeClaim: ..."): never silent, they reach the pod's Warning
+    event, `kubus describe` and `kubus simulate`."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -130,6 +130,13 @@ def _requests_line(record: PodRecord) -> str:
     return " ".join(parts) or "<none>"
 
 
+def _unhonoured(record: PodRecord) -> tuple[str, ...]:
+    try:
+        return record.pod().spec.unhonoured
+    except (ManifestError, ValueError):
+        return ()
+
+
 def _write_fields(out: TextIO, fields: Sequence[tuple[str, str]]) -> None:
     width = max(len(k) for k, _ in fields) + 2
     for k, v in fields:
@@ -169,6 +176,7 @@ async def describe_pod(
             label = "Last failure" if record.phase is not PodPhase.PENDING else "Reason"
             fields.append((label, record.reason or "-"))
             fields.append(("Message", record.message or "-"))
+        fields += [("Not honoured", line) for line in _unhonoured(record)]
         if record.phase is PodPhase.RESERVED:
             wait = (await state.permit_states([record.uid]))[record.uid]
             if wait is not None and not wait.rejected:

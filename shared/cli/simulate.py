@@ -298,6 +298,8 @@ def to_json(outcomes: Sequence[PodOutcome], *, explain: bool) -> dict[str, Any]:
             entry["nominatedNode"] = o.nominated_node
         if o.preempted:
             entry["preempted"] = list(o.preempted)
+        if o.pod.spec.unhonoured:
+            entry["warnings"] = list(o.pod.spec.unhonoured)
         if explain:
             entry["explain"] = {"nodes": {n: _explain_json(e) for n, e in (o.explain or {}).items()}}
         pods.append(entry)
@@ -320,6 +322,11 @@ def print_table(outcomes: Sequence[PodOutcome], out: TextIO, *, explain: bool) -
     write_columns(rows, out)
     scheduled = sum(1 for o in outcomes if o.node)
     out.write(f"\n{scheduled}/{len(outcomes)} pods scheduled\n")
+    warnings = [(o.pod.key, line) for o in outcomes for line in o.pod.spec.unhonoured]
+    if warnings:
+        out.write("\nWarnings (fields kubus does not honour):\n")
+        for key, line in warnings:
+            out.write(f"  {key}: {line}\n")
     if not explain:
         return
     for o in outcomes:

@@ -54,6 +54,7 @@ kind: Pod
 metadata: {name: huge}
 spec:
   containers: [{name: c, image: trainer, resources: {limits: {nvidia.com/gpu: "16"}}}]
+  volumes: [{name: data, persistentVolumeClaim: {claimName: data}}]
 """
 
 BAD_CPU = """
@@ -267,6 +268,9 @@ async def test_apply_get_describe_delete(
     breakdown = text.split("Why pending", 1)[1]
     assert "NodeResourcesFit" in breakdown and "Insufficient nvidia.com/gpu" in breakdown
     assert "20 " in breakdown and "sim-00000" in breakdown
+    # never silent: the claim kubus does not check, in the fields and as a Warning event
+    assert "Not honoured:" in text and "spec.volumes[0].persistentVolumeClaim: not honoured" in text
+    assert "FieldNotHonoured" in text
     bound = await kubus("describe", "pod", "web", "-n", "shop")
     assert "Node:" in bound.out and "sim-" in bound.out and "Why pending" not in bound.out
 

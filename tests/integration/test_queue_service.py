@@ -207,6 +207,26 @@ def _assert(condition: Any) -> None:
     assert condition
 
 
+async def test_a_field_kubus_does_not_honour_is_a_warning_event_and_the_pod_still_queues(
+    start_queue: QueueFactory, nats: NATS, js: JetStreamContext, redis: aioredis.Redis
+) -> None:
+    await start_queue()
+    state = ClusterState(redis)
+    manifest = codec.loads(pod_manifest("db-1"))
+    manifest["spec"]["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]
+    manifest["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "gpu"}]
+    data = codec.dumps(manifest)
+    uid = uid_of(data)
+    await submit(js, data)
+    [queued] = (await pop(nats, wait_ms=3000)).pods
+    assert queued.uid == uid
+    events = await state.events(uid)
+    assert [(e.type, e.reason, e.message.split(":", 1)[0]) for e in events] == [
+        (EventType.WARNING, "FieldNotHonoured", "spec.volumes[0].persistentVolumeClaim"),
+        (EventType.WARNING, "FieldNotHonoured", "spec.resourceClaims"),
+    ]
+
+
 async def test_pods_pop_in_priority_order_across_many_submits(
     start_queue: QueueFactory, nats: NATS, js: JetStreamContext, redis: aioredis.Redis
 ) -> None:

@@ -919,6 +919,16 @@ POD_ERRORS = [
     ),
     # --- ports
     (
+        "hostPort other than containerPort with hostNetwork",
+        a_pod(hostNetwork=True, containers=[{"name": "app", "ports": [{"containerPort": 80, "hostPort": 8080}]}]),
+        P + f"{C0}.ports[0].hostPort: must match `containerPort` when `hostNetwork` is true",
+    ),
+    (
+        "hostNetwork a string",
+        a_pod(hostNetwork="yes"),
+        P + 'spec.hostNetwork: expected true or false, got string "yes"',
+    ),
+    (
         "port without containerPort",
         with_container(ports=[{"hostPort": 80}]),
         P + f"{C0}.ports[0].containerPort: is required",
@@ -1689,3 +1699,48 @@ def test_example_bad_pods() -> None:
         "bad-pods.yaml: Pod default/bad-quantity: spec.containers[0].resources.requests.cpu: "
         'quantity "1.5 cores" is not valid'
     )
+
+
+# --- hostNetwork and the fields kubus does not honour ------------------------------------------
+
+
+def test_host_network_ports_default_their_host_port_as_the_api_server_does() -> None:
+    pod = parse_pod(
+        a_pod(
+            hostNetwork=True,
+            containers=[{"name": "app", "ports": [{"containerPort": 80}, {"containerPort": 53, "protocol": "UDP"}]}],
+            initContainers=[{"name": "init", "ports": [{"containerPort": 9000, "hostPort": 9000}]}],
+        )
+    )
+    assert [p.host_port for p in pod.spec.containers[0].ports] == [80, 53]
+    assert [p.host_port for p in pod.spec.init_containers[0].ports] == [9000]
+    # without hostNetwork a container port takes no host port
+    plain = parse_pod(a_pod(containers=[{"name": "app", "ports": [{"containerPort": 80}]}]))
+    assert plain.spec.containers[0].ports[0].host_port == 0
+
+
+def test_fields_kubus_does_not_honour_are_listed_never_dropped() -> None:
+    pod = parse_pod(
+        a_pod(
+            volumes=[
+                {"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
+                {"name": "scratch", "emptyDir": {}},
+                {"name": "eph", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}},
+                {"name": "disk", "gcePersistentDisk": {"pdName": "d"}},
+            ],
+            resourceClaims=[{"name": "gpu", "resourceClaimName": "gpu-claim"}],
+            runtimeClassName="kata",
+        )
+    )
+    lines = pod.spec.unhonoured
+    assert [line.split(":", 1)[0] for line in lines] == [
+        "spec.volumes[0].persistentVolumeClaim",
+        "spec.volumes[2].ephemeral",
+        "spec.volumes[3].gcePersistentDisk",
+        "spec.resourceClaims",
+        "spec.runtimeClassName",
+    ]
+    assert "VolumeBinding" in lines[0] and "DynamicResources" in lines[3] and "overhead" in lines[4]
+    # what kubus does honour is not listed: emptyDir, a RuntimeClass whose overhead is given
+    assert parse_pod(a_pod(volumes=[{"name": "s", "emptyDir": {}}])).spec.unhonoured == ()
+    assert parse_pod(a_pod(runtimeClassName="kata", overhead={"cpu": "250m"})).spec.unhonoured == ()
