@@ -83,6 +83,7 @@ _CONFIRM_UNSCHEDULABLE = 2.5
 the first backoff (1 s) of a pod whose reservation was refused, and one full read of the records."""
 
 _MIXED_PODS = 10_000
+_MIXED_NODES = 5_000
 _MAX_SKEW = 5
 
 
@@ -102,6 +103,8 @@ class BenchPlan:
     """Pods placed before the measurement (pod-constraint workloads only)."""
     constraints: PodConstraintWorkload | None
     """None for the mixed workload."""
+    nodes: int
+    """Simulated nodes: --nodes, else the workload's own count (5,000; 500 for preemption-basic)."""
 
 
 def bench_plan(args: argparse.Namespace) -> BenchPlan:
@@ -126,7 +129,12 @@ def bench_plan(args: argparse.Namespace) -> BenchPlan:
         init = 0
     elif init is None:
         init = constraints.init_pods
-    return BenchPlan(name, pods, init, constraints)
+    nodes = args.nodes
+    if nodes is None:
+        nodes = constraints.nodes if constraints else _MIXED_NODES
+    if nodes < 1:
+        raise UsageError(f"--nodes: expected 1 or more, got {nodes}")
+    return BenchPlan(name, pods, init, constraints, nodes)
 
 
 async def check_invariants_settled(state: ClusterState, timeout: float = 15.0) -> list[str]:
@@ -201,7 +209,6 @@ async def run_bench(args: argparse.Namespace) -> int:
     gives and the invariants hold; 1 otherwise."""
     plan = bench_plan(args)
     for flag, value in (
-        ("--nodes", args.nodes),
         ("--batch-size", args.batch_size),
         ("--profiles", args.profiles),
         ("--binders", args.binders),
@@ -209,7 +216,7 @@ async def run_bench(args: argparse.Namespace) -> int:
         if value < 1:
             raise UsageError(f"{flag}: expected 1 or more, got {value}")
     if args.node_template:
-        check_template(args.node_template, Path("."), args.nodes)  # a bad template: exit 2, nothing made
+        check_template(args.node_template, Path("."), plan.nodes)  # a bad template: exit 2, nothing made
         _check_zones(args.node_template)
     keep = args.data_dir is not None
     directory = Path(args.data_dir).resolve() if keep else Path(tempfile.mkdtemp(prefix="kubus-bench-"))
@@ -218,11 +225,11 @@ async def run_bench(args: argparse.Namespace) -> int:
     config_path = directory / "scheduler-config.yaml"
     if plan.constraints is None:
         config_path.write_text(gpu_scheduler_config(profiles))
-        template = check_template(args.node_template, directory, args.nodes)
+        template = check_template(args.node_template, directory, plan.nodes)
     else:
         config_path.write_text(pod_constraints_scheduler_config(profiles))
         if args.node_template:
-            template = check_template(args.node_template, directory, args.nodes)
+            template = check_template(args.node_template, directory, plan.nodes)
         else:
             target = directory / "node-template.yaml"
             target.write_text(cpu_node_template(plan.constraints.zones))
@@ -233,7 +240,7 @@ async def run_bench(args: argparse.Namespace) -> int:
     progress = sys.stderr if args.output == "json" else sys.stdout
     pods = f"{plan.init_pods} init + {plan.pods} measured pods" if plan.constraints else f"{plan.pods} pods"
     print(
-        f"kubus bench: workload {plan.workload}, {args.nodes} nodes, {pods}, batch {args.batch_size}, "
+        f"kubus bench: workload {plan.workload}, {plan.nodes} nodes, {pods}, batch {args.batch_size}, "
         f"{args.profiles} profile(s), {args.binders} binder(s), {os.cpu_count()} CPUs; data in {directory}",
         file=progress,
         flush=True,
@@ -250,7 +257,7 @@ async def run_bench(args: argparse.Namespace) -> int:
             directory,
             config=str(config_path),
             profiles=profiles,
-            nodes=args.nodes,
+            nodes=plan.nodes,
             node_template=template,
             binders=args.binders,
             pod_duration=0.0,
@@ -264,7 +271,7 @@ async def run_bench(args: argparse.Namespace) -> int:
         return 1
     try:
         async with open_state(cluster.settings) as state:
-            failed = await wait_ready(cluster, state, timeout=120 + args.nodes / 50, since=started)
+            failed = await wait_ready(cluster, state, timeout=120 + plan.nodes / 50, since=started)
             for service in failed:
                 report_exit(service, restarting=False)
             if failed:
@@ -432,11 +439,15 @@ async def _load(
     check = None
     if w is not None:
         node_labels = {r.name: r.labels for r in await state.list_nodes()}
-        check = constraint_check(w, init_pods, pods, node_labels)
+        preempted = 0
+        if w.plugin == "DefaultPreemption":
+            records = await state.get_pods(p.uid for p in init_pods)
+            preempted = sum(1 for r in records if r is not None and r.phase is PodPhase.DELETED)
+        check = constraint_check(w, init_pods, pods, node_labels, preempted=preempted)
     return {
         "workload": plan.workload,
         "kube_workload": w.kube_name if w else None,
-        "nodes": args.nodes,
+        "nodes": plan.nodes,
         "pods": plan.pods,
         "init_pods": plan.init_pods,
         "init": init,
@@ -468,9 +479,12 @@ def constraint_check(
     init_pods: Sequence[PodTimes],
     measured_pods: Sequence[PodTimes],
     node_labels: Mapping[str, Mapping[str, str]],
+    *,
+    preempted: int = 0,
 ) -> dict[str, Any]:
     """Whether the pods were placed as kube's constraint says they must be: ``{"ok", "check"}``
-    (the check in words, with what was found). ``node_labels``: node name -> its labels."""
+    (the check in words, with what was found). ``node_labels``: node name -> its labels;
+    ``preempted``: init pods evicted (preemption-basic)."""
     placed_init = [p for p in init_pods if p.bound and p.node]
     placed = [p for p in measured_pods if p.bound and p.node]
     if workload.name == "pod-anti-affinity":
@@ -478,9 +492,13 @@ def constraint_check(
         most = max(per_node.values(), default=0)
         return {"ok": most <= 1, "check": f"at most one color=green pod per node (most on one node: {most})"}
     if workload.name == "preemption-basic":
+        # A 3-cpu pod fits a 4-cpu node only once its three 900m pods are gone: with the cluster
+        # full of init pods, every measured pod must have evicted three (fewer nodes than init
+        # pods / 4 leaves room without preempting: no longer kube's workload).
         return {
-            "ok": len(placed) == len(measured_pods),
-            "check": f"every high-priority pod bound by preempting ({len(placed)}/{len(measured_pods)})",
+            "ok": len(placed) == len(measured_pods) and preempted >= 3 * len(placed),
+            "check": f"every high-priority pod bound ({len(placed)}/{len(measured_pods)}) by preempting "
+            f"three low-priority pods ({preempted} preempted)",
         }
     if workload.name == "pod-affinity":
         zones = Counter(node_labels.get(p.node, {}).get(ZONE_LABEL) for p in [*placed_init, *placed])

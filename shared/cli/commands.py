@@ -179,7 +179,12 @@ def add_cluster_commands(sub: Any) -> None:
         default="mixed",
         help="what to submit (default: mixed, GPU and CPU pods on 8 x H100 nodes)",
     )
-    bench.add_argument("--nodes", type=int, default=5000, metavar="N", help="simulated nodes (default: 5000)")
+    bench.add_argument(
+        "--nodes",
+        type=int,
+        metavar="N",
+        help="simulated nodes (default: the workload's, 5000; 500 for preemption-basic as in scheduler_perf)",
+    )
     bench.add_argument(
         "--pods",
         type=int,

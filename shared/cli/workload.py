@@ -285,6 +285,8 @@ class PodConstraintWorkload:
     """kube-scheduler's figure for it on a 2-core machine at 5,000 nodes."""
     plugin: str
     """The plugin whose constraint the pods carry."""
+    nodes: int = 5000
+    """scheduler_perf's node count for it (`kubus bench --nodes` when not given)."""
 
 
 def _affinity(kind: str, color: str, key: str) -> dict[str, Any]:
@@ -365,6 +367,7 @@ POD_CONSTRAINT_WORKLOADS: Mapping[str, PodConstraintWorkload] = {
             500,
             40,
             "DefaultPreemption",
+            nodes=500,
         ),
     )
 }

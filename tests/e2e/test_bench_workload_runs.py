@@ -56,4 +56,5 @@ async def test_preemption_basic_workload(tmp_path: Path) -> None:
     assert report["init"]["bound"] == 40
     assert (report["bound"], report["unschedulable"]) == (10, 0)
     assert report["invariant_violations"] == [] and report["constraint_check"]["ok"]
+    assert "(30 preempted)" in report["constraint_check"]["check"]
     assert report["kube_pods_per_second"] == 40

@@ -42,6 +42,7 @@ def test_unknown_workload_is_an_argparse_error(capsys: pytest.CaptureFixture[str
         (("--workload", "pod-affinity", "--init-pods", "-1"), "--init-pods: expected 0 or more, got -1"),
         (("--workload", "topology-spreading", "--pods", "0"), "--pods: expected 1 or more, got 0"),
         (("--init-pods", "10"), "--init-pods: the mixed workload has no init pods"),
+        (("--workload", "preemption-basic", "--nodes", "0"), "--nodes: expected 1 or more, got 0"),
     ],
 )
 def test_bad_counts_are_usage_errors(argv: tuple[str, ...], expected: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -55,7 +56,7 @@ def test_bad_counts_are_usage_errors(argv: tuple[str, ...], expected: str, capsy
 
 
 def test_counts_default_to_the_workload_s_own() -> None:
-    assert bench_plan(bench_args()) == BenchPlan("mixed", 10_000, 0, None)
+    assert bench_plan(bench_args()) == BenchPlan("mixed", 10_000, 0, None, 5000)
     assert bench_plan(bench_args("--init-pods", "0")).init_pods == 0
     expected = {
         "pod-affinity": (1000, 5000),
@@ -67,6 +68,9 @@ def test_counts_default_to_the_workload_s_own() -> None:
     for name, (pods, init) in expected.items():
         plan = bench_plan(bench_args("--workload", name))
         assert (plan.pods, plan.init_pods, plan.constraints) == (pods, init, POD_CONSTRAINT_WORKLOADS[name])
+        # scheduler_perf's node count: at 5,000 nodes PreemptionBasic's init pods leave room, no one preempts
+        assert plan.nodes == (500 if name == "preemption-basic" else 5000)
+    assert bench_plan(bench_args("--workload", "preemption-basic", "--nodes", "100")).nodes == 100
     plan = bench_plan(bench_args("--workload", "pod-anti-affinity", "--pods", "20", "--init-pods", "0"))
     assert (plan.pods, plan.init_pods) == (20, 0)
     assert set(BENCH_WORKLOADS) == {"mixed", *POD_CONSTRAINT_WORKLOADS}
@@ -124,3 +128,10 @@ def test_constraint_check_is_kube_s_outcome() -> None:
         POD_CONSTRAINT_WORKLOADS["preferred-topology-spreading"], [], placed(*["n0"] * 6), NODES
     )
     assert preferred["ok"] and "skew 6" in preferred["check"]
+
+    preemption = POD_CONSTRAINT_WORKLOADS["preemption-basic"]
+    both = placed("n0", "n1")
+    assert constraint_check(preemption, [], both, NODES, preempted=6)["ok"]
+    lax = constraint_check(preemption, [], both, NODES, preempted=2)  # placed without evicting: not kube's
+    assert not lax["ok"] and "(2 preempted)" in lax["check"]
+    assert not constraint_check(preemption, [], [*placed("n0"), pending], NODES, preempted=6)["ok"]
