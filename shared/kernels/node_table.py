@@ -156,6 +156,10 @@ class NodeTable:
         self._device_labels: dict[str, Any] = {}
         self._dirty: set[int] = set()
         self._stale = True
+        # host view (numpy): slices of the host arrays, live; made again only when rows or the
+        # arrays themselves change (`_layout`), not per call: a decision asks for it many times
+        self._layout = 0
+        self._host_view: tuple[tuple[int, int], TableView] | None = None
         self._allocate(capacity, 0)
 
     # ---- shape -------------------------------------------------------------------------------
@@ -179,6 +183,7 @@ class NodeTable:
             self._labels[key] = grown
         self._host, self._cap, self._gpus = new, cap, gpus
         self._stale = True
+        self._layout += 1
 
     def _add_resource(self, name: str) -> int:
         self.resource_index[name] = len(self.resources)
@@ -187,6 +192,7 @@ class NodeTable:
             a = self._host[col]
             self._host[col] = np.concatenate([a, np.zeros((1, a.shape[1]), dtype=a.dtype)], axis=0)
         self._stale = True
+        self._layout += 1
         return self.resource_index[name]
 
     # ---- nodes -------------------------------------------------------------------------------
@@ -383,6 +389,7 @@ class NodeTable:
                 label_col = self._labels[key] = np.zeros(self._cap, dtype=np.int32)
                 self.label_values[key] = Interned()
                 self._stale = True
+                self._layout += 1
             label_col[row] = self.label_values[key].id(value)
         g = len(node.gpus)
         h["gpu_count"][row] = g
@@ -466,9 +473,12 @@ class NodeTable:
         """The arrays on the backend, trimmed to `rows`. On numpy these are the host arrays."""
         n = self.rows
         if not self.backend.on_device:
-            arrays = {k: v[_at(k, slice(0, n))] for k, v in self._host.items()}
-            labels = {k: v[:n] for k, v in self._labels.items()}
-            return TableView(self, arrays, labels)
+            key = (n, self._layout)
+            if self._host_view is None or self._host_view[0] != key:
+                arrays = {k: v[_at(k, slice(0, n))] for k, v in self._host.items()}
+                labels = {k: v[:n] for k, v in self._labels.items()}
+                self._host_view = (key, TableView(self, arrays, labels))
+            return self._host_view[1]
         xp = self.backend.xp
         if self._stale or self._device["valid"].shape[0] != n:
             self._device = {k: xp.asarray(v[_at(k, slice(0, n))]) for k, v in self._host.items()}

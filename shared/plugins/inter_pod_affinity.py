@@ -141,8 +141,10 @@ def _per_domain(table: NodeTable, key: str, per_row: np.ndarray) -> np.ndarray:
     if col is None:
         return out
     valid = table.valid_rows()
+    if len(valid) != len(col):  # rows freed by deleted nodes hold stale labels: leave them out
+        col, per_row = col[valid], per_row[valid]
     # float64 weights are exact for integer counts far beyond any cluster's
-    out[:] = np.bincount(col[valid], weights=per_row[valid], minlength=len(out))
+    out[:] = np.bincount(col, weights=per_row, minlength=len(out))
     out[0] = 0
     return out
 
