@@ -188,3 +188,17 @@ def to_base_units(resource_name: str, raw: str | int | float) -> int:
     if result > MAX_INT64:
         raise ValueError(f"quantity {_quote(shown)} is too large")
     return result
+
+
+def format_cpu(milli: int) -> str:
+    """Milli-CPU as cores, for people: 95500 -> 95.5, 250 -> 0.25 (rounded to 10m)."""
+    return f"{milli / 1000:.2f}".rstrip("0").rstrip(".")
+
+
+def format_bytes(n: int) -> str:
+    """Bytes with a binary suffix, for people: 1073741824000 -> 1000Gi (one decimal)."""
+    for unit, size in (("Ti", 1024**4), ("Gi", 1024**3), ("Mi", 1024**2), ("Ki", 1024)):
+        if abs(n) >= size:
+            v = n / size
+            return f"{v:.1f}".rstrip("0").rstrip(".") + unit
+    return str(n)

@@ -22,6 +22,7 @@ from kubus.api.manifests import Manifests, parse_manifests, parse_pod, read_docu
 from kubus.api.namespaces import Namespace
 from kubus.api.podgroups import PodGroup
 from kubus.api.priority import PriorityClass, PriorityError, check_priority_class
+from kubus.api.quantity import format_bytes, format_cpu
 from kubus.bus import msgids
 from kubus.bus.connection import Publication, publish_durable, publish_durable_many
 from kubus.bus.messages import PodDeletion, encode
@@ -323,20 +324,6 @@ def format_age(seconds: float) -> str:
         return f"{h}h"
     d = h // 24
     return f"{d}d{h % 24}h" if d < 8 and h % 24 else f"{d}d"
-
-
-def format_cpu(milli: int) -> str:
-    """Milli-CPU as cores: 95500 -> 95.5, 250 -> 0.25."""
-    return f"{milli / 1000:.2f}".rstrip("0").rstrip(".")
-
-
-def format_bytes(n: int) -> str:
-    """Bytes with a binary suffix: 1073741824000 -> 1000Gi."""
-    for unit, size in (("Ti", 1024**4), ("Gi", 1024**3), ("Mi", 1024**2), ("Ki", 1024)):
-        if abs(n) >= size:
-            v = n / size
-            return f"{v:.1f}".rstrip("0").rstrip(".") + unit
-    return str(n)
 
 
 async def list_pods(state: ClusterState, namespace: str | None) -> list[PodRecord]:

@@ -16,10 +16,13 @@ from typing import TextIO
 
 from kubus.api.errors import ManifestError
 from kubus.api.gpus import pod_gpu_request
+from kubus.api.quantity import format_bytes, format_cpu
 from kubus.api.requests import pod_requests
-from kubus.cli.cluster import format_age, format_bytes, format_cpu, write_table
+from kubus.cli.cluster import format_age, write_table
 from kubus.cli.connect import UsageError, open_state
+from kubus.cli.simulate import hints_text
 from kubus.framework.config import SchedulerConfiguration
+from kubus.framework.hints import Hint, fit_hints
 from kubus.framework.runtime import Framework
 from kubus.framework.scheduling import NodeExplain, Scheduler, ScheduleResult
 from kubus.kernels.backend import Backend
@@ -54,6 +57,8 @@ class Explanation:
     """Nodes that passed every filter."""
     gated: str = ""
     """Why PreEnqueue keeps the pod out of scheduling ("SchedulingGates: waiting for ..."), if it does."""
+    hints: tuple[Hint, ...] = ()
+    """No node fits: the changes to the pod that would open some (`kubus.framework.hints`)."""
 
 
 async def explain_pod(
@@ -83,7 +88,9 @@ async def explain_pod(
         for r in reservations:
             if r.pod_uid != record.uid:  # its own stale reservation would only confuse the answer
                 table.assume(r.pod_info(), node.name)
-    result = Scheduler(framework, table, seed=0).schedule([pod], explain=True)[0]
+    scheduler = Scheduler(framework, table, seed=0)
+    result = scheduler.schedule([pod], explain=True)[0]
+    hints = tuple(fit_hints(scheduler, pod)) if result.node is None else ()
     per_node = result.explain or {}
     rejected: dict[str, list[str]] = {}
     feasible = 0
@@ -102,7 +109,7 @@ async def explain_pod(
     )
     if result.node is not None and not best:
         best = [(result.node, per_node.get(result.node, NodeExplain("ok")))]
-    return Explanation(len(snapshot), result, groups, best, feasible)
+    return Explanation(len(snapshot), result, groups, best, feasible, hints=hints)
 
 
 def _fmt_time(t: float, now: float) -> str:
@@ -250,6 +257,9 @@ async def _write_explanation(
         write_table(rows, out)
     elif result.node is None:
         out.write("  No node is feasible.\n")
+    if result.node is None:
+        out.write("  What would make it fit (one change, or two, against the nodes as they are now):\n")
+        out.write(hints_text(ex.hints))
     counts = Counter(result.reasons)
     if result.node is None and not ex.groups and counts:
         for reason, n in counts.most_common(MAX_REASON_GROUPS):

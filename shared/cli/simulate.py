@@ -30,6 +30,7 @@ from kubus.api.objects import Pod
 from kubus.api.podgroups import pod_group_key
 from kubus.api.priority import PriorityError, resolve_priority
 from kubus.framework.config import SchedulerConfiguration
+from kubus.framework.hints import Hint, fit_hints
 from kubus.framework.interface import QueueSortPlugin
 from kubus.framework.registry import Registry
 from kubus.framework.runtime import Framework
@@ -63,6 +64,8 @@ class PodOutcome:
     """The node preemption nominated for the pod (it is placed there when it preempted)."""
     preempted: tuple[str, ...] = ()
     """The pods (namespace/name) this pod evicted to fit."""
+    hints: tuple[Hint, ...] = ()
+    """Unschedulable, with --explain: the changes that would let it fit at the end of the run."""
 
 
 def place_facts(table: NodeTable, pods: Sequence[Pod]) -> list[str]:
@@ -179,6 +182,11 @@ def simulate(
         batch.append(pod)
     flush()
     _end_waits(table, outcomes, waits, waiting)
+    if explain:
+        # against the cluster as the run left it: what would make each pod fit now
+        for i, o in enumerate(outcomes):
+            if o.status == UNSCHEDULABLE and (scheduler := schedulers.get(o.pod.spec.scheduler_name)):
+                outcomes[i] = replace(o, hints=tuple(fit_hints(scheduler, o.pod)))
     return outcomes, warnings
 
 
@@ -302,6 +310,8 @@ def to_json(outcomes: Sequence[PodOutcome], *, explain: bool) -> dict[str, Any]:
             entry["warnings"] = list(o.pod.spec.unhonoured)
         if explain:
             entry["explain"] = {"nodes": {n: _explain_json(e) for n, e in (o.explain or {}).items()}}
+            if o.status == UNSCHEDULABLE:
+                entry["hints"] = [{"change": h.change, "nodes": h.nodes, "example": h.example} for h in o.hints]
         pods.append(entry)
     return {"pods": pods}
 
@@ -331,6 +341,8 @@ def print_table(outcomes: Sequence[PodOutcome], out: TextIO, *, explain: bool) -
         return
     for o in outcomes:
         out.write(f"\n{o.pod.key} -> {o.node or 'unschedulable'}\n")
+        if o.status == UNSCHEDULABLE:
+            out.write(hints_text(o.hints))
         plugins = sorted({p for e in (o.explain or {}).values() for p in e.scores})
         header = ("  NODE", "FILTER", *plugins, "TOTAL")
         lines = []
@@ -339,6 +351,14 @@ def print_table(outcomes: Sequence[PodOutcome], out: TextIO, *, explain: bool) -
             scores = [f"{e.scores[p].weighted}" if p in e.scores else "-" for p in plugins]
             lines.append((f"  {node}", e.filter, *scores, "-" if e.total is None else str(e.total)))
         write_columns([header, *lines], out)
+
+
+def hints_text(hints: Sequence[Hint]) -> str:
+    """'What would make it fit', one line per hint (simulate --explain, describe pod)."""
+    if not hints:
+        return "  would fit: no single change (nor pair of changes) kubus tried opens a node\n"
+    lines = [f"  would fit: {h.change} -> {h.nodes} node(s), e.g. {h.example}\n" for h in hints]
+    return "".join(lines)
 
 
 def write_columns(rows: Sequence[Sequence[str]], out: TextIO) -> None:

@@ -219,6 +219,15 @@ class Scheduler:
                                 other.stale.add(plugin.name)  # pods evicted: any count may drop
         return results
 
+    def feasible(self, pod: Pod) -> np.ndarray:
+        """Host bool per table row: where ``pod`` passes PreFilter and every Filter plugin now,
+        over every node (no sampling), without deciding or placing it. What-ifs use it (what
+        would make a pod fit, `kubus.framework.hints`); the table is left as it was."""
+        cls = self._evaluate(pod)
+        if not cls.status.is_success or cls.feasible is None:
+            return np.zeros(self.table.rows, dtype=bool)
+        return np.asarray(self.table.backend.to_host(cls.feasible), dtype=bool)
+
     # ---- one class: PreFilter, Filter, PreScore, Score over all rows --------------------------
 
     def _evaluate(self, pod: Pod) -> _PodClass:

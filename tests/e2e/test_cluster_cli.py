@@ -271,6 +271,8 @@ async def test_apply_get_describe_delete(
     # never silent: the claim kubus does not check, in the fields and as a Warning event
     assert "Not honoured:" in text and "spec.volumes[0].persistentVolumeClaim: not honoured" in text
     assert "FieldNotHonoured" in text
+    # what would make it fit: no node has 16 GPUs, each simulated node has 8
+    assert "What would make it fit" in text and "would fit: nvidia.com/gpu request 8 (now 16) -> " in text, text
     bound = await kubus("describe", "pod", "web", "-n", "shop")
     assert "Node:" in bound.out and "sim-" in bound.out and "Why pending" not in bound.out
 
