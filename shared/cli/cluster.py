@@ -9,17 +9,22 @@ PodDeletion and waits until the queue has recorded it.
 from __future__ import annotations
 
 import asyncio
+import io
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
+
+import yaml
 
 from kubus import codec
 from kubus.api.disruption import PodDisruptionBudget
 from kubus.api.errors import ManifestError
 from kubus.api.manifests import Manifests, parse_manifests, parse_pod, read_documents
 from kubus.api.namespaces import Namespace
+from kubus.api.objects import LabelSelector
+from kubus.api.pod_affinity import selector_matches
 from kubus.api.podgroups import PodGroup
 from kubus.api.priority import PriorityClass, PriorityError, check_priority_class
 from kubus.api.quantity import format_bytes, format_cpu
@@ -28,6 +33,7 @@ from kubus.bus.connection import Publication, publish_durable, publish_durable_m
 from kubus.bus.messages import PodDeletion, encode
 from kubus.bus.subjects import MAX_MANIFEST_SIZE, PODS_DELETE, PODS_SUBMIT
 from kubus.cli.connect import UsageError, open_bus, open_state
+from kubus.kernels.nodeinfo import NodeInfo
 from kubus.settings import ConnectionSettings
 from kubus.store.cluster_state import ClusterState, node_info_of
 from kubus.store.records import NodeRecord, PodPhase, PodRecord
@@ -299,6 +305,18 @@ async def apply(settings: ConnectionSettings, paths: Sequence[str], out: TextIO,
 # ---- get ---------------------------------------------------------------------------------------
 
 
+DOCUMENT_OUTPUTS = ("json", "yaml")
+"""`-o` values that print one document instead of a table."""
+
+
+def write_document(doc: Mapping[str, Any], out: TextIO, output: str) -> None:
+    """``doc`` as pretty JSON or as YAML (``output``: one of DOCUMENT_OUTPUTS), the keys in order."""
+    if output == "yaml":
+        out.write(yaml.safe_dump(dict(doc), sort_keys=False, allow_unicode=True))
+    else:
+        out.write(codec.dumps(doc, pretty=True).decode() + "\n")
+
+
 def write_table(rows: Sequence[Sequence[str]], out: TextIO) -> None:
     """Left-aligned columns three spaces apart, as kubectl prints them; the last one unpadded."""
     if not rows:
@@ -357,26 +375,44 @@ def _pod_json(p: PodRecord, now: float) -> dict[str, Any]:
     }
 
 
+def _pod_labels(record: PodRecord) -> dict[str, str]:
+    """The labels of the pod's stored manifest (validated at submit)."""
+    try:
+        labels = codec.loads(record.manifest).get("metadata", {}).get("labels") or {}
+    except (ValueError, AttributeError):
+        return {}
+    return {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
+
+
 async def get_pods(
-    settings: ConnectionSettings, out: TextIO, *, namespace: str | None, output: str, show_deleted: bool = False
+    settings: ConnectionSettings,
+    out: TextIO,
+    *,
+    namespace: str | None,
+    output: str,
+    show_deleted: bool = False,
+    selector: LabelSelector | None = None,
 ) -> int:
-    """`kubus get pods`: one row per pod (Deleted ones hidden unless ``show_deleted``)."""
+    """`kubus get pods`: one row per pod (Deleted ones hidden unless ``show_deleted``; only those
+    whose labels ``selector`` matches, when given)."""
     async with open_state(settings) as state:
         pods = await list_pods(state, namespace)
+        if selector is not None:
+            pods = [p for p in pods if selector_matches(selector, _pod_labels(p))]
         reserved = [p.uid for p in pods if p.phase is PodPhase.RESERVED]
         waits = await state.permit_states(reserved) if reserved else {}
     waiting = {uid: w for uid, w in waits.items() if w is not None and w.pending and not w.rejected}
     now = time.time()
     if not show_deleted:
         pods = [p for p in pods if p.phase is not PodPhase.DELETED]
-    if output == "json":
+    if output in DOCUMENT_OUTPUTS:
         items = []
         for p in pods:
             item = _pod_json(p, now)
             if p.uid in waiting:
                 item["waitingOnPermit"] = sorted(waiting[p.uid].pending)
             items.append(item)
-        out.write(codec.dumps({"pods": items}, pretty=True).decode() + "\n")
+        write_document({"pods": items}, out, output)
         return 0
     if not pods:
         where = "any namespace" if namespace is None else f"namespace {namespace}"
@@ -419,21 +455,111 @@ def _node_status(record: NodeRecord) -> str:
     return status
 
 
-async def get_nodes(settings: ConnectionSettings, out: TextIO, *, output: str) -> int:
-    """`kubus get nodes`: status, requests against allocatable, GPUs in use, pods, age."""
+async def _nodes_in_use(
+    settings: ConnectionSettings, selector: LabelSelector | None
+) -> list[tuple[NodeRecord, NodeInfo]]:
+    """Every node (whose labels ``selector`` matches) with what its reservations use, by name."""
     async with open_state(settings) as state:
-        records = {r.name: r for r in await state.list_nodes()}
+        records = {
+            r.name: r for r in await state.list_nodes() if selector is None or selector_matches(selector, r.labels)
+        }
         snapshot = await state.load_snapshot()
+    return [(records[node.name], node_info_of(node, held)) for node, held in snapshot if node.name in records]
+
+
+def _percent(used: int, total: int) -> str:
+    return f"{100 * used // total}%" if total > 0 else "-"
+
+
+GPU_BAR_WIDTH = 20
+"""Characters of a GPU's memory bar in `kubus top nodes --gpus`."""
+
+
+def gpu_bar(used: int, total: int, width: int = GPU_BAR_WIDTH) -> str:
+    """Used memory of one GPU as a text bar: '[#####---------------]' (rounded up, so any use shows)."""
+    filled = 0 if total <= 0 else min(width, -(-used * width // total))
+    return "[" + "#" * filled + "-" * (width - filled) + "]"
+
+
+async def top_nodes(
+    settings: ConnectionSettings, out: TextIO, *, output: str, gpus: bool, selector: LabelSelector | None = None
+) -> int:
+    """`kubus top nodes`: requested against allocatable per node, in percent; with ``gpus`` each
+    GPU's memory as a bar (used / total), its pods and health."""
+    nodes = await _nodes_in_use(settings, selector)
+    if output in DOCUMENT_OUTPUTS:
+        doc = []
+        for record, info in nodes:
+            item: dict[str, Any] = {
+                "name": record.name,
+                "requested": dict(info.requested),
+                "allocatable": dict(record.allocatable),
+            }
+            if gpus:
+                item["gpus"] = [
+                    {
+                        "index": g.index,
+                        "model": g.model,
+                        "healthy": g.healthy,
+                        "memory": g.memory,
+                        "memoryUsed": g.memory - free,
+                        "pods": pods,
+                    }
+                    for g, free, pods in zip(record.gpus, info.gpu_free_memory, info.gpu_pod_count, strict=False)
+                ]
+            doc.append(item)
+        write_document({"nodes": doc}, out, output)
+        return 0
+    if not nodes:
+        sys.stderr.write("No nodes found (start nodes with `kubus up --nodes N`, or run gpu-agents).\n")
+        return 0
+    rows = [["NAME", "CPU(req)", "CPU%", "MEMORY(req)", "MEMORY%", "GPUS(used/total)", "GPU-MEMORY%", "PODS"]]
+    for record, info in nodes:
+        alloc, req = record.allocatable, info.requested
+        gpu_total = sum(g.memory for g in record.gpus)
+        gpu_used = gpu_total - sum(info.gpu_free_memory)
+        rows.append(
+            [
+                record.name,
+                format_cpu(req.get("cpu", 0)),
+                _percent(req.get("cpu", 0), alloc.get("cpu", 0)),
+                format_bytes(req.get("memory", 0)),
+                _percent(req.get("memory", 0), alloc.get("memory", 0)),
+                f"{sum(1 for n in info.gpu_pod_count if n > 0)}/{len(record.gpus)}",
+                _percent(gpu_used, gpu_total),
+                f"{len(info.pods)}/{alloc.get('pods', 0)}",
+            ]
+        )
+    if not gpus:
+        write_table(rows, out)
+        return 0
+    aligned = io.StringIO()
+    write_table(rows, aligned)
+    header, *lines = aligned.getvalue().splitlines()
+    out.write(header + "\n")
+    for (record, info), line in zip(nodes, lines, strict=True):
+        out.write(line + "\n")
+        for g, free, pods in zip(record.gpus, info.gpu_free_memory, info.gpu_pod_count, strict=False):
+            used = g.memory - free
+            health = "" if g.healthy else "  UNHEALTHY"
+            out.write(
+                f"  gpu{g.index} {gpu_bar(used, g.memory)} {format_bytes(used)}/{format_bytes(g.memory)}"
+                f"  {pods} pod(s)  {g.model}{health}\n"
+            )
+    return 0
+
+
+async def get_nodes(
+    settings: ConnectionSettings, out: TextIO, *, output: str, selector: LabelSelector | None = None
+) -> int:
+    """`kubus get nodes`: status, requests against allocatable, GPUs in use, pods, age (only the
+    nodes whose labels ``selector`` matches, when given)."""
     now = time.time()
     rows_json = []
     rows = [["NAME", "STATUS", "CPU(req/alloc)", "MEMORY(req/alloc)", "GPUS(used/total)", "PODS", "AGE"]]
     if output == "wide":
         rows[0] += ["GPU-MEMORY(used/total)", "HEARTBEAT", "TAINTS"]
-    for node, reservations in snapshot:
-        record = records.get(node.name)
-        if record is None:
-            continue
-        info = node_info_of(node, reservations)
+    for record, info in await _nodes_in_use(settings, selector):
         alloc = record.allocatable
         gpus_total = len(record.gpus)
         gpus_used = sum(1 for count in info.gpu_pod_count if count > 0)
@@ -441,7 +567,7 @@ async def get_nodes(settings: ConnectionSettings, out: TextIO, *, output: str) -
         gpu_mem_used = gpu_mem_total - sum(info.gpu_free_memory)
         age = now - record.creation_timestamp if record.creation_timestamp else None
         heartbeat = now - record.heartbeat if record.heartbeat else None
-        if output == "json":
+        if output in DOCUMENT_OUTPUTS:
             rows_json.append(
                 {
                     "name": record.name,
@@ -480,8 +606,8 @@ async def get_nodes(settings: ConnectionSettings, out: TextIO, *, output: str) -
                 taints or "<none>",
             ]
         rows.append(row)
-    if output == "json":
-        out.write(codec.dumps({"nodes": rows_json}, pretty=True).decode() + "\n")
+    if output in DOCUMENT_OUTPUTS:
+        write_document({"nodes": rows_json}, out, output)
         return 0
     if len(rows) == 1:
         sys.stderr.write("No nodes found (start nodes with `kubus up --nodes N`, or run gpu-agents).\n")

@@ -17,6 +17,8 @@ from typing import Any
 import nats.errors
 import redis.exceptions
 
+from kubus.api.label_selectors import LabelSelectorSyntaxError, parse_label_selector
+from kubus.api.objects import LabelSelector
 from kubus.cli.connect import Unreachable, UsageError
 from kubus.cli.endpoints import DEFAULT_DATA_DIR, HOME_ENV, Endpoints, cluster_settings, data_dir, read_endpoints
 from kubus.cli.workload import BENCH_WORKLOADS
@@ -49,8 +51,16 @@ def _namespace_options(p: argparse.ArgumentParser, *, all_namespaces: bool) -> N
         p.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace")
 
 
+def _selector(args: argparse.Namespace) -> LabelSelector:
+    """`-l`: kubectl's label selector syntax. Raises UsageError for one that does not parse."""
+    try:
+        return parse_label_selector(args.selector)
+    except LabelSelectorSyntaxError as e:
+        raise UsageError(str(e)) from None
+
+
 def add_cluster_commands(sub: Any) -> None:
-    """Add up, apply, get, describe, delete and bench to the `kubus` subcommands."""
+    """Add up, apply, get, top, describe, delete and bench to the `kubus` subcommands."""
     up = sub.add_parser(
         "up",
         help="run kubus on this machine: NATS, Redis, every service and simulated GPU nodes",
@@ -131,9 +141,28 @@ def add_cluster_commands(sub: Any) -> None:
     get = sub.add_parser("get", help="list pods or nodes", description="List pods or nodes as Redis has them now.")
     get.add_argument("resource", choices=("pods", "pod", "po", "nodes", "node", "no"), metavar="{pods,nodes}")
     _namespace_options(get, all_namespaces=True)
-    get.add_argument("-o", "--output", choices=("table", "wide", "json"), default="table")
+    get.add_argument("-o", "--output", choices=("table", "wide", "json", "yaml"), default="table")
     get.add_argument("--show-deleted", action="store_true", help="include pods that were deleted")
+    get.add_argument(
+        "-l",
+        "--selector",
+        default="",
+        metavar="SELECTOR",
+        help="only pods (or nodes) whose labels match, as kubectl's -l: app=web,tier!=db,env in (a,b),gpu,!spot",
+    )
     add_connection_options(get)
+
+    top = sub.add_parser(
+        "top",
+        help="requested against allocatable per node; --gpus draws each GPU's memory",
+        description="Per node: requested cpu and memory against allocatable (percent), GPUs in use, GPU memory "
+        "in use; with --gpus one line per GPU with its memory as a bar.",
+    )
+    top.add_argument("resource", choices=("nodes", "node", "no"), metavar="nodes")
+    top.add_argument("--gpus", action="store_true", help="one line per GPU: memory used as a bar, pods, model")
+    top.add_argument("-l", "--selector", default="", metavar="SELECTOR", help="only nodes whose labels match")
+    top.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
+    add_connection_options(top)
 
     describe = sub.add_parser(
         "describe",
@@ -281,13 +310,23 @@ async def _run(args: argparse.Namespace) -> int:
     if args.command == "get":
         from kubus.cli.cluster import get_nodes, get_pods
 
+        selector = _selector(args)
         if args.resource in ("pods", "pod", "po"):
             return await get_pods(
-                settings, out, namespace=_namespace(args), output=args.output, show_deleted=args.show_deleted
+                settings,
+                out,
+                namespace=_namespace(args),
+                output=args.output,
+                show_deleted=args.show_deleted,
+                selector=selector,
             )
         if args.namespace or args.all_namespaces:
             raise UsageError("nodes have no namespace; drop -n/-A")
-        return await get_nodes(settings, out, output=args.output)
+        return await get_nodes(settings, out, output=args.output, selector=selector)
+    if args.command == "top":
+        from kubus.cli.cluster import top_nodes
+
+        return await top_nodes(settings, out, output=args.output, gpus=args.gpus, selector=_selector(args))
     if args.command == "describe":
         from kubus.cli.describe import describe_pod
         from kubus.kernels.backend import select_backend

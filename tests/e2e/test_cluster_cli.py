@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
+import yaml
 from cluster_support import CliResult, StartServices, run_kubus, service_logs
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
@@ -38,12 +39,12 @@ kind: List
 items:
 - kind: Pod
   apiVersion: v1
-  metadata: {name: train}
+  metadata: {name: train, labels: {team: ml}}
   spec:
     containers: [{name: c, image: trainer, resources: {limits: {nvidia.com/gpu: "2"}}}]
 - kind: Pod
   apiVersion: v1
-  metadata: {name: infer, annotations: {kubus.io/gpu-memory: 20Gi}}
+  metadata: {name: infer, labels: {team: ml, tier: online}, annotations: {kubus.io/gpu-memory: 20Gi}}
   spec:
     containers: [{name: c, image: triton}]
 """
@@ -251,6 +252,29 @@ async def test_apply_get_describe_delete(
     assert "shop" not in default_only.out and len(default_only.out.splitlines()) == 4
     as_json = json.loads((await kubus("get", "pods", "-n", "shop", "-o", "json")).out)
     assert [p["name"] for p in as_json["pods"]] == ["web"] and as_json["pods"][0]["node"].startswith("sim-")
+
+    # kubectl habits: label selectors, YAML
+    ml = await kubus("get", "pods", "-A", "-l", "team=ml")
+    assert sorted(line.split()[1] for line in ml.out.splitlines()[1:]) == ["infer", "train"]
+    batch = await kubus("get", "pods", "-A", "-l", "team=ml,tier notin (online)")
+    assert [line.split()[1] for line in batch.out.splitlines()[1:]] == ["train"]
+    bad = await kubus("get", "pods", "-l", "team in (ml")
+    assert bad.code == 2 and 'unbalanced "("' in one_error_line(bad)
+    as_yaml = yaml.safe_load((await kubus("get", "pods", "-n", "shop", "-o", "yaml")).out)
+    assert [p["name"] for p in as_yaml["pods"]] == ["web"]
+
+    top = await kubus("top", "nodes", "--gpus", "-l", "kubernetes.io/hostname in (sim-00000,sim-00001)")
+    assert top.code == 0, top.err
+    top_lines = top.out.splitlines()
+    assert top_lines[0].split() == [
+        "NAME", "CPU(req)", "CPU%", "MEMORY(req)", "MEMORY%", "GPUS(used/total)", "GPU-MEMORY%", "PODS"
+    ]  # fmt: skip
+    gpu_lines = [line for line in top_lines if line.startswith("  gpu")]
+    assert [line.split()[0] for line in top_lines if not line.startswith(" ")][1:] == ["sim-00000", "sim-00001"]
+    assert len(gpu_lines) == 16 and all("[" in line and "]" in line for line in gpu_lines)
+    top_json = json.loads((await kubus("top", "nodes", "--gpus", "-o", "json")).out)
+    used = sum(g["memoryUsed"] > 0 for n in top_json["nodes"] for g in n["gpus"])
+    assert used == 3  # train's two whole GPUs and infer's 20Gi slice
 
     nodes = await kubus("get", "nodes")
     assert nodes.code == 0, nodes.err
