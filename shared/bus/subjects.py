@@ -42,6 +42,7 @@ __all__ = [
     "PODS_REQUEUE",
     "PODS_STREAM",
     "PODS_SUBMIT",
+    "POD_EVENTS",
     "PREFIX",
     "STREAMS",
     "EventKind",
@@ -134,6 +135,9 @@ NODE_PODS_ALL = f"{PREFIX}.node.*.pods"
 
 EVENTS = f"{PREFIX}.events.>"
 """Every cluster event; JetStream (stream EVENTS, kept for an hour) so a restarted consumer catches up."""
+
+POD_EVENTS = f"{PREFIX}.events.pod.>"
+"""Every pod event (`kubus get pods -w` follows them)."""
 
 
 class EventKind(Enum):

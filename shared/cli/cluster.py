@@ -13,7 +13,7 @@ import io
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TextIO
 
 import yaml
@@ -29,13 +29,14 @@ from kubus.api.podgroups import PodGroup
 from kubus.api.priority import PriorityClass, PriorityError, check_priority_class
 from kubus.api.quantity import format_bytes, format_cpu
 from kubus.bus import msgids
-from kubus.bus.connection import Publication, publish_durable, publish_durable_many
-from kubus.bus.messages import PodDeletion, encode
-from kubus.bus.subjects import MAX_MANIFEST_SIZE, PODS_DELETE, PODS_SUBMIT
+from kubus.bus.connection import Publication, publish_durable, publish_durable_many, settle
+from kubus.bus.messages import ClusterEvent, PodDeletion, decode, encode
+from kubus.bus.subjects import MAX_MANIFEST_SIZE, POD_EVENTS, PODS_DELETE, PODS_SUBMIT, EventKind
 from kubus.cli.connect import UsageError, open_bus, open_state
 from kubus.kernels.nodeinfo import NodeInfo
 from kubus.settings import ConnectionSettings
 from kubus.store.cluster_state import ClusterState, node_info_of
+from kubus.store.permits import PermitState
 from kubus.store.records import NodeRecord, PodPhase, PodRecord
 
 __all__ = [
@@ -421,24 +422,140 @@ async def get_pods(
     header = ["NAMESPACE", "NAME", "PHASE", "NODE", "GPUS", "AGE", "REASON"]
     if output == "wide":
         header += ["SCHEDULER", "ATTEMPTS", "MESSAGE"]
-    rows = [header]
-    for p in pods:
-        # The reason of the last failure is kept after the pod moves on; show it while it matters.
-        showing_reason = p.phase in (PodPhase.PENDING, PodPhase.FAILED)
-        # A pod waiting on Permit holds its reservation: Reserved, and what it waits for.
-        phase = f"Waiting ({', '.join(sorted(waiting[p.uid].pending))})" if p.uid in waiting else str(p.phase)
-        row = [
-            p.namespace,
-            p.name,
-            phase,
-            p.node or "<none>",
-            _devices(p.gpu_devices),
-            format_age(now - p.created_at) if p.created_at else "-",
-            (p.reason if showing_reason else "") or "-",
+    write_table([header, *(_pod_row(p, now, waiting.get(p.uid), output) for p in pods)], out)
+    return 0
+
+
+def _pod_row(p: PodRecord, now: float, wait: PermitState | None, output: str) -> list[str]:
+    # The reason of the last failure is kept after the pod moves on; show it while it matters.
+    showing_reason = p.phase in (PodPhase.PENDING, PodPhase.FAILED)
+    # A pod waiting on Permit holds its reservation: Reserved, and what it waits for.
+    phase = f"Waiting ({', '.join(sorted(wait.pending))})" if wait is not None else str(p.phase)
+    row = [
+        p.namespace,
+        p.name,
+        phase,
+        p.node or "<none>",
+        _devices(p.gpu_devices),
+        format_age(now - p.created_at) if p.created_at else "-",
+        (p.reason if showing_reason else "") or "-",
+    ]
+    if output == "wide":
+        row += [p.profile, str(p.attempts), (p.message if showing_reason else "") or "-"]
+    return row
+
+
+_EVENT_PHASES = {
+    EventKind.POD_ACCEPTED.value: PodPhase.PENDING,
+    EventKind.POD_UNSCHEDULABLE.value: PodPhase.PENDING,
+    EventKind.POD_UNRESERVED.value: PodPhase.PENDING,
+    EventKind.POD_BOUND.value: PodPhase.BOUND,
+    EventKind.POD_RUNNING.value: PodPhase.RUNNING,
+    EventKind.POD_FINISHED.value: PodPhase.SUCCEEDED,
+    EventKind.POD_DELETED.value: PodPhase.DELETED,
+}
+"""The phase each pod event announces (a finished pod: Succeeded, or Failed as Redis says)."""
+
+
+async def watch_pods(
+    settings: ConnectionSettings,
+    out: TextIO,
+    *,
+    namespace: str | None,
+    output: str,
+    selector: LabelSelector | None = None,
+    stop: asyncio.Event | None = None,
+) -> int:
+    """`kubus get pods -w`: after the list, one line for each change of a pod (of the namespace,
+    matching ``selector``) as the services announce it on the bus, read again from Redis, until
+    ``stop`` is set or the command is interrupted (Ctrl-C: exit 0). A JSON/YAML watch prints one
+    document per change."""
+    changed: asyncio.Queue[ClusterEvent] = asyncio.Queue()
+
+    async def on_event(msg: Any) -> None:
+        try:
+            changed.put_nowait(decode(ClusterEvent, msg.data))
+        except ValueError:
+            return  # not ours to judge here: the queue counts and reports bad events
+
+    stop = stop or asyncio.Event()
+    async with open_bus(settings, "kubus-cli-watch") as (nc, _), open_state(settings) as state:
+        sub = await nc.subscribe(POD_EVENTS, cb=on_event)
+        await settle(nc)  # subscribed before the list is read: no change between them is missed
+        try:
+            await get_pods(settings, out, namespace=namespace, output=output, selector=selector)
+            out.flush()
+            stopping = asyncio.create_task(stop.wait())
+            while not stop.is_set():
+                getting = asyncio.create_task(changed.get())
+                done, _ = await asyncio.wait({getting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                if getting not in done:
+                    getting.cancel()
+                    break
+                event = getting.result()
+                pod_ns, _, name = event.name.partition("/")
+                phase = _EVENT_PHASES.get(event.kind)
+                if phase is None or (namespace is not None and pod_ns != namespace):
+                    continue
+                record = await state.find_pod(pod_ns, name)
+                if record is None or (selector is not None and not selector_matches(selector, _pod_labels(record))):
+                    continue
+                # the pod as the event found it: by the time Redis is read it may have moved on
+                if phase is PodPhase.SUCCEEDED and record.phase in (PodPhase.SUCCEEDED, PodPhase.FAILED):
+                    phase = record.phase
+                record = replace(record, phase=phase, node=event.node or record.node)
+                if output in DOCUMENT_OUTPUTS:
+                    write_document({"pods": [_pod_json(record, time.time())]}, out, output)
+                else:
+                    write_table([_pod_row(record, time.time(), None, output)], out)
+                out.flush()
+        finally:
+            await sub.unsubscribe()
+    return 0
+
+
+async def get_events(
+    settings: ConnectionSettings, out: TextIO, *, namespace: str | None, pod: str | None, output: str
+) -> int:
+    """`kubus get events`: every pod's events (of one namespace unless None; of one pod with
+    ``pod``), oldest first. Raises UsageError for an unknown ``pod``."""
+    async with open_state(settings) as state:
+        if pod is not None:
+            record = await state.find_pod(namespace or "default", pod)
+            if record is None:
+                raise UsageError(f'pod "{pod}" not found in namespace "{namespace or "default"}"')
+            pods = [record]
+        else:
+            pods = await list_pods(state, namespace)
+        histories = await state.events_of([p.uid for p in pods])
+    now = time.time()
+    events = sorted(
+        ((e, p) for p, history in zip(pods, histories, strict=True) for e in history), key=lambda ep: ep[0].time
+    )
+    if output in DOCUMENT_OUTPUTS:
+        items = [
+            {
+                "namespace": p.namespace,
+                "object": f"pod/{p.name}",
+                "time": e.time,
+                "type": str(e.type),
+                "reason": e.reason,
+                "source": e.source,
+                "message": e.message,
+            }
+            for e, p in events
         ]
-        if output == "wide":
-            row += [p.profile, str(p.attempts), (p.message if showing_reason else "") or "-"]
-        rows.append(row)
+        write_document({"events": items}, out, output)
+        return 0
+    if not events:
+        sys.stderr.write("No events found.\n")
+        return 0
+    rows = [["LAST SEEN", "TYPE", "REASON", "OBJECT", "SOURCE", "MESSAGE"]]
+    if namespace is None:
+        rows[0].insert(0, "NAMESPACE")
+    for e, p in events:
+        row = [format_age(now - e.time), str(e.type), e.reason, f"pod/{p.name}", e.source or "-", e.message]
+        rows.append([p.namespace, *row] if namespace is None else row)
     write_table(rows, out)
     return 0
 

@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import logging
 import os
+import signal
 import sys
 from typing import Any
 
@@ -138,8 +139,16 @@ def add_cluster_commands(sub: Any) -> None:
     apply.add_argument("-q", "--quiet", action="store_true", help="one summary line instead of one line per pod")
     add_connection_options(apply)
 
-    get = sub.add_parser("get", help="list pods or nodes", description="List pods or nodes as Redis has them now.")
-    get.add_argument("resource", choices=("pods", "pod", "po", "nodes", "node", "no"), metavar="{pods,nodes}")
+    get = sub.add_parser(
+        "get", help="list pods, nodes or events", description="List pods, nodes or pod events as Redis has them now."
+    )
+    get.add_argument(
+        "resource",
+        choices=("pods", "pod", "po", "nodes", "node", "no", "events", "event", "ev"),
+        metavar="{pods,nodes,events}",
+    )
+    get.add_argument("--for", dest="for_object", metavar="pod/NAME", help="events: only those of this pod")
+    get.add_argument("-w", "--watch", action="store_true", help="pods: after the list, a line per change, until Ctrl-C")
     _namespace_options(get, all_namespaces=True)
     get.add_argument("-o", "--output", choices=("table", "wide", "json", "yaml"), default="table")
     get.add_argument("--show-deleted", action="store_true", help="include pods that were deleted")
@@ -308,10 +317,32 @@ async def _run(args: argparse.Namespace) -> int:
 
         return await apply(settings, args.filename, out, quiet=args.quiet)
     if args.command == "get":
-        from kubus.cli.cluster import get_nodes, get_pods
+        from kubus.cli.cluster import get_events, get_nodes, get_pods, watch_pods
 
         selector = _selector(args)
-        if args.resource in ("pods", "pod", "po"):
+        if args.resource in ("events", "event", "ev"):
+            if args.selector or args.output == "wide" or args.show_deleted or args.watch:
+                raise UsageError("events take -n/-A, --for pod/NAME and -o json|yaml only")
+            pod = None
+            if args.for_object:
+                kind, sep, pod = args.for_object.rpartition("/")
+                if (sep and kind not in ("pod", "pods", "po")) or not pod:
+                    raise UsageError(f"--for: expected pod/NAME, got {args.for_object!r}")
+            return await get_events(settings, out, namespace=_namespace(args), pod=pod, output=args.output)
+        if args.for_object:
+            raise UsageError("--for is for events")
+        is_pods = args.resource in ("pods", "pod", "po")
+        if args.watch:
+            if not is_pods or args.show_deleted:
+                raise UsageError("--watch follows pods (without --show-deleted)")
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, stop.set)  # Ctrl-C ends the watch: exit 0
+            return await watch_pods(
+                settings, out, namespace=_namespace(args), output=args.output, selector=selector, stop=stop
+            )
+        if is_pods:
             return await get_pods(
                 settings,
                 out,

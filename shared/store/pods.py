@@ -442,3 +442,10 @@ class PodStore(StoreCore):
     async def events(self, uid: str) -> list[PodEvent]:
         """The pod's events, oldest first."""
         return [PodEvent.decode(e) for e in await self.redis.lrange(self.keys.pod_events(uid), 0, -1)]
+
+    async def events_of(self, uids: Sequence[str]) -> list[list[PodEvent]]:
+        """Each pod's events, oldest first, in the order of ``uids``: one pipelined round trip."""
+        pipe = self.redis.pipeline(transaction=False)
+        for uid in uids:
+            pipe.lrange(self.keys.pod_events(uid), 0, -1)
+        return [[PodEvent.decode(e) for e in raw] for raw in await pipe.execute()]

@@ -4,6 +4,7 @@ the real services as processes against real NATS and Redis."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import signal
@@ -312,6 +313,56 @@ async def test_apply_get_describe_delete(
     gone = await kubus("delete", "pod", "nope")
     assert gone.code == 2 and "not found" in one_error_line(gone)
     assert await check_invariants_settled(state) == []
+
+
+async def test_get_pods_watch_follows_changes_and_events_tell_a_pod_s_story(
+    services: StartServices, kubus: Any, cli_env: dict[str, str], redis: aioredis.Redis
+) -> None:
+    await services(nodes=3)
+    watch = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "kubus.cli", "get", "pods", "-A", "-w",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env={**os.environ, **cli_env},
+    )  # fmt: skip
+    assert watch.stdout is not None
+    seen: list[str] = []
+    try:
+        # the watch is up once it has printed the (empty) list: "No pods found" goes to stderr
+        assert watch.stderr is not None
+        assert b"No pods found" in await asyncio.wait_for(watch.stderr.readline(), 30)
+        applied = await kubus("apply", "-f", "-", stdin=GOOD.encode())
+        assert applied.code == 0, applied.err
+
+        async def read_until_running() -> None:
+            assert watch.stdout is not None
+            while True:
+                line = (await watch.stdout.readline()).decode()
+                assert line, "the watch ended early"
+                seen.append(line)
+                running = {ln.split()[1] for ln in seen if len(ln.split()) > 2 and ln.split()[2] == "Running"}
+                if {"web", "train", "infer"} <= running:
+                    return
+
+        await asyncio.wait_for(read_until_running(), 60)
+    finally:
+        watch.send_signal(signal.SIGINT)
+        code = await asyncio.wait_for(watch.wait(), 15)
+    assert code == 0, (await watch.stderr.read()).decode() if watch.stderr else code
+    phases = [ln.split()[2] for ln in seen if ln.split()[:2] == ["default", "train"]]
+    # a line per change, as the change found it (an announcement repeated after a retry repeats its line)
+    assert [phase for phase, _ in itertools.groupby(phases)] == ["Pending", "Bound", "Running"], seen
+
+    events = await kubus("get", "events", "--for", "pod/train")
+    assert events.code == 0, events.err
+    lines = events.out.splitlines()
+    assert lines[0].split()[:4] == ["LAST", "SEEN", "TYPE", "REASON"]
+    assert all(" pod/train " in ln for ln in lines[1:]) and len(lines) >= 2, events.out
+    everything = json.loads((await kubus("get", "events", "-A", "-o", "json")).out)["events"]
+    assert {e["object"] for e in everything} == {"pod/web", "pod/train", "pod/infer"}
+    assert [e["time"] for e in everything] == sorted(e["time"] for e in everything)
+    missing = await kubus("get", "events", "--for", "pod/nope")
+    assert missing.code == 2 and 'pod "nope" not found' in one_error_line(missing)
+    wrong = await kubus("get", "events", "--for", "node/n1")
+    assert wrong.code == 2 and "expected pod/NAME" in one_error_line(wrong)
 
 
 async def test_describe_shows_per_plugin_reasons_grouped(
