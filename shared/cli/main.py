@@ -11,6 +11,7 @@ from kubus import codec
 from kubus.api.errors import ManifestError
 from kubus.api.manifests import Manifests, load_manifests
 from kubus.cli.commands import add_cluster_commands, run_cluster_command
+from kubus.cli.completion import SHELLS, completion_script
 from kubus.cli.connect import Unreachable, UsageError
 from kubus.framework.config import ConfigError, default_config, load_config
 from kubus.framework.registry import RegistryError
@@ -56,6 +57,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--backend", choices=("auto", "numpy", "cupy"), help="array backend (default: $KUBUS_BACKEND or auto)"
     )
     add_cluster_commands(sub)
+    completion = sub.add_parser(
+        "completion",
+        help="print a shell completion script: source <(kubus completion bash)",
+        description="Print the completion script for the shell; load it with source <(kubus completion bash) "
+        "(or zsh) in your shell's rc file.",
+    )
+    completion.add_argument("shell", choices=SHELLS)
     return parser
 
 
@@ -92,10 +100,14 @@ def _simulate(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     try:
         if args.command == "simulate":
             return _simulate(args)
+        if args.command == "completion":
+            sys.stdout.write(completion_script(parser, args.shell))
+            return 0
         return run_cluster_command(args)
     except Unreachable as e:
         sys.stderr.write(f"error: {e}\n")
