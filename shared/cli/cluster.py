@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -318,14 +319,54 @@ def write_document(doc: Mapping[str, Any], out: TextIO, output: str) -> None:
         out.write(codec.dumps(doc, pretty=True).decode() + "\n")
 
 
-def write_table(rows: Sequence[Sequence[str]], out: TextIO) -> None:
-    """Left-aligned columns three spaces apart, as kubectl prints them; the last one unpadded."""
+def write_table(
+    rows: Sequence[Sequence[str]], out: TextIO, *, colour_column: int | None = None, header: bool = True
+) -> None:
+    """Left-aligned columns three spaces apart, as kubectl prints them; the last one unpadded.
+    On a terminal (and without NO_COLOR), the cells of ``colour_column`` below the header (the
+    first row, unless ``header`` is False) are coloured by what they say (`STATE_COLOURS`);
+    aligned first, so colour never shifts a column."""
     if not rows:
         return
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-    for r in rows:
+    paint = colour_column is not None and uses_colour(out)
+    for n, r in enumerate(rows):
         cells = [c.ljust(w) for c, w in zip(r, widths, strict=False)] + [r[-1]]
+        if paint and (n > 0 or not header) and colour_column is not None and colour_column < len(cells):
+            cells[colour_column] = coloured(cells[colour_column])
         out.write("   ".join(cells).rstrip() + "\n")
+
+
+STATE_COLOURS = {
+    "Running": "32",
+    "Succeeded": "32",
+    "Bound": "32",
+    "Ready": "32",
+    "Normal": "32",
+    "Pending": "33",
+    "Reserved": "33",
+    "Waiting": "33",
+    "Warning": "33",
+    "Failed": "31",
+    "NotReady": "31",
+    "Unreachable": "31",
+    "Deleted": "2",
+}
+"""ANSI SGR codes by the first word of a state cell: green done or well, yellow on its way or
+a warning, red failed or lost, dim gone."""
+
+
+def uses_colour(out: TextIO) -> bool:
+    """Colour only on a terminal, and never with NO_COLOR set (no-color.org)."""
+    isatty = getattr(out, "isatty", None)
+    return bool(isatty and isatty()) and not os.environ.get("NO_COLOR")
+
+
+def coloured(cell: str) -> str:
+    """``cell`` in the colour of its first word, padding included; unchanged for an unknown state."""
+    word = cell.split(" ", 1)[0].split(",", 1)[0]
+    code = STATE_COLOURS.get(word)
+    return f"\x1b[{code}m{cell}\x1b[0m" if code else cell
 
 
 def format_age(seconds: float) -> str:
@@ -422,7 +463,7 @@ async def get_pods(
     header = ["NAMESPACE", "NAME", "PHASE", "NODE", "GPUS", "AGE", "REASON"]
     if output == "wide":
         header += ["SCHEDULER", "ATTEMPTS", "MESSAGE"]
-    write_table([header, *(_pod_row(p, now, waiting.get(p.uid), output) for p in pods)], out)
+    write_table([header, *(_pod_row(p, now, waiting.get(p.uid), output) for p in pods)], out, colour_column=2)
     return 0
 
 
@@ -507,7 +548,8 @@ async def watch_pods(
                 if output in DOCUMENT_OUTPUTS:
                     write_document({"pods": [_pod_json(record, time.time())]}, out, output)
                 else:
-                    write_table([_pod_row(record, time.time(), None, output)], out)
+                    row = _pod_row(record, time.time(), None, output)
+                    write_table([row], out, colour_column=2, header=False)
                 out.flush()
         finally:
             await sub.unsubscribe()
@@ -556,7 +598,7 @@ async def get_events(
     for e, p in events:
         row = [format_age(now - e.time), str(e.type), e.reason, f"pod/{p.name}", e.source or "-", e.message]
         rows.append([p.namespace, *row] if namespace is None else row)
-    write_table(rows, out)
+    write_table(rows, out, colour_column=2 if namespace is None else 1)
     return 0
 
 
@@ -729,7 +771,7 @@ async def get_nodes(
     if len(rows) == 1:
         sys.stderr.write("No nodes found (start nodes with `kubus up --nodes N`, or run gpu-agents).\n")
         return 0
-    write_table(rows, out)
+    write_table(rows, out, colour_column=1)
     return 0
 
 
