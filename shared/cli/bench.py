@@ -208,6 +208,8 @@ async def run_bench(args: argparse.Namespace) -> int:
     pod-constraint workload, reported unschedulable), the end state is the one kube's constraint
     gives and the invariants hold; 1 otherwise."""
     plan = bench_plan(args)
+    if args.plot:
+        _matplotlib()  # before the run, not after it
     for flag, value in (
         ("--batch-size", args.batch_size),
         ("--profiles", args.profiles),
@@ -288,10 +290,64 @@ async def run_bench(args: argparse.Namespace) -> int:
         if not keep:
             shutil.rmtree(directory, ignore_errors=True)
     _report(result, args, out)
+    if args.plot:
+        write_throughput_plot(result, Path(args.plot))
+        print(f"throughput plot: {args.plot}", file=progress)
     check = result["constraint_check"]
     accounted = result["bound"] + result["unschedulable"] == plan.pods
     ok = accounted and not result["invariant_violations"] and (check is None or check["ok"])
     return 0 if ok else 1
+
+
+def bound_per_second(bound_at: Sequence[float], start: float) -> list[int]:
+    """Pods bound in each second from ``start`` (epoch seconds): throughput over time."""
+    if not bound_at:
+        return []
+    seconds = [max(0, int(t - start)) for t in bound_at]
+    counts = [0] * (max(seconds) + 1)
+    for s in seconds:
+        counts[s] += 1
+    return counts
+
+
+def _matplotlib() -> Any:
+    """matplotlib.pyplot on its file-only backend. Raises UsageError when it is not installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")  # files only: no display needed
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise UsageError("--plot needs matplotlib: pip install 'kubus[plot]'") from None
+    return plt
+
+
+def write_throughput_plot(result: Mapping[str, Any], path: Path) -> None:
+    """A PNG of pods bound per second and in all, over the run (`kubus bench --plot`). Raises
+    UsageError when matplotlib is not installed (the `plot` extra)."""
+    plt = _matplotlib()
+    per_second = result["bound_per_second"]
+    fig, rate_axis = plt.subplots(figsize=(8, 4), dpi=100)
+    try:
+        seconds = list(range(len(per_second)))
+        rate_axis.bar(seconds, per_second, width=1.0, align="edge", color="#4c72b0", label="bound per second")
+        rate_axis.set_xlabel("seconds from the first submit")
+        rate_axis.set_ylabel("pods bound per second")
+        total_axis = rate_axis.twinx()
+        running, total = 0, [0]
+        for n in per_second:
+            running += n
+            total.append(running)
+        total_axis.plot(range(len(total)), total, color="#dd8452", label="bound in all")
+        total_axis.set_ylabel("pods bound in all")
+        title = f"kubus bench: {result['workload']}, {result['nodes']} nodes, {result['pods']} pods"
+        rate = result.get("pods_per_second")
+        rate_axis.set_title(title + (f" ({rate} pods/s)" if rate else ""))
+        fig.legend(loc="upper left", bbox_to_anchor=(0.1, 0.88))
+        fig.tight_layout()
+        fig.savefig(path, format="png")
+    finally:
+        plt.close(fig)
 
 
 def _unschedulable(p: PodTimes) -> bool:
@@ -459,6 +515,7 @@ async def _load(
         "unschedulable_message": unschedulable[0].message if unschedulable else None,
         "seconds": round(span, 3),
         "pods_per_second": rate,
+        "bound_per_second": bound_per_second(bound_at, first_submit),
         "kube_pods_per_second": w.kube_pods_per_second if w else None,
         "vs_kube": round(rate / w.kube_pods_per_second, 2) if w and rate else None,
         "submit_seconds": round(submit_s, 3),

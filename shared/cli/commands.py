@@ -248,6 +248,9 @@ def add_cluster_commands(sub: Any) -> None:
         "--timeout", type=float, default=600.0, metavar="S", help="give up after S seconds (default: 600)"
     )
     bench.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    bench.add_argument(
+        "--plot", metavar="FILE.png", help="also draw pods bound per second over the run (needs kubus[plot])"
+    )
     bench.add_argument("--seed", type=int, default=0, help="seed of the generated workload")
 
 

@@ -4,12 +4,14 @@ check of kube's outcome. No servers: the bench itself runs in tests/e2e/test_ben
 from __future__ import annotations
 
 import argparse
+import struct
+from pathlib import Path
 
 import pytest
 
 from kubus.api.manifests import parse_manifests, parse_pod
 from kubus.api.requests import pod_requests
-from kubus.cli.bench import BenchPlan, bench_plan, constraint_check
+from kubus.cli.bench import BenchPlan, bench_plan, bound_per_second, constraint_check, write_throughput_plot
 from kubus.cli.connect import UsageError
 from kubus.cli.main import build_parser, main
 from kubus.cli.progress import PodTimes
@@ -135,3 +137,15 @@ def test_constraint_check_is_kube_s_outcome() -> None:
     lax = constraint_check(preemption, [], both, NODES, preempted=2)  # placed without evicting: not kube's
     assert not lax["ok"] and "(2 preempted)" in lax["check"]
     assert not constraint_check(preemption, [], [*placed("n0"), pending], NODES, preempted=6)["ok"]
+
+
+def test_throughput_over_time_is_counted_per_second_and_drawn_as_a_png(tmp_path: Path) -> None:
+    assert bound_per_second([], 100.0) == []
+    assert bound_per_second([100.2, 100.9, 102.5, 99.0], 100.0) == [3, 0, 1]  # a clock a bit behind counts at 0
+    result = {"workload": "mixed", "nodes": 10, "pods": 4, "pods_per_second": 1.3, "bound_per_second": [3, 0, 1]}
+    path = tmp_path / "throughput.png"
+    write_throughput_plot(result, path)
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", data[16:24])  # the IHDR chunk
+    assert (width, height) == (800, 400)
