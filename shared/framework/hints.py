@@ -24,6 +24,7 @@ from kubus.api.objects import (
     Affinity,
     Container,
     Pod,
+    PreemptionPolicy,
     Taint,
     TaintEffect,
     Toleration,
@@ -76,6 +77,7 @@ def fit_hints(scheduler: Scheduler, pod: Pod, *, limit: int = 8) -> list[Hint]:
         return []
     relaxations = _relaxations(scheduler, pod)
     hints = _tried(scheduler, ((r,) for r in relaxations), pod)
+    hints += _preempting(scheduler, pod)
     if not hints:
         pairs = ((a, b) for i, a in enumerate(relaxations) for b in relaxations[i + 1 :])
         hints = _tried(scheduler, itertools.islice(pairs, _MAX_PAIRS), pod)
@@ -100,6 +102,21 @@ def _tried(scheduler: Scheduler, combos: Iterable[tuple[Relaxation, ...]], pod: 
             first = int(np.flatnonzero(mask)[0])
             hints.append(Hint(change, int(mask.sum()), scheduler.table.node_info(first).name, changed))
     return hints
+
+
+def _preempting(scheduler: Scheduler, pod: Pod) -> list[Hint]:
+    """A pod that may not preempt (preemptionPolicy Never): where the profile's preemption would
+    put it if it could, and whom it would evict."""
+    if pod.spec.preemption_policy is not PreemptionPolicy.NEVER:
+        return []
+    changed = replace(pod, spec=replace(pod.spec, preemption_policy=PreemptionPolicy.PREEMPT_LOWER_PRIORITY))
+    found = scheduler.preemption(changed)
+    if found is None:
+        return []
+    node, victims = found
+    names = ", ".join(v.pod.key for v in victims)
+    change = f"preemptionPolicy PreemptLowerPriority (now Never), evicting {len(victims)} pod(s) on {node}: {names}"
+    return [Hint(change, 1, node, changed)]
 
 
 def _apply(combo: tuple[Relaxation, ...], pod: Pod) -> tuple[str, Pod] | None:

@@ -228,6 +228,33 @@ class Scheduler:
             return np.zeros(self.table.rows, dtype=bool)
         return np.asarray(self.table.backend.to_host(cls.feasible), dtype=bool)
 
+    def preemption(self, pod: Pod) -> tuple[str, tuple[PodInfo, ...]] | None:
+        """Where the profile's PostFilter (preemption) would place ``pod`` if no node fits it
+        now: (node, the pods it would evict); None when a node fits, there is no PostFilter, or
+        it finds no node. A dry run: the table is left as it was."""
+        cls = self._evaluate(pod)
+        if not self.framework.post_filter or (
+            cls.status.is_success and cls.feasible is not None and cls.feasible.any()
+        ):
+            return None
+        if cls.status.is_success:
+            _, reasons, plugins = self._diagnose(cls, None)
+        else:  # PreFilter rejected the pod: every node for its reasons, as `_fail` says
+            reasons = {r: len(self.table) for r in cls.status.reasons}
+            plugins = (cls.status.plugin,) if cls.status.plugin else ()
+        diagnosis = FilterDiagnosis(
+            len(self.table),
+            dict(reasons),
+            frozenset(plugins),
+            table=self.table,
+            framework=self.framework,
+            resolvable=self._resolvable(cls),
+        )
+        outcome = self.framework.run_post_filter(cls.state.clone(), pod, diagnosis)
+        if outcome is None or not outcome.status.is_success or not outcome.nominated_node:
+            return None
+        return outcome.nominated_node, tuple(outcome.victims)
+
     # ---- one class: PreFilter, Filter, PreScore, Score over all rows --------------------------
 
     def _evaluate(self, pod: Pod) -> _PodClass:

@@ -235,3 +235,26 @@ def test_every_unschedulable_example_pod_gets_exact_hints_gpus_included() -> Non
             assert r.status == SCHEDULED and r.node in fits, (h.change, r.message)
             # the other pods of the run take their places as before: the count is of the end state
             assert len(fits) >= 1 and h.example in {n for n, e in (r.explain or {}).items()}
+
+
+def test_a_pod_that_may_not_preempt_is_told_whom_it_would_evict() -> None:
+    def low(node: str, cpu: str, priority: int) -> str:
+        container = f'[{{name: c, resources: {{requests: {{cpu: "{cpu}"}}}}}}]'
+        spec = f"  priority: {priority}\n  nodeName: {node}\n  containers: {container}"
+        return pod(spec, f"low-{node}")
+
+    # 4 cpu fits a small node only once its pod is gone; kube evicts the least important: small-2's
+    lows = low("small-1", "3", 10) + low("small-2", "5", 0) + low("small-3", "2", 50)
+    vip = '  priority: 100\n  preemptionPolicy: Never\n  containers: [{name: c, resources: {requests: {cpu: "4"}}}]'
+    hints, manifests = hints_of(lows + pod(vip))
+    [preempting] = [h for h in hints if h.change.startswith("preemptionPolicy")]
+    assert preempting.change == (
+        "preemptionPolicy PreemptLowerPriority (now Never), evicting 1 pod(s) on small-2: default/low-small-2"
+    )
+    registry = in_tree_registry()
+    changed = replace(manifests, pods=[preempting.pod if p.metadata.name == "p" else p for p in manifests.pods])
+    outcomes, _ = simulate(
+        changed, default_config(registry=registry), backend=select_backend("numpy"), registry=registry
+    )
+    [o] = [o for o in outcomes if o.pod.metadata.name == "p"]
+    assert (o.status, o.node, o.preempted) == (SCHEDULED, "small-2", ("default/low-small-2",))
