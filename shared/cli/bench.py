@@ -210,6 +210,8 @@ async def run_bench(args: argparse.Namespace) -> int:
     plan = bench_plan(args)
     if args.plot:
         _matplotlib()  # before the run, not after it
+    if args.rate is not None and not args.rate > 0:
+        raise UsageError(f"--rate: expected pods per second above 0, got {args.rate:g}")
     for flag, value in (
         ("--batch-size", args.batch_size),
         ("--profiles", args.profiles),
@@ -355,6 +357,24 @@ def _unschedulable(p: PodTimes) -> bool:
     return p.phase is PodPhase.PENDING and p.reason == _UNSCHEDULABLE and not p.bound
 
 
+OFFER_TICK = 0.05
+"""Seconds between the submits of an offered load (`--rate`): rate × tick pods each time."""
+
+
+async def _submit_at_rate(js: Any, manifests: Sequence[SubmitManifest], tracker: PodTracker, rate: float) -> None:
+    """Submit ``manifests`` at ``rate`` pods per second, steadily (a due share every OFFER_TICK,
+    catching up after a slow publish), not as fast as JetStream takes them: an offered load."""
+    began = time.monotonic()
+    sent = 0
+    while sent < len(manifests):
+        due = min(len(manifests), int((time.monotonic() - began) * rate) + 1)
+        if due > sent:
+            part = manifests[sent:due]
+            await submit(js, part, on_ack=lambda i, _dup, _t, part=part: tracker.submitted(part[i].key))
+            sent = due
+        await asyncio.sleep(OFFER_TICK)
+
+
 async def _follow(
     cluster: Any,
     js: Any,
@@ -365,6 +385,7 @@ async def _follow(
     deadline: float,
     until_unschedulable: bool,
     label: str = "",
+    rate: float | None = None,
 ) -> float | None:
     """Submit ``manifests`` as fast as JetStream takes them and follow them until each is placed
     (or, ``until_unschedulable``, reported unschedulable), then until the placed ones run: the
@@ -374,7 +395,10 @@ async def _follow(
     submit_done: list[float] = []
 
     async def submit_all() -> None:
-        await submit(js, manifests, on_ack=lambda i, _dup, _t: tracker.submitted(manifests[i].key))
+        if rate is None:
+            await submit(js, manifests, on_ack=lambda i, _dup, _t: tracker.submitted(manifests[i].key))
+        else:
+            await _submit_at_rate(js, manifests, tracker, rate)
         submit_done.append(time.time())
 
     def show(counts: Counter[PodPhase | None], unschedulable: int, *, force: bool = False) -> None:
@@ -469,7 +493,7 @@ async def _load(
         try:
             submit_end = await _follow(
                 cluster, js, tracker, manifests, line, deadline=deadline, until_unschedulable=w is not None,
-                label="measured: " if w is not None else "",
+                label="measured: " if w is not None else "", rate=args.rate,
             )  # fmt: skip
             cpu = _cpu_used(cpu_before, pids)
             wall = time.time() - t0
@@ -515,6 +539,7 @@ async def _load(
         "unschedulable_message": unschedulable[0].message if unschedulable else None,
         "seconds": round(span, 3),
         "pods_per_second": rate,
+        "offered_pods_per_second": args.rate,
         "bound_per_second": bound_per_second(bound_at, first_submit),
         "kube_pods_per_second": w.kube_pods_per_second if w else None,
         "vs_kube": round(rate / w.kube_pods_per_second, 2) if w and rate else None,
@@ -602,8 +627,14 @@ def _report(result: dict[str, Any], args: argparse.Namespace, out: Any) -> None:
         kube = result["kube_pods_per_second"]
         ratio = f"kubus {result['vs_kube']:.2f}x" if result["vs_kube"] is not None else "kubus -"
         rows.append(["kube-scheduler (2 cores, scheduler_perf)", f"{kube:g} pods/s; {ratio}"])
+    offered = result.get("offered_pods_per_second")
+    submitted = "offered load" if offered else "submit rate (JetStream acks)"
     rows += [
-        ["submit rate (JetStream acks)", f"{result['submit_per_second']} pods/s over {result['submit_seconds']:.1f}s"],
+        [
+            submitted,
+            f"{result['submit_per_second']} pods/s over {result['submit_seconds']:.1f}s"
+            + (f" (asked for {offered:g})" if offered else ""),
+        ],
         ["submit -> bound p50 / p99 / max", f"{_ms(lat['p50'])} / {_ms(lat['p99'])} / {_ms(lat['max'])}"],
     ]
     for name, s in result["stages"].items():

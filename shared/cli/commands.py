@@ -249,6 +249,12 @@ def add_cluster_commands(sub: Any) -> None:
     )
     bench.add_argument("-o", "--output", choices=("table", "json"), default="table")
     bench.add_argument(
+        "--rate",
+        type=float,
+        metavar="PODS/S",
+        help="offer the measured pods at this steady rate instead of all at once: latency under load, not backlog",
+    )
+    bench.add_argument(
         "--plot", metavar="FILE.png", help="also draw pods bound per second over the run (needs kubus[plot])"
     )
     bench.add_argument("--seed", type=int, default=0, help="seed of the generated workload")

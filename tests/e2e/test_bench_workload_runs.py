@@ -58,3 +58,18 @@ async def test_preemption_basic_workload(tmp_path: Path) -> None:
     assert report["invariant_violations"] == [] and report["constraint_check"]["ok"]
     assert "(30 preempted)" in report["constraint_check"]["check"]
     assert report["kube_pods_per_second"] == 40
+
+
+async def test_an_offered_load_is_submitted_steadily_not_all_at_once(tmp_path: Path) -> None:
+    """--rate 40 for 80 pods: two seconds of submitting, the latency of a cluster that keeps up."""
+    result = await run_kubus(
+        "bench", "--nodes", "20", "--pods", "80", "--rate", "40", "--timeout", "120", "-o", "json",
+        env={"KUBUS_HOME": str(tmp_path)}, timeout=200,
+    )  # fmt: skip
+    assert result.code == 0, result.out + result.err
+    report = json.loads(result.out)
+    assert report["offered_pods_per_second"] == 40 and report["bound"] == 80
+    assert 1.5 <= report["submit_seconds"] <= 4.0, report["submit_seconds"]  # not a burst of 80
+    assert sum(report["bound_per_second"]) == 80 and len(report["bound_per_second"]) >= 2
+    bad = await run_kubus("bench", "--rate", "0", env={"KUBUS_HOME": str(tmp_path)}, timeout=60)
+    assert bad.code == 2 and "--rate: expected pods per second above 0, got 0" in bad.err
