@@ -190,7 +190,7 @@ class Assignments(AgentCore):
             pod = self.running.track(a.uid, a.key, a.node, reservation, started_at=now, confirmed=False)
             starting.append((i, pod))
             event = PodEvent(now, EventType.NORMAL, "Started", f"Started pod on node {a.node}", self.source)
-            starts.append(PodStart(a.uid, a.node, attempt, event))
+            starts.append(PodStart(a.uid, a.node, attempt, event, ends_at=pod.deadline))
 
         if starts:
             try:

@@ -90,7 +90,12 @@ async def explain_pod(
                 table.assume(r.pod_info(), node.name)
     scheduler = Scheduler(framework, table, seed=0)
     result = scheduler.schedule([pod], explain=True)[0]
-    hints = tuple(fit_hints(scheduler, pod)) if result.node is None else ()
+    hints: tuple[Hint, ...] = ()
+    if result.node is None:
+        # when the pods here finish, as their agents said when they started them
+        uids = [r.pod_uid for _, held in snapshot for r in held if r.pod_uid != record.uid]
+        ends_at = {p.key: p.ends_at for p in await state.get_pods(uids) if p is not None and p.ends_at > 0}
+        hints = tuple(fit_hints(scheduler, pod, ends_at=ends_at, now=time.time()))
     per_node = result.explain or {}
     rejected: dict[str, list[str]] = {}
     feasible = 0

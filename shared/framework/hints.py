@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -67,17 +67,27 @@ _MAX_PAIRS = 40
 """Pairs of changes tried when no single change opens a node."""
 
 
-def fit_hints(scheduler: Scheduler, pod: Pod, *, limit: int = 8) -> list[Hint]:
+def fit_hints(
+    scheduler: Scheduler,
+    pod: Pod,
+    *,
+    limit: int = 8,
+    ends_at: Mapping[str, float] | None = None,
+    now: float = 0.0,
+) -> list[Hint]:
     """The changes to ``pod`` that would let it pass Filter on some node of ``scheduler``'s
     table as it is now, most nodes opened first (at most ``limit``): single changes, or pairs of
-    them when no single one opens a node. Empty when the pod already fits somewhere or nothing
-    tried helps. Leaves the table as it was."""
+    them when no single one opens a node; with ``ends_at`` (pod key -> when it finishes, epoch
+    seconds, as of ``now``) also how long until enough of those pods finish. Empty when the pod
+    already fits somewhere or nothing tried helps. Leaves the table holding the pods it held."""
     table = scheduler.table
     if len(table) == 0 or scheduler.feasible(pod).any():
         return []
     relaxations = _relaxations(scheduler, pod)
     hints = _tried(scheduler, ((r,) for r in relaxations), pod)
     hints += _preempting(scheduler, pod)
+    if ends_at:
+        hints += _when_pods_finish(scheduler, pod, ends_at, now)
     if not hints:
         pairs = ((a, b) for i, a in enumerate(relaxations) for b in relaxations[i + 1 :])
         hints = _tried(scheduler, itertools.islice(pairs, _MAX_PAIRS), pod)
@@ -117,6 +127,52 @@ def _preempting(scheduler: Scheduler, pod: Pod) -> list[Hint]:
     names = ", ".join(v.pod.key for v in victims)
     change = f"preemptionPolicy PreemptLowerPriority (now Never), evicting {len(victims)} pod(s) on {node}: {names}"
     return [Hint(change, 1, node, changed)]
+
+
+def _when_pods_finish(scheduler: Scheduler, pod: Pod, ends_at: Mapping[str, float], now: float) -> list[Hint]:
+    """The soonest time at which, the pods due to finish by then gone, the pod passes Filter on
+    some node: a binary search over the finishing times (fitting only gets easier as pods
+    leave), each probe one pass with those pods taken off the table and put back."""
+    table = scheduler.table
+    where = {key: info.name for info in table.node_infos() for key in info.pods}
+    finishing = sorted((t, key) for key, t in ends_at.items() if t > 0 and key in where)
+    if not finishing:
+        return []
+
+    def fits_after(i: int) -> np.ndarray:
+        gone = [(table.forget(key, where[key]), where[key]) for _, key in finishing[: i + 1]]
+        try:
+            return scheduler.feasible(pod)
+        finally:
+            for info, node in reversed(gone):
+                table.assume(info, node)
+
+    mask = fits_after(len(finishing) - 1)
+    if not mask.any():
+        return []
+    low, high = 0, len(finishing) - 1  # the first index after which the pod fits is in [low, high]
+    while low < high:
+        mid = (low + high) // 2
+        if fits_after(mid).any():
+            high = mid
+        else:
+            low = mid + 1
+    until = finishing[low][0]
+    while low + 1 < len(finishing) and finishing[low + 1][0] == until:
+        low += 1  # every pod due at that moment is gone by then
+    mask = fits_after(low)
+    first = int(np.flatnonzero(mask)[0])
+    change = f"wait {_duration(until - now)}: {low + 1} running pod(s) finish by then"
+    return [Hint(change, int(mask.sum()), table.node_info(first).name, pod)]
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"
 
 
 def _apply(combo: tuple[Relaxation, ...], pod: Pod) -> tuple[str, Pod] | None:

@@ -75,6 +75,9 @@ class PodStart:
     """The attempt the reservation must carry ('' = any)."""
     event: PodEvent | None = None
     """Appended to the pod's events when it starts now (not on ALREADY)."""
+    ends_at: float = 0.0
+    """When the agent will finish it (seconds since the epoch; 0: runs until deleted): the
+    record's `ends_at`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +170,8 @@ class AgentStore(StoreCore):
                     *moved,
                 ]
                 event = s.event.encode() if s.event is not None else b""
-                await self.scripts.start_pod(keys=keys, args=[s.node, s.attempt, now, event, cap], client=pipe)
+                args = [s.node, s.attempt, now, event, cap, repr(float(s.ends_at))]
+                await self.scripts.start_pod(keys=keys, args=args, client=pipe)
             for reply in await pipe.execute():
                 out.append(_start_result(list(reply)))
         return out

@@ -264,6 +264,10 @@ class PodRecord:
     """How many times bind_pod bound it: 0 or 1 (more would be a double binding)."""
     created_at: float = 0.0
     updated_at: float = 0.0
+    ends_at: float = 0.0
+    """Running: when its agent will finish it (seconds since the epoch), as the agent said when it
+    started the pod; 0 when it runs until deleted or the agent cannot tell. What-ifs read it
+    ("fits when pods finish")."""
 
     @property
     def key(self) -> str:
@@ -305,6 +309,7 @@ class PodRecord:
             "bindings": str(self.bindings),
             "created_at": repr(self.created_at),
             "updated_at": repr(self.updated_at),
+            "ends_at": repr(self.ends_at),
         }
 
     @classmethod
@@ -327,6 +332,7 @@ class PodRecord:
             bindings=int(text(h.get("bindings")) or 0),
             created_at=float(text(h.get("created_at")) or 0.0),
             updated_at=float(text(h.get("updated_at")) or 0.0),
+            ends_at=float(text(h.get("ends_at")) or 0.0),
         )
 
 

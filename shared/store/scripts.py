@@ -110,7 +110,8 @@ BIND_MANY    KEYS = the 7 phase indexes (PHASES order), then per pod: its node's
 START_POD    KEYS = the pod's record and events list, the node's reservations hash and bound
              set, the Bound and Running phase indexes (the only ones a Bound -> Running move
              touches; no profile needed). ARGV: node, attempt ('' = any), now, event JSON
-             ('' = none), events kept. An agent starts a pod it admitted: Bound on that node,
+             ('' = none), events kept, ends_at (when the agent will finish it; 0 = never, or it
+             cannot tell: the record's ends_at). An agent starts a pod it admitted: Bound on that node,
              holding a bound reservation there of that attempt -> Running, with the event
              appended, atomically. -> OK version old-phase profile | ALREADY version phase
              profile (Running already: a redelivery; nothing changed) | CONFLICT version phase
@@ -838,7 +839,7 @@ end
 if ARGV[2] ~= '' and cjson.decode(j).attempt ~= ARGV[2] then
   return {'CONFLICT', version, phase, profile, 'the reservation is another attempt\'s'}
 end
-redis.call('HSET', rec, 'phase', 'Running', 'updated_at', ARGV[3])
+redis.call('HSET', rec, 'phase', 'Running', 'updated_at', ARGV[3], 'ends_at', ARGV[6])
 local v = redis.call('HINCRBY', rec, 'version', 1)
 redis.call('SREM', KEYS[5], uid)
 redis.call('SADD', KEYS[6], uid)

@@ -7,6 +7,7 @@ import asyncio
 import itertools
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -363,6 +364,47 @@ async def test_get_pods_watch_follows_changes_and_events_tell_a_pod_s_story(
     assert missing.code == 2 and 'pod "nope" not found' in one_error_line(missing)
     wrong = await kubus("get", "events", "--for", "node/n1")
     assert wrong.code == 2 and "expected pod/NAME" in one_error_line(wrong)
+
+
+async def test_describe_says_how_long_until_running_pods_make_room(
+    services: StartServices, kubus: Any, redis: aioredis.Redis
+) -> None:
+    """Two nodes of 8 GPUs, each filled by a pod that runs 120 s (the simulated agent knows it):
+    a pod asking for 8 GPUs is pending now, and fits once one of them finishes."""
+    await services(nodes=2, pod_duration=120)
+    state = ClusterState(redis)
+    fill = "".join(
+        f"---\napiVersion: v1\nkind: Pod\nmetadata: {{name: fill-{i}}}\n"
+        'spec: {containers: [{name: c, resources: {limits: {nvidia.com/gpu: "8"}}}]}\n'
+        for i in range(2)
+    )
+    assert (await kubus("apply", "-f", "-", stdin=fill.encode())).code == 0
+
+    async def running() -> None:
+        pods = await pods_by_name(state)
+        assert all(pods[f"default/fill-{i}"].phase is PodPhase.RUNNING for i in range(2)), pods
+        assert all(pods[f"default/fill-{i}"].ends_at > time.time() + 60 for i in range(2))
+
+    await eventually(running, timeout=60, interval=0.2)
+    waiting = (
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: next}\n"
+        'spec: {containers: [{name: c, resources: {limits: {nvidia.com/gpu: "8"}}}]}\n'
+    )
+    assert (await kubus("apply", "-f", "-", stdin=waiting.encode())).code == 0
+
+    async def pending() -> None:
+        record = (await pods_by_name(state))["default/next"]
+        assert record.phase is PodPhase.PENDING and record.message, record
+
+    await eventually(pending, timeout=60, interval=0.2)
+    text = (await kubus("describe", "pod", "next")).out
+    found = re.search(
+        r"would fit: wait (\d+)s: (\d) running pod\(s\) finish by then -> (\d) node\(s\), e\.g\. sim-", text
+    )
+    assert found is not None, text
+    seconds, finishing, nodes = (int(g) for g in found.groups())
+    # both ran 120 s from about the same moment: one or both finish first, each freeing its node
+    assert 60 <= seconds <= 120 and finishing == nodes and nodes in (1, 2)
 
 
 async def test_describe_shows_per_plugin_reasons_grouped(

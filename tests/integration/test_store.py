@@ -918,12 +918,12 @@ async def test_admission_views_and_start_pods(redis: aioredis.Redis) -> None:
     assert unbound.reservation is not None and unbound.reservation.state is ReservationState.RESERVED
     assert await fresh.admission_views([]) == []
 
-    def start(uid: str, node: str = "n1", attempt: str = "", event: str = "Started") -> PodStart:
-        return PodStart(uid, node, attempt, PodEvent(1.0, EventType.NORMAL, event))
+    def start(uid: str, node: str = "n1", attempt: str = "", event: str = "Started", ends: float = 0.0) -> PodStart:
+        return PodStart(uid, node, attempt, PodEvent(1.0, EventType.NORMAL, event), ends_at=ends)
 
     results = await fresh.start_pods(
         [
-            start("uid-p0", attempt=a0),
+            start("uid-p0", attempt=a0, ends=1234.5),  # its agent will finish it then
             start("uid-p1", attempt=str(int(a1) + 5)),  # another attempt's reservation
             start("uid-p2", node="n2"),  # not on that node
             start("ghost"),
@@ -944,6 +944,7 @@ async def test_admission_views_and_start_pods(redis: aioredis.Redis) -> None:
         PodPhase.BOUND,
     ]
     assert await state.pod_uids_in_phase(PodPhase.RUNNING) == {"uid-p0"}
+    assert [(await state.get_pod(u)).ends_at for u in ("uid-p0", "uid-p1")] == [1234.5, 0.0]  # type: ignore[union-attr]
     assert [e.reason for e in await state.events("uid-p0")] == ["Started"]
     assert await state.events("uid-p1") == []
 

@@ -10,6 +10,7 @@ from contextlib import redirect_stdout
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from kubus.api.manifests import Manifests, load_manifests, parse_manifests
@@ -21,6 +22,7 @@ from kubus.framework.runtime import Framework
 from kubus.framework.scheduling import Scheduler
 from kubus.kernels.backend import select_backend
 from kubus.kernels.node_table import NodeTable
+from kubus.kernels.nodeinfo import PodInfo
 from kubus.plugins import in_tree_registry
 
 NODES = """
@@ -258,3 +260,42 @@ def test_a_pod_that_may_not_preempt_is_told_whom_it_would_evict() -> None:
     )
     [o] = [o for o in outcomes if o.pod.metadata.name == "p"]
     assert (o.status, o.node, o.preempted) == (SCHEDULED, "small-2", ("default/low-small-2",))
+
+
+def test_how_long_until_enough_running_pods_finish() -> None:
+    def running(node: str, cpu: str, name: str) -> str:
+        return pod(f'  nodeName: {node}\n  containers: [{{name: c, resources: {{requests: {{cpu: "{cpu}"}}}}}}]', name)
+
+    manifests = parse_manifests(
+        NODES
+        + running("small-1", "2", "a")  # small-1: 4 cpu, 2 + 2 used
+        + running("small-1", "2", "b")
+        + running("small-2", "5", "c")  # small-2: 5.5 cpu, 5 used
+        + running("small-3", "5", "d")
+        + pod('  containers: [{name: c, resources: {requests: {cpu: "4"}}}]')
+    )
+    registry = in_tree_registry()
+    framework = Framework.from_profile(default_config(registry=registry).profiles[0], registry)
+    table = NodeTable(select_backend("numpy"))
+    table.add_nodes(manifests.nodes)
+    for p in manifests.pods:
+        if p.spec.node_name:
+            table.assume(PodInfo.of(p), p.spec.node_name)
+    scheduler = Scheduler(framework, table)
+    target = next(p for p in manifests.pods if p.metadata.name == "p")
+    before = {i.name: sorted(i.pods) for i in table.node_infos()}
+    # a at +10s and b at +20s free small-1 (4 cpu) only once both are gone; c at +15s frees small-2
+    ends = {"default/a": 1010.0, "default/b": 1020.0, "default/c": 1015.0, "default/d": 0.0}
+    hints = fit_hints(scheduler, target, ends_at=ends, now=1000.0)
+    [waiting] = [h for h in hints if h.change.startswith("wait")]
+    assert (waiting.change, waiting.nodes, waiting.example) == (
+        "wait 15s: 2 running pod(s) finish by then",
+        1,
+        "small-2",
+    )
+    assert {i.name: sorted(i.pods) for i in table.node_infos()} == before  # every pod back
+    # exact: those two gone, the pod passes Filter on exactly that node
+    table.forget("default/a", "small-1")
+    table.forget("default/c", "small-2")
+    assert [table.node_info(int(r)).name for r in np.flatnonzero(scheduler.feasible(target))] == ["small-2"]
+    assert not [h for h in fit_hints(scheduler, target) if h.change.startswith("wait")]  # no ends_at, no wait
