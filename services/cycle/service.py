@@ -81,7 +81,7 @@ from kubus.bus.messages import (
     encode,
 )
 from kubus.cycle.leadership import Leadership, lease_name
-from kubus.cycle.snapshot import NodeSnapshot
+from kubus.cycle.snapshot import NodeSnapshot, SyncStats
 from kubus.framework.cycle_state import CycleState
 from kubus.framework.registry import ExtensionPoint
 from kubus.framework.runtime import Framework
@@ -141,7 +141,13 @@ class CycleOptions:
     renew_interval: float = 1.0
     """Seconds between lease renewals (a standby's attempts to take it)."""
     resync_interval: float = 30.0
-    """Seconds between full re-reads of the node table from Redis (heals missed events)."""
+    """Seconds between the starts of full re-reads of the node table from Redis (heals missed events)."""
+    resync_slice: int = 5000
+    """Nodes re-read before one batch: a full re-read of a larger cluster is spread over several
+    batches (at 50,000 nodes a full one stalled the cycle for seconds)."""
+    resync_budget: float = 0.1
+    """At most this share of the cycle's time goes to full re-reads: one that took longer than
+    budget × resync_interval puts the next one off (at 50,000 nodes a re-read takes seconds)."""
     reserve_concurrency: int = 64
     """Redis calls in flight at once while reserving a batch."""
     backend: str = "auto"
@@ -158,6 +164,10 @@ class CycleOptions:
             raise ValueError(f"done_attempts: must be at least 1, got {self.done_attempts}")
         if self.reserve_concurrency < 1:
             raise ValueError(f"reserve_concurrency: must be at least 1, got {self.reserve_concurrency}")
+        if self.resync_slice < 1:
+            raise ValueError(f"resync_slice: must be at least 1, got {self.resync_slice}")
+        if not 0 < self.resync_budget <= 1:
+            raise ValueError(f"resync_budget: must be in (0, 1], got {self.resync_budget!r}")
         for name in ("request_timeout", "lease_ttl", "renew_interval", "resync_interval"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}: must be a positive number of seconds, got {getattr(self, name)!r}")
@@ -259,6 +269,13 @@ class CycleService(Service):
         self._term = 0
         self._dirty: set[str] = set()
         self._next_resync = 0.0
+        self._resync_left: list[str] = []
+        """Nodes the current re-read has still to read, in order; empty between re-reads."""
+        self._resync_stats = SyncStats()
+        self._resync_started = 0.0
+        """When the current re-read began (the event loop's clock)."""
+        self._resync_cost = 0.0
+        """Seconds the current re-read's slices have taken so far."""
         self._loop_task: asyncio.Task[None] | None = None
         self._lease_task: asyncio.Task[None] | None = None
         self._loop_done = asyncio.Event()
@@ -344,45 +361,78 @@ class CycleService(Service):
         the rows events named."""
         leadership = self._leadership()
         if self.snapshot is None or self._term != leadership.term:
-            await self._load(fresh=True)
-        elif asyncio.get_running_loop().time() >= self._next_resync:
-            await self._load(fresh=False)
+            await self._load()
+        elif self._resync_left or asyncio.get_running_loop().time() >= self._next_resync:
+            await self._resync_slice()
         await self._refresh()
         self._snapshot().table.namespaces = await self._store().namespaces()
 
-    async def _load(self, *, fresh: bool) -> None:
-        """Read every node and reservation: a new table (``fresh``), or a diff into the current one."""
+    async def _load(self) -> None:
+        """Read every node and reservation into a new table (a new term, or after an error)."""
         started = time.perf_counter()
         term = self._leadership().term
         self._dirty.clear()  # events from now on are read again after this snapshot
-        entries = await self._store().load_snapshot()
-        if fresh or self.snapshot is None:
-            snapshot = NodeSnapshot(self.backend, seed=self.options.seed)
-            stats = snapshot.load(entries)
-            self.snapshot, self._term = snapshot, term
-            self._scheduler = Scheduler(
-                self.framework, snapshot.table, seed=self.options.seed, timer=self._time_extension_point
-            )
-        else:
-            stats = self.snapshot.load(entries)
+        self._resync_left = []  # this read is the full one
+        snapshot = NodeSnapshot(self.backend, seed=self.options.seed)
+        stats = snapshot.load(await self._store().load_snapshot())
+        self.snapshot, self._term = snapshot, term
+        self._scheduler = Scheduler(
+            self.framework, snapshot.table, seed=self.options.seed, timer=self._time_extension_point
+        )
         self._next_resync = asyncio.get_running_loop().time() + self.options.resync_interval
-        table = self.snapshot.table
-        unreachable = self.snapshot.unreachable_nodes()
+        table = snapshot.table
+        unreachable = snapshot.unreachable_nodes()
+        self.metrics.nodes.labels(state="ready").set(len(table) - unreachable)
+        self.metrics.nodes.labels(state="unreachable").set(unreachable)
+        self.log.info(
+            "node table loaded",
+            nodes=len(table),
+            pods=len(snapshot.placed),
+            unreachable=unreachable,
+            added=stats.nodes_added,
+            assumed=stats.pods_assumed,
+            backend=self.backend.name,
+            seconds=round(time.perf_counter() - started, 4),
+        )
+
+    async def _resync_slice(self) -> None:
+        """Re-read the next `resync_slice` nodes of the current full re-read (starting one when
+        due: every node Redis lists or the table holds, so a node added or removed behind a
+        missed event is found), diffing them into the table."""
+        snapshot, table = self._snapshot(), self._snapshot().table
+        began = time.perf_counter()
+        if not self._resync_left:
+            self._resync_left = sorted(set(await self._store().node_names()) | set(table.row_of))
+            self._resync_started = asyncio.get_running_loop().time()
+            self._resync_stats, self._resync_cost = SyncStats(), 0.0
+        names, self._resync_left = (
+            self._resync_left[: self.options.resync_slice],
+            self._resync_left[self.options.resync_slice :],
+        )
+        stats = self._resync_stats
+        snapshot.sync_nodes(names, await self._store().load_snapshot(names), stats)
+        self._resync_cost += time.perf_counter() - began
+        if self._resync_left:
+            return
+        options = self.options
+        wait = max(options.resync_interval, self._resync_cost / options.resync_budget)
+        self._next_resync = self._resync_started + wait
+        unreachable = snapshot.unreachable_nodes()
         self.metrics.nodes.labels(state="ready").set(len(table) - unreachable)
         self.metrics.nodes.labels(state="unreachable").set(unreachable)
         self.log.log(
-            logging.INFO if fresh or stats.changed else logging.DEBUG,
-            "node table loaded" if fresh else "node table resynced",
+            logging.INFO if stats.changed else logging.DEBUG,
+            "node table resynced",
             nodes=len(table),
-            pods=len(self.snapshot.placed),
+            pods=len(snapshot.placed),
             unreachable=unreachable,
             added=stats.nodes_added,
             updated=stats.nodes_updated,
             removed=stats.nodes_removed,
             assumed=stats.pods_assumed,
             forgotten=stats.pods_forgotten,
-            backend=self.backend.name,
-            seconds=round(time.perf_counter() - started, 4),
+            seconds=round(self._resync_cost, 4),
+            next_in=round(wait, 1),
         )
 
     async def _refresh(self, extra: Iterable[str] = ()) -> None:

@@ -75,10 +75,16 @@ class NodeSnapshot:
             self._remove(name, stats)
         return stats
 
-    def sync_nodes(self, names: Iterable[str], entries: Iterable[tuple[Node, Sequence[Reservation]]]) -> SyncStats:
+    def sync_nodes(
+        self,
+        names: Iterable[str],
+        entries: Iterable[tuple[Node, Sequence[Reservation]]],
+        stats: SyncStats | None = None,
+    ) -> SyncStats:
         """Make the rows of ``names`` equal to ``entries`` (what Redis has of those nodes); a
-        name without an entry is a node Redis no longer has, and is removed. Idempotent."""
-        stats = SyncStats()
+        name without an entry is a node Redis no longer has, and is removed. Idempotent. Counts
+        into ``stats`` (a new one when None) and returns it."""
+        stats = SyncStats() if stats is None else stats
         found: set[str] = set()
         for node, reservations in entries:
             found.add(node.name)
