@@ -7,6 +7,7 @@ import contextlib
 import logging
 import os
 import signal
+from pathlib import Path
 
 import pytest
 from support import eventually
@@ -251,3 +252,21 @@ async def test_a_signal_while_stopping_calls_on_repeat() -> None:
             await runner
     finally:
         uninstall()
+
+
+def test_kubus_profile_dir_profiles_a_service_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """KUBUS_PROFILE_DIR: the run is profiled and the profile written, named for the service."""
+    import pstats
+
+    from kubus.entrypoint import PROFILE_DIR_ENV, _profiled
+
+    monkeypatch.setenv(PROFILE_DIR_ENV, str(tmp_path / "profiles"))
+    with _profiled("kubus.queue"):
+        sum(i * i for i in range(10_000))
+    [written] = (tmp_path / "profiles").iterdir()
+    assert written.name.startswith("queue-") and written.suffix == ".prof"
+    assert pstats.Stats(str(written)).total_calls > 0
+    monkeypatch.delenv(PROFILE_DIR_ENV)
+    with _profiled("kubus.cycle"):
+        pass
+    assert len(list((tmp_path / "profiles").iterdir())) == 1  # unset: nothing written
