@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Awaitable
 from typing import Any
 
@@ -45,6 +45,10 @@ from kubus.store import (
 )
 
 ERROR_HEADER = "Kubus-Error"
+
+RESERVED_PODS_KEPT = 50_000
+"""Parsed pods the queue keeps of those reserved lately (QueueBase._reserved_pods): a few
+batches' worth of bind and finish events find their pod there."""
 """Header of an empty reply to a pop or done request the queue could not read: the one-line error."""
 
 _PENDING_QUEUES = (QueueName.ACTIVE, QueueName.BACKOFF, QueueName.UNSCHEDULABLE, QueueName.GATED)
@@ -97,6 +101,11 @@ class QueueBase(Service):
         """Node name -> (generation, node) as last read for a node event: the ``old`` object of
         the next event's hints. Dropped when an event goes unread, so a stale copy is never
         taken for the node's previous state."""
+        self._reserved_pods: OrderedDict[str, Pod] = OrderedDict()
+        """Uid -> the pod as the queue parsed it, for the pods its cycles reserved lately (at most
+        RESERVED_PODS_KEPT): the objects of their bound and finished events' hints, without a
+        Redis read and a second parse of the manifest (a pod's manifest never changes once it
+        is reserved)."""
 
     def _build_queue(self, name: str) -> SchedulingQueue:
         framework = self.frameworks[name]
@@ -135,6 +144,13 @@ class QueueBase(Service):
                 self._ready[profile].set()
         for name in _PENDING_QUEUES:
             self.metrics.pending_pods.labels(queue=str(name)).set(totals[name])
+
+    def _note_reserved(self, pod: Pod) -> None:
+        kept = self._reserved_pods
+        kept[pod.metadata.uid] = pod
+        kept.move_to_end(pod.metadata.uid)
+        while len(kept) > RESERVED_PODS_KEPT:
+            kept.popitem(last=False)
 
     def _pod_of(self, record: PodRecord) -> Pod | None:
         """The stored pod, parsed; None (logged) for a manifest that no longer parses."""

@@ -202,14 +202,18 @@ class QueueService(Intake, Serving, Janitor, NodeLifecycle, QueueBase):
 
     async def _pod_change(self, event: ClusterEvent) -> tuple[EventObject, EventObject]:
         uid = event.data.uid if isinstance(event.data, PodChange) else ""
-        record = await self._cluster().get_pod(uid) if uid else None
-        pod = self._pod_of(record) if record is not None else None
-        if record is None or pod is None:
-            return None, None
-        node = event.node or record.node
+        pod = self._reserved_pods.get(uid) if event.node else None
+        node = event.node
+        if pod is None:  # not one this queue's cycles reserved lately: as Redis has it
+            record = await self._cluster().get_pod(uid) if uid else None
+            pod = self._pod_of(record) if record is not None else None
+            if record is None or pod is None:
+                return None, None
+            node = event.node or record.node
         if node != pod.spec.node_name:  # as kube's bound pods carry spec.nodeName
             pod = replace(pod, spec=replace(pod.spec, node_name=node))
         if event.kind in POD_FREED:
+            self._reserved_pods.pop(uid, None)  # its last event
             return pod, None
         if event.kind == POD_BOUND:
             return None, pod

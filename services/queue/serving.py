@@ -96,7 +96,13 @@ class Serving(QueueBase):
         # A reserved pod that was in flight just leaves the queue: no Redis, no task. The rest
         # (failures, reports after a restart) take their round trips, all at once.
         queue = self.queues[profile]
-        rest = [o for o in outcomes.outcomes if o.kind is not OutcomeKind.RESERVED or queue.done(o.uid) is None]
+        rest = []
+        for o in outcomes.outcomes:
+            entry = queue.done(o.uid) if o.kind is OutcomeKind.RESERVED else None
+            if entry is None:
+                rest.append(o)
+            else:
+                self._note_reserved(entry.pod)
         if rest:
             await asyncio.gather(*(self._outcome(profile, o) for o in rest))
         self._after_change()
@@ -124,7 +130,10 @@ class Serving(QueueBase):
 
     async def _reserved(self, profile: str, uid: str) -> None:
         queue = self.queues[profile]
-        if queue.done(uid) is not None or queue.where(uid) is None:
+        if (entry := queue.done(uid)) is not None:
+            self._note_reserved(entry.pod)
+            return
+        if queue.where(uid) is None:
             return
         # Not in flight, yet queued: popped before a restart, or handed back before this report.
         record = await self._cluster().get_pod(uid)

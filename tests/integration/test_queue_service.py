@@ -16,6 +16,7 @@ from support import eventually
 
 from kubus import codec
 from kubus.api.manifests import parse_node
+from kubus.api.requests import pod_requests
 from kubus.bus import (
     PODS_DELETE,
     PODS_REQUEUE,
@@ -205,6 +206,30 @@ async def test_a_submitted_pod_is_stored_pending_and_popped(
 
 def _assert(condition: Any) -> None:
     assert condition
+
+
+async def test_the_events_of_a_pod_the_queue_saw_reserved_use_its_parsed_pod_not_redis(
+    start_queue: QueueFactory, nats: NATS, js: JetStreamContext, redis: aioredis.Redis
+) -> None:
+    queue = await start_queue()
+    data = pod_manifest("web-1", cpu="250m")
+    uid = uid_of(data)
+    await submit(js, data)
+    [popped] = (await pop(nats, wait_ms=3000)).pods
+    assert popped.uid == uid
+    await done(nats, DEFAULT, Outcome(uid=uid, kind=OutcomeKind.RESERVED, node="n1"))
+    await redis.delete(ClusterState(redis).keys.pod_record(uid))  # not read again: the kept parse is used
+
+    def event(kind: str) -> ClusterEvent:
+        return ClusterEvent(kind=kind, name="default/web-1", node="n1", at=time.time(), data=PodChange(uid))
+
+    old, new = await queue._pod_change(event("pod.bound"))
+    assert old is None and new is not None
+    assert (new.metadata.uid, new.spec.node_name, pod_requests(new)["cpu"]) == (uid, "n1", 250)
+    old, new = await queue._pod_change(event("pod.finished"))
+    assert old is not None and old.spec.node_name == "n1" and new is None
+    # its last event: forgotten, so the next one reads Redis (where the record is gone: no objects)
+    assert await queue._pod_change(event("pod.running")) == (None, None)
 
 
 async def test_a_field_kubus_does_not_honour_is_a_warning_event_and_the_pod_still_queues(
