@@ -381,9 +381,7 @@ class CycleService(Service):
         )
         self._next_resync = asyncio.get_running_loop().time() + self.options.resync_interval
         table = snapshot.table
-        unreachable = snapshot.unreachable_nodes()
-        self.metrics.nodes.labels(state="ready").set(len(table) - unreachable)
-        self.metrics.nodes.labels(state="unreachable").set(unreachable)
+        unreachable = self._count_nodes(snapshot)
         self.log.info(
             "node table loaded",
             nodes=len(table),
@@ -394,6 +392,13 @@ class CycleService(Service):
             backend=self.backend.name,
             seconds=round(time.perf_counter() - started, 4),
         )
+
+    def _count_nodes(self, snapshot: NodeSnapshot) -> int:
+        """Set the ready/unreachable node gauges from the whole table; returns the unreachable count."""
+        unreachable = snapshot.unreachable_nodes()
+        self.metrics.nodes.labels(state="ready").set(len(snapshot.table) - unreachable)
+        self.metrics.nodes.labels(state="unreachable").set(unreachable)
+        return unreachable
 
     async def _resync_slice(self) -> None:
         """Re-read the next `resync_slice` nodes of the current full re-read (starting one when
@@ -417,9 +422,7 @@ class CycleService(Service):
         options = self.options
         wait = max(options.resync_interval, self._resync_cost / options.resync_budget)
         self._next_resync = self._resync_started + wait
-        unreachable = snapshot.unreachable_nodes()
-        self.metrics.nodes.labels(state="ready").set(len(table) - unreachable)
-        self.metrics.nodes.labels(state="unreachable").set(unreachable)
+        unreachable = self._count_nodes(snapshot)
         self.log.log(
             logging.INFO if stats.changed else logging.DEBUG,
             "node table resynced",

@@ -71,6 +71,11 @@ class Taint:
     effect: TaintEffect = TaintEffect.NO_SCHEDULE
 
 
+UNSCHEDULABLE_TAINT = Taint("node.kubernetes.io/unschedulable", "", TaintEffect.NO_SCHEDULE)
+"""What a cordoned node (spec.unschedulable) is to kube's NodeUnschedulable: a pod that tolerates
+it may go there."""
+
+
 @dataclass(frozen=True, slots=True)
 class Toleration:
     key: str = ""

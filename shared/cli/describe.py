@@ -16,6 +16,7 @@ from typing import TextIO
 
 from kubus.api.errors import ManifestError
 from kubus.api.gpus import pod_gpu_request
+from kubus.api.objects import Pod
 from kubus.api.quantity import format_bytes, format_cpu
 from kubus.api.requests import pod_requests
 from kubus.cli.cluster import format_age, write_table
@@ -123,10 +124,16 @@ def _fmt_time(t: float, now: float) -> str:
     return f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(t))} ({format_age(now - t)} ago)"
 
 
-def _requests_line(record: PodRecord) -> str:
+def _stored_pod(record: PodRecord) -> Pod | None:
+    """The record's pod, parsed; None for a manifest that no longer parses."""
     try:
-        pod = record.pod()
+        return record.pod()
     except (ManifestError, ValueError):
+        return None
+
+
+def _requests_line(pod: Pod | None) -> str:
+    if pod is None:
         return "<manifest unreadable>"
     parts = []
     for res, q in sorted(pod_requests(pod).items()):
@@ -140,13 +147,6 @@ def _requests_line(record: PodRecord) -> str:
     if gpu is not None and gpu.shared:
         parts.append(f"gpu-memory={format_bytes(gpu.memory)} x{gpu.count} (shared)")
     return " ".join(parts) or "<none>"
-
-
-def _unhonoured(record: PodRecord) -> tuple[str, ...]:
-    try:
-        return record.pod().spec.unhonoured
-    except (ManifestError, ValueError):
-        return ()
 
 
 def _write_fields(out: TextIO, fields: Sequence[tuple[str, str]]) -> None:
@@ -170,6 +170,7 @@ async def describe_pod(
         if record is None:
             raise UsageError(f'pod "{name}" not found in namespace "{namespace}"')
         events = await state.events(record.uid)
+        pod = _stored_pod(record)
         now = time.time()
         fields = [
             ("Name", record.name),
@@ -179,7 +180,7 @@ async def describe_pod(
             ("Phase", str(record.phase)),
             ("Node", record.node or "<none>"),
             ("GPU devices", ",".join(str(d) for d in record.gpu_devices) or "<none>"),
-            ("Requests", _requests_line(record)),
+            ("Requests", _requests_line(pod)),
             ("Attempts", str(record.attempts)),
             ("Created", _fmt_time(record.created_at, now)),
             ("Updated", _fmt_time(record.updated_at, now)),
@@ -188,7 +189,7 @@ async def describe_pod(
             label = "Last failure" if record.phase is not PodPhase.PENDING else "Reason"
             fields.append((label, record.reason or "-"))
             fields.append(("Message", record.message or "-"))
-        fields += [("Not honoured", line) for line in _unhonoured(record)]
+        fields += [("Not honoured", line) for line in (pod.spec.unhonoured if pod is not None else ())]
         if record.phase is PodPhase.RESERVED:
             wait = (await state.permit_states([record.uid]))[record.uid]
             if wait is not None and not wait.rejected:

@@ -21,6 +21,7 @@ import numpy as np
 from kubus.api.gpus import GPU_MODEL_ANNOTATION
 from kubus.api.objects import (
     NVIDIA_GPU,
+    UNSCHEDULABLE_TAINT,
     Affinity,
     Container,
     Pod,
@@ -35,9 +36,6 @@ from kubus.api.requests import pod_requests
 from kubus.framework.scheduling import Scheduler
 
 __all__ = ["Hint", "fit_hints"]
-
-UNSCHEDULABLE_TAINT = Taint("node.kubernetes.io/unschedulable", "", TaintEffect.NO_SCHEDULE)
-"""What a cordoned node is to NodeUnschedulable: a pod tolerating it may go there."""
 
 _MAX_TAINTS = 5
 """Taints tried, the ones on the most nodes first."""

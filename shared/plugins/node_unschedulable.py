@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from kubus.api.matching import tolerated
-from kubus.api.objects import Pod, Taint, TaintEffect
+from kubus.api.objects import UNSCHEDULABLE_TAINT, Pod
 from kubus.framework.cycle_state import CycleState
 from kubus.framework.interface import FilterResult, Rows
 from kubus.framework.queueing_hints import (
@@ -21,7 +21,6 @@ from kubus.framework.status import Code
 from kubus.kernels.node_table import TableView
 
 ERR_REASON_UNSCHEDULABLE = "node(s) were unschedulable"
-UNSCHEDULABLE_TAINT = Taint("node.kubernetes.io/unschedulable", "", TaintEffect.NO_SCHEDULE)
 
 
 class NodeUnschedulable:

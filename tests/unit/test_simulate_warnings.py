@@ -10,11 +10,14 @@ from pathlib import Path
 
 from kubus.cli.main import main
 
-MANIFESTS = """
+NODE = """
 apiVersion: v1
 kind: Node
 metadata: {name: n1}
 status: {capacity: {cpu: "4", memory: 8Gi, pods: "10"}}
+"""
+
+MANIFESTS = NODE + """
 ---
 apiVersion: v1
 kind: Pod
@@ -30,11 +33,7 @@ spec:
   containers: [{name: c, resources: {requests: {cpu: 100m}}}]
 """
 
-HOST_NETWORK = """
-apiVersion: v1
-kind: Node
-metadata: {name: n1}
-status: {capacity: {cpu: "4", memory: 8Gi, pods: "10"}}
+HOST_NETWORK = NODE + """
 ---
 apiVersion: v1
 kind: Pod
