@@ -39,6 +39,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
+from kubus.access import Credentials
 from kubus.errors import KubusError
 
 __all__ = [
@@ -255,8 +256,11 @@ class EmbeddedServers:
     """
 
     def __init__(self, data_dir: str | os.PathLike[str], *, nats_port: int | None = None,
-                 redis_port: int | None = None) -> None:  # fmt: skip
+                 redis_port: int | None = None, credentials: Credentials | None = None) -> None:  # fmt: skip
         self.data_dir = Path(data_dir).resolve()
+        self.credentials = credentials
+        """With credentials, both servers admit only their users (`kubus.access`); None: anyone
+        on this machine may connect."""
         self._nats_port = nats_port
         self._redis_port = redis_port
         self._nats = _Process("nats-server", self.data_dir / "nats.log")
@@ -293,6 +297,10 @@ class EmbeddedServers:
     def redis_log(self) -> Path:
         """The Valkey server's log file (appended to on every start)."""
         return self._redis.log_path
+
+    def admin_url(self, url: str) -> str:
+        """``url`` with the admin login in it when the servers have credentials, else as it is."""
+        return url if self.credentials is None else self.credentials.url(url)
 
     def exited(self) -> dict[str, int]:
         """The servers that ended although started and not stopped (a crash, ``kill -9``):
@@ -386,6 +394,8 @@ class EmbeddedServers:
             "--store_dir", str(store),
             "--ports_file_dir", str(ports_dir),
         ]  # fmt: skip
+        if self.credentials is not None:
+            argv += ["--config", str(self.credentials.nats_config)]
         self._nats.spawn(argv, cwd=self.data_dir)
         pid = self._nats.proc.pid if self._nats.proc else 0
         ports_file = ports_dir / f"{binary.name}_{pid}.ports"
@@ -416,7 +426,7 @@ class EmbeddedServers:
 
         try:
             nc = await nats.connect(
-                self.nats_url,
+                self.admin_url(self.nats_url),
                 connect_timeout=1,
                 allow_reconnect=False,
                 max_reconnect_attempts=0,
@@ -456,6 +466,8 @@ class EmbeddedServers:
                 "--daemonize", "no",
                 "--logfile", "",  # stdout, which goes to redis.log
             ]  # fmt: skip
+            if self.credentials is not None:
+                argv += ["--aclfile", str(self.credentials.redis_acl)]
             self._redis.spawn(argv, cwd=self.data_dir)
             try:
                 await self._wait_redis(port, deadline)
@@ -470,8 +482,11 @@ class EmbeddedServers:
 
     async def _wait_redis(self, port: int, deadline: float) -> None:
         pid = self._redis.proc.pid if self._redis.proc else 0
-        client = aioredis.Redis(
-            host=HOST, port=port, socket_connect_timeout=0.5, socket_timeout=0.5, retry=Retry(NoBackoff(), 0)
+        client = aioredis.Redis.from_url(
+            self.admin_url(f"redis://{HOST}:{port}/0"),
+            socket_connect_timeout=0.5,
+            socket_timeout=0.5,
+            retry=Retry(NoBackoff(), 0),
         )
         try:
             while True:

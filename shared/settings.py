@@ -56,6 +56,9 @@ class ConnectionSettings:
     """NATS password for ``nats_user``."""
     nats_token: str | None = None
     """NATS authentication token."""
+    nats_inbox_prefix: str | None = None
+    """Prefix of this client's reply subjects (nats-py's ``_INBOX`` when unset). A user whose
+    permissions allow only its own inboxes (``_INBOX_<user>.>``, see kubus.access) needs it."""
     nats_tls_ca: str | None = None
     """Path of the CA bundle (PEM) that verifies the NATS server; setting any nats_tls_* enables TLS."""
     nats_tls_cert: str | None = None
@@ -180,6 +183,8 @@ def nats_connect_options(settings: ConnectionSettings) -> dict[str, Any]:
         options["password"] = settings.nats_password
     if settings.nats_token is not None:
         options["token"] = settings.nats_token
+    if settings.nats_inbox_prefix:
+        options["inbox_prefix"] = settings.nats_inbox_prefix
     if settings.nats_tls_ca or settings.nats_tls_cert:
         options["tls"] = _ssl_context(settings.nats_tls_ca, settings.nats_tls_cert, settings.nats_tls_key)
     return options

@@ -4,7 +4,9 @@ Servers, in this order (session-scoped, started once, only if a test asks for th
 
 1. ``KUBUS_NATS_URL`` / ``KUBUS_REDIS_URL`` from the environment, each when set;
 2. testcontainers (``nats -js``, ``redis``) when a Docker engine answers;
-3. `kubus.embedded.EmbeddedServers` on free ports in a temporary directory.
+3. `kubus.embedded.EmbeddedServers` on free ports in a temporary directory, with credentials
+   (`kubus.access`): no anonymous access, one user per role. ``nats_url``/``redis_url`` then
+   carry the admin login; the e2e services log in as their roles and the CLI as ``client``.
 
 Under ``CI=true`` failing to get a server fails the test; elsewhere it skips, visibly.
 Tests wipe the servers (FLUSHALL, every stream deleted): never point ``KUBUS_*_URL`` at data you keep.
@@ -22,7 +24,6 @@ import contextlib
 import os
 import socket
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -32,7 +33,9 @@ from hypothesis import HealthCheck, settings
 from nats import connect as nats_connect
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
+from support import ServerEndpoints
 
+from kubus.access import ACCESS_DIR, ensure_credentials
 from kubus.embedded import EmbeddedServers
 from kubus.settings import ConnectionSettings
 from kubus.store import ClusterState
@@ -42,15 +45,6 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 # Timing is not correctness: on a shared, noisy machine example generation and runs may be slow.
 settings.register_profile("kubus", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("kubus")
-
-
-@dataclass(frozen=True, slots=True)
-class ServerEndpoints:
-    """Where the test servers are, and where they came from (env, testcontainers, embedded)."""
-
-    nats_url: str
-    redis_url: str
-    source: str
 
 
 def _unavailable(reason: str) -> None:
@@ -116,28 +110,34 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerEndpoint
             return
         except Exception as exc:  # fall through to embedded servers, which need no Docker
             print(f"testcontainers failed ({exc!r}); using embedded servers")
-    embedded = EmbeddedServers(tmp_path_factory.mktemp("embedded-servers"))
+    directory = tmp_path_factory.mktemp("embedded-servers")
+    embedded = EmbeddedServers(directory, credentials=ensure_credentials(directory / ACCESS_DIR))
     try:
         embedded.start_sync()
     except Exception as exc:
         embedded.stop_sync()
         _unavailable(f"embedded servers did not start: {exc}")
     try:
-        yield ServerEndpoints(env_nats or embedded.nats_url, env_redis or embedded.redis_url, "embedded")
+        yield ServerEndpoints(
+            env_nats or embedded.nats_url,
+            env_redis or embedded.redis_url,
+            "embedded",
+            None if env_nats or env_redis else embedded.credentials,
+        )
     finally:
         embedded.stop_sync()
 
 
 @pytest.fixture(scope="session")
 def nats_url(servers: ServerEndpoints) -> str:
-    """URL of the session's NATS server (JetStream enabled)."""
-    return servers.nats_url
+    """URL of the session's NATS server (JetStream enabled), with the admin login if it has users."""
+    return servers.login(servers.nats_url)
 
 
 @pytest.fixture(scope="session")
 def redis_url(servers: ServerEndpoints) -> str:
-    """URL of the session's Redis-compatible server."""
-    return servers.redis_url
+    """URL of the session's Redis-compatible server, with the admin login if it has users."""
+    return servers.login(servers.redis_url)
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""Helpers for tests: wait for a condition instead of sleeping; read an HTTP endpoint."""
+"""Helpers for tests: wait for a condition instead of sleeping; read an HTTP endpoint; where the
+test servers are."""
 
 from __future__ import annotations
 
@@ -8,12 +9,29 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
+
+from kubus.access import ADMIN, Credentials
 
 T = TypeVar("T")
 
-__all__ = ["eventually", "http_get", "without_post_filter"]
+__all__ = ["ServerEndpoints", "eventually", "http_get", "without_post_filter"]
+
+
+@dataclass(frozen=True, slots=True)
+class ServerEndpoints:
+    """Where the test servers are, and where they came from (env, testcontainers, embedded)."""
+
+    nats_url: str
+    redis_url: str
+    source: str
+    credentials: Credentials | None = None
+    """The users the servers admit (embedded servers); None: the servers take anyone."""
+
+    def login(self, url: str, user: str = ADMIN.name) -> str:
+        """``url`` with ``user``'s login when the servers have credentials."""
+        return url if self.credentials is None else self.credentials.url(url, user)
 
 
 async def eventually(check: Callable[[], T | Awaitable[T]], timeout: float = 10.0, interval: float = 0.02) -> T:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TextIO
 
 import yaml
+from nats.js.api import DeliverPolicy
 
 from kubus import codec
 from kubus.api.disruption import PodDisruptionBudget
@@ -32,7 +33,7 @@ from kubus.api.quantity import format_bytes, format_cpu
 from kubus.bus import msgids
 from kubus.bus.connection import Publication, publish_durable, publish_durable_many, settle
 from kubus.bus.messages import ClusterEvent, PodDeletion, decode, encode
-from kubus.bus.subjects import MAX_MANIFEST_SIZE, POD_EVENTS, PODS_DELETE, PODS_SUBMIT, EventKind
+from kubus.bus.subjects import EVENTS_STREAM, MAX_MANIFEST_SIZE, POD_EVENTS, PODS_DELETE, PODS_SUBMIT, EventKind
 from kubus.cli.connect import UsageError, open_bus, open_state
 from kubus.kernels.nodeinfo import NodeInfo
 from kubus.settings import ConnectionSettings
@@ -498,6 +499,11 @@ _EVENT_PHASES = {
 """The phase each pod event announces (a finished pod: Succeeded, or Failed as Redis says)."""
 
 
+WATCH_HEARTBEAT = 2.0
+"""Seconds between the server's heartbeats to `kubus get pods -w`: two missed ones and the watch
+resumes its consumer where it left off."""
+
+
 async def watch_pods(
     settings: ConnectionSettings,
     out: TextIO,
@@ -520,8 +526,18 @@ async def watch_pods(
             return  # not ours to judge here: the queue counts and reports bad events
 
     stop = stop or asyncio.Event()
-    async with open_bus(settings, "kubus-cli-watch") as (nc, _), open_state(settings) as state:
-        sub = await nc.subscribe(POD_EVENTS, cb=on_event)
+    async with open_bus(settings, "kubus-cli-watch") as (nc, js), open_state(settings) as state:
+        # An ordered consumer on the events stream, not a plain subscription: after a lost
+        # connection nats-py notices the gap (sequence or missed heartbeats) and resumes from the
+        # last event it delivered, so the changes announced meanwhile are shown too.
+        sub = await js.subscribe(
+            POD_EVENTS,
+            stream=EVENTS_STREAM.name,
+            cb=on_event,
+            ordered_consumer=True,
+            deliver_policy=DeliverPolicy.NEW,
+            idle_heartbeat=WATCH_HEARTBEAT,
+        )
         await settle(nc)  # subscribed before the list is read: no change between them is missed
         try:
             await get_pods(settings, out, namespace=namespace, output=output, selector=selector)

@@ -104,7 +104,9 @@ def add_cluster_commands(sub: Any) -> None:
         metavar="S",
         help="seconds a simulated pod runs before it succeeds (default: the gpu-agent's; 5 with --demo)",
     )
-    up.add_argument("--fresh", action="store_true", help="delete the embedded servers' data first (a clean cluster)")
+    up.add_argument(
+        "--fresh", action="store_true", help="delete the embedded servers' data and credentials first (a clean cluster)"
+    )
     up.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     up.add_argument(
         "--metrics-base",

@@ -4,7 +4,9 @@ Order, first that sets a URL wins: ``--nats``/``--redis`` flags → ``KUBUS_NATS
 → the ``--settings`` file → the URLs `kubus up` recorded in ``<data dir>/endpoints.json`` →
 kubus.settings' defaults. The data dir is ``--data-dir``, else ``$KUBUS_HOME``, else ``.kubus`` in
 the current directory. Credentials and TLS (``nats_creds``, ``redis_tls_ca``, ...) come from the
-settings file and the environment exactly as for the services (`kubus.settings.load_settings`).
+settings file and the environment exactly as for the services (`kubus.settings.load_settings`);
+with neither, a `kubus up` with embedded servers lends its ``client`` login
+(``<data dir>/access/client.yaml``, readable by its owner only).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 import yaml
 
 from kubus import codec
+from kubus.access import ACCESS_DIR
 from kubus.settings import ENV_PREFIX, ConnectionSettings, load_settings
 
 __all__ = [
@@ -127,6 +130,10 @@ def _file_keys(path: str | None) -> set[str]:
     return set()
 
 
+def _login_in_env(env: Mapping[str, str]) -> bool:
+    return any(env.get(ENV_PREFIX + name) for name in ("NATS_USER", "NATS_CREDS", "NATS_TOKEN", "REDIS_USERNAME"))
+
+
 def cluster_settings(
     *,
     nats: str | None = None,
@@ -139,7 +146,13 @@ def cluster_settings(
     """Connection settings for a cluster command (see the module docstring for the order), and
     the `kubus up` endpoints record found, if any. Raises SettingsError for a bad settings file,
     variable or value."""
-    recorded = read_endpoints(data_dir(directory, env))
+    home = data_dir(directory, env)
+    recorded = read_endpoints(home)
+    if settings_file is None and recorded is not None and recorded.embedded and not _login_in_env(env):
+        # The embedded servers admit only their users: log in as the CLI's (kubus.access).
+        client = home / ACCESS_DIR / "client.yaml"
+        if client.is_file():
+            settings_file = str(client)
     from_file = _file_keys(settings_file)
     overrides: dict[str, Any] = {"nats_url": nats, "redis_url": redis, "connect_timeout": connect_timeout}
     if recorded is not None:

@@ -10,6 +10,7 @@ from typing import NoReturn
 from kubus import codec
 from kubus.api.errors import ManifestError
 from kubus.api.manifests import Manifests, load_manifests
+from kubus.cli.access import add_access_command, run_access
 from kubus.cli.commands import add_cluster_commands, run_cluster_command
 from kubus.cli.completion import SHELLS, completion_script
 from kubus.cli.connect import Unreachable, UsageError
@@ -57,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--backend", choices=("auto", "numpy", "cupy"), help="array backend (default: $KUBUS_BACKEND or auto)"
     )
     add_cluster_commands(sub)
+    add_access_command(sub)
     completion = sub.add_parser(
         "completion",
         help="print a shell completion script: source <(kubus completion bash)",
@@ -105,6 +107,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "simulate":
             return _simulate(args)
+        if args.command == "access":
+            return run_access(args)
         if args.command == "completion":
             sys.stdout.write(completion_script(parser, args.shell))
             return 0

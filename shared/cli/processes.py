@@ -70,6 +70,7 @@ def cluster_services(
     binders: int = 1,
     log_level: str = "info",
     settings_file: str | None = None,
+    role_settings: Mapping[str, str] | None = None,
     metrics_base: int = 0,
     pod_duration: float | None = None,
     batch_size: int | None = None,
@@ -78,11 +79,10 @@ def cluster_services(
     when ``nodes`` > 0, one gpu-agent simulating ``nodes`` nodes from ``node_template``.
 
     ``metrics_base`` > 0 gives the services consecutive metrics ports from it; 0 turns metrics
-    off (several services on one machine would otherwise fight over one port).
+    off (several services on one machine would otherwise fight over one port). Every service
+    gets ``--settings``: its role's file from ``role_settings`` (role -> path), else ``settings_file``.
     """
     common: list[str] = ["--log-level", log_level]
-    if settings_file:
-        common += ["--settings", settings_file]
     with_config = ["--config", config] if config else []
     specs: list[ServiceSpec] = [ServiceSpec("queue", "queue", "kubus.queue", (*with_config,))]
     for profile in profiles:
@@ -106,7 +106,11 @@ def cluster_services(
     out = []
     for i, spec in enumerate(specs):
         port = metrics_base + i if metrics_base > 0 else 0
-        out.append(ServiceSpec(spec.name, spec.role, spec.module, (*spec.args, *common, "--metrics-port", str(port))))
+        chosen = (role_settings or {}).get(spec.role, settings_file)
+        login = ["--settings", chosen] if chosen else []
+        out.append(
+            ServiceSpec(spec.name, spec.role, spec.module, (*spec.args, *common, *login, "--metrics-port", str(port)))
+        )
     return out
 
 

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from kubus.access import ACCESS_DIR, ADMIN, ROLES, Credentials, ensure_credentials
 from kubus.api.manifests import load_manifests
 from kubus.cli.commands import scheduler_config
 from kubus.cli.connect import Unreachable, UsageError, open_state, safe_url
@@ -128,6 +129,7 @@ async def start_cluster(
     nats: str | None = None,
     redis: str | None = None,
     settings_file: str | None = None,
+    credentials: Credentials | None = None,
     log_level: str = "info",
     metrics_base: int = 0,
     pod_duration: float | None = None,
@@ -136,20 +138,32 @@ async def start_cluster(
     """Start servers (embedded unless ``nats`` and ``redis`` are given) and the services.
     Returns once the processes are started (not yet ready: see `wait_ready`).
 
+    Embedded servers admit only the users of ``<directory>/access`` (made on the first start,
+    kept after; `kubus.access`): each service logs in as its role, kubus up itself as admin.
+    External servers take ``settings_file`` for every service, or, with ``credentials`` (whose
+    users those servers know), each role's own login.
+
     Raises Unreachable when an external server does not answer, ServerStartError when an
     embedded one does not start (nothing is left running then).
     """
     servers: EmbeddedServers | None = None
     if nats and redis:
-        settings = load_settings(file=settings_file, overrides={"nats_url": nats, "redis_url": redis})
+        urls = {"nats_url": nats, "redis_url": redis}
+    else:
+        credentials = ensure_credentials(directory / ACCESS_DIR)
+        servers = EmbeddedServers(directory, credentials=credentials)
+        await servers.start()
+        urls = {"nats_url": servers.nats_url, "redis_url": servers.redis_url}
+    if credentials is not None:
+        settings = load_settings(file=credentials.settings_file(ADMIN.name), overrides=urls)
+    else:
+        settings = load_settings(file=settings_file, overrides=urls)
+    if servers is None:
         async with open_state(settings):
             pass  # answers, or Unreachable names the URL
-    else:
-        servers = EmbeddedServers(directory)
-        await servers.start()
-        settings = load_settings(
-            file=settings_file, overrides={"nats_url": servers.nats_url, "redis_url": servers.redis_url}
-        )
+    role_settings: dict[str, str] | None = None
+    if credentials is not None:
+        role_settings = {r: str(credentials.settings_file(r).resolve()) for r in ROLES if r in credentials.passwords}
     specs = cluster_services(
         profiles=profiles,
         config=config,
@@ -157,7 +171,8 @@ async def start_cluster(
         node_template=node_template,
         binders=binders,
         log_level=log_level,
-        settings_file=str(Path(settings_file).resolve()) if settings_file else None,
+        settings_file=str(Path(settings_file).resolve()) if settings_file and credentials is None else None,
+        role_settings=role_settings,
         metrics_base=metrics_base,
         pod_duration=pod_duration,
         batch_size=batch_size,
@@ -280,7 +295,7 @@ async def run_up(args: argparse.Namespace) -> int:
     profiles = tuple(p.scheduler_name for p in config.profiles)
     template = check_template(args.node_template, directory, args.nodes)
     if args.fresh:
-        for sub in ("nats", "redis", "nats-ports"):
+        for sub in ("nats", "redis", "nats-ports", ACCESS_DIR):
             shutil.rmtree(directory / sub, ignore_errors=True)
     pod_duration = args.pod_duration if args.pod_duration is not None else (5.0 if args.demo else None)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from deploy_support import VALUES_FILES, VALUES_IDS, Rendered, render_chart, values_of
+from deploy_support import AGENT_NODE, VALUES_FILES, VALUES_IDS, AccessSecrets, Rendered, render_chart, values_of
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
@@ -51,3 +51,15 @@ def values_file(request: pytest.FixtureRequest) -> Path | None:
 @pytest.fixture(scope="module")
 def rendered(helm: ModuleType, values_file: Path | None) -> Rendered:
     return render_chart(helm, values_of(values_file))
+
+
+@pytest.fixture(scope="session")
+def access_secrets(tmp_path_factory: pytest.TempPathFactory) -> AccessSecrets:
+    """The Secrets ci/access-values.yaml names, as its comment makes them: ``kubus access init DIR
+    --node <node>``, then kubus-access from all of DIR and kubus-node-agents from its agent files."""
+    from kubus.access.credentials import ensure_credentials
+
+    creds = ensure_credentials(tmp_path_factory.mktemp("access"), nodes=[AGENT_NODE])
+    files = {p.name: p.read_text() for p in sorted(creds.directory.iterdir()) if p.is_file()}
+    agents = {name: text for name, text in files.items() if name.startswith("agent-")}
+    return AccessSecrets({"kubus-access": files, "kubus-node-agents": agents}, dict(creds.passwords))

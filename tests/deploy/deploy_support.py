@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import io
 import os
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,9 @@ VALUES_FILES: list[Path | None] = [None, *CI_VALUES]
 VALUES_IDS = ["defaults", *(p.name for p in CI_VALUES)]
 RELEASE = NAMESPACE = "kubus"
 SERVICE_MODULES = ("kubus.queue", "kubus.cycle", "kubus.binder", "kubus.gpu_agent")
+AGENT_NODE = "gpu-node-1"
+"""The node a DaemonSet pod lands on, as the downward API would say (``spec.nodeName``)."""
+_REFERENCE = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 
 
 def values_of(path: Path | None) -> dict[str, Any]:
@@ -62,6 +66,14 @@ class Rendered:
         return self.of_kind("Deployment", "DaemonSet")
 
 
+@dataclass(frozen=True)
+class AccessSecrets:
+    """Secrets made from ``kubus access init`` output (name -> key -> text), and its passwords."""
+
+    secrets: dict[str, dict[str, str]]
+    passwords: dict[str, str]
+
+
 def render_chart(helm: ModuleType, values: Mapping[str, Any] | None = None) -> Rendered:
     """The chart rendered with ``values`` over its defaults, as ``helm install`` would render it
     (values.schema.json checked first). Raises helm_python's HelmValuesError or HelmRenderError."""
@@ -83,18 +95,44 @@ def pod_containers(workload: Mapping[str, Any]) -> Iterator[tuple[dict[str, Any]
         yield spec, container
 
 
-def materialize(rendered: Rendered, pod_spec: Mapping[str, Any], container: Mapping[str, Any], root: Path) -> None:
-    """Write the files ``container`` sees from ConfigMaps to ``root`` + their path in the container."""
+def materialize(
+    rendered: Rendered,
+    pod_spec: Mapping[str, Any],
+    container: Mapping[str, Any],
+    root: Path,
+    secrets: Mapping[str, Mapping[str, str]] | None = None,
+) -> None:
+    """Write the files ``container`` sees to ``root`` + their path in the container: those of the
+    rendered ConfigMaps, and those of the Secrets in ``secrets`` (name -> key -> text, what the
+    user would have created). A key the volume asks for and the Secret lacks fails the test."""
     volumes = {v["name"]: v for v in pod_spec.get("volumes", [])}
     for mount in container.get("volumeMounts", []):
         volume = volumes[mount["name"]]
         target = root / mount["mountPath"].lstrip("/")
         target.mkdir(parents=True, exist_ok=True)
         if "configMap" in volume:
-            data = rendered.get("ConfigMap", volume["configMap"]["name"])["data"]
-            items = volume["configMap"].get("items") or [{"key": k, "path": k} for k in data]
-            for item in items:
-                (target / item["path"]).write_text(data[item["key"]])
+            source, data = volume["configMap"], rendered.get("ConfigMap", volume["configMap"]["name"])["data"]
+        elif "secret" in volume and secrets and volume["secret"]["secretName"] in secrets:
+            source, data = volume["secret"], secrets[volume["secret"]["secretName"]]
+        else:
+            continue
+        items = source.get("items") or [{"key": k, "path": k} for k in data]
+        for item in items:
+            assert item["key"] in data, f"volume {volume['name']}: no key {item['key']!r} in {sorted(data)}"
+            (target / item["path"]).write_text(data[item["key"]])
+
+
+def expand_references(args: Sequence[str], env: Mapping[str, str]) -> list[str]:
+    """``args`` as the kubelet runs them: ``$(VAR)`` replaced by the container's variable VAR
+    when it has one (left as it is otherwise), ``$$`` by ``$``."""
+
+    def replace(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name is None:
+            return "$"
+        return env.get(name, match.group(0))
+
+    return [_REFERENCE.sub(replace, arg) for arg in args]
 
 
 def container_env(container: Mapping[str, Any]) -> dict[str, str]:
@@ -107,7 +145,7 @@ def container_env(container: Mapping[str, Any]) -> dict[str, str]:
         elif "secretKeyRef" in source:
             env[var["name"]] = f"secret-{source['secretKeyRef']['name']}-{source['secretKeyRef']['key']}"
         elif source.get("fieldRef", {}).get("fieldPath") == "spec.nodeName":
-            env[var["name"]] = "gpu-node-1"
+            env[var["name"]] = AGENT_NODE
         else:
             raise AssertionError(f"env {var['name']}: a source the deploy tests do not know: {var}")
     return env

@@ -13,13 +13,16 @@ from typing import Any
 import pytest
 import yaml
 from deploy_support import (
+    AGENT_NODE,
     CHART,
     ROOT,
     VALUES_FILES,
     VALUES_IDS,
+    AccessSecrets,
     Rendered,
     check_service_command,
     container_env,
+    expand_references,
     materialize,
     pod_containers,
     render_chart,
@@ -60,7 +63,8 @@ def test_lint_strict_finds_nothing(helm: ModuleType, values_file: Path | None) -
     assert findings == []
 
 
-def test_rendered_objects_are_valid_kubernetes(rendered: Rendered, kubernetes_validate: ModuleType) -> None:
+def check_valid_kubernetes(rendered: Rendered, kubernetes_validate: ModuleType) -> None:
+    """Every object valid for each of KUBE_VERSIONS, and no two with one kind and name."""
     versions = [kubernetes_validate.latest_version() if v == "latest" else v for v in KUBE_VERSIONS]
     for obj in rendered.objects:
         if obj["apiVersion"] == "monitoring.coreos.com/v1":
@@ -73,6 +77,10 @@ def test_rendered_objects_are_valid_kubernetes(rendered: Rendered, kubernetes_va
                 pytest.fail(f"{obj['kind']}/{obj['metadata']['name']} (Kubernetes {version}) {where}: {exc.message}")
     names = [(o["kind"], o["metadata"]["name"]) for o in rendered.objects]
     assert len(names) == len(set(names)), "two objects with one kind and name"
+
+
+def test_rendered_objects_are_valid_kubernetes(rendered: Rendered, kubernetes_validate: ModuleType) -> None:
+    check_valid_kubernetes(rendered, kubernetes_validate)
 
 
 def test_every_container_is_hardened_probed_and_bounded(rendered: Rendered) -> None:
@@ -95,17 +103,17 @@ def test_every_container_is_hardened_probed_and_bounded(rendered: Rendered) -> N
 
 
 def test_commands_are_what_the_services_accept(
-    rendered: Rendered, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    rendered: Rendered, access_secrets: AccessSecrets, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each container's command parses with its service's parser, and the service builds from the
-    mounted configuration, profile, node manifest and the environment's settings."""
+    mounted configuration, profile, node manifest, settings file and the environment's settings."""
     for i, workload in enumerate(rendered.workloads()):
         for spec, container in pod_containers(workload):
             root = tmp_path / str(i)
-            materialize(rendered, spec, container, root)
-            args = check_service_command(
-                [*container["command"], *container["args"]], container_env(container), root, monkeypatch
-            )
+            materialize(rendered, spec, container, root, access_secrets.secrets)
+            env = container_env(container)
+            command = expand_references([*container["command"], *container["args"]], env)
+            args = check_service_command(command, env, root, monkeypatch)
             assert args.metrics_port == container["ports"][0]["containerPort"], "the probes ask another port"
 
 
@@ -173,6 +181,102 @@ def test_connection_secrets_reach_the_settings_as_files_and_variables(helm: Modu
             assert "KUBUS_REDIS_TLS_CERT" not in env, "no client certificate was asked for"
 
 
+ACCESS = {"existingSecret": "kubus-access", "nodeAgentsSecret": "kubus-node-agents"}
+ACCESS_DIR = "/etc/kubus/access"
+# Variables that carry a login: with access, only the settings file does.
+LOGIN_VARS = {"KUBUS_NATS_USER", "KUBUS_NATS_PASSWORD", "KUBUS_NATS_TOKEN", "KUBUS_NATS_CREDS",
+              "KUBUS_REDIS_USERNAME", "KUBUS_REDIS_PASSWORD"}  # fmt: skip
+
+
+@pytest.mark.parametrize("mode", ["node", "simulate"])
+def test_access_gives_each_service_its_own_login_file(
+    helm: ModuleType,
+    kubernetes_validate: ModuleType,
+    access_secrets: AccessSecrets,
+    mode: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """access.existingSecret: every container runs with --settings naming its role's file, the one
+    file of the Secret its pod mounts (read-only, mode 0400); a node's agent gets the node agents'
+    Secret and picks agent-<node>.yaml by $(NODE_NAME). The file logs the service in as its role,
+    and no password or login variable is anywhere in what the chart renders."""
+    rendered = render_chart(helm, {"access": ACCESS, "gpuAgent": {"mode": mode}})
+    node_agent = "agent-$(NODE_NAME)"
+    roles = {"queue": "queue", "cycle": "cycle", "binder": "binder",
+             "gpu-agent": "gpu-agent" if mode == "simulate" else node_agent}  # fmt: skip
+    seen = set()
+    for i, workload in enumerate(rendered.workloads()):
+        component = workload["metadata"]["labels"]["app.kubernetes.io/component"]
+        role = roles[component]
+        seen.add(component)
+        for spec, container in pod_containers(workload):
+            where = f"{workload['kind']}/{workload['metadata']['name']}"
+            settings = [a for a in container["args"] if a.startswith("--settings")]
+            assert settings == [f"--settings={ACCESS_DIR}/{role}.yaml"], where
+            mounts = [m for m in container["volumeMounts"] if m["mountPath"] == ACCESS_DIR]
+            assert mounts == [{"name": "access", "mountPath": ACCESS_DIR, "readOnly": True}], where
+            (volume,) = [v for v in spec["volumes"] if v["name"] == "access"]
+            if role == node_agent:
+                expected = {"secretName": "kubus-node-agents", "defaultMode": 0o400}
+            else:
+                item = {"key": f"{role}.yaml", "path": f"{role}.yaml"}
+                expected = {"secretName": "kubus-access", "defaultMode": 0o400, "items": [item]}
+            assert volume == {"name": "access", "secret": expected}, where
+            env = container_env(container)
+            assert not LOGIN_VARS & env.keys(), f"{where}: a login outside the settings file"
+
+            root = tmp_path / str(i)
+            materialize(rendered, spec, container, root, access_secrets.secrets)
+            command = expand_references([*container["command"], *container["args"]], env)
+            args = check_service_command(command, env, root, monkeypatch)
+            login = yaml.safe_load(Path(args.settings).read_text())
+            user = f"agent-{AGENT_NODE}" if role == node_agent else role
+            assert login["nats_user"] == login["redis_username"] == user, where
+    assert seen == set(roles), "a kubus service without a workload"
+    assert not rendered.of_kind("Secret"), "the chart makes no Secret: the logins are the user's"
+    text = yaml.safe_dump_all(rendered.objects) + rendered.notes
+    leaked = [user for user, password in access_secrets.passwords.items() if password in text]
+    assert leaked == [], f"passwords of {leaked} in the rendered manifests"
+    check_valid_kubernetes(rendered, kubernetes_validate)
+
+
+def test_access_notes_say_whether_the_bundled_servers_know_the_users(helm: ModuleType) -> None:
+    bare = render_chart(helm, {"access": ACCESS}).notes
+    assert "WARNING: the bundled NATS loads no users" in bare
+    assert "WARNING: the bundled Valkey loads no users.acl" in bare
+    assert "--settings DIR/client.yaml" in bare
+    wired = render_chart(helm, values_of(CHART / "ci" / "access-values.yaml")).notes
+    assert "WARNING" not in wired
+    assert "includes ../kubus-access/nats.conf" in wired
+    assert "WARNING" not in render_chart(helm, {}).notes and "Logins:" not in render_chart(helm, {}).notes
+
+
+def test_access_values_mount_one_file_of_the_secret_into_the_bundled_servers() -> None:
+    """ci/access-values.yaml, the documented wiring of the bundled NATS (chart 1.x: config.merge,
+    container.patch, podTemplate.patch) and Valkey (extraVolumes, extraVolumeMounts, aclfile): the
+    include and the aclfile name the files that the volumes mount from the access Secret."""
+    values = values_of(CHART / "ci" / "access-values.yaml")
+    secret = values["access"]["existingSecret"]
+    nats = values["nats"]
+    (mount,) = [p["value"] for p in nats["container"]["patch"] if p["path"] == "/volumeMounts/-"]
+    (volume,) = [p["value"] for p in nats["podTemplate"]["patch"] if p["path"] == "/spec/volumes/-"]
+    assert mount["name"] == volume["name"] and mount["readOnly"] is True
+    assert volume["secret"]["secretName"] == secret
+    assert volume["secret"]["items"] == [{"key": "nats.conf", "path": "nats.conf"}]
+    included = Path("/etc/nats-config") / nats["config"]["merge"]["$include"]
+    assert included.resolve() == Path(mount["mountPath"]) / "nats.conf"
+    valkey = values["valkey"]
+    (volume,) = valkey["extraVolumes"]
+    (mount,) = valkey["extraVolumeMounts"]
+    assert mount["name"] == volume["name"] and mount["readOnly"] is True
+    assert volume["secret"]["secretName"] == secret
+    assert volume["secret"]["items"] == [{"key": "users.acl", "path": "users.acl"}]
+    assert f"aclfile {mount['mountPath']}/users.acl" in valkey["valkeyConfig"].splitlines()
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())["valkey"]["valkeyConfig"].splitlines()
+    assert set(defaults) <= set(valkey["valkeyConfig"].splitlines()), "the chart's own Valkey settings are kept"
+
+
 BAD_VALUES = [
     ({"replicaCount": 3}, "replicaCount"),
     ({"image": {"pullPolicy": "Sometimes"}}, "pullPolicy"),
@@ -196,6 +300,13 @@ BAD_VALUES = [
     ({"tls": {"nats": {"existingSecret": "nats-tls", "certKey": "tls.crt"}}}, "set both"),
     ({"auth": {"redis": {"passwordKey": "password"}}}, "auth.redis.passwordKey: needs auth.redis.existingSecret"),
     ({"serviceAccount": {"create": False}}, "serviceAccount.name"),
+    ({"access": ACCESS, "auth": {"nats": {"existingSecret": "nats-auth"}}}, "access.existingSecret and auth.nats"),
+    ({"access": ACCESS, "auth": {"redis": {"existingSecret": "redis-auth"}}}, "access.existingSecret and auth.redis"),
+    ({"access": {"existingSecret": "kubus-access"}}, "access.nodeAgentsSecret: required"),
+    ({"access": {"nodeAgentsSecret": "kubus-node-agents"}}, "access.nodeAgentsSecret: needs access.existingSecret"),
+    ({"access": {"existingSecret": "Kubus_Access"}}, "existingSecret"),
+    ({"access": {"secret": "kubus-access"}}, "secret"),
+    ({"access": ACCESS, "podSecurityContext": {"fsGroup": None}}, "podSecurityContext.fsGroup"),
 ]
 
 

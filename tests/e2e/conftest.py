@@ -16,16 +16,25 @@ import pytest
 import redis.asyncio as aioredis
 from cluster_support import CliResult, StartServices, run_kubus, service_logs
 from nats.aio.client import Client as NATS
+from support import ServerEndpoints
 
+from kubus.access import inbox_prefix
 from kubus.cli.up import Cluster, start_cluster, wait_ready
 from kubus.cli.workload import NODE_TEMPLATE, gpu_scheduler_config
 from kubus.store.cluster_state import ClusterState
 
 
 @pytest.fixture
-def cli_env(nats_url: str, redis_url: str, tmp_path: Path) -> dict[str, str]:
-    """The environment that points the CLI at the test servers (and at no `kubus up`)."""
-    return {"KUBUS_NATS_URL": nats_url, "KUBUS_REDIS_URL": redis_url, "KUBUS_HOME": str(tmp_path / "no-kubus-up")}
+def cli_env(servers: ServerEndpoints, tmp_path: Path) -> dict[str, str]:
+    """The environment that points the CLI at the test servers (and at no `kubus up`), logged in
+    as the ``client`` role when the servers have users."""
+    env = {"KUBUS_NATS_URL": servers.nats_url, "KUBUS_REDIS_URL": servers.redis_url}
+    env["KUBUS_HOME"] = str(tmp_path / "no-kubus-up")
+    if servers.credentials is not None:
+        password = servers.credentials.password("client")
+        env |= {"KUBUS_NATS_USER": "client", "KUBUS_NATS_PASSWORD": password, "KUBUS_REDIS_USERNAME": "client"}
+        env |= {"KUBUS_REDIS_PASSWORD": password, "KUBUS_NATS_INBOX_PREFIX": inbox_prefix("client")}
+    return env
 
 
 @pytest.fixture
@@ -40,13 +49,14 @@ def kubus(cli_env: dict[str, str]) -> Callable[..., Awaitable[CliResult]]:
 
 @pytest.fixture
 async def services(
-    nats: NATS, redis: aioredis.Redis, nats_url: str, redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    nats: NATS, redis: aioredis.Redis, servers: ServerEndpoints, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[StartServices]:
     """``cluster = await services(nodes=20)``: every service, ready (nodes heartbeating, cycles
     leading), on wiped servers. Stopped (SIGTERM, then SIGKILL) after the test. ``config_text``
     replaces the scheduler configuration (KubeSchedulerConfiguration YAML) every service gets;
     ``env`` is added to the services' environment (they inherit this process's, see
-    `kubus.cli.processes.ServiceGroup`), and taken back after the test."""
+    `kubus.cli.processes.ServiceGroup`), and taken back after the test. Each service logs in
+    as its role when the servers have users (`kubus.access`)."""
     started: list[Cluster] = []
 
     async def start(
@@ -76,8 +86,9 @@ async def services(
             nodes=nodes,
             node_template=str(template),
             binders=binders,
-            nats=nats_url,
-            redis=redis_url,
+            nats=servers.nats_url,
+            redis=servers.redis_url,
+            credentials=servers.credentials,
             pod_duration=pod_duration,
             batch_size=batch_size,
         )

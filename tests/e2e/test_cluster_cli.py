@@ -9,19 +9,24 @@ import json
 import os
 import re
 import signal
+import stat
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import nats
+import nats.errors
 import pytest
 import redis.asyncio as aioredis
+import redis.exceptions
 import yaml
 from cluster_support import CliResult, StartServices, run_kubus, service_logs
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 from support import eventually
 
+from kubus.access import ACCESS_DIR, read_credentials
 from kubus.cli.bench import check_invariants_settled
 from kubus.cli.endpoints import Endpoints, cluster_settings, read_endpoints, write_endpoints
 from kubus.cli.workload import NODE_TEMPLATE, impossible_pods, mixed_workload, to_yaml
@@ -494,7 +499,15 @@ async def test_kubus_up_schedules_2000_pods_on_200_nodes(tmp_path: Path) -> None
         assert applied.code == 0, applied.err
         assert applied.out.strip() == "2000 pods submitted (2000 new)"
 
-        client = aioredis.Redis.from_url(recorded.redis_url)
+        # The embedded servers admit only kubus' users: not an anonymous client, not a wrong
+        # password; the CLI above logged in as `client` from <home>/access on its own.
+        with pytest.raises(redis.exceptions.AuthenticationError):
+            await aioredis.Redis.from_url(recorded.redis_url).ping()
+        with pytest.raises(nats.errors.Error, match="Authorization Violation"):
+            await nats.connect(recorded.nats_url, allow_reconnect=False, max_reconnect_attempts=0)
+        access = read_credentials(home / ACCESS_DIR)
+        assert access is not None and stat.S_IMODE((home / ACCESS_DIR / "client.yaml").stat().st_mode) == 0o600
+        client = aioredis.Redis.from_url(access.url(recorded.redis_url))
         state = ClusterState(client)
         try:
 

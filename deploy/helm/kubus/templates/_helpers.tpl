@@ -130,6 +130,22 @@ Included by the ConfigMap, so every render runs it once.
 {{- fail (printf "tls.%s.certKey: needs tls.%s.existingSecret, the Secret that holds it" $server $server) }}
 {{- end }}
 {{- end }}
+{{- with .Values.access }}
+{{- range $server := list "nats" "redis" }}
+{{- if and $.Values.access.existingSecret (index $.Values.auth $server).existingSecret }}
+{{- fail (printf "access.existingSecret and auth.%s.existingSecret: set one, not both (access gives every service its own login from its settings file, auth one shared login)" $server) }}
+{{- end }}
+{{- end }}
+{{- if and .nodeAgentsSecret (not .existingSecret) }}
+{{- fail "access.nodeAgentsSecret: needs access.existingSecret, the Secret of the other services' logins" }}
+{{- end }}
+{{- if and .existingSecret $.Values.gpuAgent.enabled (eq $.Values.gpuAgent.mode "node") (not .nodeAgentsSecret) }}
+{{- fail "access.nodeAgentsSecret: required with access.existingSecret in gpuAgent.mode node: the Secret of the agent-<node>.yaml files (`kubus access init DIR --node <node> ...`), one login per node; the gpu-agent user may run only a simulation" }}
+{{- end }}
+{{- if and .existingSecret (not $.Values.podSecurityContext.fsGroup) }}
+{{- fail "access.existingSecret: the settings files are mounted mode 0400, readable by the kubus user only through podSecurityContext.fsGroup: set it (the default is 10001)" }}
+{{- end }}
+{{- end }}
 {{- range $server, $auth := .Values.auth }}
 {{- range $key, $value := omit $auth "existingSecret" }}
 {{- if and $value (not $auth.existingSecret) }}
@@ -198,7 +214,8 @@ Included by the ConfigMap, so every render runs it once.
 {{- end }}
 {{- end }}
 
-{{/* The Secrets behind the file settings (credentials file, TLS), and a writable /tmp. */}}
+{{/* The Secrets behind the file settings (credentials file, TLS), and a writable /tmp; the access
+Secret's volume is kubus.accessVolume, per role. */}}
 {{- define "kubus.volumes" -}}
 - name: tmp
   emptyDir:
@@ -234,6 +251,55 @@ Included by the ConfigMap, so every render runs it once.
   mountPath: /etc/kubus/tls/{{ $server }}
   readOnly: true
 {{- end }}
+{{- end }}
+{{- include "kubus.accessVolumeMount" . }}
+{{- end }}
+
+{{/*
+A pod's own login with access.existingSecret: (list $ "queue") for the queue, cycle, binder and
+gpu-agent roles, (list $ "node-agent") for the per-node agents of gpuAgent.mode node. Every pod
+mounts one file of the Secret, its role's settings; the node agents mount access.nodeAgentsSecret
+(agent-<node>.yaml files only: which node a DaemonSet pod lands on is not known to the chart) and
+pick theirs by $(NODE_NAME), which the kubelet expands in args. Nothing without access.
+*/}}
+{{- define "kubus.accessSettings" -}}
+{{- $ := index . 0 -}}
+{{- $role := index . 1 -}}
+{{- if $.Values.access.existingSecret -}}
+/etc/kubus/access/{{ ternary "agent-$(NODE_NAME)" $role (eq $role "node-agent") }}.yaml
+{{- end -}}
+{{- end }}
+
+{{- define "kubus.accessArgs" -}}
+{{- with include "kubus.accessSettings" . }}
+- --settings={{ . }}
+{{- end }}
+{{- end }}
+
+{{- define "kubus.accessVolume" -}}
+{{- $ := index . 0 -}}
+{{- $role := index . 1 -}}
+{{- with $.Values.access.existingSecret }}
+- name: access
+  secret:
+    {{- if eq $role "node-agent" }}
+    secretName: {{ $.Values.access.nodeAgentsSecret }}
+    defaultMode: 0400
+    {{- else }}
+    secretName: {{ . }}
+    defaultMode: 0400
+    items:
+      - key: {{ $role }}.yaml
+        path: {{ $role }}.yaml
+    {{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "kubus.accessVolumeMount" -}}
+{{- if .Values.access.existingSecret }}
+- name: access
+  mountPath: /etc/kubus/access
+  readOnly: true
 {{- end }}
 {{- end }}
 
