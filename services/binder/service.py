@@ -59,6 +59,7 @@ from kubus.api.errors import ManifestError
 from kubus.api.manifests import wire_pod
 from kubus.api.objects import Pod
 from kubus.bus import (
+    BIND_ALL,
     BIND_STREAM,
     PODS_REQUEUE,
     EventKind,
@@ -693,7 +694,8 @@ class BinderService(Service):
         )
 
     async def _reject(self, msg: Msg, reason: str) -> None:
-        self.metrics.rejected_messages.labels(subject=msg.subject).inc()
+        # By the stream's filter, not the subject: garbage on many subjects is not many series.
+        self.metrics.rejected_messages.labels(subject=BIND_ALL).inc()
         self.log.error("bind request rejected: not a BindRequest", subject=msg.subject, reason=reason)
         with contextlib.suppress(Exception):
             await msg.term()

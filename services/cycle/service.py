@@ -56,6 +56,7 @@ from kubus.api.manifests import wire_pod
 from kubus.api.objects import Pod
 from kubus.api.podgroups import pod_group_key
 from kubus.bus import (
+    EVENTS,
     EventKind,
     Publication,
     announcements,
@@ -974,7 +975,8 @@ class CycleService(Service):
         try:
             event = decode(ClusterEvent, msg.data)
         except MessageError as exc:
-            self.metrics.rejected_messages.labels(subject=msg.subject).inc()
+            # By the subscription's filter, not the subject (one per node or pod name).
+            self.metrics.rejected_messages.labels(subject=EVENTS).inc()
             self.log.warning("event rejected: not a ClusterEvent", subject=msg.subject, reason=str(exc))
             return
         if event.kind in NODE_EVENTS:

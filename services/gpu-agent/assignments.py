@@ -13,7 +13,7 @@ from enum import StrEnum
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
-from kubus.bus import EventKind, deliveries, publish_durable_many, redelivery_delay
+from kubus.bus import NODE_PODS_ALL, EventKind, deliveries, publish_durable_many, redelivery_delay
 from kubus.bus.messages import MessageError, NodeAssignment, decode
 from kubus.gpu_agent._core import AgentCore
 from kubus.gpu_agent.admission import Verdict, admit
@@ -252,7 +252,8 @@ class Assignments(AgentCore):
 
     async def _reject(self, msg: Msg, reason: str) -> None:
         """A message no agent can act on (garbage, another agent's node): counted, logged, terminated."""
-        self.metrics.rejected_messages.labels(subject=msg.subject).inc()
+        # By the stream's filter, not the subject: garbage on many subjects is not many series.
+        self.metrics.rejected_messages.labels(subject=NODE_PODS_ALL).inc()
         self.log.error("assignment rejected", subject=msg.subject, reason=reason)
         with contextlib.suppress(Exception):
             await msg.term()

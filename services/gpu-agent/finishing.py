@@ -8,7 +8,7 @@ import contextlib
 
 from nats.aio.msg import Msg
 
-from kubus.bus import EventKind
+from kubus.bus import EventKind, event_filter
 from kubus.bus.messages import ClusterEvent, MessageError, PodChange, decode
 from kubus.gpu_agent._core import AgentCore
 from kubus.gpu_agent.running import RunningPod
@@ -65,6 +65,7 @@ class Finishing(AgentCore):
         try:
             event = decode(ClusterEvent, msg.data)
         except MessageError as exc:
+            self.metrics.rejected_messages.labels(subject=event_filter(EventKind.POD_DELETED)).inc()
             self.log.warning("pod.deleted event unreadable", subject=msg.subject, error=str(exc))
             return
         uid = event.data.uid if isinstance(event.data, PodChange) else ""

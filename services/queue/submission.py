@@ -169,7 +169,8 @@ def identify(data: bytes) -> tuple[str, str]:
         return "", ""
     for doc in docs:
         if isinstance(doc, dict) and doc.get("kind", "Pod") in ("Pod", "PodList", "List"):
-            candidates = [doc] if doc.get("kind", "Pod") == "Pod" else list(doc.get("items") or ())
+            items = doc.get("items")
+            candidates = [doc] if doc.get("kind", "Pod") == "Pod" else items if isinstance(items, list) else []
             for candidate in candidates:
                 found = _identity(candidate)
                 if found[0]:

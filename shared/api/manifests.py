@@ -129,6 +129,70 @@ _Loader.yaml_implicit_resolvers = {
 }
 
 
+# A "billion laughs" (anchors of anchors: 600 bytes that are 10**9 strings once anything walks or
+# serializes them) is refused as kube's YAML reader refuses it: "excessive aliasing". Aliases of
+# ordinary use (a shared label set, a container repeated) pass.
+_ALIAS_FLOOR = 100_000
+"""Nodes a text's documents may expand to through aliases however few they spell out."""
+_ALIAS_RATIO = 10
+"""Beyond the floor, how many times their own nodes a text's documents may expand to."""
+
+
+class _AliasCheckingLoader(_Loader):
+    """`_Loader` that counts what the documents' aliases expand them to (`_expansion`), all the
+    documents of the text together, and raises a YAMLError past `_ALIAS_FLOOR` nodes and
+    `_ALIAS_RATIO` times the nodes they spell out. For text with a ``&`` and a ``*`` in it, the
+    only text that can hold an anchor and its alias."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.kubus_nodes = 0
+        self.kubus_expanded = 0
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        nodes, expanded = _expansion(node)
+        self.kubus_nodes += nodes
+        self.kubus_expanded += expanded
+        if self.kubus_expanded > max(_ALIAS_FLOOR, _ALIAS_RATIO * self.kubus_nodes):
+            raise yaml.constructor.ConstructorError(
+                None,
+                None,
+                f"document contains excessive aliasing ({self.kubus_nodes} nodes expand to {self.kubus_expanded})",
+                node.start_mark,
+            )
+        return super().construct_document(node)
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return node.value if isinstance(node, yaml.SequenceNode) else []
+
+
+def _expansion(root: yaml.Node) -> tuple[int, int]:
+    """(nodes, expanded): the nodes of the document ``root`` and how many it is with every alias
+    replaced by what it names. Counted over the node graph, never built; an alias of an
+    enclosing node (a cycle) counts 1."""
+    sizes: dict[int, int] = {}
+    """id(collection node) -> its expanded node count; 1 while it is being counted. A scalar counts 1."""
+    scalars = 0
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, counted = stack.pop()
+        children = _children(node)
+        if counted:
+            sizes[id(node)] = min(1 << 62, 1 + sum(sizes.get(id(child), 1) for child in children))
+        elif id(node) not in sizes:
+            sizes[id(node)] = 1
+            stack.append((node, True))
+            for child in children:
+                if isinstance(child, yaml.ScalarNode):
+                    scalars += 1
+                elif id(child) not in sizes:
+                    stack.append((child, False))
+    return len(sizes) + scalars, sizes[id(root)]
+
+
 # --- files --------------------------------------------------------------------------------------
 
 
@@ -197,7 +261,7 @@ class _Collector:
                 self.add_priority_class(read_priority_class(doc, self.source, where), where)
             elif kind == "PodDisruptionBudget":
                 self.add_budget(read_pod_disruption_budget(doc, self.source, where), where)
-            elif kind in _LIST_KINDS:
+            elif isinstance(kind, str) and kind in _LIST_KINDS:
                 self.list(doc, where, kind)
             elif kind is None:
                 raise ManifestError(self.source, where, "kind", "is required (Pod, Node or List)")
@@ -279,14 +343,15 @@ def _yaml_error(e: yaml.YAMLError) -> str:
 def read_documents(text: str) -> Iterator[Any]:
     """The documents of a manifest text as kube reads them: the JSON document when it is JSON,
     else every YAML document (safe loader, timestamps left as strings). Raises yaml.YAMLError
-    when it reaches a document that is not valid YAML."""
+    when it reaches a document that is not valid YAML, or whose aliases expand the documents
+    read so far far beyond what they spell out ("excessive aliasing", `_AliasCheckingLoader`)."""
     if text.lstrip()[:1] in ("{", "["):
         try:
             yield codec.loads(text)
             return
         except codec.DecodeError:
             pass  # not JSON after all (or bad JSON): YAML reads it, or says where it is wrong
-    yield from yaml.load_all(text, Loader=_Loader)
+    yield from yaml.load_all(text, Loader=_AliasCheckingLoader if "&" in text and "*" in text else _Loader)
 
 
 def _documents(text: str, collector: _Collector) -> None:
