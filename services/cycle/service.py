@@ -737,37 +737,44 @@ class CycleService(Service):
         answers: list[ReserveResult | None] = [None] * len(holds)
         for i, answer in zip(plain, await state.reserve_many([holds[i][2] for i in plain]), strict=True):
             answers[i] = answer
-        for i in preempting:
+        source = f"cycle/{self.profile}"
+        outcomes = await state.preempt_many(
+            [(holds[i][2].node, holds[i][2], batch.victims[_uid(holds[i][0].pod)]) for i in preempting], source=source
+        )
+        notes: list[Awaitable[None]] = []
+        publications: list[Publication] = []
+        for i, outcome in zip(preempting, outcomes, strict=True):
             result, _, reservation = holds[i]
-            victims = batch.victims[_uid(result.pod)]
-            outcome = await state.preempt(reservation.node, reservation, victims, source=f"cycle/{self.profile}")
             answers[i] = outcome
-            if outcome.ok and outcome.evicted:
-                self.log.info(
-                    "pod preempted others", pod=result.pod.key, node=reservation.node, victims=len(outcome.evicted)
-                )
-                victims_text = ", ".join(v.key for v in outcome.evicted)
-                with contextlib.suppress(*TRANSIENT_ERRORS):  # the record says it; the event is extra
-                    await state.append_event(
-                        _uid(result.pod),
-                        PodEvent(
-                            time.time(),
-                            EventType.NORMAL,
-                            "Preempting",
-                            f"preempted {len(outcome.evicted)} pod(s) of lower priority on node "
-                            f"{reservation.node}: {victims_text}",
-                            source=f"cycle/{self.profile}",
-                        ),
-                    )
-                publications = announcements.preempted(
-                    outcome.evicted, node=reservation.node, message=outcome.message, at=time.time()
-                )
-                try:
-                    await publish_durable_many(self.jetstream(), publications)
-                except TRANSIENT_ERRORS as exc:
-                    # Evicted in Redis all the same: the agent's resync stops pods no longer
-                    # Running there, and the cycles' node resync drops them.
-                    self.log.warning("preemption announcement failed", pod=result.pod.key, error=repr(exc))
+            if not (outcome.ok and outcome.evicted):
+                continue
+            self.log.info(
+                "pod preempted others", pod=result.pod.key, node=reservation.node, victims=len(outcome.evicted)
+            )
+            victims_text = ", ".join(v.key for v in outcome.evicted)
+            note = PodEvent(
+                time.time(),
+                EventType.NORMAL,
+                "Preempting",
+                f"preempted {len(outcome.evicted)} pod(s) of lower priority on node {reservation.node}: {victims_text}",
+                source=source,
+            )
+            notes.append(state.append_event(_uid(result.pod), note))
+            publications += announcements.preempted(
+                outcome.evicted, node=reservation.node, message=outcome.message, at=time.time()
+            )
+        if notes:
+            # The records say it all; the preemptors' events are extra.
+            for failed in await asyncio.gather(*notes, return_exceptions=True):
+                if isinstance(failed, BaseException) and not isinstance(failed, TRANSIENT_ERRORS):
+                    raise failed
+        if publications:
+            try:
+                await publish_durable_many(self.jetstream(), publications)
+            except TRANSIENT_ERRORS as exc:
+                # Evicted in Redis all the same: the agent's resync stops pods no longer
+                # Running there, and the cycles' node resync drops them.
+                self.log.warning("preemption announcement failed", pods=len(notes), error=repr(exc))
         return [a for a in answers if a is not None]
 
     async def _hand_over(self, batch: _Batch, reserved: list[_Reserved], limit: asyncio.Semaphore) -> None:

@@ -19,7 +19,7 @@ from kubus.gpu_agent._core import AgentCore
 from kubus.gpu_agent.admission import Verdict, admit
 from kubus.gpu_agent.running import RunningPod
 from kubus.service import StructuredLogger
-from kubus.store import EventType, PodEvent, PodPhase, PodStart, StoreCode
+from kubus.store import EventType, PodEvent, PodPhase, PodStart, Reservation, StoreCode
 
 __all__ = ["AdmissionResult", "Assignments"]
 
@@ -155,7 +155,17 @@ class Assignments(AgentCore):
         rejected: list[tuple[NodeAssignment, Verdict]] = []
         starting: list[tuple[int, RunningPod]] = []
         starts: list[PodStart] = []
+        blocked: list[tuple[int, Reservation, str]] = []
+        """The rejected ones: position, reservation, attempt (for a second decision)."""
         now = self.clock()
+
+        def start(i: int, a: NodeAssignment, reservation: Reservation, attempt: str) -> None:
+            pod = self.running.track(a.uid, a.key, a.node, reservation, started_at=now, confirmed=False)
+            starting.append((i, pod))
+            event = PodEvent(now, EventType.NORMAL, "Started", f"Started pod on node {a.node}", self.source)
+            starts.append(PodStart(a.uid, a.node, attempt, event, ends_at=pod.deadline))
+            results[i] = None
+
         device_healthy = self.inventory.device_healthy if self.inventory is not None else None
         for i, view in zip(fresh, views, strict=True):
             a = assignments[i]
@@ -185,12 +195,24 @@ class Assignments(AgentCore):
             verdict = admit(self.nodes[a.node], reservation, others, device_healthy=device_healthy)
             if not verdict.admitted:
                 rejected.append((a, verdict))
+                blocked.append((i, reservation, attempt))
                 results[i] = AdmissionResult.REJECTED
                 continue
-            pod = self.running.track(a.uid, a.key, a.node, reservation, started_at=now, confirmed=False)
-            starting.append((i, pod))
-            event = PodEvent(now, EventType.NORMAL, "Started", f"Started pod on node {a.node}", self.source)
-            starts.append(PodStart(a.uid, a.node, attempt, event, ends_at=pod.deadline))
+            start(i, a, reservation, attempt)
+
+        # The pods in the way may be gone already, their pod.deleted events not read yet (a
+        # preemption's victims, evicted in the step that reserved the preemptor's room): stop
+        # those the store no longer has running there, then decide once more.
+        if rejected and await self._forget_gone({a.node for a, _ in rejected}):
+            rejected = []
+            for i, reservation, attempt in blocked:
+                a = assignments[i]
+                others = self.running.reservations_on(a.node)
+                verdict = admit(self.nodes[a.node], reservation, others, device_healthy=device_healthy)
+                if verdict.admitted:
+                    start(i, a, reservation, attempt)
+                else:
+                    rejected.append((a, verdict))
 
         if starts:
             try:
@@ -234,6 +256,23 @@ class Assignments(AgentCore):
                 self.jetstream(), [self._pod_publication(EventKind.POD_RUNNING, p) for p in running]
             )
         return [r if r is not None else AdmissionResult.DROPPED for r in results]
+
+    async def _forget_gone(self, nodes: set[str]) -> int:
+        """Stop tracking the pods of ``nodes`` the store no longer has running there (deleted or
+        moved on while their events are still on the way); their room is released again
+        (idempotent). Returns how many were forgotten."""
+        state = self._store()
+        tracked = [p for node in nodes for p in self.running.on(node)]
+        records = await state.get_pods([p.uid for p in tracked])
+        gone = [
+            p for p, r in zip(tracked, records, strict=True)
+            if r is None or r.node != p.node or r.phase not in (PodPhase.BOUND, PodPhase.RUNNING)
+        ]  # fmt: skip
+        for pod in gone:
+            self.running.untrack(pod.uid)
+            self.log.info("pod stopped: gone from the store", pod=pod.key, uid=pod.uid, node=pod.node)
+        await self._each(gone, lambda p: state.release(p.node, p.uid))
+        return len(gone)
 
     async def _fail(self, a: NodeAssignment, verdict: Verdict, log: StructuredLogger) -> None:
         """The pod does not fit the node as it is: it fails, as kubelet fails it, and its room goes back."""

@@ -69,6 +69,10 @@ class RunningPods(Mapping[str, RunningPod]):
         """What the pods running on ``node`` hold there (those tracked without one left out)."""
         return [p.reservation for p in self._on_node[node].values() if p.reservation is not None]
 
+    def on(self, node: str) -> list[RunningPod]:
+        """The pods tracked as running on ``node``."""
+        return list(self._on_node[node].values())
+
     def uid_of(self, key: str) -> str | None:
         """The uid of the pod named ``key`` (namespace/name) running here, or None."""
         return self._by_key.get(key)

@@ -213,6 +213,9 @@ class Candidate:
     victims: tuple[PodInfo, ...]
     """Most important first."""
     num_pdb_violations: int = 0
+    scores: tuple[int, int, int, int, float] | None = field(default=None, compare=False, repr=False)
+    """`_pick_scores`, when the dry run worked them out for many candidates at once (None: the
+    pick works them out)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,7 +238,11 @@ def pick_one_node_for_preemption(candidates: Sequence[Candidate]) -> Candidate |
             return c
     # kube keeps the candidates with the best score of each function in turn and then takes the
     # first: the lexicographic best of all five scores, the first one of equals (as max does)
-    return max(candidates, key=_pick_scores)
+    return max(candidates, key=_scores_of)
+
+
+def _scores_of(c: Candidate) -> tuple[int, int, int, int, float]:
+    return c.scores if c.scores is not None else _pick_scores(c)
 
 
 def _pick_scores(c: Candidate) -> tuple[int, int, int, int, float]:
@@ -517,6 +524,7 @@ class _DryRun:
             assert shadow is not None
             self._reprieve_on_shadow(plans, shadow)
 
+        scores = _plan_scores([plan for plan in plans.values() if plan.victims])
         for i, plan in plans.items():
             name = plan.found.name
             if not plan.victims:
@@ -525,7 +533,7 @@ class _DryRun:
             victims = [plan.found.pods[j] for j in plan.victims]
             if plan.resort:
                 victims.sort(key=importance)
-            outcomes[i] = Candidate(name, tuple(victims), plan.violations)
+            outcomes[i] = Candidate(name, tuple(victims), plan.violations, next(scores))
         named: list[tuple[str, Candidate | Status]] = []
         for v, outcome in zip(found, outcomes, strict=True):
             assert outcome is not None
@@ -841,6 +849,10 @@ class _Victims:
     """len(table.resources) when made."""
     pods: tuple[PodInfo, ...]
     """In the node's order."""
+    priorities: np.ndarray
+    """Each pod's priority (int64), in the node's order."""
+    starts: np.ndarray
+    """Each pod's `start_time` (float64, inf when unknown), in the node's order."""
     by_importance: tuple[int, ...]
     """Indices into ``pods``, most important first (`importance`; equals keep their order)."""
     deltas: _Deltas
@@ -906,14 +918,15 @@ class _VictimCache:
                 each = deltas.split(starts)
                 totals = deltas.sums(starts).split(range(len(with_pods)))
                 parts = {k: (d, t) for k, d, t in zip(with_pods, each, totals, strict=True)}
-            orders = _by_importance(with_pods, pods)
+            orders, priorities, start_times = _by_importance(with_pods, pods)
             for k, row, info, lower in missing:
-                start = spans[k][0]
+                start, end = spans[k]
                 d, t = parts.get(k, (empty, empty))
                 order = tuple(j - start for j in orders.get(k, ()))
                 v = cache[row] = _Victims(
-                    info, info.name, info.generation, priority, resources, tuple(lower), order, d, t
-                )
+                    info, info.name, info.generation, priority, resources, tuple(lower),
+                    priorities[start:end], start_times[start:end], order, d, t,
+                )  # fmt: skip
                 out[k] = v
                 self._totals[:, row] = t.m[:, 0] if t.m.shape[1] else 0
                 if t.gpus:
@@ -984,11 +997,14 @@ class _Shadow:
         return self._view
 
 
-def _by_importance(spans: dict[int, tuple[int, int]], pods: Sequence[PodInfo]) -> dict[int, list[int]]:
-    """For each run ``pods[start:end]`` of ``spans``: its indices most important first
-    (`importance`; equals keep their order), as ``sorted(range(start, end), key=...)``."""
+def _by_importance(
+    spans: dict[int, tuple[int, int]], pods: Sequence[PodInfo]
+) -> tuple[dict[int, list[int]], np.ndarray, np.ndarray]:
+    """For each run ``pods[start:end]`` of ``spans`` (together, ``pods`` in order): its indices
+    most important first (`importance`; equals keep their order), as ``sorted(range(start, end),
+    key=...)``; and every pod's priority and `start_time`."""
     if not spans:
-        return {}
+        return {}, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
     n = len(spans)
     starts = np.fromiter((s for s, _ in spans.values()), dtype=np.intp, count=n)
     lengths = np.fromiter((e - s for s, e in spans.values()), dtype=np.intp, count=n)
@@ -1001,7 +1017,29 @@ def _by_importance(spans: dict[int, tuple[int, int]], pods: Sequence[PodInfo]) -
     started = np.where(started > 0, started, np.inf)  # `start_time`
     ordered = at[np.lexsort((at, started, -priority, run))].tolist()
     bounds = ends.tolist()
-    return {i: ordered[b - e : b] for i, e, b in zip(spans, lengths.tolist(), bounds, strict=True)}
+    runs = {i: ordered[b - e : b] for i, e, b in zip(spans, lengths.tolist(), bounds, strict=True)}
+    return runs, priority, started
+
+
+def _plan_scores(plans: Sequence[_Plan]) -> Iterator[tuple[int, int, int, int, float]]:
+    """`_pick_scores` of the candidate each plan (with victims) makes, in order, worked out for
+    all of them at once: reductions over their victims' priorities and start times side by side."""
+    if not plans:
+        return iter(())
+    counts = np.fromiter((len(p.victims) for p in plans), dtype=np.intp, count=len(plans))
+    sizes = np.fromiter((len(p.found.pods) for p in plans), dtype=np.intp, count=len(plans))
+    at = np.fromiter(itertools.chain.from_iterable(p.victims for p in plans), dtype=np.intp, count=int(counts.sum()))
+    at += np.repeat(np.cumsum(sizes) - sizes, counts)
+    priority = np.concatenate([p.found.priorities for p in plans])[at]
+    started = np.concatenate([p.found.starts for p in plans])[at]
+    first = np.cumsum(counts) - counts
+    top = np.maximum.reduceat(priority, first)
+    total = np.add.reduceat(priority, first)
+    earliest = np.minimum.reduceat(np.where(priority == np.repeat(top, counts), started, np.inf), first)
+    return (
+        (-p.violations, -t, -(s + _PRIORITY_OFFSET * n), -n, e)
+        for p, t, s, n, e in zip(plans, top.tolist(), total.tolist(), counts.tolist(), earliest.tolist(), strict=True)
+    )
 
 
 def _split_by_pdb_violation(

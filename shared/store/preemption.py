@@ -74,32 +74,55 @@ class PreemptionStore(StoreCore):
         ``already`` set and changes nothing. Raises ValueError when ``reservation.node`` names
         another node.
         """
-        reservation = on_node(reservation, node)
+        return (await self.preempt_many([(node, reservation, victims)], now=now, source=source))[0]
+
+    async def preempt_many(
+        self,
+        preemptions: Sequence[tuple[str, Reservation, Sequence[tuple[str, str | int]]]],
+        *,
+        now: float | None = None,
+        source: str = "",
+    ) -> list[PreemptResult]:
+        """`preempt` for each ``(node, reservation, victims)``, in order, in one pipelined round
+        trip: each is atomic on its own and sees the ones before it, as one `preempt` after
+        another would. Raises ValueError as `preempt`."""
+        if not preemptions:
+            return []
         at = self.clock() if now is None else now
-        message = f"Preempted by {reservation.pod_key} on node {node}"
-        event = PodEvent(at, EventType.WARNING, PREEMPTED, message, source)
-        keys = [*self.keys.node_keys(node), *self.keys.phase_indexes()]
-        args: list[Any] = [
-            reservation.pod_uid,
-            reservation.encode(),
-            repr(float(at)),
-            PREEMPTED,
-            message,
-            event.encode(),
-            self.event_cap,
-        ]
-        for uid, attempt in victims:
-            keys += [self.keys.pod_record(uid), self.keys.pod_events(uid)]
-            args += [uid, str(attempt)]
-        reply = await self._run(self.scripts.preempt, keys, args)
-        code = _code(reply[0])
-        details = [text(r) for r in reply[1:]]
-        if code is not StoreCode.OK:
-            return PreemptResult(code, tuple(details))
-        if details == ["already reserved"]:
-            return PreemptResult(code, already=True, message=message)
-        evicted = []
-        for i in range(1, len(details), 5):
-            uid, key, profile, phase, version = details[i : i + 5]
-            evicted.append(Eviction(uid, key, profile, PodPhase(phase), int(version)))
-        return PreemptResult(code, evicted=tuple(evicted), message=message)
+        pipe = self.redis.pipeline(transaction=False)
+        messages = []
+        for node, reservation, victims in preemptions:
+            reservation = on_node(reservation, node)
+            message = f"Preempted by {reservation.pod_key} on node {node}"
+            messages.append(message)
+            event = PodEvent(at, EventType.WARNING, PREEMPTED, message, source)
+            keys = [*self.keys.node_keys(node), *self.keys.phase_indexes()]
+            args: list[Any] = [
+                reservation.pod_uid,
+                reservation.encode(),
+                repr(float(at)),
+                PREEMPTED,
+                message,
+                event.encode(),
+                self.event_cap,
+            ]
+            for uid, attempt in victims:
+                keys += [self.keys.pod_record(uid), self.keys.pod_events(uid)]
+                args += [uid, str(attempt)]
+            await self.scripts.preempt(keys=keys, args=args, client=pipe)
+        return [_preempt_result(reply, message) for reply, message in zip(await pipe.execute(), messages, strict=True)]
+
+
+def _preempt_result(reply: Any, message: str) -> PreemptResult:
+    reply = list(reply) if isinstance(reply, list | tuple) else [reply]
+    code = _code(reply[0])
+    details = [text(r) for r in reply[1:]]
+    if code is not StoreCode.OK:
+        return PreemptResult(code, tuple(details))
+    if details == ["already reserved"]:
+        return PreemptResult(code, already=True, message=message)
+    evicted = []
+    for i in range(1, len(details), 5):
+        uid, key, profile, phase, version = details[i : i + 5]
+        evicted.append(Eviction(uid, key, profile, PodPhase(phase), int(version)))
+    return PreemptResult(code, evicted=tuple(evicted), message=message)

@@ -258,6 +258,36 @@ async def test_a_pod_that_does_not_fit_the_real_node_fails(
     assert await check_invariants(state) == []
 
 
+async def test_a_pod_gone_from_the_store_does_not_block_the_one_taking_its_room(
+    settings: ConnectionSettings, state: ClusterState, js: JetStreamContext
+) -> None:
+    """A preemption evicts in the store and reserves the room in one step; the victim's
+    pod.deleted event may reach the agent after the preemptor's assignment. The agent asks the
+    store before it fails a pod for lack of room: the victim is stopped, the preemptor runs."""
+    async with AgentService.simulating(settings, template(cpu="4"), 1, options(pod_duration=0)) as agent:
+        victim = await bound_pod(state, "victim", "sim-00000", cpu="3")
+        await assign(js, victim)
+
+        async def victim_running() -> None:
+            assert await phase(state, victim.uid) is PodPhase.RUNNING and victim.uid in agent.running
+
+        await eventually(victim_running)
+        # evicted in the store, its event not (yet) announced
+        assert (await state.transition(victim.uid, PodPhase.DELETED, reason="Preempted")).ok
+        assert await state.release("sim-00000", victim.uid) is StoreCode.OK
+        preemptor = await bound_pod(state, "preemptor", "sim-00000", cpu="3")
+        await assign(js, preemptor)
+
+        async def preemptor_running() -> None:
+            assert await phase(state, preemptor.uid) is PodPhase.RUNNING
+            assert set(agent.running) == {preemptor.uid}
+            assert admissions(agent) == {"admitted": 2.0}
+
+        await eventually(preemptor_running)
+        assert await phase(state, victim.uid) is PodPhase.DELETED
+    assert await check_invariants(state) == []
+
+
 async def test_a_batch_admits_what_fits_and_handles_the_rest_as_one_by_one(
     settings: ConnectionSettings, state: ClusterState, js: JetStreamContext
 ) -> None:

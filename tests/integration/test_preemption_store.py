@@ -290,6 +290,29 @@ async def test_two_preemptors_racing_for_the_same_victims_evict_them_once(state:
         await other.redis.aclose()
 
 
+async def test_preempt_many_is_preempt_after_preempt_in_one_round_trip(state: ClusterState) -> None:
+    """Two preemptions of one batch on two nodes and a third that names a victim the first took:
+    in order, each atomic, the third refused whole, as three `preempt` calls would do."""
+    for node in ("n1", "n2"):
+        await state.put_node(make_node(node, cpu="2"))
+    low1, low2 = await running(state, pod("low-1"), "n1"), await running(state, pod("low-2"), "n2")
+    await running(state, pod("low-3", cpu="1"), "n2")
+    a = await reserved(state, pod("a", priority=10, cpu="1"), "n1")
+    b = await reserved(state, pod("b", priority=10, cpu="1"), "n2")
+    c = await reserved(state, pod("c", priority=10, cpu="1"), "n1")
+    results = await state.preempt_many(
+        [("n1", a, victims(low1)), ("n2", b, victims(low2)), ("n1", c, victims(low1))], source="cycle/test"
+    )
+    assert [r.code for r in results] == [StoreCode.OK, StoreCode.OK, StoreCode.CONFLICT], results
+    assert [e.key for e in results[0].evicted] == ["default/low-1"] and results[1].evicted[0].key == "default/low-2"
+    assert results[0].message == "Preempted by default/a on node n1"
+    assert (await state.get_pod(c.pod_uid)).phase is PodPhase.RESERVED  # not placed: the cycle undoes it
+    assert sorted(r.pod_uid for r in await state.reservations("n1")) == [a.pod_uid]
+    assert await state.preempt_many([]) == []
+    assert (await state.give_back(c.pod_uid, "n1", c.attempt)).ok  # the cycle's undo
+    assert await check_invariants(state) == []
+
+
 async def test_preempt_is_idempotent_for_the_same_attempt(state: ClusterState) -> None:
     await state.put_node(make_node("n1", cpu="2"))
     low = await running(state, pod("low"), "n1")

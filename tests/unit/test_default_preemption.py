@@ -69,6 +69,7 @@ from kubus.plugins.default_preemption import (
     DefaultPreemption,
     _Deltas,
     _DryRun,
+    _pick_scores,
     _Shadow,
     _VictimCache,
     calculate_num_candidates,
@@ -1339,6 +1340,8 @@ def _check_against_reference(seed: int, backend: Backend) -> None:
         every = reference.schedule_and_preempt(case.preemptor, infos, case.pdbs, every_candidate=True)
         assert every is not None
         assert _candidates(full.candidates) == _candidates(every.candidates)
+        # the pick's scores, worked out for all candidates at once, are each one's own
+        assert all(c.scores is not None and c.scores == _pick_scores(c) for c in full.candidates)
         assert {n: (s.code, s.reasons) for n, s in full.statuses.items()} == {
             n: (s.code, s.reasons) for n, s in every.statuses.items()
         }
