@@ -134,6 +134,11 @@ class _PodClass:
     """The profile's cluster-scoped Filter/Score plugins: asked after every placement."""
     stale: set[str] = field(default_factory=set)
     """Cluster-scoped plugins a placement affected: rerun over every row before deciding."""
+    placed: list[tuple[PodInfo, int]] = field(default_factory=list)
+    """The pods placed (and rows) since this class last decided, for the PreFilter plugins with
+    AddPod: their state moves by these pods instead of being made again over the whole table."""
+    evicted: bool = False
+    """Pods were evicted since this class last decided: every stale PreFilter runs again."""
     terms: list[_ScoreTerm] = field(default_factory=list)
     base: Any = None
     """Sum of weighted scores of plugins without NormalizeScore (they need no renormalizing)."""
@@ -211,6 +216,8 @@ class Scheduler:
                 for k, other in classes.items():
                     if remaining[k] > 0:
                         other.dirty.append(row)
+                        other.placed.append((placed, row))
+                        other.evicted = other.evicted or bool(result.preempted)
                         for plugin in other.cluster_plugins:
                             if result.preempted or (
                                 plugin.name not in other.stale
@@ -396,10 +403,12 @@ class Scheduler:
         table = self.table
         rows_h = np.unique(np.asarray(cls.dirty, dtype=np.intp))
         cls.dirty.clear()
+        placed, evicted = cls.placed, cls.evicted
+        cls.placed, cls.evicted = [], False
         if not cls.status.is_success:
             return
         if cls.stale:
-            self._rerun_cluster_plugins(cls)
+            self._rerun_cluster_plugins(cls, None if evicted else placed)
             if not cls.status.is_success:
                 return
         if len(rows_h) == 0:
@@ -423,15 +432,20 @@ class Scheduler:
                 cls.base[rows] += (new - term.raw[rows]) * term.weight
             term.raw[rows] = new
 
-    def _rerun_cluster_plugins(self, cls: _PodClass) -> None:
+    def _rerun_cluster_plugins(self, cls: _PodClass, placed: Sequence[tuple[PodInfo, int]] | None) -> None:
         """PreFilter, Filter (and PreScore, Score once scored) of the cluster-scoped plugins a
-        placement affected, over every row, as scheduling the pod afresh would run them."""
+        placement affected, over every row, as scheduling the pod afresh would run them. A
+        PreFilter plugin with AddPod (kube's PreFilterExtensions) whose PreFilter did not skip
+        has its state moved by the ``placed`` pods instead (what kube's AddPod is for: the state
+        as if those pods were there); None (pods were evicted): every one runs again."""
         fw, table, state, pod = self.framework, self.table, cls.state, cls.pod
         names, cls.stale = cls.stale, set()
         view = table.view()
         xp = view.xp
         for pre_filter in fw.pre_filter:
             if pre_filter.name not in names:
+                continue
+            if placed is not None and self._add_pods(pre_filter, state, pod, placed):
                 continue
             _, status = pre_filter.pre_filter(state, pod, table)
             if status.is_skip:
@@ -474,6 +488,15 @@ class Scheduler:
             )
             if not term.normalizes and term.active:
                 cls.base = cls.base + term.raw * term.weight
+
+    def _add_pods(self, plugin: Any, state: CycleState, pod: Pod, placed: Sequence[tuple[PodInfo, int]]) -> bool:
+        """AddPod of ``plugin`` for each placed pod, in order; False when it has no AddPod, its
+        PreFilter skipped (a placement may end the skip: it must run again) or an AddPod failed
+        (the state may be half moved: PreFilter makes it afresh)."""
+        add_pod = getattr(plugin, "add_pod", None)
+        if add_pod is None or getattr(plugin, "remove_pod", None) is None or plugin.name in state.skip_filter_plugins:
+            return False
+        return all(add_pod(state, pod, info, self.table.node_info(row)).is_success for info, row in placed)
 
     # ---- one pod -----------------------------------------------------------------------------
 

@@ -43,5 +43,7 @@ def go_round(x: np.ndarray) -> np.ndarray:
     """Go's `int64(math.Round(x))` over a float64 array of finite values: halves away from zero."""
     t = np.trunc(x)
     frac = x - t  # exact: the fractional part of a float64 is representable
-    rounded: np.ndarray = (t + np.where(frac >= 0.5, 1.0, np.where(frac <= -0.5, -1.0, 0.0))).astype(np.int64)
+    rounded: np.ndarray = t.astype(np.int64)
+    rounded += frac >= 0.5
+    rounded -= frac <= -0.5
     return rounded

@@ -105,6 +105,7 @@ SYSTEM_DEFAULT_CONSTRAINTS: tuple[TopologySpreadConstraint, ...] = (
 PRE_FILTER_STATE_KEY = "PreFilterPodTopologySpread"
 PRE_SCORE_STATE_KEY = "PreScorePodTopologySpread"
 _SELECTORS_STATE_KEY = "PodTopologySpread/selectors"
+_SCORE_NODES_STATE_KEY = "PodTopologySpread/score-nodes"
 _MAX_INT32 = 2**31 - 1
 _NO_ROW = np.empty(0, dtype=np.intp)
 
@@ -213,6 +214,22 @@ class _PreScoreState:
     """bool per row: the node misses a topology key (kube's IgnoredNodes)."""
     rows: np.ndarray
     """The rows PreScore saw, in the order their scores come to NormalizeScore."""
+
+
+@dataclass(frozen=True, slots=True)
+class _ScoreNodes:
+    """What PreScore reads of the nodes alone, for one pod and its ScheduleAnyway constraints:
+    the same for every decision of a pod class until the node set changes (placements do not
+    change it), so it is kept in the class's CycleState."""
+
+    nodes_version: int
+    rows: int
+    cols: tuple[np.ndarray, ...]
+    """The topology key's interned label column, per constraint."""
+    has_all: np.ndarray
+    """bool per row: the node has every required topology key."""
+    eligible: tuple[np.ndarray, ...]
+    """bool per row, per constraint: a node (of every key) its inclusion policies admit."""
 
 
 # ---- the plugin --------------------------------------------------------------------------------
@@ -375,28 +392,44 @@ class PodTopologySpread:
         constraints = self.constraints(pod, SCHEDULE_ANYWAY)
         if not constraints:
             return Status.skip()
-        state.write(PRE_SCORE_STATE_KEY, self._pre_score_state(pod, table, constraints, rows))
+        nodes: _ScoreNodes | None = state.get(_SCORE_NODES_STATE_KEY)
+        if nodes is None or (nodes.nodes_version, nodes.rows) != (table.nodes_version, table.rows):
+            nodes = self._score_nodes(pod, table, constraints)
+            state.write(_SCORE_NODES_STATE_KEY, nodes)
+        state.write(PRE_SCORE_STATE_KEY, self._pre_score_state(pod, table, constraints, rows, nodes))
         return Status.success()
 
-    def _pre_score_state(
-        self, pod: Pod, table: NodeTable, constraints: tuple[SpreadConstraint, ...], rows: Any
-    ) -> _PreScoreState:
-        n = table.rows
-        scored = np.asarray(rows, dtype=np.intp)
+    def _score_nodes(self, pod: Pod, table: NodeTable, constraints: tuple[SpreadConstraint, ...]) -> _ScoreNodes:
         # kube requires every topology key unless the constraints are the System defaults of a
         # pod without its own; those never apply in kubus (see the module docstring)
         require_all = bool(pod.spec.topology_spread_constraints) or not self.system_defaulted
-        cols = [_label_column(table, c.topology_key) for c in constraints]
-        has_all = np.ones(n, dtype=bool)
+        cols = tuple(_label_column(table, c.topology_key) for c in constraints)
+        has_all = np.ones(table.rows, dtype=bool)
         if require_all:
             for col in cols:
                 has_all &= col != 0
-        ignored_scored = ~has_all[scored]
-        kept = scored[~ignored_scored]
         eligible_base = _valid_mask(table) & has_all
         masks = _InclusionMasks(table, pod)
+        eligible = tuple(masks.apply(c, eligible_base) for c in constraints)
+        return _ScoreNodes(table.nodes_version, table.rows, cols, has_all, eligible)
+
+    def _pre_score_state(
+        self,
+        pod: Pod,
+        table: NodeTable,
+        constraints: tuple[SpreadConstraint, ...],
+        rows: Any,
+        nodes: _ScoreNodes | None = None,
+    ) -> _PreScoreState:
+        n = table.rows
+        scored = np.asarray(rows, dtype=np.intp)
+        if nodes is None:
+            nodes = self._score_nodes(pod, table, constraints)
+        has_all = nodes.has_all
+        ignored_scored = ~has_all[scored]
+        kept = scored[~ignored_scored]
         score = np.zeros(n, dtype=np.float64)
-        for c, col in zip(constraints, cols, strict=True):
+        for c, col, admitted in zip(constraints, nodes.cols, nodes.eligible, strict=True):
             per_row = _matching_pods(table, pod, c)
             size = table.domains(c.topology_key)
             if c.topology_key == LABEL_HOSTNAME:
@@ -406,7 +439,7 @@ class PodTopologySpread:
             else:
                 present = np.bincount(col[kept], minlength=size) > 0
                 domains = int(present.sum())
-                eligible = masks.apply(c, eligible_base) & present[col]
+                eligible = admitted & present[col]
                 per_domain = np.bincount(col[eligible], weights=per_row[eligible], minlength=size)
                 count = per_domain[col]
             weight = go_log(float(domains + 2))
