@@ -469,6 +469,14 @@ class Scheduler:
         for pre_score in fw.pre_score:
             if pre_score.name not in names or needs_feasible_nodes(pre_score):
                 continue
+            add = getattr(pre_score, "pre_score_add_pods", None)
+            if (
+                placed is not None
+                and add is not None
+                and pre_score.name not in state.skip_score_plugins
+                and add(state, pod, table, placed)
+            ):
+                continue  # kubus' incremental PreScore: moved by the placed pods
             status = pre_score.pre_score(state, pod, table)
             if status.is_skip:
                 state.skip_score_plugins.add(pre_score.name)

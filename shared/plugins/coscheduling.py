@@ -11,7 +11,9 @@ namespace; the group's ``minMember`` pods are placed together or not at all:
   (assigned + waiting + this one); the last one allows them all. The wait ends after the
   group's ``scheduleTimeoutSeconds`` (default `DEFAULT_SCHEDULE_TIMEOUT`).
 - PostFilter (a member found no node) and Unreserve (a member failed after Reserve) reject the
-  group's waiting members, so a gang never binds partially.
+  group's waiting members, so a gang never binds partially. In PostFilter, when gangs created
+  later have members waiting, those are rejected instead (kubus: the room goes to the gang
+  created first, so two gangs that fit alone but not together cannot fail each other in turn).
 
 Pods in no group pass every point untouched. The plugin is not in kube's default profile: a
 profile enables it (``multiPoint``) and disables PrioritySort, as scheduler-plugins' configs do.
@@ -72,6 +74,16 @@ class Coscheduling:
         """The group's pods waiting on Permit (allowed ones still count until they bind)."""
         return [w for w in self.handle.iterate_over_waiting_pods() if w.group == key]
 
+    def _younger_waiting_groups(self, key: str, group: PodGroup) -> list[str]:
+        """The groups created after ``group`` (then by key) with members waiting on Permit."""
+        mine = (group.creation_timestamp, key)
+        out = set()
+        for waiting in self.handle.iterate_over_waiting_pods():
+            other = self._groups.get(waiting.group) if waiting.group and waiting.group != key else None
+            if other is not None and (other.creation_timestamp, waiting.group) > mine:
+                out.add(waiting.group)
+        return sorted(out)
+
     def _reject_waiting(self, key: str, message: str) -> None:
         for waiting in self._waiting_members(key):
             waiting.reject(self.name, message)
@@ -127,6 +139,17 @@ class Coscheduling:
         if (group.min_member - placed) / group.min_member <= 0.1:
             # A gap of at most 10%: later members may still close it, let the others wait.
             return PostFilterResult(Status.unschedulable())
+        younger = self._younger_waiting_groups(key, group)
+        if younger:
+            # kubus: room held by the waiting members of gangs created later goes to this one
+            # (the gang created first has precedence, as scheduler-plugins' QueueSort orders
+            # them), so two gangs that fit alone but not together cannot fail each other in turn
+            # for ever. This one keeps its waiting members: its next attempt completes it.
+            for other in younger:
+                self._reject_waiting(other, f"PodGroup {key}, created earlier, takes the room")
+            return PostFilterResult(
+                Status.unschedulable(f"PodGroup {key} waits for the room of later PodGroups {', '.join(younger)}")
+            )
         # If this member cannot be placed, its siblings very likely cannot either: give back the
         # room the waiting ones hold now rather than at their timeout.
         self._reject_waiting(key, "optimistic rejection in PostFilter")

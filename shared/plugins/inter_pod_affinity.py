@@ -29,7 +29,7 @@ at. After pkg/scheduler/framework/plugins/interpodaffinity (filtering.go, scorin
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
@@ -451,6 +451,69 @@ class InterPodAffinity:
         scores = _to_domains(table, {k: v for k, v in weighted.items() if k in touched})
         state.write(_PRE_SCORE_KEY, _PreScoreState(scores))
         return Status.success()
+
+    def pre_score_add_pods(
+        self, state: CycleState, pod: Pod, table: NodeTable, placed: Sequence[tuple[PodInfo, int]]
+    ) -> bool:
+        """kubus, not kube (which has no such extension): PreScore's state moved as if the
+        ``placed`` pods (and their rows) had been there when it ran, what PreScore would now
+        compute, without going over every pod again (a batch, after its placements). False when
+        it cannot say: PreScore skipped or has not run (a placement may end a skip)."""
+        current: _PreScoreState | None = state.get(_PRE_SCORE_KEY)
+        incoming: _Incoming | None = state.get(_INCOMING_KEY)
+        if current is None or incoming is None:
+            return False
+        adds: dict[str, dict[int, int]] = {}
+        for info, row in placed:
+            found = self._score_terms(incoming, info)
+            for key, weight in found:
+                col = table.host_label(key)
+                domain = 0 if col is None else int(col[row])
+                if domain:  # a node without the key counts in no domain
+                    per_key = adds.setdefault(key, {})
+                    per_key[domain] = per_key.get(domain, 0) + weight
+        if adds:
+            scores = dict(current.topology_score)
+            for key, per_domain in adds.items():
+                size = table.domains(key)
+                old = scores.get(key)
+                moved = np.zeros(size, dtype=np.int64)
+                if old is not None:
+                    moved[: len(old)] = old
+                for domain, weight in per_domain.items():
+                    moved[domain] += weight
+                scores[key] = moved
+            state.write(_PRE_SCORE_KEY, _PreScoreState(scores))
+        return True
+
+    def _score_terms(self, incoming: _Incoming, existing: PodInfo) -> list[tuple[str, int]]:
+        """(topology key, weight) of every term by which PreScore counts ``existing``: the
+        incoming pod's preferred terms that select it, and its own terms (required affinity
+        with hardPodAffinityWeight, preferred) that select the incoming pod."""
+        other = existing.pod
+        namespace, labels = other.namespace, other.metadata.labels
+        own = incoming.terms
+        found = [
+            (w.term.topology_key, w.weight)
+            for w in own.preferred_affinity
+            if incoming.selects(w.term, namespace, labels)
+        ]
+        found += [
+            (w.term.topology_key, -w.weight)
+            for w in own.preferred_anti_affinity
+            if incoming.selects(w.term, namespace, labels)
+        ]
+        terms = existing.affinity
+        if terms is None:
+            return found
+        if self.hard_pod_affinity_weight > 0:
+            hard = self.hard_pod_affinity_weight
+            found += [(t.topology_key, hard) for t in terms.required_affinity if incoming.selected_by(t)]
+        found += [(w.term.topology_key, w.weight) for w in terms.preferred_affinity if incoming.selected_by(w.term)]
+        found += [
+            (w.term.topology_key, -w.weight) for w in terms.preferred_anti_affinity if incoming.selected_by(w.term)
+        ]
+        return found
 
     def score(self, state: CycleState, pod: Pod, view: TableView, rows: Rows) -> Any:
         """The sum over topology keys of the score of the node's domain (not normalized); 0

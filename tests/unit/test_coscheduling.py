@@ -156,6 +156,32 @@ def test_post_filter_rejects_the_waiting_members_of_the_group() -> None:
     assert not cs.post_filter(CycleState(), pod("plain"), FilterDiagnosis(1, {}, frozenset())).status.is_success
 
 
+def test_post_filter_takes_the_room_of_gangs_created_later() -> None:
+    """Two gangs that fit alone, not together, each holding some room: the one created first
+    takes the later one's room (its own members keep waiting); the later one gives its own back.
+    So they cannot fail each other in turn for ever."""
+    late = PodGroup(NS, "late", min_member=3, creation_timestamp=200.0)
+    cs, handle = plugin(GANG, late)
+    for waiting in (pod("g-1", "gang"), pod("l-1", "late"), pod("l-2", "late")):
+        wait(cs, handle, waiting)
+    result = cs.post_filter(CycleState(), pod("g-2", "gang"), FilterDiagnosis(1, {}, frozenset()))
+    assert result.status.code is Code.UNSCHEDULABLE
+    assert result.status.message() == "PodGroup default/gang waits for the room of later PodGroups default/late"
+    assert (
+        handle.rejection("uid-l-1")
+        == handle.rejection("uid-l-2")
+        == ("Coscheduling: PodGroup default/gang, created earlier, takes the room")
+    )
+    assert handle.get_waiting_pod("uid-g-1") is not None
+    # the later gang, failing in turn, gives back its own room and leaves the earlier one's alone
+    cs, handle = plugin(GANG, late)
+    for waiting in (pod("g-1", "gang"), pod("l-1", "late")):
+        wait(cs, handle, waiting)
+    cs.post_filter(CycleState(), pod("l-2", "late"), FilterDiagnosis(1, {}, frozenset()))
+    assert handle.rejection("uid-l-1") == "Coscheduling: optimistic rejection in PostFilter"
+    assert handle.get_waiting_pod("uid-g-1") is not None
+
+
 def test_post_filter_leaves_the_group_alone_when_enough_members_are_placed() -> None:
     cs, _ = plugin(GANG, assigned={"default/gang": 3})
     result = cs.post_filter(CycleState(), pod("g-4", "gang"), FilterDiagnosis(1, {}, frozenset()))

@@ -1553,6 +1553,43 @@ def test_placement_affects_is_never_wrongly_false(seed: int) -> None:
         assert affects
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 2**32))
+def test_pre_score_moved_by_placed_pods_equals_pre_score_again(seed: int) -> None:
+    """`pre_score_add_pods` (the batch's incremental PreScore) after each placement gives the
+    scores PreScore over the whole table gives, or says it cannot (a skipped PreScore)."""
+    rng = random.Random(seed)
+    c = _random_cluster(rng)
+    pod = _random_pod(rng, terms=0.8)
+    args = _random_args(rng)
+    table = c.table()
+    plugin = InterPodAffinity(args)
+    state = CycleState()
+    plugin.pre_filter(state, pod, table)
+    skipped = plugin.pre_score(state, pod, table).is_skip
+    for _ in range(rng.randint(1, 4)):
+        placed = PodInfo.of(_random_pod(rng, terms=0.6))
+        node = rng.choice(c.nodes).name
+        table.assume(placed, node)
+        placed = table.node_info(table.row_of[node]).pods[placed.pod.key]
+        moved = not skipped and plugin.pre_score_add_pods(state, pod, table, [(placed, table.row_of[node])])
+        again = CycleState()
+        plugin.pre_filter(again, pod, table)
+        skipped_again = plugin.pre_score(again, pod, table).is_skip
+        if skipped:
+            assert not moved
+        else:
+            assert moved
+            if skipped_again:  # nothing left to score: the moved state scores 0 everywhere too
+                assert not plugin.score(state, pod, table.view(), ALL_ROWS).any()
+            else:
+                want = plugin.score(again, pod, table.view(), ALL_ROWS)
+                assert plugin.score(state, pod, table.view(), ALL_ROWS).tolist() == want.tolist()
+        if skipped or skipped_again:  # as the scheduler does: PreScore again
+            state = again
+            skipped = skipped_again
+
+
 # ---- through the scheduler: one by one and in batches, as the reference scheduler -------------
 
 _PROFILE = (
