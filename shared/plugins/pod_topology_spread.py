@@ -230,6 +230,16 @@ class _ScoreNodes:
     """bool per row: the node has every required topology key."""
     eligible: tuple[np.ndarray, ...]
     """bool per row, per constraint: a node (of every key) its inclusion policies admit."""
+    ignored: np.ndarray
+    """``~has_all``."""
+    valid: int
+    """How many nodes the table has: PreScore over that many rows is over every node."""
+    every_node_keyed: bool
+    """Every node has every required topology key (none is ignored)."""
+    present: tuple[np.ndarray | None, ...]
+    """Per constraint (None for the hostname): bool per domain, some node is in it."""
+    admitted: tuple[tuple[np.ndarray, np.ndarray], ...]
+    """Per constraint: the rows ``eligible`` holds and their domains."""
 
 
 # ---- the plugin --------------------------------------------------------------------------------
@@ -408,10 +418,23 @@ class PodTopologySpread:
         if require_all:
             for col in cols:
                 has_all &= col != 0
-        eligible_base = _valid_mask(table) & has_all
+        valid = _valid_mask(table)
+        eligible_base = valid & has_all
         masks = _InclusionMasks(table, pod)
         eligible = tuple(masks.apply(c, eligible_base) for c in constraints)
-        return _ScoreNodes(table.nodes_version, table.rows, cols, has_all, eligible)
+        present = tuple(
+            None
+            if c.topology_key == LABEL_HOSTNAME
+            else np.bincount(col[valid], minlength=table.domains(c.topology_key)) > 0
+            for c, col in zip(constraints, cols, strict=True)
+        )
+        admitted = tuple(
+            (rows, col[rows]) for col, rows in ((col, np.flatnonzero(e)) for col, e in zip(cols, eligible, strict=True))
+        )
+        return _ScoreNodes(
+            table.nodes_version, table.rows, cols, has_all, eligible, ~has_all, int(valid.sum()),
+            bool(has_all[valid].all()), present, admitted,
+        )  # fmt: skip
 
     def _pre_score_state(
         self,
@@ -426,27 +449,43 @@ class PodTopologySpread:
         if nodes is None:
             nodes = self._score_nodes(pod, table, constraints)
         has_all = nodes.has_all
-        ignored_scored = ~has_all[scored]
-        kept = scored[~ignored_scored]
+        # every node scored and keyed (the common case): what the nodes alone give is known
+        every = nodes.every_node_keyed and len(scored) == nodes.valid
+        ignored_scored = np.zeros(len(scored), dtype=bool) if every else ~has_all[scored]
+        kept = scored if every else scored[~ignored_scored]
         score = np.zeros(n, dtype=np.float64)
-        for c, col, admitted in zip(constraints, nodes.cols, nodes.eligible, strict=True):
+        raw: np.ndarray | None = None
+        for k, (c, col, admitted) in enumerate(zip(constraints, nodes.cols, nodes.eligible, strict=True)):
             per_row = _matching_pods(table, pod, c)
             size = table.domains(c.topology_key)
             if c.topology_key == LABEL_HOSTNAME:
                 # the hostname special case: the node's own pods, whatever the policies
                 count = per_row.astype(np.float64)
                 domains = len(scored) - int(ignored_scored.sum())
+                term = count * go_log(float(domains + 2)) + float(c.max_skew - 1)
+                score = score + np.where(col != 0, term, 0.0)
+                continue
+            if every:
+                # every node's domain is present: the eligible rows are the admitted ones
+                present = nodes.present[k]
+                assert present is not None
+                admitted_rows, admitted_cols = nodes.admitted[k]
+                per_domain = np.bincount(admitted_cols, weights=per_row[admitted_rows], minlength=size)
             else:
                 present = np.bincount(col[kept], minlength=size) > 0
-                domains = int(present.sum())
                 eligible = admitted & present[col]
                 per_domain = np.bincount(col[eligible], weights=per_row[eligible], minlength=size)
-                count = per_domain[col]
-            weight = go_log(float(domains + 2))
-            term = count * weight + float(c.max_skew - 1)
-            score = score + np.where(col != 0, term, 0.0)
-        raw = go_round(score)
-        ignored = ~has_all
+            domains = int(present.sum())
+            # the term of each domain, then of each row: the same float arithmetic per value
+            terms = per_domain * go_log(float(domains + 2)) + float(c.max_skew - 1)
+            terms[0] = 0.0  # value 0: the node lacks the key
+            if len(constraints) == 1:
+                raw = go_round(terms)[col]  # one term: round the few domains, not every row
+            else:
+                score = score + terms[col]
+        if raw is None:
+            raw = go_round(score)
+        ignored = nodes.ignored
         raw[ignored] = 0
         return _PreScoreState(raw, ignored, scored)
 
