@@ -428,9 +428,8 @@ class PodTopologySpread:
             else np.bincount(col[valid], minlength=table.domains(c.topology_key)) > 0
             for c, col in zip(constraints, cols, strict=True)
         )
-        admitted = tuple(
-            (rows, col[rows]) for col, rows in ((col, np.flatnonzero(e)) for col, e in zip(cols, eligible, strict=True))
-        )
+        admitted_rows = [np.flatnonzero(e) for e in eligible]
+        admitted = tuple((rows, col[rows]) for col, rows in zip(cols, admitted_rows, strict=True))
         return _ScoreNodes(
             table.nodes_version, table.rows, cols, has_all, eligible, ~has_all, int(valid.sum()),
             bool(has_all[valid].all()), present, admitted,
