@@ -51,6 +51,7 @@ from functools import cmp_to_key
 from typing import Any
 
 from kubus.api.objects import Pod
+from kubus.api.podgroups import pod_group_key
 from kubus.framework.interface import PreEnqueuePlugin, QueueSortPlugin
 from kubus.framework.queueing_hints import (
     ALL_EVENTS,
@@ -523,9 +524,13 @@ class SchedulingQueue:
 
     def flush_backoff(self) -> int:
         """Move every pod whose backoff expired to the activeQ (kube's flushBackoffQCompleted,
-        every second). Returns how many moved."""
+        every second), and with a pod of a PodGroup its siblings still backing off: a gang's
+        members come back together, so QueueSort keeps them side by side in the activeQ
+        (members backing off apart could never all be placed within the group's timeout).
+        Returns how many moved."""
         now = self.clock()
         moved = 0
+        groups: set[str] = set()
         while self._backoff_heap and self._backoff_heap[0][0] <= now:
             _, seq, uid = heapq.heappop(self._backoff_heap)
             entry = self._backoff.get(uid)
@@ -534,6 +539,14 @@ class SchedulingQueue:
             del self._backoff[uid]
             self._put(entry, QueueName.ACTIVE, "BackoffComplete")
             moved += 1
+            group = pod_group_key(entry.pod)
+            if group is not None:
+                groups.add(group)
+        if groups:
+            for entry in [e for e in self._backoff.values() if pod_group_key(e.pod) in groups]:
+                del self._backoff[entry.uid]  # its heap item goes stale (lazy deletion by seq)
+                self._put(entry, QueueName.ACTIVE, "GangSiblingBackoffComplete")
+                moved += 1
         return moved
 
     def flush_unschedulable_leftover(self) -> int:

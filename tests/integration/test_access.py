@@ -101,8 +101,10 @@ async def store(servers: EmbeddedServers, user: str) -> AsyncIterator[aioredis.R
         await client.aclose()
 
 
-async def _received(admin: NATS, subject: str, publish: object) -> list[bytes]:
-    """What an admin subscriber on ``subject`` got while ``publish`` ran (settled both sides)."""
+async def _received(admin: NATS, subject: str, publisher: NATS, data: bytes) -> list[bytes]:
+    """What an admin subscriber on ``subject`` got of ``publisher`` publishing ``data`` there:
+    the publisher settled (the server has its message, or refused it), then the admin (every
+    message routed to it has arrived)."""
     got: list[bytes] = []
 
     async def on_msg(msg: nats.aio.msg.Msg) -> None:
@@ -110,7 +112,8 @@ async def _received(admin: NATS, subject: str, publish: object) -> list[bytes]:
 
     sub = await admin.subscribe(subject, cb=on_msg)
     await settle(admin)
-    await publish  # type: ignore[misc]
+    await publisher.publish(subject, data)
+    await settle(publisher)
     await settle(admin)
     await sub.unsubscribe()
     return got
@@ -159,7 +162,7 @@ async def test_a_node_agent_cannot_publish_a_bind_request(secured: EmbeddedServe
     async with bus(secured, "admin") as (admin, _):
         for agent in ("gpu-agent", "agent-n1"):
             async with bus(secured, agent) as (nc, errors):
-                got = await _received(admin, subject, nc.publish(subject, encode(request)))
+                got = await _received(admin, subject, nc, encode(request))
                 await eventually(lambda errors=errors: _denied(errors, "publish", subject))
                 assert got == []
 
@@ -172,11 +175,11 @@ def _denied(errors: list[str], what: str, subject: str) -> None:
 async def test_a_node_agent_speaks_only_for_its_own_node(secured: EmbeddedServers) -> None:
     async with bus(secured, "admin") as (admin, _), bus(secured, "agent-n1") as (nc, errors):
         other, own = event_subject("node.updated", "n2"), event_subject("node.updated", "n1")
-        assert await _received(admin, other, nc.publish(other, b"{}")) == []
+        assert await _received(admin, other, nc, b"{}") == []
         await eventually(lambda: _denied(errors, "publish", other))
-        assert await _received(admin, own, nc.publish(own, b"{}")) == [b"{}"]
+        assert await _received(admin, own, nc, b"{}") == [b"{}"]
         # Nor may it submit pods, or listen to what others are told.
-        assert await _received(admin, "kubus.pods.submit", nc.publish("kubus.pods.submit", b"{}")) == []
+        assert await _received(admin, "kubus.pods.submit", nc, b"{}") == []
         await nc.subscribe("kubus.queue.default-scheduler.pop")
         await eventually(lambda: _denied(errors, "subscription", "kubus.queue.default-scheduler.pop"))
         await nc.subscribe(inbox_prefix("queue") + ".>")
@@ -204,9 +207,9 @@ async def test_a_node_agent_consumes_only_its_own_nodes_pods(secured: EmbeddedSe
 async def test_the_cli_cannot_bind_or_feed_agents(secured: EmbeddedServers) -> None:
     async with bus(secured, "admin") as (admin, _), bus(secured, "client") as (nc, errors):
         for subject in (bind("default-scheduler"), node_pods("n1"), "kubus.pods.requeue"):
-            assert await _received(admin, subject, nc.publish(subject, b"{}")) == []
+            assert await _received(admin, subject, nc, b"{}") == []
             await eventually(lambda subject=subject: _denied(errors, "publish", subject))
-        assert await _received(admin, "kubus.pods.submit", nc.publish("kubus.pods.submit", b"x")) == [b"x"]
+        assert await _received(admin, "kubus.pods.submit", nc, b"x") == [b"x"]
 
 
 async def test_services_work_as_their_roles(secured: EmbeddedServers) -> None:

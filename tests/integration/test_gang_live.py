@@ -23,9 +23,12 @@ PROFILE = "default-scheduler"
 NS = "gang"
 PLACED = (PodPhase.BOUND, PodPhase.RUNNING)
 
+# Backoff no longer than the groups' 2 s scheduleTimeoutSeconds: members that failed apart come
+# back within one wait of each other (with kube's 10 s cap a gang of short waits takes rounds).
 CONFIG = f"""
 apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
+podMaxBackoffSeconds: 2
 profiles:
 - schedulerName: {PROFILE}
   plugins:

@@ -88,6 +88,26 @@ def test_a_failed_pod_backs_off_from_the_time_its_attempt_came_back() -> None:
     assert queue.get("uid-a").backoff_expiry == clock.now + 2.0  # type: ignore[union-attr]
 
 
+def test_a_gang_member_leaving_backoff_brings_its_siblings() -> None:
+    """Members of a PodGroup back off apart (they came back at different times); when the first one's backoff
+    ends the others come along, so the gang is tried together. Pods of no group wait theirs."""
+    clock = FakeClock()
+    queue = make_queue(clock)
+    for name, group in (("g-1", "gang"), ("g-2", "gang"), ("lone", None), ("o-1", "other")):
+        labels = {"scheduling.x-k8s.io/pod-group": group} if group else {}
+        pod = Pod(ObjectMeta(name=name, namespace="default", uid=f"uid-{name}", labels=labels), PodSpec())
+        queue.add(pod, codec.dumps({"name": name}))
+    popped = {e.key: e for e in queue.pop(4)}
+    queue.add_unschedulable(popped["default/g-1"].uid, ())  # back off 1 s from now
+    clock.advance(0.6)
+    for name in ("g-2", "lone", "o-1"):  # these came back later: their 1 s ends later
+        queue.add_unschedulable(popped[f"default/{name}"].uid, ())
+    clock.advance(0.4)
+    queue.flush_backoff()  # g-1 leaves backoff: its sibling too; the others keep waiting
+    assert queue.where("uid-g-1") is queue.where("uid-g-2") is QueueName.ACTIVE
+    assert queue.where("uid-lone") is queue.where("uid-o-1") is QueueName.BACKOFF
+
+
 def test_backoff_queue_releases_pods_in_expiry_order() -> None:
     clock = FakeClock()
     queue = make_queue(clock)

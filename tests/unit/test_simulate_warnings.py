@@ -17,7 +17,9 @@ metadata: {name: n1}
 status: {capacity: {cpu: "4", memory: 8Gi, pods: "10"}}
 """
 
-MANIFESTS = NODE + """
+MANIFESTS = (
+    NODE
+    + """
 ---
 apiVersion: v1
 kind: Pod
@@ -32,8 +34,11 @@ metadata: {name: web}
 spec:
   containers: [{name: c, resources: {requests: {cpu: 100m}}}]
 """
+)
 
-HOST_NETWORK = NODE + """
+HOST_NETWORK = (
+    NODE
+    + """
 ---
 apiVersion: v1
 kind: Pod
@@ -48,6 +53,7 @@ metadata: {name: proxy-2}
 spec:
   containers: [{name: c, ports: [{containerPort: 9090, hostPort: 8080}]}]
 """
+)
 
 
 def run(tmp_path: Path, text: str, *args: str) -> str:
