@@ -56,7 +56,7 @@ from kubus.bus import (
     NODE_PODS_ALL,
     NODES_STREAM,
     EventKind,
-    consumer_name,
+    agent_consumer,
     ensure_pull_consumer,
     event_filter,
     node_pods,
@@ -102,10 +102,10 @@ class AgentService(Registration, Resync, Finishing):
         self.cluster = ClusterState(self.redis, clock=self.clock)
         # The consumer first: a simulation next to per-node agents fails here, before touching Redis.
         if self.simulated:
-            durable, subject = "kubus-agent-simulated", NODE_PODS_ALL
+            durable, subject = agent_consumer(None), NODE_PODS_ALL
         else:
             (node,) = self._names
-            durable, subject = consumer_name("kubus-agent", node), node_pods(node)
+            durable, subject = agent_consumer(node), node_pods(node)
         subscription = self.intake(
             await ensure_pull_consumer(
                 self.js,

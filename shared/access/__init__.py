@@ -9,13 +9,12 @@ from kubus.access.credentials import (
     ensure_credentials,
     read_credentials,
 )
-from kubus.access.roles import ADMIN, CONTROL_PLANE, ROLES, Role, inbox_prefix, node_agent_role, role
+from kubus.access.roles import ADMIN, ROLES, Role, inbox_prefix, node_agent_role, role
 from kubus.access.servers import nats_authorization, redis_acl
 
 __all__ = [
     "ACCESS_DIR",
     "ADMIN",
-    "CONTROL_PLANE",
     "DEFAULT_USERS",
     "ROLES",
     "AccessError",

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kubus.bus.consumers import consumer_name
+from kubus.bus.consumers import agent_consumer
 from kubus.bus.subjects import (
     BIND_STREAM,
     EVENTS,
@@ -48,17 +48,12 @@ from kubus.store.keys import DEFAULT_PREFIX, escape
 
 __all__ = [
     "ADMIN",
-    "AGENT_DURABLE_SIMULATED",
-    "CONTROL_PLANE",
     "ROLES",
     "Role",
     "inbox_prefix",
     "node_agent_role",
     "role",
 ]
-
-AGENT_DURABLE_SIMULATED = "kubus-agent-simulated"
-"""The durable consumer of an agent simulating many nodes (on ``kubus.node.*.pods``)."""
 
 
 def inbox_prefix(user: str) -> str:
@@ -129,10 +124,6 @@ def _events(*kinds: EventKind) -> tuple[str, ...]:
 # -- Redis key patterns --------------------------------------------------------------------------
 
 
-def _keys(*patterns: str, prefix: str = DEFAULT_PREFIX) -> tuple[str, ...]:
-    return tuple(f"{prefix}:{p}" for p in patterns)
-
-
 _EVERY_KEY = ("*",)
 _POD_KEYS = ("{pod:*}:*",)
 _PHASE_INDEXES = ("{idx}:phase:*", "{idx}:pending:*", "{idx}:pod-keys", "{idx}:waiting:*", "{idx}:group:*")
@@ -142,10 +133,10 @@ _NODE_INDEXES = ("{idx}:nodes", "{idx}:heartbeats")
 def _agent(name: str, purpose: str, node: str | None) -> Role:
     """The agent rights on one node (``node``) or on every node (None: a simulator)."""
     if node is None:
-        durable, pods, node_keys, node_token = AGENT_DURABLE_SIMULATED, NODE_PODS_ALL, "{node:*}:*", "*"
+        pods, node_keys, node_token = NODE_PODS_ALL, "{node:*}:*", "*"
     else:
-        durable, pods = consumer_name("kubus-agent", node), node_pods(node)
-        node_keys, node_token = "{node:" + escape(node) + "}:*", token(node)
+        pods, node_keys, node_token = node_pods(node), "{node:" + escape(node) + "}:*", token(node)
+    durable = agent_consumer(node)
     return Role(
         name=name,
         purpose=purpose,
@@ -184,9 +175,6 @@ ADMIN = Role(
     redis_write=_EVERY_KEY,
     admin=True,
 )
-
-CONTROL_PLANE = ("queue", "cycle", "binder")
-"""Roles that create and update the streams."""
 
 ROLES: dict[str, Role] = {
     r.name: r
@@ -274,4 +262,4 @@ def role(name: str) -> Role:
 
 def redis_patterns(patterns: tuple[str, ...], prefix: str = DEFAULT_PREFIX) -> tuple[str, ...]:
     """``patterns`` under ``prefix`` (``kubus:{node:*}:usage``)."""
-    return _keys(*patterns, prefix=prefix)
+    return tuple(f"{prefix}:{p}" for p in patterns)

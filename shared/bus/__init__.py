@@ -17,6 +17,7 @@ from kubus.bus.connection import (
 )
 from kubus.bus.consumers import (
     ConsumerConflictError,
+    agent_consumer,
     consumer_name,
     deliveries,
     ensure_pull_consumer,
@@ -75,6 +76,7 @@ __all__ = [
     "Retention",
     "StreamConfigError",
     "StreamSpec",
+    "agent_consumer",
     "bind",
     "connect_bus",
     "consumer_name",

@@ -36,6 +36,12 @@ def consumer_name(*parts: str) -> str:
     return "-".join(_UNSAFE_NAME.sub("_", p) for p in parts)
 
 
+def agent_consumer(node: str | None) -> str:
+    """The durable consumer on KUBUS_NODES of the agent of ``node`` (filtered on its pods'
+    subject), or of an agent simulating many nodes (None; filtered on every node's)."""
+    return "kubus-agent-simulated" if node is None else consumer_name("kubus-agent", node)
+
+
 async def ensure_pull_consumer(
     js: JetStreamContext,
     stream: str,

@@ -312,6 +312,16 @@ def is_cluster_scoped(plugin: object) -> bool:
     return callable(getattr(plugin, "placement_affects", None))
 
 
+def has_pre_filter_extensions(plugin: object) -> bool:
+    """isinstance(plugin, `PreFilterExtensions`) as the runtime Protocol check decides it (a name,
+    and add_pod / remove_pod that are not None), without the cost of the Protocol machinery."""
+    return (
+        hasattr(plugin, "name")
+        and getattr(plugin, "add_pod", None) is not None
+        and getattr(plugin, "remove_pod", None) is not None
+    )
+
+
 def needs_feasible_nodes(plugin: object) -> bool:
     return callable(getattr(plugin, "pre_score_feasible", None))
 
@@ -343,6 +353,7 @@ __all__ = [
     "Rows",
     "ScorePlugin",
     "WaitingPod",
+    "has_pre_filter_extensions",
     "is_cluster_scoped",
     "is_placement_sensitive",
     "needs_feasible_nodes",

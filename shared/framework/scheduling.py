@@ -30,6 +30,7 @@ from kubus.framework.interface import (
     ALL_ROWS,
     FilterDiagnosis,
     FilterResult,
+    has_pre_filter_extensions,
     is_cluster_scoped,
     is_placement_sensitive,
     needs_feasible_nodes,
@@ -501,10 +502,9 @@ class Scheduler:
         """AddPod of ``plugin`` for each placed pod, in order; False when it has no AddPod, its
         PreFilter skipped (a placement may end the skip: it must run again) or an AddPod failed
         (the state may be half moved: PreFilter makes it afresh)."""
-        add_pod = getattr(plugin, "add_pod", None)
-        if add_pod is None or getattr(plugin, "remove_pod", None) is None or plugin.name in state.skip_filter_plugins:
+        if not has_pre_filter_extensions(plugin) or plugin.name in state.skip_filter_plugins:
             return False
-        return all(add_pod(state, pod, info, self.table.node_info(row)).is_success for info, row in placed)
+        return all(plugin.add_pod(state, pod, info, self.table.node_info(row)).is_success for info, row in placed)
 
     # ---- one pod -----------------------------------------------------------------------------
 

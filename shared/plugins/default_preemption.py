@@ -91,6 +91,7 @@ from kubus.framework.interface import (
     FilterDiagnosis,
     FilterResult,
     PostFilterResult,
+    has_pre_filter_extensions,
     is_cluster_scoped,
     is_placement_sensitive,
 )
@@ -394,16 +395,6 @@ class DefaultPreemption:
 # ---- the dry run over many rows at once ---------------------------------------------------------
 
 
-def _has_extensions(plugin: object) -> bool:
-    """isinstance(plugin, `PreFilterExtensions`) as the runtime Protocol check decides it (a name,
-    and add_pod / remove_pod that are not None), without the cost of the Protocol machinery."""
-    return (
-        hasattr(plugin, "name")
-        and getattr(plugin, "add_pod", None) is not None
-        and getattr(plugin, "remove_pod", None) is not None
-    )
-
-
 def reads_view_only(plugin: object) -> bool:
     """Whether a Filter plugin sees the pods on a node only through the view's usage arrays
     (its ``reads_view_only`` ClassVar, `kubus.framework.interface`; default False)."""
@@ -448,9 +439,9 @@ class _DryRun:
         skip = state.skip_filter_plugins
         self.filters: list[Any] = [p for p in framework.filter if p.name not in skip]
         """The Filter plugins that run for the pod, in order."""
-        self.stateful = any(_has_extensions(p) and p.name not in skip for p in framework.pre_filter)
+        self.stateful = any(has_pre_filter_extensions(p) and p.name not in skip for p in framework.pre_filter)
         """Some PreFilter plugin keeps what-if state: each node gets its own CycleState."""
-        self.per_row = [p for p in self.filters if is_cluster_scoped(p) or _has_extensions(p)]
+        self.per_row = [p for p in self.filters if is_cluster_scoped(p) or has_pre_filter_extensions(p)]
         """Run one row at a time, with the row's CycleState (kube's way)."""
         per_row = {p.name for p in self.per_row}
         self.sensitive = [p for p in self.filters if p.name not in per_row and is_placement_sensitive(p)]

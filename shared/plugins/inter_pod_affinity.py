@@ -434,13 +434,8 @@ class InterPodAffinity:
         for group in table.pods.term_groups(
             TermKind.REQUIRED_AFFINITY, TermKind.PREFERRED_AFFINITY, TermKind.PREFERRED_ANTI_AFFINITY
         ):
-            if group.kind is TermKind.REQUIRED_AFFINITY:
-                if self.hard_pod_affinity_weight <= 0:
-                    continue
-                weight = self.hard_pod_affinity_weight
-            else:
-                weight = group.weight if group.kind is TermKind.PREFERRED_AFFINITY else -group.weight
-            if not incoming.selected_by(group.term):
+            weight = self._existing_term_weight(group.kind, group.weight)
+            if not weight or not incoming.selected_by(group.term):
                 continue
             key = group.term.topology_key
             group.counts.add_to(_accumulate(rows, weighted, key), weight)
@@ -506,14 +501,24 @@ class InterPodAffinity:
         terms = existing.affinity
         if terms is None:
             return found
-        if self.hard_pod_affinity_weight > 0:
-            hard = self.hard_pod_affinity_weight
-            found += [(t.topology_key, hard) for t in terms.required_affinity if incoming.selected_by(t)]
-        found += [(w.term.topology_key, w.weight) for w in terms.preferred_affinity if incoming.selected_by(w.term)]
-        found += [
-            (w.term.topology_key, -w.weight) for w in terms.preferred_anti_affinity if incoming.selected_by(w.term)
+        theirs = [
+            *((TermKind.REQUIRED_AFFINITY, t, 0) for t in terms.required_affinity),
+            *((TermKind.PREFERRED_AFFINITY, w.term, w.weight) for w in terms.preferred_affinity),
+            *((TermKind.PREFERRED_ANTI_AFFINITY, w.term, w.weight) for w in terms.preferred_anti_affinity),
         ]
+        for kind, term, preferred_weight in theirs:
+            weight = self._existing_term_weight(kind, preferred_weight)
+            if weight and incoming.selected_by(term):
+                found.append((term.topology_key, weight))
         return found
+
+    def _existing_term_weight(self, kind: TermKind, weight: int) -> int:
+        """What an existing pod's term that selects the incoming pod adds to the score of its
+        node's domain (kube's processExistingPod): hardPodAffinityWeight for required affinity,
+        the preferred term's weight, negated for anti-affinity; 0: it does not count."""
+        if kind is TermKind.REQUIRED_AFFINITY:
+            return max(self.hard_pod_affinity_weight, 0)
+        return weight if kind is TermKind.PREFERRED_AFFINITY else -weight
 
     def score(self, state: CycleState, pod: Pod, view: TableView, rows: Rows) -> Any:
         """The sum over topology keys of the score of the node's domain (not normalized); 0

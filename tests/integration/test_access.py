@@ -35,7 +35,7 @@ from kubus.bus.connection import connect_bus, ensure_streams, settle
 from kubus.bus.messages import BindRequest, encode
 from kubus.bus.subjects import bind, event_subject, node_pods
 from kubus.embedded import EmbeddedServers, free_port, nats_server_binary
-from kubus.settings import ConnectionSettings, load_settings, redis_client
+from kubus.settings import ConnectionSettings, load_settings, nats_connect_options, redis_client
 from kubus.store import ClusterState
 
 pytestmark = pytest.mark.integration
@@ -76,16 +76,8 @@ async def bus(servers: EmbeddedServers, user: str) -> AsyncIterator[tuple[NATS, 
     async def on_error(exc: Exception) -> None:
         errors.append(str(exc))
 
-    settings = login(servers, user)
-    nc = await nats.connect(
-        settings.nats_url,
-        user=settings.nats_user,
-        password=settings.nats_password,
-        inbox_prefix=settings.nats_inbox_prefix or "_INBOX",
-        error_cb=on_error,
-        allow_reconnect=False,
-        max_reconnect_attempts=0,
-    )
+    options = nats_connect_options(login(servers, user))
+    nc = await nats.connect(**options, error_cb=on_error, allow_reconnect=False, max_reconnect_attempts=0)
     try:
         yield nc, errors
     finally:
