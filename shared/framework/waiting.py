@@ -71,6 +71,11 @@ class WaitingPods:
     _decisions: list[Decision] = field(default_factory=list)
     pod_groups: PodGroups = field(default_factory=PodGroups)
     """The pod groups (gangs) and their member counts, loaded by the owner with the waits."""
+    _reserved: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """uid -> (group, rejection): pods of a group that passed Reserve and have not reached Permit
+    yet. The cycle runs Permit after a whole batch is reserved in Redis, so a later pod's
+    PostFilter in the same batch must see (and may reject) the members placed before it, as kube's
+    one-pod cycle would have them waiting by then."""
 
     # -- what plugins call (FrameworkHandle) --------------------------------------------------
 
@@ -80,6 +85,34 @@ class WaitingPods:
 
     def iterate_over_waiting_pods(self) -> Sequence[_WaitingPod]:
         return [pod for pod in self._pods.values() if not pod.rejected]
+
+    # -- members between Reserve and Permit (a plugin with state across the two calls) ---------
+
+    def note_reserved(self, uid: str, group: str) -> None:
+        """A member of ``group`` passed Reserve; its Permit comes later (`take_reserved`)."""
+        self._reserved[uid] = (group, "")
+
+    def forget_reserved(self, uid: str) -> None:
+        """The member was unreserved before its Permit."""
+        self._reserved.pop(uid, None)
+
+    def reserved_members(self, group: str) -> list[str]:
+        """The uids of ``group``'s members between Reserve and Permit, not rejected."""
+        return [uid for uid, (g, rejected) in self._reserved.items() if g == group and not rejected]
+
+    def reserved_groups(self) -> set[str]:
+        """The groups with members between Reserve and Permit, not rejected."""
+        return {g for g, rejected in self._reserved.values() if not rejected}
+
+    def reject_reserved(self, group: str, message: str) -> None:
+        """Reject ``group``'s members between Reserve and Permit: their Permit will refuse them."""
+        for uid in self.reserved_members(group):
+            self._reserved[uid] = (group, message)
+
+    def take_reserved(self, uid: str) -> str:
+        """At the member's Permit: forget it; the rejection it got meanwhile, else ""."""
+        _, rejected = self._reserved.pop(uid, ("", ""))
+        return rejected
 
     # -- what the owner calls ------------------------------------------------------------------
 
@@ -91,8 +124,10 @@ class WaitingPods:
 
     def load_states(self, states: Iterable[Any]) -> None:
         """Replace the view with these waits (`kubus.store.PermitState`s: uid, key, node,
-        attempt, pending, rejected); rejected ones are left out."""
+        attempt, pending, rejected); rejected ones are left out. A new batch starts: members
+        between Reserve and Permit are forgotten."""
         self._pods = {}
+        self._reserved = {}
         for s in states:
             if not s.rejected:
                 self.add(s.uid, s.key, s.node, s.attempt, s.pending, group=getattr(s, "group", ""))

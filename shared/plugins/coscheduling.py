@@ -11,7 +11,10 @@ namespace; the group's ``minMember`` pods are placed together or not at all:
   (assigned + waiting + this one); the last one allows them all. The wait ends after the
   group's ``scheduleTimeoutSeconds`` (default `DEFAULT_SCHEDULE_TIMEOUT`).
 - PostFilter (a member found no node) and Unreserve (a member failed after Reserve) reject the
-  group's waiting members, so a gang never binds partially. In PostFilter, when gangs created
+  group's members that hold room: the waiting ones, and the ones reserved earlier in the same
+  batch, which the cycle brings to Permit only after the batch (their Permit refuses them). A
+  gang never binds partially, and one that cannot fit gives its room back in the batch that
+  found it out. In PostFilter, when gangs created
   later have members waiting, those are rejected instead (kubus: the room goes to the gang
   created first, so two gangs that fit alone but not together cannot fail each other in turn).
 
@@ -74,19 +77,28 @@ class Coscheduling:
         """The group's pods waiting on Permit (allowed ones still count until they bind)."""
         return [w for w in self.handle.iterate_over_waiting_pods() if w.group == key]
 
-    def _younger_waiting_groups(self, key: str, group: PodGroup) -> list[str]:
-        """The groups created after ``group`` (then by key) with members waiting on Permit."""
+    def _held(self, key: str) -> int:
+        """The group's members holding room now: waiting on Permit, or reserved earlier in this
+        batch and not at Permit yet (kube's one-pod cycle would have them waiting)."""
+        return len({w.uid for w in self._waiting_members(key)} | set(self.handle.reserved_members(key)))
+
+    def _younger_holding_groups(self, key: str, group: PodGroup) -> list[str]:
+        """The groups created after ``group`` (then by key) with members holding room."""
         mine = (group.creation_timestamp, key)
+        holding = {w.group for w in self.handle.iterate_over_waiting_pods() if w.group}
         out = set()
-        for waiting in self.handle.iterate_over_waiting_pods():
-            other = self._groups.get(waiting.group) if waiting.group and waiting.group != key else None
-            if other is not None and (other.creation_timestamp, waiting.group) > mine:
-                out.add(waiting.group)
+        for other_key in holding | self.handle.reserved_groups():
+            other = self._groups.get(other_key) if other_key != key else None
+            if other is not None and (other.creation_timestamp, other_key) > mine:
+                out.add(other_key)
         return sorted(out)
 
-    def _reject_waiting(self, key: str, message: str) -> None:
+    def _reject_held(self, key: str, message: str) -> None:
+        """Reject the group's members that hold room: the waiting ones now, the reserved ones at
+        their Permit."""
         for waiting in self._waiting_members(key):
             waiting.reject(self.name, message)
+        self.handle.reject_reserved(key, message)
 
     # -- QueueSort -------------------------------------------------------------------------------
 
@@ -131,42 +143,49 @@ class Coscheduling:
         key, group = self._group(pod)
         if key is None or group is None:
             return PostFilterResult(Status.unschedulable("can not find pod group"))
-        # Members already placed or waiting (scheduler-plugins counts the snapshot's assumed pods).
-        placed = self._groups.assigned(key) + len(self._waiting_members(key))
+        # Members already placed or holding room (scheduler-plugins counts the snapshot's assumed
+        # pods).
+        placed = self._groups.assigned(key) + self._held(key)
         if placed >= group.min_member:
             # Enough members are placed: the group does not need this one.
             return PostFilterResult(Status.unschedulable())
         if (group.min_member - placed) / group.min_member <= 0.1:
             # A gap of at most 10%: later members may still close it, let the others wait.
             return PostFilterResult(Status.unschedulable())
-        younger = self._younger_waiting_groups(key, group)
+        younger = self._younger_holding_groups(key, group)
         if younger:
             # kubus: room held by the waiting members of gangs created later goes to this one
             # (the gang created first has precedence, as scheduler-plugins' QueueSort orders
             # them), so two gangs that fit alone but not together cannot fail each other in turn
             # for ever. This one keeps its waiting members: its next attempt completes it.
             for other in younger:
-                self._reject_waiting(other, f"PodGroup {key}, created earlier, takes the room")
+                self._reject_held(other, f"PodGroup {key}, created earlier, takes the room")
             return PostFilterResult(
                 Status.unschedulable(f"PodGroup {key} waits for the room of later PodGroups {', '.join(younger)}")
             )
         # If this member cannot be placed, its siblings very likely cannot either: give back the
         # room the waiting ones hold now rather than at their timeout.
-        self._reject_waiting(key, "optimistic rejection in PostFilter")
+        self._reject_held(key, "optimistic rejection in PostFilter")
         message = f"PodGroup {key} gets rejected due to Pod {pod.name} is unschedulable even after PostFilter"
         return PostFilterResult(Status.unschedulable(message))
 
     # -- Reserve ---------------------------------------------------------------------------------
 
     def reserve(self, state: CycleState, pod: Pod, node_info: NodeInfo) -> Status:
+        """A member holds room from here until its Permit (see `_held`)."""
+        key = pod_group_key(pod)
+        if key is not None:
+            self.handle.note_reserved(pod.metadata.uid or pod.key, key)
         return Status.success()
 
     def unreserve(self, state: CycleState, pod: Pod, node_info: NodeInfo) -> None:
-        """A member failed after Reserve: reject the group's waiting members. Idempotent."""
+        """A member failed after Reserve: reject the group's members holding room. Idempotent."""
         key, group = self._group(pod)
-        if key is None or group is None:
+        if key is None:
             return
-        self._reject_waiting(key, f"rejected because a member of PodGroup {key} was unreserved")
+        self.handle.forget_reserved(pod.metadata.uid or pod.key)
+        if group is not None:
+            self._reject_held(key, f"rejected because a member of PodGroup {key} was unreserved")
 
     # -- Permit ----------------------------------------------------------------------------------
 
@@ -174,9 +193,12 @@ class Coscheduling:
         key, group = self._group(pod)
         if key is None:
             return Status.success(), 0.0
+        uid = pod.metadata.uid or pod.key
+        rejected = self.handle.take_reserved(uid)
+        if rejected:
+            return Status.unschedulable(rejected), 0.0
         if group is None:
             return Status.unschedulable("PodGroup not found"), 0.0
-        uid = pod.metadata.uid or pod.key
         waiting = [w for w in self._waiting_members(key) if w.uid != uid]
         if self._groups.assigned(key) + len(waiting) + 1 >= group.min_member:
             for member in waiting:

@@ -12,6 +12,8 @@ from kubus.framework.cycle_state import CycleState
 from kubus.framework.interface import FilterDiagnosis
 from kubus.framework.queueing_hints import ALL_EVENTS
 from kubus.framework.registry import ExtensionPoint
+from kubus.framework.runtime import Framework
+from kubus.framework.scheduling import Scheduler
 from kubus.framework.status import Code
 from kubus.framework.waiting import WaitingPods
 from kubus.kernels import NodeTable
@@ -199,6 +201,52 @@ def test_unreserve_rejects_the_waiting_members() -> None:
         handle.rejection("uid-g-1") == "Coscheduling: rejected because a member of PodGroup default/gang was unreserved"
     )
     cs.unreserve(CycleState(), pod("g-2", "gang"), table.node_info("n1"))  # idempotent
+
+
+def test_post_filter_rejects_members_reserved_earlier_in_the_batch_at_their_permit() -> None:
+    """The cycle runs Permit after the whole batch is reserved: members reserved before a sibling's
+    PostFilter hold room as waiting ones would, count as placed, and are refused at Permit."""
+    cs, handle = plugin(GANG)
+    table = NodeTable()
+    table.add_nodes([node("n1")])
+    wait(cs, handle, pod("g-1", "gang"))
+    assert cs.reserve(CycleState(), pod("g-2", "gang"), table.node_info("n1")).is_success
+    assert handle.reserved_members("default/gang") == ["uid-g-2"]
+    result = cs.post_filter(CycleState(), pod("g-3", "gang"), FilterDiagnosis(1, {}, frozenset()))
+    assert result.status.message().startswith("PodGroup default/gang gets rejected")
+    assert handle.rejection("uid-g-1") == "Coscheduling: optimistic rejection in PostFilter"
+    status, _ = cs.permit(CycleState(), pod("g-2", "gang"), "n1")
+    assert status.code is Code.UNSCHEDULABLE and status.message() == "optimistic rejection in PostFilter"
+    assert handle.reserved_members("default/gang") == []
+    # counted as placed: with 2 of 3 holding room, a gap above 10% still rejects; with the
+    # group's third member reserved, PostFilter of a fourth leaves them alone
+    cs, handle = plugin(PodGroup(NS, "gang", min_member=2), members={"default/gang": 3})
+    for name in ("g-1", "g-2"):
+        cs.reserve(CycleState(), pod(name, "gang"), table.node_info("n1"))
+    result = cs.post_filter(CycleState(), pod("g-3", "gang"), FilterDiagnosis(1, {}, frozenset()))
+    assert not result.status.reasons
+    assert cs.permit(CycleState(), pod("g-1", "gang"), "n1")[0].is_wait
+    # a new batch forgets them
+    handle.load_states([])
+    assert handle.reserved_members("default/gang") == []
+
+
+def test_a_batch_larger_than_the_cluster_reserves_nothing_in_the_cycle() -> None:
+    """The cycle service's Scheduler (Permit not run in it): 5 members, room for 4 in one batch.
+    The fifth's PostFilter rejects the 4 placed before it; their Permit refuses each."""
+    registry = in_tree_registry()
+    profile = config().profiles[0]
+    handle = WaitingPods()
+    handle.pod_groups.load([PodGroup(NS, "big", min_member=5)], {"default/big": 5}, {})
+    table = NodeTable(backend=select_backend("numpy"))
+    table.add_nodes([node("n1"), node("n2")])
+    framework = Framework.from_profile(profile, registry, handle=handle)
+    members = [pod(f"big-{i}", "big") for i in range(5)]
+    results = Scheduler(framework, table).schedule(members)
+    assert [r.node is not None for r in results] == [True, True, True, True, False]
+    assert "gets rejected" in results[4].message
+    verdicts = [framework.run_permit(r.state or CycleState(), r.pod, r.node or "") for r in results[:4]]
+    assert all(v.status.code is Code.UNSCHEDULABLE for v in verdicts), [v.status for v in verdicts]
 
 
 def test_events_to_register_are_cluster_events() -> None:
