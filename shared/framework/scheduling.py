@@ -199,7 +199,7 @@ class Scheduler:
         `explain`, every result carries per-node filter and score detail.
         """
         classes: dict[Any, _PodClass] = {}
-        keys = [_class_key(p) for p in pods]
+        keys = [pod_class_key(p) for p in pods]
         remaining = Counter(keys)
         results = []
         for pod, key in zip(pods, keys, strict=True):
@@ -852,10 +852,11 @@ def _cluster_plugins(fw: Framework) -> tuple[Any, ...]:
     return tuple(found.values())
 
 
-def _class_key(pod: Pod) -> Any:
-    """Pods with equal keys get equal Filter/Score results (all plugins read only these)."""
+def pod_class_key(pod: Pod) -> Any:
+    """Pods with equal keys get equal Filter/Score results (all plugins read only these: the
+    namespace, labels, annotations and spec; not the name or uid)."""
     m = pod.metadata
     return (m.namespace, repr(sorted(m.labels.items())), repr(sorted(m.annotations.items())), repr(pod.spec))
 
 
-__all__ = ["NodeExplain", "ScheduleResult", "Scheduler", "ScoreDetail", "fit_error_message"]
+__all__ = ["NodeExplain", "ScheduleResult", "Scheduler", "ScoreDetail", "fit_error_message", "pod_class_key"]

@@ -44,8 +44,13 @@ False) run once. The table is restored before the plugin returns: every pod take
 back and each node's pods keep their order. A node's potential victims (and their usage, in
 importance order) are remembered between dry runs while its NodeInfo is unchanged
 (`NodeInfo.generation`), so a preemption does not go through the pods of the nodes the last
-ones examined again. The tests hold the result to a plain per-node implementation
-(`kubus.reference.default_preemption`), and the two ways of taking pods off to each other.
+ones examined again. When every Filter plugin that runs reads one row (on the copy), a row's
+whole outcome (candidate or why not) is remembered too, for the kind of pod (`pod_class_key`)
+and the budgets' allowances: the next pod of that kind dry-runs only the nodes that changed
+(`_OutcomeCache`; a run of identical preemptors, as PreemptionBasic, redoes one node per pod).
+The tests hold the result to a plain per-node implementation
+(`kubus.reference.default_preemption`), the two ways of taking pods off to each other, and what
+is remembered to a fresh plugin's answers.
 
 Differences from kube, each deliberate:
 - Nodes are examined one by one from an offset into the potential nodes (in table row order)
@@ -95,7 +100,7 @@ from kubus.framework.interface import (
     is_cluster_scoped,
     is_placement_sensitive,
 )
-from kubus.framework.scheduling import fit_error_message
+from kubus.framework.scheduling import fit_error_message, pod_class_key
 from kubus.framework.status import Code, Status
 from kubus.kernels.node_table import NodeTable, TableView
 from kubus.kernels.nodeinfo import NodeInfo, PodInfo, gpu_memory_taken
@@ -274,6 +279,7 @@ class DefaultPreemption:
         self.args = args if args is not None else DefaultPreemptionArgs()
         self.args.validate()
         self._victims = _VictimCache()
+        self._outcomes = _OutcomeCache()
         self._rate = 1.0
         """Nodes examined per candidate found in the last dry run: how many the next examines at
         first (`_chunk_size`)."""
@@ -364,6 +370,8 @@ class DefaultPreemption:
         statuses: dict[str, Status] = {}
         errors: list[str] = []
         run = _DryRun(framework, table, state, pod, budgets, allowed, shadow=self.shadow_dry_run, victims=self._victims)
+        if run.row_local:
+            run.outcomes = self._outcomes.rows(table, pod_class_key(pod), budgets, allowed)
         pos, found, size, dry = 0, 0, 0, False
         while pos < n:
             size = _chunk_size(num_candidates, pos, found, len(clean) + len(violating), size, dry, self._rate)
@@ -456,6 +464,12 @@ class _DryRun:
             self.lead = next((k for k, ok in enumerate(on_copy) if not ok), len(on_copy))
         """The leading Filter plugins that run on the `_Shadow` before the table changes (every
         one of them when the table never does)."""
+        self.row_local = not self.mutates and not self.per_row
+        """Each row's outcome reads that row alone (every Filter plugin row-local, on the
+        `_Shadow`): it may come from, and go to, ``outcomes``."""
+        self.outcomes: _Outcomes | None = None
+        """Row -> (its NodeInfo, generation, node name, outcome) from earlier dry runs for the same
+        kind of pod (`_OutcomeCache.rows`); None: none kept."""
         self._shadow: _Shadow | None = None
         self._order: dict[int, list[str]] = {}
         """Row -> its pods' keys, in order, before the dry run touched it."""
@@ -468,6 +482,9 @@ class _DryRun:
     def evaluate(self, rows: np.ndarray) -> list[tuple[str, Candidate | Status]]:
         """Per row (in order): its node's name and a Candidate, or the Status saying why the
         node is none."""
+        cache = self.outcomes
+        if cache is not None:
+            return self._evaluate_cached(rows, cache)
         outcomes: list[Candidate | Status | None] = [None] * len(rows)
         table = self.table
         row_of = rows.tolist()
@@ -530,6 +547,34 @@ class _DryRun:
             assert outcome is not None
             named.append((v.name, outcome))
         return named
+
+    def _evaluate_cached(self, rows: np.ndarray, cache: _Outcomes) -> list[tuple[str, Candidate | Status]]:
+        """`evaluate`, taking the outcome of each row whose node is unchanged since an earlier dry
+        run for the same kind of pod from ``cache``, and keeping the others' there."""
+        infos = self.table.infos
+        named: list[tuple[str, Candidate | Status] | None] = []
+        todo: list[int] = []
+        for k, row in enumerate(rows.tolist()):
+            info = infos[row]
+            hit = cache.get(row)
+            if hit is not None and hit[0] is info and info is not None and hit[1] == info.generation:
+                named.append((hit[2], hit[3]))
+            else:
+                named.append(None)
+                todo.append(k)
+        if todo:
+            self.outcomes = None
+            try:
+                fresh = self.evaluate(rows[todo])
+            finally:
+                self.outcomes = cache
+            for k, (name, outcome) in zip(todo, fresh, strict=True):
+                row = int(rows[k])
+                info = infos[row]
+                assert info is not None
+                cache[row] = (info, info.generation, name, outcome)
+                named[k] = (name, outcome)
+        return [n for n in named if n is not None]
 
     @staticmethod
     def _drop_rejected(live: list[int], rows: list[int], rejected: dict[int, Status], outcomes: list[Any]) -> list[int]:
@@ -931,6 +976,41 @@ class _VictimCache:
         gpus = self._gpu_totals
         at = {k: gpus[row] for k, row in enumerate(rows) if row in gpus} if gpus else {}
         return _Deltas(self._totals[:, rows], at)
+
+
+_Outcomes = dict[int, tuple[NodeInfo, int, str, "Candidate | Status"]]
+"""Row -> (its NodeInfo, generation, node name, the dry run's outcome there)."""
+
+
+class _OutcomeCache:
+    """Per kind of pod, the dry run's outcome for each row (`_DryRun.outcomes`), for one node
+    table: a preemption changes one node, so the next pod of the same kind, examining mostly the
+    same nodes, reuses what the last dry run found on the others. A kind is what the outcome
+    depends on besides the row: the pod as Filter plugins see it (`pod_class_key`), the table's
+    resources and the budgets with their disruptionsAllowed. The few kinds used last are kept."""
+
+    KINDS: ClassVar[int] = 8
+
+    def __init__(self) -> None:
+        self._table: weakref.ref[NodeTable] | None = None
+        self._kinds: dict[Any, tuple[Sequence[PodDisruptionBudget], _Outcomes]] = {}
+        """Kind -> (its budgets, kept alive so that their ids in the kind stay theirs; outcomes)."""
+
+    def rows(
+        self, table: NodeTable, pod_key: Any, budgets: Sequence[PodDisruptionBudget], allowed: Sequence[int]
+    ) -> _Outcomes:
+        """The outcomes kept for the kind on ``table`` (filled in by the dry run)."""
+        if self._table is None or self._table() is not table:
+            self._table = weakref.ref(table)
+            self._kinds = {}
+        kind = (pod_key, len(table.resources), tuple(map(id, budgets)), tuple(allowed))
+        kept = self._kinds.pop(kind, None)
+        if kept is None:
+            kept = (budgets, {})
+            while len(self._kinds) >= self.KINDS:
+                del self._kinds[next(iter(self._kinds))]  # the one used longest ago
+        self._kinds[kind] = kept  # last in the order: used now
+        return kept[1]
 
 
 class _Shadow:

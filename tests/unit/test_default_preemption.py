@@ -1485,6 +1485,45 @@ def test_victims_remembered_between_dry_runs_follow_the_table(seed: int) -> None
             table.assume(PodInfo.of(preemptor, start_time=float(step)), best.node)
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 2**32 - 1))
+def test_outcomes_remembered_for_pods_of_one_kind_follow_the_table(seed: int) -> None:
+    # pods of two kinds (same spec, other names) preempt in turn, each from some offset, while
+    # the table and the budgets' allowances change under them: each answer is a fresh plugin's
+    rng = random.Random(seed)
+    nodes, pods, _ = _gpu_cluster(rng)
+    covered = sum(p.pod.metadata.labels["app"] == "a" for p in pods)
+    # minAvailable: the allowance moves as the covered pods come and go
+    pdbs = [pdb("pdb", {"app": "a"}, min_available=max(covered - rng.randint(0, 2), 0))] if rng.random() < 0.6 else []
+    plugins = rng.sample(["NodeResourcesFit", "GPUFit", "TaintToleration"], rng.randint(1, 3))
+    fw, _ = framework(*plugins)
+    table = build_table(nodes, pods, pdbs)
+    plugin = DefaultPreemption()
+    kinds = [_gpu_pod(rng, "kind", rng.choice((5, 10, 20)), gpu=rng.choice(("", "whole", "shared"))) for _ in "ab"]
+    for step in range(10):
+        kind = rng.choice(kinds)
+        preemptor = replace(kind, metadata=replace(kind.metadata, name=f"p{step}", uid=f"uid-p{step}"))
+        state = pre_filter(fw, table, preemptor)
+        rows = table.valid_rows()
+        start, num = rng.randrange(len(rows)), rng.randint(1, len(rows))
+        got = plugin.dry_run_preemption(state.clone(), preemptor, table, fw, rows, start, num)
+        fresh = DefaultPreemption().dry_run_preemption(state.clone(), preemptor, table, fw, rows, start, num)
+        assert _dry_run_answer(got) == _dry_run_answer(fresh)
+        node = rng.choice(nodes)
+        change = rng.random()
+        if change < 0.2:
+            table.assume(PodInfo.of(_gpu_pod(rng, f"new-{step}", rng.choice((0, 5))), start_time=1.0), node.name)
+        elif change < 0.35 and table.node_info(node.name).pods:
+            table.forget(rng.choice(sorted(table.node_info(node.name).pods)), node.name)
+        elif change < 0.45:
+            table.set_node(replace(node, status=NodeStatus(allocatable={**node.status.allocatable, CPU: 8000})))
+        elif got.candidates:
+            best = pick_one_node_for_preemption(got.candidates)
+            assert best is not None
+            table.forget_many([v.pod.key for v in best.victims], best.node)
+            table.assume(PodInfo.of(preemptor, start_time=float(step)), best.node)
+
+
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, 2**32 - 1))
 def test_the_usage_copy_is_the_table_with_the_same_pods_taken_off(seed: int) -> None:
