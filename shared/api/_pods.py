@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
+from kubus import codec
 from kubus.api._fields import (
     Reader,
     key_path,
@@ -450,9 +451,34 @@ def _check_pod_gpus(r: Reader, pod: Pod) -> None:
         r.fail(where, f"lists {len(devices)} GPU(s) but the pod asks for {request.count}")
 
 
+_SPECS: dict[bytes, PodSpec] = {}
+"""Spec JSON -> the PodSpec read from it (`_shared_pod_spec`)."""
+_SPECS_KEPT = 4096
+
+
+def _shared_pod_spec(r: Reader, raw: Any) -> PodSpec:
+    """`_pod_spec`, read once for every pod whose spec is the same JSON: the pods of one
+    Deployment or Job share their template's, and each service reads every pod it handles (a
+    frozen PodSpec is safe to share). Only specs that read without error are kept (an error
+    names the pod), at most `_SPECS_KEPT` at once."""
+    if not isinstance(raw, dict):
+        return _pod_spec(r, raw)
+    try:
+        key = codec.dumps(raw)
+    except TypeError:  # what JSON cannot hold (a key that is no string): the reader says what
+        return _pod_spec(r, raw)
+    spec = _SPECS.get(key)
+    if spec is None:
+        spec = _pod_spec(r, raw)
+        if len(_SPECS) >= _SPECS_KEPT:
+            _SPECS.clear()
+        _SPECS[key] = spec
+    return spec
+
+
 def read_pod(obj: Any, source: str, where: str) -> Pod:
     r, metadata = read_object(obj, source, where, "Pod", namespaced=True)
-    pod = Pod(metadata=metadata, spec=_pod_spec(r, obj.get("spec")))
+    pod = Pod(metadata=metadata, spec=_shared_pod_spec(r, obj.get("spec")))
     _check_pod_gpus(r, pod)
     return pod
 

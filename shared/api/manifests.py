@@ -422,10 +422,31 @@ def parse_manifests(text: str | bytes, *, source: str = STDIN) -> Manifests:
     return collector.result
 
 
+def _one_json_pod(manifest: bytes | str, source: str) -> Pod | None:
+    """The Pod of a manifest that is one JSON Pod object (what services publish), read the short
+    way; None for anything else, or anything wrong, which `parse_manifests` then reads and
+    reports as it does any manifest."""
+    if manifest[:1] != (b"{" if isinstance(manifest, bytes) else "{"):
+        return None
+    try:
+        doc = codec.loads(manifest)
+    except codec.DecodeError:
+        return None
+    if not isinstance(doc, dict) or doc.get("kind") != "Pod":
+        return None
+    try:
+        return read_pod(doc, source, "document 1")
+    except ManifestError:
+        return None
+
+
 def wire_pod(manifest: bytes | str, uid: str, key: str) -> Pod:
     """The one Pod of a manifest that travels between services (a queued pod, a BindRequest),
     with the uid the store knows it by. Raises ManifestError, or ValueError when the manifest
     is not exactly one Pod."""
+    pod = _one_json_pod(manifest, f"pod {key}")
+    if pod is not None:
+        return pod if pod.metadata.uid == uid else replace(pod, metadata=replace(pod.metadata, uid=uid))
     manifests = parse_manifests(manifest, source=f"pod {key}")
     others = (manifests.pod_groups, manifests.namespaces, manifests.priority_classes, manifests.disruption_budgets)
     if manifests.nodes or any(others) or len(manifests.pods) != 1:

@@ -55,6 +55,7 @@ from kubus.api import (
     pod_gpu_request,
     pod_requests,
 )
+from kubus.api.manifests import wire_pod
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "examples"
 Gi, Mi = 2**30, 2**20
@@ -1744,3 +1745,48 @@ def test_fields_kubus_does_not_honour_are_listed_never_dropped() -> None:
     # what kubus does honour is not listed: emptyDir, a RuntimeClass whose overhead is given
     assert parse_pod(a_pod(volumes=[{"name": "s", "emptyDir": {}}])).spec.unhonoured == ()
     assert parse_pod(a_pod(runtimeClassName="kata", overhead={"cpu": "250m"})).spec.unhonoured == ()
+
+
+# ---- a pod on the wire: one JSON Pod, read the short way ------------------------------------------
+
+
+def _wire(name: str, spec: dict[str, Any]) -> bytes:
+    doc = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "ns", "uid": "u"}, "spec": spec}
+    return orjson.dumps(doc)
+
+
+WIRE_SPEC = {
+    "containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "1"}}}],
+    "tolerations": [{"key": "a", "operator": "Exists"}],
+    "nodeSelector": {"zone": "a"},
+}
+
+
+def test_a_wire_pod_is_what_parse_manifests_reads() -> None:
+    for spec in (WIRE_SPEC, {"containers": [{"name": "c"}], "priority": 5, "schedulerName": "other"}):
+        manifest = _wire("p", spec)
+        assert wire_pod(manifest, "u", "ns/p") == parse_manifests(manifest).pods[0]
+        assert wire_pod(manifest, "other-uid", "ns/p").metadata.uid == "other-uid"
+
+
+def test_pods_of_one_template_share_their_spec_and_each_error_names_its_pod() -> None:
+    spec = {**WIRE_SPEC, "containers": [{"name": f"c-{uuid.uuid4().hex[:8]}"}]}  # a spec no other test read
+    a, b = wire_pod(_wire("a", spec), "u", "ns/a"), wire_pod(_wire("b", spec), "u", "ns/b")
+    assert a.spec is b.spec and (a.name, b.name) == ("a", "b")
+    bad = {**spec, "priority": "high"}
+    for name in ("x", "y"):  # an error is never kept: each pod gets its own, as parse_manifests says it
+        with pytest.raises(ManifestError) as got:
+            wire_pod(_wire(name, bad), "u", f"ns/{name}")
+        with pytest.raises(ManifestError) as want:
+            parse_manifests(_wire(name, bad), source=f"pod ns/{name}")
+        message = str(got.value)
+        assert message == str(want.value) and f"ns/{name}" in message and "spec.priority" in message
+
+
+def test_a_wire_pod_that_is_no_json_pod_is_read_as_any_manifest() -> None:
+    yaml_pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: ns}\nspec: {containers: [{name: c}]}\n"
+    assert wire_pod(yaml_pod, "u", "ns/p").spec.containers[0].name == "c"
+    with pytest.raises(ValueError, match="expected one Pod"):
+        wire_pod(orjson.dumps({"kind": "List", "items": []}), "u", "ns/p")
+    with pytest.raises(ManifestError, match="invalid"):
+        wire_pod(b'{"kind": "Pod", ', "u", "ns/p")
