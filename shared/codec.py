@@ -5,6 +5,7 @@ Nothing else calls orjson directly, so encoding options and error types live in 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -13,9 +14,10 @@ DecodeError = orjson.JSONDecodeError
 """Raised by `loads` for malformed JSON (a ValueError)."""
 
 
-def dumps(obj: Any, *, pretty: bool = False) -> bytes:
-    """JSON bytes; dataclasses and enums are encoded natively, dict keys as given."""
-    return orjson.dumps(obj, option=orjson.OPT_INDENT_2 if pretty else 0)
+def dumps(obj: Any, *, pretty: bool = False, default: Callable[[Any], Any] | None = None) -> bytes:
+    """JSON bytes; dataclasses and enums are encoded natively, dict keys as given. ``default``
+    turns a value of any other type into one that is encoded (or raises TypeError)."""
+    return orjson.dumps(obj, default=default, option=orjson.OPT_INDENT_2 if pretty else 0)
 
 
 def loads(data: bytes | str) -> Any:

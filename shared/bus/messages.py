@@ -201,24 +201,13 @@ def event_data_type(kind: str) -> type[EventData]:
 
 def encode(message: Any) -> bytes:
     """JSON bytes of a message dataclass (bytes fields as UTF-8 text)."""
-    return codec.dumps(_plain(message))
+    return codec.dumps(message, default=_bytes_as_text)
 
 
-_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
-
-
-def _plain(value: Any) -> Any:
-    cls = type(value)
-    names = _FIELD_NAMES.get(cls)
-    if names is None and dataclasses.is_dataclass(cls):
-        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
-    if names is not None:
-        return {name: _plain(getattr(value, name)) for name in names}
+def _bytes_as_text(value: Any) -> str:
     if isinstance(value, bytes):
         return value.decode("utf-8")
-    if isinstance(value, tuple | list):
-        return [_plain(v) for v in value]
-    return value
+    raise TypeError(f"{type(value).__name__} is not a message field type")
 
 
 def decode(cls: type[T], data: bytes | str) -> T:
