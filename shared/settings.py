@@ -18,6 +18,7 @@ import redis.asyncio as aioredis
 import yaml
 
 from kubus.errors import KubusError
+from kubus.redis_packing import fast_packing
 
 __all__ = [
     "ENV_PREFIX",
@@ -216,4 +217,5 @@ def redis_client(settings: ConnectionSettings, **kwargs: Any) -> aioredis.Redis:
     options.setdefault("timeout", REDIS_POOL_WAIT)
     options.update(kwargs)
     pool = aioredis.BlockingConnectionPool.from_url(settings.redis_url, **options)
+    pool.connection_class = fast_packing(pool.connection_class)
     return aioredis.Redis.from_pool(pool)

@@ -499,8 +499,7 @@ async def _load(
             wall = time.time() - t0
         finally:
             await tracker.close()
-    if w is not None:
-        await tracker.poll()  # every record once more: the nodes and reasons, as they are now
+    await tracker.poll()  # every record once more, after the measurement: accepted times, nodes, reasons
     pods = list(tracker.pods.values())
     bound_at = [p.bound for p in pods if p.bound]
     first_submit = min((p.submitted for p in pods if p.submitted), default=t0)

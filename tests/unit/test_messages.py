@@ -50,7 +50,7 @@ SAMPLES = [
 def test_the_wire_form_is_plain_json() -> None:
     """Fields in order, bytes as their UTF-8 text, tuples as lists, enums as their values,
     nested messages as objects."""
-    wire = encode(BindRequest("u1", "ns/p", "default-scheduler", "n1", "{\"é\": 1}".encode(), (1, 2), 9, 4, 1.5))
+    wire = encode(BindRequest("u1", "ns/p", "default-scheduler", "n1", '{"é": 1}'.encode(), (1, 2), 9, 4, 1.5))
     assert wire == (
         b'{"uid":"u1","key":"ns/p","profile":"default-scheduler","node":"n1","manifest":"{\\"\xc3\xa9\\": 1}",'
         b'"gpu_devices":[1,2],"fencing_token":9,"attempt":4,"reserved_at":1.5}'
