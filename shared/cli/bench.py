@@ -159,6 +159,18 @@ def cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def peak_memory(pid: int) -> int | None:
+    """Peak resident memory of a live process so far, bytes (Linux /proc: VmHWM); None where
+    unreadable."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024  # kB
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 def _processes(cluster: Any) -> dict[str, int]:
     """name -> pid of every process of the run: the services, the servers, this bench."""
     pids = {service.name: service.pid for service in cluster.group if service.pid is not None}
@@ -496,6 +508,7 @@ async def _load(
                 label="measured: " if w is not None else "", rate=args.rate,
             )  # fmt: skip
             cpu = _cpu_used(cpu_before, pids)
+            memory = {name: peak for name, pid in pids.items() if (peak := peak_memory(pid)) is not None}
             wall = time.time() - t0
         finally:
             await tracker.close()
@@ -547,6 +560,7 @@ async def _load(
         "latency": {"p50": percentile(lat, 50), "p99": percentile(lat, 99), "max": max(lat, default=None)},
         "stages": {name: {"p50": percentile(v, 50), "p99": percentile(v, 99)} for name, v in stages.items()},
         "cpu_seconds": cpu,
+        "peak_memory_bytes": memory,
         "cpu_wall_seconds": round(wall, 3),
         "constraint_check": check,
         "not_bound": [
@@ -640,9 +654,13 @@ def _report(result: dict[str, Any], args: argparse.Namespace, out: Any) -> None:
         rows.append([f"  {name} p50 / p99", f"{_ms(s['p50'])} / {_ms(s['p99'])}"])
     rows.append(["cluster start (servers, services, nodes)", f"{result['ready_seconds']:.1f}s"])
     wall = result["cpu_wall_seconds"]
-    rows.append([f"CPU seconds over the {wall:.1f}s run (share of one core)", ""])
+    rows.append([f"CPU seconds over the {wall:.1f}s run (share of one core), peak memory", ""])
+    memory = result.get("peak_memory_bytes") or {}
     for name, seconds in sorted(result["cpu_seconds"].items(), key=lambda kv: -kv[1]):
-        rows.append([f"  {name}", f"{seconds:.1f}s ({seconds / wall:.0%})" if wall > 0 else f"{seconds:.1f}s"])
+        cell = f"{seconds:.1f}s ({seconds / wall:.0%})" if wall > 0 else f"{seconds:.1f}s"
+        if name in memory:
+            cell += f", {memory[name] / 2**20:.0f} MiB"
+        rows.append([f"  {name}", cell])
     rows.append(["  total", f"{sum(result['cpu_seconds'].values()):.1f}s of {wall * (os.cpu_count() or 1):.0f}s"])
     for plugin in result["plugins_missing"]:
         rows.append(["profile lacks", f"{plugin}: the constraints were not enforced"])

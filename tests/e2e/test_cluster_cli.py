@@ -565,6 +565,10 @@ async def test_kubus_bench_small(tmp_path: Path) -> None:
     report = json.loads(result.out)
     assert report["bound"] == 300 and report["invariant_violations"] == []
     assert report["pods_per_second"] > 0 and report["latency"]["p50"] is not None
+    # every process of the run, with its CPU and its peak memory (a Python service holds some MiB)
+    processes = {"queue", "binder", "gpu-agent", "nats-server", "valkey-server", "bench (this process)"}
+    assert processes <= set(report["cpu_seconds"]) and processes <= set(report["peak_memory_bytes"])
+    assert all(2**20 < peak < 2**34 for peak in report["peak_memory_bytes"].values()), report["peak_memory_bytes"]
 
 
 def test_node_template_file_is_the_built_in_one() -> None:
