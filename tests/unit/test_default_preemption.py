@@ -1468,21 +1468,33 @@ def test_victims_remembered_between_dry_runs_follow_the_table(seed: int) -> None
         got = plugin.dry_run_preemption(state.clone(), preemptor, table, fw, rows, 0, len(rows))
         fresh = DefaultPreemption().dry_run_preemption(state.clone(), preemptor, table, fw, rows, 0, len(rows))
         assert _dry_run_answer(got) == _dry_run_answer(fresh)
-        node = rng.choice(nodes)
-        change = rng.random()
-        if change < 0.4:
-            table.assume(
-                PodInfo.of(_gpu_pod(rng, f"new-{step}", rng.choice((0, 5))), start_time=float(step)), node.name
-            )
-        elif change < 0.7 and table.node_info(node.name).pods:
-            table.forget(rng.choice(sorted(table.node_info(node.name).pods)), node.name)
-        elif change < 0.85:
-            table.set_node(replace(node, status=NodeStatus(allocatable={**node.status.allocatable, CPU: 8000})))
-        elif got.candidates:
-            best = pick_one_node_for_preemption(got.candidates)
-            assert best is not None
-            table.forget_many([v.pod.key for v in best.victims], best.node)
-            table.assume(PodInfo.of(preemptor, start_time=float(step)), best.node)
+        _change_the_table(rng, table, nodes, step, preemptor, got.candidates, (0.4, 0.7, 0.85))
+
+
+def _change_the_table(
+    rng: random.Random,
+    table: NodeTable,
+    nodes: Sequence[Node],
+    step: int,
+    preemptor: Pod,
+    candidates: Sequence[Candidate],
+    odds: tuple[float, float, float],
+) -> None:
+    """One change, by the cumulative ``odds``: a new pod on a node, a pod gone, a node's
+    allocatable changed; else the preemptor placed as the plugin would pick."""
+    node = rng.choice(nodes)
+    change = rng.random()
+    if change < odds[0]:
+        table.assume(PodInfo.of(_gpu_pod(rng, f"new-{step}", rng.choice((0, 5))), start_time=float(step)), node.name)
+    elif change < odds[1] and table.node_info(node.name).pods:
+        table.forget(rng.choice(sorted(table.node_info(node.name).pods)), node.name)
+    elif change < odds[2]:
+        table.set_node(replace(node, status=NodeStatus(allocatable={**node.status.allocatable, CPU: 8000})))
+    elif candidates:
+        best = pick_one_node_for_preemption(candidates)
+        assert best is not None
+        table.forget_many([v.pod.key for v in best.victims], best.node)
+        table.assume(PodInfo.of(preemptor, start_time=float(step)), best.node)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -1509,19 +1521,7 @@ def test_outcomes_remembered_for_pods_of_one_kind_follow_the_table(seed: int) ->
         got = plugin.dry_run_preemption(state.clone(), preemptor, table, fw, rows, start, num)
         fresh = DefaultPreemption().dry_run_preemption(state.clone(), preemptor, table, fw, rows, start, num)
         assert _dry_run_answer(got) == _dry_run_answer(fresh)
-        node = rng.choice(nodes)
-        change = rng.random()
-        if change < 0.2:
-            table.assume(PodInfo.of(_gpu_pod(rng, f"new-{step}", rng.choice((0, 5))), start_time=1.0), node.name)
-        elif change < 0.35 and table.node_info(node.name).pods:
-            table.forget(rng.choice(sorted(table.node_info(node.name).pods)), node.name)
-        elif change < 0.45:
-            table.set_node(replace(node, status=NodeStatus(allocatable={**node.status.allocatable, CPU: 8000})))
-        elif got.candidates:
-            best = pick_one_node_for_preemption(got.candidates)
-            assert best is not None
-            table.forget_many([v.pod.key for v in best.victims], best.node)
-            table.assume(PodInfo.of(preemptor, start_time=float(step)), best.node)
+        _change_the_table(rng, table, nodes, step, preemptor, got.candidates, (0.2, 0.35, 0.45))
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
