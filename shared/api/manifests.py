@@ -445,16 +445,15 @@ def wire_pod(manifest: bytes | str, uid: str, key: str) -> Pod:
     with the uid the store knows it by. Raises ManifestError, or ValueError when the manifest
     is not exactly one Pod."""
     pod = _one_json_pod(manifest, f"pod {key}")
-    if pod is not None:
-        return pod if pod.metadata.uid == uid else replace(pod, metadata=replace(pod.metadata, uid=uid))
-    manifests = parse_manifests(manifest, source=f"pod {key}")
-    others = (manifests.pod_groups, manifests.namespaces, manifests.priority_classes, manifests.disruption_budgets)
-    if manifests.nodes or any(others) or len(manifests.pods) != 1:
-        raise ValueError(
-            f"pod {key}: expected one Pod, got {len(manifests.pods)} pod(s), {len(manifests.nodes)} node(s) "
-            f"and {sum(map(len, others))} other object(s)"
-        )
-    pod = manifests.pods[0]
+    if pod is None:
+        manifests = parse_manifests(manifest, source=f"pod {key}")
+        others = (manifests.pod_groups, manifests.namespaces, manifests.priority_classes, manifests.disruption_budgets)
+        if manifests.nodes or any(others) or len(manifests.pods) != 1:
+            raise ValueError(
+                f"pod {key}: expected one Pod, got {len(manifests.pods)} pod(s), {len(manifests.nodes)} node(s) "
+                f"and {sum(map(len, others))} other object(s)"
+            )
+        pod = manifests.pods[0]
     if pod.metadata.uid != uid:
         pod = replace(pod, metadata=replace(pod.metadata, uid=uid))
     return pod

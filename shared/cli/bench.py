@@ -655,7 +655,7 @@ def _report(result: dict[str, Any], args: argparse.Namespace, out: Any) -> None:
     rows.append(["cluster start (servers, services, nodes)", f"{result['ready_seconds']:.1f}s"])
     wall = result["cpu_wall_seconds"]
     rows.append([f"CPU seconds over the {wall:.1f}s run (share of one core), peak memory", ""])
-    memory = result.get("peak_memory_bytes") or {}
+    memory = result["peak_memory_bytes"]
     for name, seconds in sorted(result["cpu_seconds"].items(), key=lambda kv: -kv[1]):
         cell = f"{seconds:.1f}s ({seconds / wall:.0%})" if wall > 0 else f"{seconds:.1f}s"
         if name in memory:

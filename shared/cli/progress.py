@@ -134,7 +134,7 @@ class PodTracker:
         pending pod twice a second cost it a fifth of a core at 10,000 pods)."""
         now = time.time()
         everything = list(self.pods.values())
-        items = [p for p in everything if p.phase not in skip] if skip else everything
+        items = [p for p in everything if p.phase not in skip]
         if skip and len(items) > _POLL_LIMIT:
             start = self._turn % len(items)
             items = items[start : start + _POLL_LIMIT] + items[: max(0, start + _POLL_LIMIT - len(items))]

@@ -14,9 +14,9 @@ namespace; the group's ``minMember`` pods are placed together or not at all:
   group's members that hold room: the waiting ones, and the ones reserved earlier in the same
   batch, which the cycle brings to Permit only after the batch (their Permit refuses them). A
   gang never binds partially, and one that cannot fit gives its room back in the batch that
-  found it out. In PostFilter, when gangs created
-  later have members waiting, those are rejected instead (kubus: the room goes to the gang
-  created first, so two gangs that fit alone but not together cannot fail each other in turn).
+  found it out. In PostFilter, when gangs created later hold room, their members are rejected
+  instead (kubus: the room goes to the gang created first, so two gangs that fit alone but not
+  together cannot fail each other in turn).
 
 Pods in no group pass every point untouched. The plugin is not in kube's default profile: a
 profile enables it (``multiPoint``) and disables PrioritySort, as scheduler-plugins' configs do.
@@ -154,7 +154,7 @@ class Coscheduling:
             return PostFilterResult(Status.unschedulable())
         younger = self._younger_holding_groups(key, group)
         if younger:
-            # kubus: room held by the waiting members of gangs created later goes to this one
+            # kubus: room held by the members of gangs created later goes to this one
             # (the gang created first has precedence, as scheduler-plugins' QueueSort orders
             # them), so two gangs that fit alone but not together cannot fail each other in turn
             # for ever. This one keeps its waiting members: its next attempt completes it.

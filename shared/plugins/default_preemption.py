@@ -481,10 +481,32 @@ class _DryRun:
 
     def evaluate(self, rows: np.ndarray) -> list[tuple[str, Candidate | Status]]:
         """Per row (in order): its node's name and a Candidate, or the Status saying why the
-        node is none."""
+        node is none (from ``outcomes`` where the node is unchanged since it was kept there)."""
+        if self.outcomes is None:
+            return self._evaluate(rows)
         cache = self.outcomes
-        if cache is not None:
-            return self._evaluate_cached(rows, cache)
+        infos = self.table.infos
+        named: list[tuple[str, Candidate | Status] | None] = []
+        todo: list[int] = []
+        for k, row in enumerate(rows.tolist()):
+            info = infos[row]
+            hit = cache.get(row)
+            if hit is not None and hit[0] is info and info is not None and hit[1] == info.generation:
+                named.append((hit[2], hit[3]))
+            else:
+                named.append(None)
+                todo.append(k)
+        if todo:
+            for k, (name, outcome) in zip(todo, self._evaluate(rows[todo]), strict=True):
+                row = int(rows[k])
+                info = infos[row]
+                assert info is not None
+                cache[row] = (info, info.generation, name, outcome)
+                named[k] = (name, outcome)
+        return [n for n in named if n is not None]
+
+    def _evaluate(self, rows: np.ndarray) -> list[tuple[str, Candidate | Status]]:
+        """`evaluate`, every row dry-run now."""
         outcomes: list[Candidate | Status | None] = [None] * len(rows)
         table = self.table
         row_of = rows.tolist()
@@ -547,34 +569,6 @@ class _DryRun:
             assert outcome is not None
             named.append((v.name, outcome))
         return named
-
-    def _evaluate_cached(self, rows: np.ndarray, cache: _Outcomes) -> list[tuple[str, Candidate | Status]]:
-        """`evaluate`, taking the outcome of each row whose node is unchanged since an earlier dry
-        run for the same kind of pod from ``cache``, and keeping the others' there."""
-        infos = self.table.infos
-        named: list[tuple[str, Candidate | Status] | None] = []
-        todo: list[int] = []
-        for k, row in enumerate(rows.tolist()):
-            info = infos[row]
-            hit = cache.get(row)
-            if hit is not None and hit[0] is info and info is not None and hit[1] == info.generation:
-                named.append((hit[2], hit[3]))
-            else:
-                named.append(None)
-                todo.append(k)
-        if todo:
-            self.outcomes = None
-            try:
-                fresh = self.evaluate(rows[todo])
-            finally:
-                self.outcomes = cache
-            for k, (name, outcome) in zip(todo, fresh, strict=True):
-                row = int(rows[k])
-                info = infos[row]
-                assert info is not None
-                cache[row] = (info, info.generation, name, outcome)
-                named[k] = (name, outcome)
-        return [n for n in named if n is not None]
 
     @staticmethod
     def _drop_rejected(live: list[int], rows: list[int], rejected: dict[int, Status], outcomes: list[Any]) -> list[int]:

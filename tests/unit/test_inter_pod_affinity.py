@@ -1534,17 +1534,26 @@ def _outcome(c: Cluster, table: NodeTable, pod: Pod, args: Any) -> tuple[Any, An
     return filtered, scored
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.integers(0, 2**32))
-def test_placement_affects_is_never_wrongly_false(seed: int) -> None:
+def _random_case(seed: int) -> tuple[random.Random, Cluster, Pod, Any, NodeTable, InterPodAffinity]:
+    """A random cluster, a pod with terms, random args, the cluster's table and the plugin."""
     rng = random.Random(seed)
     c = _random_cluster(rng)
     pod = _random_pod(rng, terms=0.8)
     args = _random_args(rng)
-    table = c.table()
-    plugin = InterPodAffinity(args)
+    return rng, c, pod, args, c.table(), InterPodAffinity(args)
+
+
+def _pre_filtered(plugin: InterPodAffinity, pod: Pod, table: NodeTable) -> CycleState:
     state = CycleState()
     plugin.pre_filter(state, pod, table)
+    return state
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 2**32))
+def test_placement_affects_is_never_wrongly_false(seed: int) -> None:
+    rng, c, pod, args, table, plugin = _random_case(seed)
+    state = _pre_filtered(plugin, pod, table)
     before = _outcome(c, table, pod, args)
     placed = _random_pod(rng, terms=0.6)
     affects = plugin.placement_affects(state, pod, PodInfo.of(placed))
@@ -1558,14 +1567,8 @@ def test_placement_affects_is_never_wrongly_false(seed: int) -> None:
 def test_pre_score_moved_by_placed_pods_equals_pre_score_again(seed: int) -> None:
     """`pre_score_add_pods` (the batch's incremental PreScore) after each placement gives the
     scores PreScore over the whole table gives, or says it cannot (a skipped PreScore)."""
-    rng = random.Random(seed)
-    c = _random_cluster(rng)
-    pod = _random_pod(rng, terms=0.8)
-    args = _random_args(rng)
-    table = c.table()
-    plugin = InterPodAffinity(args)
-    state = CycleState()
-    plugin.pre_filter(state, pod, table)
+    rng, c, pod, _, table, plugin = _random_case(seed)
+    state = _pre_filtered(plugin, pod, table)
     skipped = plugin.pre_score(state, pod, table).is_skip
     for _ in range(rng.randint(1, 4)):
         placed = PodInfo.of(_random_pod(rng, terms=0.6))
@@ -1573,8 +1576,7 @@ def test_pre_score_moved_by_placed_pods_equals_pre_score_again(seed: int) -> Non
         table.assume(placed, node)
         placed = table.node_info(table.row_of[node]).pods[placed.pod.key]
         moved = not skipped and plugin.pre_score_add_pods(state, pod, table, [(placed, table.row_of[node])])
-        again = CycleState()
-        plugin.pre_filter(again, pod, table)
+        again = _pre_filtered(plugin, pod, table)
         skipped_again = plugin.pre_score(again, pod, table).is_skip
         if skipped:
             assert not moved
