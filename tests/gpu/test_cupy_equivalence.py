@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from kubus.framework.config import default_config
+from kubus.api.manifests import parse_node, parse_pod
+from kubus.cli.workload import POD_CONSTRAINT_WORKLOADS, pod_constraint_pods
+from kubus.framework.config import default_config, load_config
 from kubus.framework.runtime import Framework
 from kubus.framework.scheduling import Scheduler
 from kubus.kernels.backend import NUMPY, Backend, select_backend
@@ -41,13 +43,17 @@ def _placements(backend: Backend, n_nodes: int, n_pods: int, batch: int, pct: in
 
 
 @pytest.mark.parametrize(
-    ("n_nodes", "n_pods", "batch", "pct"), [(300, 400, 1, 100), (2000, 1500, 256, None), (500, 3000, 512, 100)]
+    ("n_nodes", "n_pods", "batch", "pct", "full"),
+    [(300, 400, 1, 100, False), (2000, 1500, 256, None, False), (500, 3000, 512, 100, True), (200, 1500, 1, 100, True)],
 )
-def test_cupy_places_like_numpy(cupy_backend: Backend, n_nodes: int, n_pods: int, batch: int, pct: int | None) -> None:
+def test_cupy_places_like_numpy(
+    cupy_backend: Backend, n_nodes: int, n_pods: int, batch: int, pct: int | None, full: bool
+) -> None:
     expected = _placements(NUMPY, n_nodes, n_pods, batch, pct)
     got = _placements(cupy_backend, n_nodes, n_pods, batch, pct)
     assert got == expected
-    assert any(node is None for _, node, _, _ in expected), "the case should include unschedulable pods"
+    # a full cluster also checks that both paths agree on who does not fit
+    assert any(node is None for _, node, _, _ in expected) == full
 
 
 def test_device_table_syncs_only_changed_rows(cupy_backend: Backend) -> None:
@@ -60,5 +66,62 @@ def test_device_table_syncs_only_changed_rows(cupy_backend: Backend) -> None:
     pod = make_pods(1, seed=2)[0]
     table.assume(PodInfo.of(pod), 7)
     after = cupy_backend.to_host(table.view().req)
-    changed = {int(r) for r in (after != before).any(axis=1).nonzero()[0]}
-    assert changed == {7}
+    changed_nodes = {int(n) for n in (after != before).any(axis=0).nonzero()[0]}  # req is resources x nodes
+    assert changed_nodes == {7}
+
+
+def _constraint_node(i: int, zones: tuple[str, ...]) -> dict:
+    labels = {"kubernetes.io/hostname": f"node-{i}"}
+    if zones:
+        labels["topology.kubernetes.io/zone"] = zones[i % len(zones)]
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": f"node-{i}", "labels": labels},
+        "status": {"capacity": {"cpu": "4", "memory": "32Gi", "pods": "110"}},
+    }
+
+
+_PREEMPTION = """
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- schedulerName: default-scheduler
+  percentageOfNodesToScore: 100
+  plugins:
+    postFilter: {enabled: [{name: DefaultPreemption}]}
+"""
+
+
+def _workload_placements(backend: Backend, workload: str, n_nodes: int, batch: int) -> list:
+    """scheduler_perf's pod-constraint workloads (`kubus bench --workload`), scaled to ``n_nodes``:
+    where each measured pod goes and whom it preempts."""
+    w = POD_CONSTRAINT_WORKLOADS[workload]
+    registry = in_tree_registry()
+    profile = load_config(_PREEMPTION, registry=registry).profiles[0]
+    table = NodeTable(backend, seed=1, capacity=n_nodes)
+    table.add_nodes(parse_node(_constraint_node(i, w.zones)) for i in range(n_nodes))
+    scheduler = Scheduler(Framework.from_profile(profile, registry), table, seed=1)
+    scale = n_nodes / w.nodes
+    init, measured = pod_constraint_pods(w, max(1, int(w.init_pods * scale)), max(1, int(w.measured_pods * scale)))
+    for start in range(0, len(init), 256):
+        scheduler.schedule([parse_pod(p) for p in init[start : start + 256]])
+    out = []
+    pods = [parse_pod(p) for p in measured]
+    for start in range(0, len(pods), batch):
+        out += [
+            (r.pod.name, r.node, sorted(v.pod.name for v in r.preempted), r.message)
+            for r in scheduler.schedule(pods[start : start + batch])
+        ]
+    return out
+
+
+@pytest.mark.parametrize("workload", list(POD_CONSTRAINT_WORKLOADS))
+@pytest.mark.parametrize("batch", [1, 256])
+def test_cupy_places_and_preempts_like_numpy_in_the_pod_constraint_workloads(
+    cupy_backend: Backend, workload: str, batch: int
+) -> None:
+    expected = _workload_placements(NUMPY, workload, 400, batch)
+    got = _workload_placements(cupy_backend, workload, 400, batch)
+    assert got == expected
+    assert any(node is not None for _, node, _, _ in expected)
