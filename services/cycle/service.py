@@ -11,7 +11,9 @@ standbys run the same service and take over when the lease lapses. The leader, i
    it makes them. The namespaces' labels (for namespaceSelectors) are read from the store before
    every pop, when their version moved: a namespace applied is seen from the next batch on.
 2. **Pop** up to ``batch_size`` pods (`PopRequest` on ``kubus.queue.<profile>.pop``, with the
-   lease's fencing token). Each manifest is parsed; a bad one is an ERROR outcome.
+   lease's fencing token). Each manifest is parsed; a bad one is an ERROR outcome. The next
+   pop is sent as soon as a batch arrives, so the queue answers while this batch is scheduled
+   (one pop ahead at most; on stop, its pods are scheduled too, not left in flight).
 3. **Schedule** the batch (`Scheduler.schedule`, in a worker thread so the lease keeps being
    renewed; never two batches at once): each pod sees the placements of the ones before it.
 4. **Reserve** each placed pod, concurrently: ``transition(Pending → Reserved,
@@ -30,6 +32,9 @@ standbys run the same service and take over when the lease lapses. The leader, i
 6. **Report** one `Outcomes` message for the batch to ``kubus.queue.<profile>.done``
    (request/reply, retried): RESERVED with the node and devices, UNSCHEDULABLE with kube's
    message and the rejecting plugins, ERROR with the error.
+
+Steps 5 and 6 of a batch run while the next batch is scheduled (one batch finishing at a time);
+a stop waits for them.
 
 Leadership is checked before every batch, after scheduling and before every publish.
 """
@@ -199,6 +204,8 @@ class _Batch:
     victims: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     """Preemptor uid -> (uid, attempt) of each pod its preemption evicts (the table already
     forgot them; the store evicts them with the preemptor's reservation, in one step)."""
+    reserved: list[_Reserved] = field(default_factory=list)
+    """Pods Redis reserved and Permit passed: handed to the binders once the batch is decided."""
 
     def decide(self, outcome: Outcome) -> None:
         if outcome.uid not in self.outcomes:
@@ -280,6 +287,11 @@ class CycleService(Service):
         self._loop_task: asyncio.Task[None] | None = None
         self._lease_task: asyncio.Task[None] | None = None
         self._loop_done = asyncio.Event()
+        self._finishing: asyncio.Task[None] | None = None
+        """The last batch's hand-over and report, running while the next batch is scheduled."""
+        self._table_lock = asyncio.Lock()
+        """Held while a batch is scheduled in the worker thread: a hand-over that gives a pod back
+        (a table change) waits for it."""
         self._queue_answering = True
         fit = framework.plugins.get("NodeResourcesFit")
         self._fit: NodeResourcesFit | None = fit if isinstance(fit, NodeResourcesFit) else None
@@ -338,6 +350,11 @@ class CycleService(Service):
 
     async def _scheduling_loop(self) -> None:
         leadership = self._leadership()
+        # The next batch is asked for as soon as one arrives: the queue answers while this one is
+        # scheduled, so its answer (and its wait for pods) is off the loop's path. At most one
+        # pop is ahead; its pods are scheduled with the token they were popped with.
+        ahead: asyncio.Task[list[QueuedPod]] | None = None
+        ahead_token = 0
         try:
             while not self.stopping.is_set():
                 if not await leadership.wait(self.stopping):
@@ -347,15 +364,67 @@ class CycleService(Service):
                     continue
                 try:
                     await self._prepare_table()
-                    queued = await self._pop(token)
+                    if ahead is not None:
+                        popping, popped_with, ahead = ahead, ahead_token, None
+                        queued = await popping
+                    else:
+                        queued, popped_with = await self._pop(token), token
                     if queued:
-                        await self._run_batch(_Batch(queued, token))
+                        if not self.stopping.is_set():
+                            ahead, ahead_token = asyncio.create_task(self._pop(token), name="pop ahead"), token
+                        await self._run_and_finish(_Batch(queued, popped_with))
                 except TRANSIENT_ERRORS as exc:
                     self.log.warning("redis or nats unavailable; the node table will be reloaded", error=repr(exc))
                     self.snapshot = None
                     await self._pause(0.5)
+            if ahead is not None:
+                # Stopping: pods popped ahead are scheduled, not left in flight at the queue.
+                await self._last_batch(ahead, ahead_token)
+                ahead = None
+            await self._finished()
         finally:
+            if ahead is not None:
+                ahead.cancel()
+            if self._finishing is not None:
+                self._finishing.cancel()
             self._loop_done.set()
+
+    async def _last_batch(self, ahead: asyncio.Task[list[QueuedPod]], token: int) -> None:
+        try:
+            queued = await ahead
+            if queued:
+                await self._run_and_finish(_Batch(queued, token))
+        except TRANSIENT_ERRORS as exc:
+            self.log.warning("the last batch's pods are left to the queue's in-flight deadline", error=repr(exc))
+
+    async def _run_and_finish(self, batch: _Batch) -> None:
+        """Decide ``batch`` (schedule, reserve, Permit), then hand it over and report it in the
+        background while the next batch is scheduled: one batch finishing at a time, in order."""
+        await self._run_batch(batch)
+        await self._finished()
+        self._finishing = asyncio.create_task(self._finish(batch), name="hand over and report")
+
+    async def _finished(self) -> None:
+        """Wait for the last batch's hand-over and report."""
+        if self._finishing is not None:
+            finishing, self._finishing = self._finishing, None
+            await finishing
+
+    async def _finish(self, batch: _Batch) -> None:
+        """Hand the batch's reserved pods to the binders and report its outcomes. Never raises but
+        for cancellation."""
+        try:
+            if batch.reserved:
+                await self._hand_over(batch, batch.reserved, asyncio.Semaphore(self.options.reserve_concurrency))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            # Reserved in Redis all the same: the janitor finishes or gives back what is left.
+            self.log.exception("hand-over failed", error=repr(exc))
+            for pod in batch.queued:
+                batch.error(pod.uid, f"handing the pod to the binders failed: {exc!r}")
+        await self._report(batch)
+        self._observe(batch)
 
     async def _prepare_table(self) -> None:
         """Load the table on a new term (or after an error), resync it when due, and read again
@@ -533,8 +602,7 @@ class CycleService(Service):
             self.snapshot = None  # placements may be half-assumed: read it all again
             for pod in batch.queued:
                 batch.error(pod.uid, f"scheduling failed: {exc!r}")
-        await self._report(batch)
-        self._observe(batch)
+            batch.reserved.clear()  # the janitor finishes or gives back what is reserved
 
     def _admit(self, batch: _Batch) -> list[Pod]:
         """Parse the batch's manifests; a pod that cannot be scheduled as it is gets its outcome."""
@@ -578,7 +646,8 @@ class CycleService(Service):
         started = time.perf_counter()
         status = "Error"
         try:
-            results = await asyncio.to_thread(scheduler.schedule, pods)
+            async with self._table_lock:
+                results = await asyncio.to_thread(scheduler.schedule, pods)
             status = "Success"
         finally:
             self.metrics.extension_point_duration.labels(
@@ -720,8 +789,7 @@ class CycleService(Service):
         ).observe(time.perf_counter() - started)
         if reserved and self.framework.permit:
             reserved = await self._permit(batch, reserved)
-        if reserved:
-            await self._hand_over(batch, reserved, asyncio.Semaphore(self.options.reserve_concurrency))
+        batch.reserved += reserved
         return refused
 
     async def _reserve_or_preempt(
@@ -783,7 +851,9 @@ class CycleService(Service):
 
         async def undo(r: _Reserved, message: str) -> None:
             async with limit:
-                await self._give_back(r.result.pod, r.node, r.attempt, r.result.state)
+                async with self._table_lock:  # not while the next batch is being scheduled
+                    step = self._give_back(r.result.pod, r.node, r.attempt, r.result.state)
+                await step
             batch.error(_uid(r.result.pod), message)
 
         if not self._still_leading(batch.token):

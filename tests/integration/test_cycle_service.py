@@ -283,6 +283,65 @@ async def test_popped_pods_are_reserved_handed_to_the_binders_and_reported(
         assert sample(service, "scheduler_schedule_attempts_total", result="scheduled", profile=PROFILE) == 4
 
 
+async def test_the_next_pop_goes_out_before_the_batch_in_hand_is_reported(
+    settings: ConnectionSettings, state: ClusterState, nats: NATS
+) -> None:
+    await add_node(state, "cpu-1", "8")
+    queue = await FakeQueue(nats).start()
+    order: list[str] = []
+
+    async def note(msg: Msg) -> None:
+        order.append("pop" if msg.subject == queue_pop(PROFILE) else "done")
+
+    await nats.subscribe(queue_pop(PROFILE), cb=note)
+    await nats.subscribe(queue_done(PROFILE), cb=note)
+    await settle(nats)
+    pods = [await submit(state, f"web-{i}") for i in range(4)]
+    service = cycle(settings, batch_size=2)
+    async with running(service):
+        await loaded(service, 1)
+        queue.offer(*pods)
+        outcomes = await queue.decided(*pods)
+    assert [o.kind for o in outcomes] == [OutcomeKind.RESERVED] * 4
+    assert [p for _, _, p in queue.handed] == [tuple(p.uid for p in pods[:2]), tuple(p.uid for p in pods[2:])]
+    # the second batch was asked for while the first was being decided: the queue's answer is off the path
+    assert order.index("done") > [i for i, what in enumerate(order) if what == "pop"][1], order
+
+
+async def test_a_stopping_cycle_schedules_the_pods_it_popped_ahead(
+    settings: ConnectionSettings, state: ClusterState, nats: NATS, js: JetStreamContext
+) -> None:
+    await add_node(state, "cpu-1", "8")
+    queue = await FakeQueue(nats).start()
+    pods = [await submit(state, f"web-{i}") for i in range(4)]
+    service = cycle(settings, batch_size=2)
+    stopping: list[asyncio.Task[None]] = []
+
+    async def stop_while_the_first_batch_is_decided(request: PopRequest) -> None:
+        if len(queue.pops) == 2:  # the pop ahead: the service is told to stop, then it gets pods
+            stopping.append(asyncio.create_task(service.stop()))
+            await asyncio.sleep(0.3)
+
+    queue.on_pop = stop_while_the_first_batch_is_decided
+    await service.start()
+    try:
+        await loaded(service, 1)
+        queue.offer(*pods)
+        await eventually(lambda: _assert(bool(stopping), "no pop ahead yet"))
+        await asyncio.wait_for(stopping[0], 10)
+    finally:
+        await service.stop()
+    assert len(queue.handed) == 2
+    outcomes = [queue.outcomes.get(p.uid) for p in pods]
+    assert [o.kind if o else None for o in outcomes] == [OutcomeKind.RESERVED] * 4, "left in flight at the queue"
+    assert {r.uid for r in await bind_requests(js)} == {p.uid for p in pods}
+    assert await check_invariants(state) == []
+
+
+def _assert(condition: bool, message: str) -> None:
+    assert condition, message
+
+
 async def test_unschedulable_pods_get_kubes_message_and_bad_ones_an_error(
     settings: ConnectionSettings, state: ClusterState, nats: NATS, js: JetStreamContext
 ) -> None:
