@@ -52,7 +52,14 @@ from typing import Any
 
 from kubus.api.objects import Pod
 from kubus.api.podgroups import pod_group_key
-from kubus.framework.interface import PreEnqueuePlugin, QueueSortPlugin
+from kubus.framework.interface import (
+    FilterPlugin,
+    PermitPlugin,
+    PreEnqueuePlugin,
+    PreFilterPlugin,
+    QueueSortPlugin,
+    ReservePlugin,
+)
 from kubus.framework.queueing_hints import (
     ALL_EVENTS,
     WILDCARD,
@@ -137,6 +144,9 @@ def _in_tree_plugins() -> dict[str, object]:
     """The in-tree plugins with default args: the hints of a queue built without a profile."""
     return {cls.name: cls() for cls in IN_TREE}
 
+
+_REJECTING = (PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, ReservePlugin, PermitPlugin)
+"""The plugins that can leave a pod unschedulable: the ones whose registered events matter."""
 
 _PRUNE_MIN = 64
 
@@ -249,8 +259,18 @@ class SchedulingQueue:
         self.clock = clock
         self._on_incoming = on_incoming
         self._on_hint = on_hint
-        self._registered = registered_events(_in_tree_plugins() if plugins is None else plugins)
+        source = _in_tree_plugins() if plugins is None else plugins
+        self._registered = registered_events(source)
         """Plugin -> the events it registered (None: every event)."""
+        rejecting = [self._registered[name] for name, plugin in source.items() if isinstance(plugin, _REJECTING)]
+        self.registered_kinds: frozenset[str] = (
+            frozenset({WILDCARD})
+            if any(events is None for events in rejecting)
+            else frozenset(e.kind for events in rejecting for e in events or ())
+        )
+        """The event kinds registered by the plugins that can reject a pod (kube's PreEnqueue,
+        PreFilter, Filter, Reserve and Permit plugins; `WILDCARD` among them: every kind). As
+        kube's informers, the queue need not hear of the others."""
         self.hinted_kinds: frozenset[str] = frozenset(
             e.kind for events in self._registered.values() for e in events or () if e.hint is not None
         )

@@ -78,9 +78,9 @@ class QueueService(Intake, Serving, Janitor, NodeLifecycle, QueueBase):
         for profile in self.queues:
             self.intake(await self.nc.subscribe(queue_pop(profile), cb=partial(self._on_pop, profile)))
             self.intake(await self.nc.subscribe(queue_done(profile), cb=partial(self._on_done, profile)))
-        # Only the cluster events (the kinds that can move a pod): not the bookkeeping ones, such
-        # as the pod.accepted this service publishes for every pod.
-        only = ConsumerConfig(filter_subjects=[event_filter(kind) for kind in sorted(CLUSTER_EVENTS)])
+        # Only the cluster events some plugin registered (`_event_kinds`): not the bookkeeping
+        # ones, such as the pod.accepted this service publishes for every pod.
+        only = ConsumerConfig(filter_subjects=[event_filter(kind) for kind in self._event_kinds()])
         self.intake(
             await self.js.subscribe(
                 EVENTS,
@@ -120,6 +120,16 @@ class QueueService(Intake, Serving, Janitor, NodeLifecycle, QueueBase):
         # Heals anything missed (a lost event, a pod changed behind our back) from Redis, the truth.
         self.spawn("resync", self._every, o.resync, self._resync)
         self._after_change()
+
+    def _event_kinds(self) -> list[str]:
+        """The cluster event kinds the queue listens to: every node event (the node copies the
+        hints read follow them), and the pod events some profile's plugin registered, all of them
+        where one registered every event (kube's informers listen for the registered events
+        alone). With kube's plugins, pod.running, one per pod, is not among them."""
+        registered = frozenset().union(*(queue.registered_kinds for queue in self.queues.values()))
+        if WILDCARD in registered:
+            return sorted(CLUSTER_EVENTS)
+        return sorted(k for k in CLUSTER_EVENTS if k.startswith("node.") or k in registered)
 
     async def on_stop(self) -> None:
         # The message being handled finishes (its ack is sent); the rest of its batch is nak'd.

@@ -557,3 +557,36 @@ def test_unschedulable_pods_are_counted_by_rejecting_plugin() -> None:
     b = next(uid for uid in queue.uids() if (entry := queue.get(uid)) is not None and entry.key == "default/b")
     queue.delete(b)
     assert queue.unschedulable_by_plugin() == {"NodeResourcesFit": 1, "TaintToleration": 1}
+
+
+# -- the events the queue listens to ------------------------------------------------------------------
+
+
+class _NoEnqueueExtensions:
+    """A Filter plugin that says nothing of the events that may help it (no events_to_register)."""
+
+    name = "Opaque"
+    placement_sensitive = False
+
+    def filter(self, state: object, pod: object, view: object, rows: object) -> object:
+        raise NotImplementedError
+
+
+def test_the_queue_listens_for_the_events_its_plugins_registered_and_every_node_event() -> None:
+    from kubus.framework.config import default_config
+    from kubus.plugins import in_tree_registry
+    from kubus.queue.service import QueueService
+
+    service = QueueService(None, default_config(in_tree_registry()))
+    kinds = service._event_kinds()
+    assert "pod.running" not in kinds, "no kube plugin reads a pod's phase change"
+    assert {"pod.bound", "pod.finished", "pod.deleted", "pod.unreserved"} <= set(kinds)
+    assert {k for k in CLUSTER_EVENTS if k.startswith("node.")} <= set(kinds)
+    assert set(kinds) <= CLUSTER_EVENTS
+
+
+def test_a_plugin_without_registered_events_makes_the_queue_listen_to_every_event() -> None:
+    queue = make_queue(FakeClock(), plugins={"Opaque": _NoEnqueueExtensions()})
+    assert queue.registered_kinds == {"*"}
+    # kube's plugins: the score-only ones (no EnqueueExtensions) cannot reject a pod, so do not count
+    assert make_queue(FakeClock()).registered_kinds < CLUSTER_EVENTS
