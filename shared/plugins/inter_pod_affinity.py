@@ -552,6 +552,8 @@ class InterPodAffinity:
         if incoming is None:
             return True  # PreFilter has not run: nothing to go by
         other, terms = placed.pod, incoming.terms
+        if terms is _NO_TERMS and placed.affinity is None:
+            return False  # neither pod has a term: the common case, answered at once
         namespace, labels = other.namespace, other.metadata.labels
         if incoming.selects_all(terms.required_affinity, namespace, labels):
             return True
