@@ -1,7 +1,9 @@
 """The CuPy path places every pod exactly where the numpy path does.
 
 Runs where CuPy and a CUDA GPU are present (`KUBUS_BACKEND` is ignored here); skipped,
-visibly, elsewhere.
+visibly, elsewhere. These tests need no NATS or Redis: on a GPU machine without the test
+servers' packages, ``pytest --noconftest tests/gpu`` runs them (kubus itself and its runtime
+dependencies are all they import).
 """
 
 from __future__ import annotations
