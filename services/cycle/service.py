@@ -567,9 +567,9 @@ class CycleService(Service):
     # -- one batch -------------------------------------------------------------------------------
 
     async def _run_batch(self, batch: _Batch) -> None:
-        """Schedule, reserve, hand over and report one popped batch. Never raises but for
-        cancellation: an unexpected error fails the batch's undecided pods (ERROR) and makes the
-        table be loaded again."""
+        """Schedule, reserve and Permit one popped batch (`_finish` hands it over and reports it).
+        Never raises but for cancellation: an unexpected error fails the batch's pods not yet
+        reserved (ERROR) and makes the table be loaded again."""
         try:
             await self._refresh()  # events that came while the pop waited
             pods = self._admit(batch)
@@ -600,9 +600,11 @@ class CycleService(Service):
             else:
                 self.log.exception("batch failed", error=repr(exc))
             self.snapshot = None  # placements may be half-assumed: read it all again
+            # The pods reserved and through Permit before the error are still handed over.
+            reserved = {_uid(r.result.pod) for r in batch.reserved}
             for pod in batch.queued:
-                batch.error(pod.uid, f"scheduling failed: {exc!r}")
-            batch.reserved.clear()  # the janitor finishes or gives back what is reserved
+                if pod.uid not in reserved:
+                    batch.error(pod.uid, f"scheduling failed: {exc!r}")
 
     def _admit(self, batch: _Batch) -> list[Pod]:
         """Parse the batch's manifests; a pod that cannot be scheduled as it is gets its outcome."""

@@ -9,12 +9,19 @@ dependencies are all they import).
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from kubus.api.manifests import parse_node, parse_pod
-from kubus.cli.workload import POD_CONSTRAINT_WORKLOADS, pod_constraint_pods
+from kubus.cli.workload import (
+    POD_CONSTRAINT_WORKLOADS,
+    cpu_node_template,
+    pod_constraint_pods,
+    pod_constraints_scheduler_config,
+)
 from kubus.framework.config import default_config, load_config
 from kubus.framework.runtime import Framework
 from kubus.framework.scheduling import Scheduler
+from kubus.gpu_agent.simulation import simulated_nodes
 from kubus.kernels.backend import NUMPY, Backend, select_backend
 from kubus.kernels.node_table import NodeTable
 from kubus.plugins import in_tree_registry
@@ -72,38 +79,19 @@ def test_device_table_syncs_only_changed_rows(cupy_backend: Backend) -> None:
     assert changed_nodes == {7}
 
 
-def _constraint_node(i: int, zones: tuple[str, ...]) -> dict:
-    labels = {"kubernetes.io/hostname": f"node-{i}"}
-    if zones:
-        labels["topology.kubernetes.io/zone"] = zones[i % len(zones)]
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": f"node-{i}", "labels": labels},
-        "status": {"capacity": {"cpu": "4", "memory": "32Gi", "pods": "110"}},
-    }
-
-
-_PREEMPTION = """
-apiVersion: kubescheduler.config.k8s.io/v1
-kind: KubeSchedulerConfiguration
-profiles:
-- schedulerName: default-scheduler
-  percentageOfNodesToScore: 100
-  plugins:
-    postFilter: {enabled: [{name: DefaultPreemption}]}
-"""
-
-
 def _workload_placements(backend: Backend, workload: str, n_nodes: int, batch: int) -> list:
-    """scheduler_perf's pod-constraint workloads (`kubus bench --workload`), scaled to ``n_nodes``:
-    where each measured pod goes and whom it preempts."""
+    """scheduler_perf's pod-constraint workloads as `kubus bench --workload` runs them (its
+    scheduler configuration, the agent's simulated nodes), scaled to ``n_nodes``: where each
+    measured pod goes and whom it preempts."""
     w = POD_CONSTRAINT_WORKLOADS[workload]
     registry = in_tree_registry()
-    profile = load_config(_PREEMPTION, registry=registry).profiles[0]
+    config = load_config(pod_constraints_scheduler_config(), registry=registry)
+    framework = Framework.from_profile(
+        config.profiles[0], registry, percentage_of_nodes_to_score=config.percentage_of_nodes_to_score
+    )
     table = NodeTable(backend, seed=1, capacity=n_nodes)
-    table.add_nodes(parse_node(_constraint_node(i, w.zones)) for i in range(n_nodes))
-    scheduler = Scheduler(Framework.from_profile(profile, registry), table, seed=1)
+    table.add_nodes(simulated_nodes(parse_node(yaml.safe_load(cpu_node_template(w.zones))), n_nodes))
+    scheduler = Scheduler(framework, table, seed=1)
     scale = n_nodes / w.nodes
     init, measured = pod_constraint_pods(w, max(1, int(w.init_pods * scale)), max(1, int(w.measured_pods * scale)))
     for start in range(0, len(init), 256):

@@ -322,12 +322,15 @@ async def test_a_stopping_cycle_schedules_the_pods_it_popped_ahead(
             stopping.append(asyncio.create_task(service.stop()))
             await asyncio.sleep(0.3)
 
+    def told_to_stop() -> None:
+        assert stopping, "no pop ahead yet"
+
     queue.on_pop = stop_while_the_first_batch_is_decided
     await service.start()
     try:
         await loaded(service, 1)
         queue.offer(*pods)
-        await eventually(lambda: _assert(bool(stopping), "no pop ahead yet"))
+        await eventually(told_to_stop)
         await asyncio.wait_for(stopping[0], 10)
     finally:
         await service.stop()
@@ -338,8 +341,27 @@ async def test_a_stopping_cycle_schedules_the_pods_it_popped_ahead(
     assert await check_invariants(state) == []
 
 
-def _assert(condition: bool, message: str) -> None:
-    assert condition, message
+async def test_a_batch_failing_after_its_pods_were_reserved_still_hands_them_over(
+    settings: ConnectionSettings, state: ClusterState, nats: NATS, js: JetStreamContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await add_node(state, "cpu-1", "8")
+    queue = await FakeQueue(nats).start()
+    pods = [await submit(state, f"web-{i}") for i in range(2)]
+    service = cycle(settings)
+
+    async def fail() -> None:
+        raise RuntimeError("the last step of the batch failed")
+
+    # the batch's last step (writing Permit decisions) fails after both pods were reserved
+    monkeypatch.setattr(CycleService, "_sees_waiting_pods", property(lambda self: True))
+    monkeypatch.setattr(service, "_apply_decisions", fail)
+    async with running(service):
+        await loaded(service, 1)
+        queue.offer(*pods)
+        outcomes = await queue.decided(*pods)
+    assert [o.kind for o in outcomes] == [OutcomeKind.RESERVED] * 2, outcomes
+    assert {r.uid for r in await bind_requests(js)} == {p.uid for p in pods}
+    assert await check_invariants(state) == []
 
 
 async def test_unschedulable_pods_get_kubes_message_and_bad_ones_an_error(
