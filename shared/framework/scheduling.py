@@ -611,22 +611,29 @@ class Scheduler:
         numFeasibleNodesToFind feasible ones (1 when the profile has no score plugin)."""
         table, backend = self.table, self.table.backend
         rows = table.valid_rows()
+        feasible = backend.to_host(cls.feasible)
         if cls.narrowed_by:
             rows = rows[backend.to_host(cls.candidates)[rows]]
         n = len(rows)
         if n == 0:
             return rows
-        feasible = backend.to_host(cls.feasible)[rows]
+        if n != len(feasible):  # tombstones, or narrowed: the candidates' own order
+            feasible = feasible[rows]
         want = num_feasible_nodes_to_find(self.framework.percentage_of_nodes_to_score, n) if self.framework.score else 1
         start = self.next_start_node_index % n
-        positions = np.flatnonzero(np.roll(feasible, -start))
+        # feasible positions from `start` on, then from 0 (the rotation), without copying the mask
+        positions = np.flatnonzero(feasible[start:])
+        if len(positions) <= want and start:
+            positions = np.concatenate((positions + start, np.flatnonzero(feasible[:start]) + n))
+        else:
+            positions = positions + start
         if len(positions) > want:
-            processed = int(positions[want - 1]) + 1
+            processed = int(positions[want - 1]) + 1 - start
             positions = positions[:want]
         else:
             processed = n
         self.next_start_node_index = (self.next_start_node_index + processed) % len(table)
-        return rows[(positions + start) % n]
+        return rows[positions % n]
 
     # ---- failure and explanation -------------------------------------------------------------
 

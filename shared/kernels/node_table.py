@@ -94,12 +94,14 @@ class TableView:
         self.xp = table.backend.xp
         self._arrays = arrays
         self._labels = labels
+        # the columns as plain attributes (view.alloc, view.req, ...): kernels read them many
+        # times per decision, and an instance attribute is found without a __getattr__ call
+        self.__dict__.update(arrays)
 
     def __getattr__(self, name: str) -> Any:
-        try:
-            return self._arrays[name]
-        except KeyError:
-            raise AttributeError(name) from None
+        # Reached only for a name that is not a column; declared so that type checkers know
+        # the columns (set in __init__) are there.
+        raise AttributeError(name)
 
     def label(self, key: str) -> Any | None:
         """The interned column of label `key`, or None when no node has the key."""

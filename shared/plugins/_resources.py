@@ -18,13 +18,9 @@ def allocatable_and_requested(
     does not request is not scored (allocatable 0). Returns int64 arrays (allocatable,
     requested on the node plus the pod's request).
     """
-    xp = view.xp
-    n = view.valid[rows].shape[0]
     i = view.table.resource_index.get(resource)
-    zeros = xp.zeros(n, dtype=xp.int64)
-    if resource not in (CPU, MEMORY, EPHEMERAL_STORAGE) and pod_request == 0:
-        return zeros, zeros
-    if i is None:
+    if i is None or (pod_request == 0 and resource not in (CPU, MEMORY, EPHEMERAL_STORAGE)):
+        zeros = view.xp.zeros(view.valid[rows].shape[0], dtype=view.xp.int64)
         return zeros, zeros
     alloc = view.alloc[i, rows]
     if resource == CPU and not use_requested:

@@ -31,6 +31,7 @@ from kubus.plugins._resources import allocatable_and_requested
 
 _PRE_FILTER_KEY = "PreFilterNodeResourcesFit"
 _PRE_SCORE_KEY = "PreScoreNodeResourcesFit"
+_CHECKS_KEY = "PreFilterNodeResourcesFit/checks"
 TOO_MANY_PODS = "Too many pods"
 MAX_UTILIZATION = 100
 
@@ -72,7 +73,9 @@ class NodeResourcesFit:
     # ---- filter ------------------------------------------------------------------------------
 
     def pre_filter(self, state: CycleState, pod: Pod, table: NodeTable) -> tuple[None, Status]:
-        state.write(_PRE_FILTER_KEY, pod_requests(pod))
+        request = pod_requests(pod)
+        state.write(_PRE_FILTER_KEY, request)
+        state.write(_CHECKS_KEY, self._checks(request))
         return None, Status.success()
 
     def _ignored(self, name: str) -> bool:
@@ -86,30 +89,35 @@ class NodeResourcesFit:
         reservation leaves them out of Redis's capacity check too."""
         return tuple(name for name in requests if self._ignored(name))
 
+    def _checks(self, request: dict[str, int]) -> tuple[tuple[str, int, str], ...]:
+        """(resource, quantity, reason) for each request Filter checks, in kube's order."""
+        return tuple(
+            (name, request[name], f"Insufficient {name}")
+            for name in _ordered(request)
+            if request[name] != 0 and name != PODS and not self._ignored(name)
+        )
+
     def filter(self, state: CycleState, pod: Pod, view: TableView, rows: Rows) -> FilterResult:
         xp = view.xp
         index = view.table.resource_index
-        request: dict[str, int] = state.read(_PRE_FILTER_KEY)
+        checks: tuple[tuple[str, int, str], ...] = state.read(_CHECKS_KEY)
+        alloc, req = view.alloc, view.req
         pods = index[PODS]
-        rejections = [Rejection(TOO_MANY_PODS, view.req[pods, rows] + 1 > view.alloc[pods, rows])]
-        n = view.valid[rows].shape[0]
-        if any(q for r, q in request.items() if r != PODS):
-            for name in _ordered(request):
-                qty = request[name]
-                if qty == 0 or name == PODS or self._ignored(name):
-                    continue
-                i = index.get(name)
-                reason = f"Insufficient {name}"
-                if i is None:  # no node has this resource at all
-                    rejections.append(Rejection(reason, xp.ones(n, dtype=bool), Code.UNSCHEDULABLE_AND_UNRESOLVABLE))
-                    continue
-                short = qty > view.alloc[i, rows] - view.req[i, rows]
-                # kube: a request beyond the node's allocatable is UnschedulableAndUnresolvable
-                # (no preemption can help there); the reason reads the same
-                beyond = qty > view.alloc[i, rows]
-                rejections.append(Rejection(reason, short & ~beyond))
-                rejections.append(Rejection(reason, beyond, Code.UNSCHEDULABLE_AND_UNRESOLVABLE))
-        return FilterResult.of(xp, rejections, n)
+        rejections = [Rejection(TOO_MANY_PODS, req[pods, rows] + 1 > alloc[pods, rows])]
+        for name, qty, reason in checks:
+            i = index.get(name)
+            if i is None:  # no node has this resource at all
+                n = rejections[0].mask.shape[0]
+                rejections.append(Rejection(reason, xp.ones(n, dtype=bool), Code.UNSCHEDULABLE_AND_UNRESOLVABLE))
+                continue
+            allocatable = alloc[i, rows]
+            short = qty > allocatable - req[i, rows]
+            # kube: a request beyond the node's allocatable is UnschedulableAndUnresolvable
+            # (no preemption can help there); the reason reads the same
+            beyond = qty > allocatable
+            rejections.append(Rejection(reason, short & ~beyond))
+            rejections.append(Rejection(reason, beyond, Code.UNSCHEDULABLE_AND_UNRESOLVABLE))
+        return FilterResult.of(xp, rejections, 0)
 
     # ---- score -------------------------------------------------------------------------------
 
