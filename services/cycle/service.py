@@ -99,7 +99,17 @@ from kubus.kernels.nodeinfo import PodInfo
 from kubus.plugins.node_resources_fit import NodeResourcesFit
 from kubus.service import TRANSIENT_ERRORS, Service
 from kubus.settings import ConnectionSettings
-from kubus.store import ClusterState, EventType, Move, PodEvent, PodPhase, Reservation, ReserveResult, StoreCode
+from kubus.store import (
+    ClusterState,
+    DecodedRecords,
+    EventType,
+    Move,
+    PodEvent,
+    PodPhase,
+    Reservation,
+    ReserveResult,
+    StoreCode,
+)
 
 __all__ = ["CycleOptions", "CycleService"]
 
@@ -284,6 +294,8 @@ class CycleService(Service):
         """When the current re-read began (the event loop's clock)."""
         self._resync_cost = 0.0
         """Seconds the current re-read's slices have taken so far."""
+        self._decoded = DecodedRecords()
+        """Nodes and reservations read before, by their bytes: a re-read parses only what changed."""
         self._loop_task: asyncio.Task[None] | None = None
         self._lease_task: asyncio.Task[None] | None = None
         self._loop_done = asyncio.Event()
@@ -444,7 +456,7 @@ class CycleService(Service):
         self._dirty.clear()  # events from now on are read again after this snapshot
         self._resync_left = []  # this read is the full one
         snapshot = NodeSnapshot(self.backend, seed=self.options.seed)
-        stats = snapshot.load(await self._store().load_snapshot())
+        stats = snapshot.load(await self._store().load_snapshot(decoded=self._decoded))
         self.snapshot, self._term = snapshot, term
         self._scheduler = Scheduler(
             self.framework, snapshot.table, seed=self.options.seed, timer=self._time_extension_point
@@ -485,7 +497,7 @@ class CycleService(Service):
             self._resync_left[self.options.resync_slice :],
         )
         stats = self._resync_stats
-        snapshot.sync_nodes(names, await self._store().load_snapshot(names), stats)
+        snapshot.sync_nodes(names, await self._store().load_snapshot(names, decoded=self._decoded), stats)
         self._resync_cost += time.perf_counter() - began
         if self._resync_left:
             return
@@ -516,7 +528,7 @@ class CycleService(Service):
         self._dirty = set()
         ordered = sorted(names)
         try:
-            entries = await self._store().load_snapshot(ordered)
+            entries = await self._store().load_snapshot(ordered, decoded=self._decoded)
         except BaseException:
             self._dirty |= names
             raise

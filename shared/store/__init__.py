@@ -13,6 +13,7 @@
 from kubus.store.cluster_state import (
     AdmissionView,
     ClusterState,
+    DecodedRecords,
     Eviction,
     Expiry,
     ExpiryKind,
@@ -53,6 +54,7 @@ __all__ = [
     "UNREACHABLE_TAINT_KEY",
     "AdmissionView",
     "ClusterState",
+    "DecodedRecords",
     "EventType",
     "Eviction",
     "Expiry",

@@ -36,7 +36,15 @@ from __future__ import annotations
 
 from kubus.store.agents import AdmissionView, AgentStore, PodStart, PodStartResult
 from kubus.store.leases import Lease, LeaseStore
-from kubus.store.nodes import GPUUsage, HeartbeatResult, Liveness, NodeUsage, PutNodeResult, node_info_of
+from kubus.store.nodes import (
+    DecodedRecords,
+    GPUUsage,
+    HeartbeatResult,
+    Liveness,
+    NodeUsage,
+    PutNodeResult,
+    node_info_of,
+)
 from kubus.store.objects import ObjectStore
 from kubus.store.permits import PermitState
 from kubus.store.podgroups import PodGroupStore
@@ -50,6 +58,7 @@ __all__ = [
     "Binding",
     "BindingResult",
     "ClusterState",
+    "DecodedRecords",
     "Eviction",
     "Expiry",
     "ExpiryKind",

@@ -16,6 +16,7 @@ from kubus.api.objects import Node, Pod
 from kubus.kernels.nodeinfo import PodInfo
 from kubus.store import (
     ClusterState,
+    DecodedRecords,
     EventType,
     ExpiryKind,
     HeartbeatResult,
@@ -307,6 +308,42 @@ async def test_whole_and_shared_gpus(state: ClusterState) -> None:
 
 async def _node_violations(state: ClusterState) -> list[str]:
     return [v for v in await check_invariants(state) if v.startswith("node ")]
+
+
+async def test_a_snapshot_read_again_reuses_what_it_decoded_and_follows_every_change(state: ClusterState) -> None:
+    """`load_snapshot(decoded=...)`, the cycle's resync: an unchanged node comes back as the very
+    objects decoded before (no parse), and every change (node spec, a reservation added, bound,
+    released, the node deleted) is read as a read without the cache reads it."""
+    await state.put_node(make_node("n1"))
+    await state.put_node(make_node("n2"))
+    a, _ = make_pod("a", cpu="1")
+    b, _ = make_pod("b", cpu="2")
+    assert (await state.reserve("n1", reservation(a, "n1"))).ok
+    decoded = DecodedRecords()
+
+    async def both() -> list[tuple[Node, list[Reservation]]]:
+        cached = await state.load_snapshot(["n1", "n2", "gone"], decoded=decoded)
+        assert cached == await state.load_snapshot(["n1", "n2", "gone"])  # the same as a fresh parse
+        return cached
+
+    first = await both()
+    again = await both()
+    assert all(x is y for (x, _), (y, _) in zip(again, first, strict=True))  # the Nodes: not decoded again
+    assert again[0][1][0] is first[0][1][0]  # a's reservation: not decoded again
+
+    assert (await state.reserve("n1", reservation(b, "n1"))).ok
+    assert await state.mark_bound("n1", a.metadata.uid) is StoreCode.OK
+    await state.put_node(make_node("n2", cpu="64"))
+    changed = await both()
+    assert [(r.pod_key, r.state) for r in changed[0][1]] == [
+        (a.key, ReservationState.BOUND),
+        (b.key, ReservationState.RESERVED),
+    ]
+    assert changed[1][0] is not first[1][0] and changed[1][0].status.allocatable["cpu"] == 64000
+
+    assert await state.release("n1", a.metadata.uid) is StoreCode.OK
+    await state.delete_node("n2")
+    assert [(n.name, [r.pod_key for r in rs]) for n, rs in await both()] == [("n1", [b.key])]
 
 
 async def test_whole_gpu_with_a_minimum_memory(state: ClusterState) -> None:
