@@ -21,6 +21,13 @@ a node only through the view's arrays (`req`, `nz_cpu`, `nz_mem`, `gpu_free`, `g
 (NodeResourcesFit, GPUFit: True; NodePorts reads `port_rows` and `used_ports`: False). The dry
 run then evaluates it on a what-if copy of those arrays instead of taking pods off the table.
 A wrong True makes preemption choose victims from a stale picture.
+
+`reads_table_only` (default False) tells the batch scheduler that a plugin's PreFilter, Filter,
+PreScore and Score read nothing but the pod, the CycleState and the node table (its arrays,
+NodeInfos, pod indexes and namespaces): nothing a batch boundary can change behind the table's
+back (Coscheduling reads the waiting pods and pod groups: False). When every such plugin of a
+profile says so, a pod class's evaluation is kept from one batch to the next while the table is
+unchanged. A wrong True lets a pod be decided on a stale evaluation.
 """
 
 from __future__ import annotations
@@ -308,6 +315,10 @@ def is_placement_sensitive(plugin: object) -> bool:
     return bool(getattr(plugin, "placement_sensitive", True))
 
 
+def reads_table_only(plugin: object) -> bool:
+    return bool(getattr(plugin, "reads_table_only", False))
+
+
 def is_cluster_scoped(plugin: object) -> bool:
     return callable(getattr(plugin, "placement_affects", None))
 
@@ -357,4 +368,5 @@ __all__ = [
     "is_cluster_scoped",
     "is_placement_sensitive",
     "needs_feasible_nodes",
+    "reads_table_only",
 ]

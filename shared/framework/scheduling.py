@@ -34,6 +34,7 @@ from kubus.framework.interface import (
     is_cluster_scoped,
     is_placement_sensitive,
     needs_feasible_nodes,
+    reads_table_only,
 )
 from kubus.framework.registry import ExtensionPoint
 from kubus.framework.runtime import Framework
@@ -150,6 +151,9 @@ class _PodClass:
     """Rows placements touched since this class last decided: stale until `_refresh_rows`."""
     diagnosis: tuple[int, str, dict[str, int], tuple[str, ...]] | None = None
     """(table.version, message, reasons, plugins) of the last failure, reused until the table changes."""
+    seen: int = 0
+    """How many of the scheduler's placements (`Scheduler._placements`, counted from the first
+    kept) this class has taken into `dirty`, `placed`, `evicted` and `stale`."""
 
 
 PointTimer = Callable[[ExtensionPoint, str, float], None]
@@ -189,6 +193,21 @@ class Scheduler:
         in `PLUGIN_SAMPLE` (as kube samples its plugin metrics): the services' metrics."""
         self._evaluations = 0
         self.next_start_node_index = 0
+        self._classes: dict[Any, _PodClass] = {}
+        """The pod classes evaluated so far, while they stay in step with the table."""
+        self._placements: list[tuple[PodInfo, int, bool]] = []
+        """(pod, row, whether it evicted others) of each placement since `_placements_base`:
+        a class takes in those after its `seen` when it next decides."""
+        self._placements_base = 0
+        self._table_version = -1
+        """The table's version when the last batch ended; the classes are kept only if it has
+        not changed since (nothing but this scheduler touched the table)."""
+        self._namespaces: dict[str, dict[str, str]] | None = None
+        self._keep_classes = all(
+            reads_table_only(p)
+            for p in (*framework.pre_filter, *framework.filter, *framework.pre_score, *(p for p, _ in framework.score))
+        )
+        """Every plugin a class's evaluation runs reads only the table: classes outlive a batch."""
 
     # ---- public ------------------------------------------------------------------------------
 
@@ -198,34 +217,68 @@ class Scheduler:
         Placed pods are assumed into the table (call `table.forget` to undo one). With
         `explain`, every result carries per-node filter and score detail.
         """
-        classes: dict[Any, _PodClass] = {}
-        keys = [pod_class_key(p) for p in pods]
-        remaining = Counter(keys)
+        classes = self._classes_in_step()
+        self._table_version = -1  # until this batch ends well: a half-done batch keeps nothing
+        used: set[Any] = set()
         results = []
-        for pod, key in zip(pods, keys, strict=True):
+        for pod in pods:
+            key = pod_class_key(pod)
             cls = classes.get(key)
             if cls is None:
                 cls = classes[key] = self._evaluate(pod)
-            elif cls.dirty or cls.stale:
-                self._refresh_rows(cls)
-            remaining[key] -= 1
+                cls.seen = self._placements_base + len(self._placements)
+            else:
+                self._take_in_placements(cls)
+                if cls.dirty or cls.stale:
+                    self._refresh_rows(cls)
+            used.add(key)
             result = self._decide(cls, pod, explain)
             results.append(result)
             if result.node is not None:
                 row = self.table.row_of[result.node]
-                placed = self.table.node_info(row).pods[pod.key]
-                for k, other in classes.items():
-                    if remaining[k] > 0:
-                        other.dirty.append(row)
-                        other.placed.append((placed, row))
-                        other.evicted = other.evicted or bool(result.preempted)
-                        for plugin in other.cluster_plugins:
-                            if result.preempted or (
-                                plugin.name not in other.stale
-                                and plugin.placement_affects(other.state, other.pod, placed)
-                            ):
-                                other.stale.add(plugin.name)  # pods evicted: any count may drop
+                self._placements.append((self.table.node_info(row).pods[pod.key], row, bool(result.preempted)))
+        self._keep(used)
         return results
+
+    def _classes_in_step(self) -> dict[Any, _PodClass]:
+        """The classes kept from the last batch, or none when the table changed since (events,
+        a resync, a reservation given back) or the profile's plugins read more than the table."""
+        table = self.table
+        if not (
+            self._keep_classes
+            and table.version == self._table_version
+            and table.namespaces == self._namespaces
+        ):
+            self._classes, self._placements, self._placements_base = {}, [], 0
+        return self._classes
+
+    def _keep(self, used: set[Any]) -> None:
+        """End of a batch: keep the classes it used (and the placements they have not taken in)."""
+        if not self._keep_classes:
+            self._classes, self._placements, self._placements_base = {}, [], 0
+            return
+        self._classes = {k: c for k, c in self._classes.items() if k in used}
+        end = self._placements_base + len(self._placements)
+        oldest = min((c.seen for c in self._classes.values()), default=end)
+        del self._placements[: oldest - self._placements_base]
+        self._placements_base = oldest
+        self._table_version = self.table.version
+        self._namespaces = {name: dict(labels) for name, labels in self.table.namespaces.items()}
+
+    def _take_in_placements(self, cls: _PodClass) -> None:
+        """The placements made since the class last decided: their rows are stale for it, and a
+        cluster-scoped plugin is stale when a placement affects it (any, if pods were evicted)."""
+        end = self._placements_base + len(self._placements)
+        if cls.seen == end:
+            return
+        for placed, row, evicted in self._placements[cls.seen - self._placements_base :]:
+            cls.dirty.append(row)
+            cls.placed.append((placed, row))
+            cls.evicted = cls.evicted or evicted
+            for plugin in cls.cluster_plugins:
+                if evicted or (plugin.name not in cls.stale and plugin.placement_affects(cls.state, cls.pod, placed)):
+                    cls.stale.add(plugin.name)  # pods evicted: any count may drop
+        cls.seen = end
 
     def feasible(self, pod: Pod) -> np.ndarray:
         """Host bool per table row: where ``pod`` passes PreFilter and every Filter plugin now,

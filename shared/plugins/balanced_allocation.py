@@ -56,6 +56,7 @@ def _balanced(xp: Any, cols: tuple[list[Any], list[Any]], weights: list[int]) ->
 class NodeResourcesBalancedAllocation:
     name: ClassVar[str] = "NodeResourcesBalancedAllocation"
     placement_sensitive: ClassVar[bool] = True
+    reads_table_only: ClassVar[bool] = True
 
     def __init__(self, args: Any = None, handle: object = None) -> None:
         resources = getattr(args, "resources", None) or ()

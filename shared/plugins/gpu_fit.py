@@ -68,6 +68,7 @@ def pick_devices(request: GPURequest, node_info: NodeInfo, mode: str = BINPACK) 
 class GPUFit:
     name: ClassVar[str] = "GPUFit"
     placement_sensitive: ClassVar[bool] = True
+    reads_table_only: ClassVar[bool] = True
     reads_view_only: ClassVar[bool] = True
 
     def __init__(self, args: Any = None, handle: object = None) -> None:

@@ -27,6 +27,7 @@ def normalized_image_name(name: str) -> str:
 class ImageLocality:
     name: ClassVar[str] = "ImageLocality"
     placement_sensitive: ClassVar[bool] = False
+    reads_table_only: ClassVar[bool] = True
 
     def __init__(self, args: object = None, handle: object = None) -> None:
         # images of a pod -> (table, nodes_version, scores of every row): replicas share images

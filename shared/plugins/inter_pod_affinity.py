@@ -316,6 +316,7 @@ class _PreScoreState:
 class InterPodAffinity:
     name: ClassVar[str] = "InterPodAffinity"
     placement_sensitive: ClassVar[bool] = False
+    reads_table_only: ClassVar[bool] = True
     """Its answer for a node changes with pods placed anywhere in the node's domains: the
     scheduler asks `placement_affects` instead."""
 

@@ -75,6 +75,7 @@ def pre_filter_node_names(pod: Pod) -> frozenset[str] | None:
 class NodeAffinity:
     name: ClassVar[str] = "NodeAffinity"
     placement_sensitive: ClassVar[bool] = False
+    reads_table_only: ClassVar[bool] = True
 
     def __init__(self, args: Any = None, handle: object = None) -> None:
         added: NodeAffinitySpec | None = getattr(args, "added_affinity", None)

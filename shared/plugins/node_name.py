@@ -18,6 +18,7 @@ ERR_REASON = "node(s) didn't match the requested node name"
 class NodeName:
     name: ClassVar[str] = "NodeName"
     placement_sensitive: ClassVar[bool] = False
+    reads_table_only: ClassVar[bool] = True
 
     def __init__(self, args: object = None, handle: object = None) -> None:
         pass

@@ -30,6 +30,7 @@ _STATE_KEY = "PreFilterNodePorts"
 class NodePorts:
     name: ClassVar[str] = "NodePorts"
     placement_sensitive: ClassVar[bool] = True
+    reads_table_only: ClassVar[bool] = True
 
     def __init__(self, args: object = None, handle: object = None) -> None:
         pass

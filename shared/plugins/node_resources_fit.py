@@ -57,6 +57,7 @@ def _strategy(args: Any) -> tuple[str, tuple[ResourceWeight, ...], tuple[tuple[i
 class NodeResourcesFit:
     name: ClassVar[str] = "NodeResourcesFit"
     placement_sensitive: ClassVar[bool] = True
+    reads_table_only: ClassVar[bool] = True
     reads_view_only: ClassVar[bool] = True
 
     def __init__(self, args: Any = None, handle: object = None) -> None:

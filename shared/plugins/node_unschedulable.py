@@ -26,6 +26,7 @@ ERR_REASON_UNSCHEDULABLE = "node(s) were unschedulable"
 class NodeUnschedulable:
     name: ClassVar[str] = "NodeUnschedulable"
     placement_sensitive: ClassVar[bool] = False
+    reads_table_only: ClassVar[bool] = True
 
     def __init__(self, args: object = None, handle: object = None) -> None:
         pass

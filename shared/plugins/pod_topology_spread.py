@@ -248,6 +248,7 @@ class _ScoreNodes:
 class PodTopologySpread:
     name: ClassVar[str] = "PodTopologySpread"
     placement_sensitive: ClassVar[bool] = False
+    reads_table_only: ClassVar[bool] = True
     args_type: ClassVar[type] = PodTopologySpreadArgs
 
     def __init__(self, args: PodTopologySpreadArgs | None = None, handle: object = None) -> None:

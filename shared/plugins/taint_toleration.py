@@ -34,6 +34,7 @@ def _hard(taint: Taint) -> bool:
 class TaintToleration:
     name: ClassVar[str] = "TaintToleration"
     placement_sensitive: ClassVar[bool] = False
+    reads_table_only: ClassVar[bool] = True
 
     def __init__(self, args: object = None, handle: object = None) -> None:
         pass

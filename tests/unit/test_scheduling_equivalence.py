@@ -7,6 +7,7 @@ every filter reason shows up.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass
 
@@ -45,7 +46,7 @@ from kubus.api.objects import (
 )
 from kubus.framework.adapter import NodewisePlugin, nodewise_spec
 from kubus.framework.config import load_config
-from kubus.framework.registry import Registry
+from kubus.framework.registry import ExtensionPoint, Registry
 from kubus.framework.runtime import Framework
 from kubus.framework.scheduling import Scheduler
 from kubus.kernels.node_table import NodeTable
@@ -346,3 +347,104 @@ def test_nodewise_plugins_through_the_adapter_decide_alike(case: Case) -> None:
     scheduler = Scheduler(fw, table, seed=7)
     got = [(r.pod.name, r.node, r.message, r.gpu_devices) for r in scheduler.schedule(case.pods)]
     assert got == vectorized(case, [1])
+
+
+def _copies(rng: random.Random, shapes: list[Pod], count: int, start: int) -> list[Pod]:
+    """``count`` pods, each a renamed copy of one of ``shapes``: pod classes that recur."""
+    out = []
+    for i in range(start, start + count):
+        shape = rng.choice(shapes)
+        meta = dataclasses.replace(shape.metadata, name=f"c{i:03d}", uid=f"uid-c{i:03d}")
+        out.append(dataclasses.replace(shape, metadata=meta))
+    return out
+
+
+def _change_between_batches(rng: random.Random, tables: list[NodeTable], nodes: list[Node]) -> None:
+    """The same change, picked at random, to each table: what events and resyncs do to the
+    cycle's table between two batches (or nothing, the common case)."""
+    what = rng.choice(("nothing", "nothing", "forget", "move", "relabel", "add"))
+    first = tables[0]
+    placed = [(key, info.name) for info in first.node_infos() for key in sorted(info.pods)]
+    if what in ("forget", "move") and placed:
+        key, node = rng.choice(placed)
+        elsewhere = rng.choice([n.name for n in nodes])
+        for table in tables:
+            pod_info = table.forget(key, node)
+            if what == "move" and key not in table.node_info(elsewhere).pods:
+                table.assume(PodInfo.of(pod_info.pod), elsewhere)
+    elif what == "relabel":
+        node = rng.choice(nodes)
+        labels = {**node.metadata.labels, "zone": rng.choice(LABEL_VALUES["zone"])}
+        changed = dataclasses.replace(node, metadata=dataclasses.replace(node.metadata, labels=labels))
+        for table in tables:
+            table.set_node(changed)
+    elif what == "add":
+        extra = random_node(rng, 100 + len(first))
+        for table in tables:
+            table.set_node(extra)
+
+
+@settings(max_examples=80)
+@given(cases(), st.integers(0, 2**32))
+def test_classes_kept_across_batches_decide_as_a_fresh_scheduler_does(case: Case, seed: int) -> None:
+    """A Scheduler keeps its pod classes from one batch to the next; whatever changes the table
+    in between (a pod forgotten or moved, a node relabelled or added) it decides each batch
+    exactly as a Scheduler made anew for that batch does."""
+    rng = random.Random(seed)
+    registry, profile = _config(case.config)
+    tables = []
+    for _ in range(2):
+        table = NodeTable(seed=7, capacity=8)
+        table.add_nodes(case.nodes)
+        tables.append(table)
+    kept = Scheduler(
+        Framework.from_profile(profile, registry, percentage_of_nodes_to_score=case.pct), tables[0], seed=7
+    )
+    start_index, done = 0, 0
+    for size in case.batches * 2:
+        batch = _copies(rng, case.pods[:3], size, done)
+        done += size
+        fresh = Scheduler(
+            Framework.from_profile(profile, registry, percentage_of_nodes_to_score=case.pct), tables[1], seed=7
+        )
+        fresh.next_start_node_index = start_index
+        want = [(r.pod.name, r.node, r.message, r.gpu_devices) for r in fresh.schedule(batch)]
+        start_index = fresh.next_start_node_index
+        assert [(r.pod.name, r.node, r.message, r.gpu_devices) for r in kept.schedule(batch)] == want
+        _change_between_batches(rng, tables, case.nodes)
+
+
+def test_a_class_is_evaluated_again_only_when_the_table_changed_behind_the_scheduler() -> None:
+    rng = random.Random(5)
+    nodes = [random_node(rng, i) for i in range(12)]
+    shape = Pod(
+        ObjectMeta(name="shape", namespace="default"), PodSpec(containers=(Container("c", requests={CPU: 10}),))
+    )
+    pods = _copies(rng, [shape], 9, 0)
+    registry, profile = _config("default")
+    table = NodeTable(seed=7)
+    table.add_nodes(nodes)
+    evaluations = []
+
+    def timer(point: ExtensionPoint, plugin: str, seconds: float) -> None:
+        if point is ExtensionPoint.FILTER and not plugin:
+            evaluations.append(seconds)  # one per evaluation of a class
+
+    scheduler = Scheduler(Framework.from_profile(profile, registry), table, seed=7, timer=timer)
+    placed = scheduler.schedule(pods[:3])
+    assert len(evaluations) == 1
+    scheduler.schedule(pods[3:6])
+    assert len(evaluations) == 1  # only this scheduler changed the table: the class is kept
+    table.forget(placed[0].pod.key, placed[0].node or "")
+    scheduler.schedule(pods[6:])
+    assert len(evaluations) == 2  # someone else changed it: evaluated afresh
+
+    adapted = Registry(nodewise_spec(cls) for cls in ALL_PLUGINS)
+    adapted.register(DefaultPreemption)
+    text = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n" + CONFIGS["default"]
+    nodewise = without_post_filter(load_config(text, registry=adapted).profiles[0])
+    evaluations.clear()
+    scheduler = Scheduler(Framework.from_profile(nodewise, adapted), table, seed=7, timer=timer)
+    scheduler.schedule(_copies(rng, [shape], 2, 20))
+    scheduler.schedule(_copies(rng, [shape], 2, 30))
+    assert len(evaluations) == 2  # plugins that may read more than the table: nothing is kept
