@@ -50,6 +50,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import nats.errors
 import nats.js.errors
@@ -294,6 +295,8 @@ class CycleService(Service):
         """When the current re-read began (the event loop's clock)."""
         self._resync_cost = 0.0
         """Seconds the current re-read's slices have taken so far."""
+        self._timers: dict[tuple[ExtensionPoint, str], Any] = {}
+        """The extension-point and plugin duration series, by (point, plugin)."""
         self._decoded = DecodedRecords()
         """Nodes and reservations read before, by their bytes: a re-read parses only what changed."""
         self._loop_task: asyncio.Task[None] | None = None
@@ -708,7 +711,7 @@ class CycleService(Service):
         state = self._store()
         wanted: list[tuple[ScheduleResult, PodInfo]] = []
         for result in placed:
-            pod_info = PodInfo.of(result.pod, result.gpu_devices)
+            pod_info = result.pod_info or PodInfo.of(result.pod, result.gpu_devices)
             if pod_info.gpu is not None and len(result.gpu_devices) != pod_info.gpu.count:
                 self._forget(result.pod, result.node or "")
                 batch.error(
@@ -925,14 +928,18 @@ class CycleService(Service):
             self.log.warning("give back failed; the janitor will", pod=pod.key, node=node, error=repr(exc))
 
     def _time_extension_point(self, point: ExtensionPoint, plugin: str, seconds: float) -> None:
-        if plugin:
-            labels = {"plugin": plugin, "extension_point": point.label, "status": "Success"}
-            self.metrics.plugin_execution_duration.labels(**labels).observe(seconds)
-        else:
-            labels = {"extension_point": point.label, "status": "Success", "profile": self.profile}
-            self.metrics.extension_point_duration.labels(**labels).observe(seconds)
-            if point is ExtensionPoint.POST_FILTER and self._preempts:
-                self.metrics.preemption_attempts.labels(profile=self.profile).inc()
+        histogram = self._timers.get((point, plugin))
+        if histogram is None:  # labels() once per (point, plugin): it is called at every decision
+            if plugin:
+                labels = {"plugin": plugin, "extension_point": point.label, "status": "Success"}
+                histogram = self.metrics.plugin_execution_duration.labels(**labels)
+            else:
+                labels = {"extension_point": point.label, "status": "Success", "profile": self.profile}
+                histogram = self.metrics.extension_point_duration.labels(**labels)
+            self._timers[point, plugin] = histogram
+        histogram.observe(seconds)
+        if not plugin and point is ExtensionPoint.POST_FILTER and self._preempts:
+            self.metrics.preemption_attempts.labels(profile=self.profile).inc()
 
     @property
     def _preempts(self) -> bool:
@@ -1039,14 +1046,15 @@ class CycleService(Service):
             OutcomeKind.UNSCHEDULABLE: "unschedulable",
             OutcomeKind.ERROR: "error",
         }
+        elapsed: dict[str, list[float]] = {}
         for uid, outcome in batch.outcomes.items():
-            if uid in batch.skipped:
-                continue
-            result = labels.get(outcome.kind, "error")
-            self.metrics.schedule_attempts.labels(result=result, profile=self.profile).inc()
-            self.metrics.scheduling_attempt_duration.labels(result=result, profile=self.profile).observe(
-                batch.elapsed[uid]
-            )
+            if uid not in batch.skipped:
+                elapsed.setdefault(labels.get(outcome.kind, "error"), []).append(batch.elapsed[uid])
+        for result, seconds in elapsed.items():  # one labels() per result, not per pod
+            self.metrics.schedule_attempts.labels(result=result, profile=self.profile).inc(len(seconds))
+            histogram = self.metrics.scheduling_attempt_duration.labels(result=result, profile=self.profile)
+            for s in seconds:
+                histogram.observe(s)
         self.log.info(
             "batch scheduled",
             pods=len(batch.queued),

@@ -91,6 +91,8 @@ class ScheduleResult:
     the table). The cycle evicts them and reserves for the pod in one store step."""
     waiting_on: Mapping[str, float] = field(default_factory=dict)
     """Placed, with ``run_permit``: the Permit plugins it waits on, with their timeouts."""
+    pod_info: PodInfo | None = None
+    """Placed: the PodInfo the table accounts on `node` (what a reservation of it holds)."""
 
     @property
     def scheduled(self) -> bool:
@@ -236,7 +238,8 @@ class Scheduler:
             results.append(result)
             if result.node is not None:
                 row = self.table.row_of[result.node]
-                self._placements.append((self.table.node_info(row).pods[pod.key], row, bool(result.preempted)))
+                placed = result.pod_info or self.table.node_info(row).pods[pod.key]
+                self._placements.append((placed, row, bool(result.preempted)))
         self._keep(used)
         return results
 
@@ -244,11 +247,7 @@ class Scheduler:
         """The classes kept from the last batch, or none when the table changed since (events,
         a resync, a reservation given back) or the profile's plugins read more than the table."""
         table = self.table
-        if not (
-            self._keep_classes
-            and table.version == self._table_version
-            and table.namespaces == self._namespaces
-        ):
+        if not (self._keep_classes and table.version == self._table_version and table.namespaces == self._namespaces):
             self._classes, self._placements, self._placements_base = {}, [], 0
         return self._classes
 
@@ -638,7 +637,8 @@ class Scheduler:
                 group = pod_group_key(pod) or ""
                 self.waiting.add(pod.metadata.uid or pod.key, pod.key, node_info.name, 0, waiting_on, group=group)
         devices = tuple(state.get(GPU_DEVICES_STATE_KEY, ()))
-        table.assume(PodInfo.of(pod, devices), best)
+        placed = PodInfo.of(pod, devices)
+        table.assume(placed, best)
         return ScheduleResult(
             pod,
             node_info.name,
@@ -647,6 +647,7 @@ class Scheduler:
             explain=explained,
             state=state,
             waiting_on=waiting_on,
+            pod_info=placed,
         )
 
     def _pre_score_feasible(self, cls: _PodClass, term: _ScoreTerm, rows: np.ndarray) -> Status:
@@ -809,7 +810,8 @@ class Scheduler:
                 table.assume(v, node)
             return None
         devices = tuple(state.get(GPU_DEVICES_STATE_KEY, ()))
-        table.assume(PodInfo.of(pod, devices), node)
+        placed = PodInfo.of(pod, devices)
+        table.assume(placed, node)
         return ScheduleResult(
             pod,
             node,
@@ -818,6 +820,7 @@ class Scheduler:
             state=state,
             nominated_node=node,
             preempted=tuple(removed),
+            pod_info=placed,
         )
 
     def _diagnose(
