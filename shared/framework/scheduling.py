@@ -4,8 +4,10 @@ For each pod, in order: PreFilter → Filter → (sample percentageOfNodesToScor
 Score → NormalizeScore → weights → select host → Reserve, then the pod is assumed on its node
 so the next pod sees it. Filter and Score are evaluated for a whole batch in one pass: pods with
 identical scheduling inputs share one evaluation (a "pod class"), and after each placement only
-the touched node's row is recomputed, and only for placement-sensitive plugins. The result is
-exactly what scheduling the pods one by one gives (the tests hold it to that).
+the touched node's row is recomputed, and only for placement-sensitive plugins. A class outlives
+its batch while nothing but the Scheduler changed the table and its plugins read nothing else
+(`reads_table_only`). The result is exactly what scheduling the pods one by one gives (the tests
+hold it to that).
 
 Differences from kube-scheduler, on purpose: nodes are visited in table row order (kube's order
 is its snapshot's, and its parallel filter makes the sampled set racy); ties among the best
