@@ -30,8 +30,8 @@ from kubus.plugins._columns import go_div
 from kubus.plugins._resources import allocatable_and_requested
 
 _PRE_FILTER_KEY = "PreFilterNodeResourcesFit"
+"""The (resource, quantity, reason) checks of the pod's requests (`NodeResourcesFit._checks`)."""
 _PRE_SCORE_KEY = "PreScoreNodeResourcesFit"
-_CHECKS_KEY = "PreFilterNodeResourcesFit/checks"
 TOO_MANY_PODS = "Too many pods"
 MAX_UTILIZATION = 100
 
@@ -74,9 +74,7 @@ class NodeResourcesFit:
     # ---- filter ------------------------------------------------------------------------------
 
     def pre_filter(self, state: CycleState, pod: Pod, table: NodeTable) -> tuple[None, Status]:
-        request = pod_requests(pod)
-        state.write(_PRE_FILTER_KEY, request)
-        state.write(_CHECKS_KEY, self._checks(request))
+        state.write(_PRE_FILTER_KEY, self._checks(pod_requests(pod)))
         return None, Status.success()
 
     def _ignored(self, name: str) -> bool:
@@ -101,14 +99,15 @@ class NodeResourcesFit:
     def filter(self, state: CycleState, pod: Pod, view: TableView, rows: Rows) -> FilterResult:
         xp = view.xp
         index = view.table.resource_index
-        checks: tuple[tuple[str, int, str], ...] = state.read(_CHECKS_KEY)
+        checks: tuple[tuple[str, int, str], ...] = state.read(_PRE_FILTER_KEY)
         alloc, req = view.alloc, view.req
         pods = index[PODS]
-        rejections = [Rejection(TOO_MANY_PODS, req[pods, rows] + 1 > alloc[pods, rows])]
+        too_many = req[pods, rows] + 1 > alloc[pods, rows]
+        n = too_many.shape[0]
+        rejections = [Rejection(TOO_MANY_PODS, too_many)]
         for name, qty, reason in checks:
             i = index.get(name)
             if i is None:  # no node has this resource at all
-                n = rejections[0].mask.shape[0]
                 rejections.append(Rejection(reason, xp.ones(n, dtype=bool), Code.UNSCHEDULABLE_AND_UNRESOLVABLE))
                 continue
             allocatable = alloc[i, rows]
@@ -118,7 +117,7 @@ class NodeResourcesFit:
             beyond = qty > allocatable
             rejections.append(Rejection(reason, short & ~beyond))
             rejections.append(Rejection(reason, beyond, Code.UNSCHEDULABLE_AND_UNRESOLVABLE))
-        return FilterResult.of(xp, rejections, 0)
+        return FilterResult.of(xp, rejections, n)
 
     # ---- score -------------------------------------------------------------------------------
 

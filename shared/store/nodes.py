@@ -4,7 +4,7 @@ builds its node table from."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -262,8 +262,8 @@ class DecodedRecords:
 
     def __init__(self) -> None:
         self._nodes: dict[str, tuple[bytes, Node]] = {}
-        self._reservations: dict[str, dict[tuple[bytes, bool], Reservation]] = {}
-        """Node -> (digest, bound) -> the reservation decoded from those bytes, in that state."""
+        self._reservations: dict[str, dict[bytes, Reservation]] = {}
+        """Node -> digest -> the reservation decoded from those bytes."""
 
     def node(
         self, name: str, info: Mapping[Any, Any], values: Iterable[Any], bound: Iterable[Any]
@@ -276,21 +276,17 @@ class DecodedRecords:
         else:
             node = NodeRecord.from_hash(info).to_node()
             self._nodes[name] = (key, node)
-        bound_uids = {text(u) for u in bound}
         before = self._reservations.get(name, {})
-        now: dict[tuple[bytes, bool], Reservation] = {}
-        out = []
-        for value in values:
+        now: dict[bytes, Reservation] = {}
+
+        def decode(value: Any) -> Reservation:
             digest = _digest(value)
-            r = before.get((digest, False)) or now.get((digest, False)) or Reservation.decode(value)
-            now[digest, False] = r
-            if r.pod_uid in bound_uids:
-                r = before.get((digest, True)) or replace(r, state=ReservationState.BOUND)
-                now[digest, True] = r
-            out.append(r)
+            r = now[digest] = before.get(digest) or Reservation.decode(value)
+            return r
+
+        reservations = _reservations(values, bound, decode)
         self._reservations[name] = now
-        out.sort(key=_by_pod)
-        return node, out
+        return node, reservations
 
     def forget(self, name: str) -> None:
         """A node Redis no longer has."""
@@ -307,11 +303,15 @@ def _digest(*parts: Any) -> bytes:
     return h.digest()
 
 
-def _reservations(values: Iterable[Any], bound: Iterable[Any]) -> list[Reservation]:
+def _reservations(
+    values: Iterable[Any], bound: Iterable[Any], decode: Callable[[Any], Reservation] = Reservation.decode
+) -> list[Reservation]:
+    """A node's reservations from HVALS, those in its bound set (SMEMBERS) in state BOUND,
+    sorted by pod key and uid."""
     bound_uids = {text(u) for u in bound}
     out = []
     for j in values:
-        r = Reservation.decode(j)
+        r = decode(j)
         out.append(replace(r, state=ReservationState.BOUND) if r.pod_uid in bound_uids else r)
     out.sort(key=_by_pod)
     return out
