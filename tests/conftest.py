@@ -20,11 +20,15 @@ using any of them are marked ``integration`` automatically.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
+import signal
 import socket
-from collections.abc import AsyncIterator, Iterator
+import sys
+from collections.abc import AsyncIterator, Generator, Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 import pytest
@@ -200,3 +204,24 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if _SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.integration)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> Generator[None, Any, Any]:
+    """When pytest-timeout fails a hung test (its SIGALRM handler), print every asyncio task's
+    stack first: a test hung on an await shows only the event loop's select in the threads'."""
+    result = yield
+    fail = signal.getsignal(signal.SIGALRM) if hasattr(signal, "SIGALRM") else None
+    if callable(fail):
+
+        def dump_tasks_then_fail(signum: int, frame: Any) -> None:
+            loop = asyncio._get_running_loop()
+            tasks = asyncio.all_tasks(loop) if loop is not None else set()
+            print(f"\n{item.nodeid} timed out with {len(tasks)} asyncio task(s) pending:", file=sys.stderr)
+            for task in tasks:
+                print(f"--- {task!r}", file=sys.stderr)
+                task.print_stack(limit=12, file=sys.stderr)
+            fail(signum, frame)
+
+        signal.signal(signal.SIGALRM, dump_tasks_then_fail)
+    return result
