@@ -200,6 +200,15 @@ class Publication:
     headers: Mapping[str, str] | None = None
 
 
+_RETRIED = (
+    TimeoutError,
+    nats.errors.TimeoutError,
+    nats.js.errors.NoStreamResponseError,
+    nats.js.errors.ServiceUnavailableError,
+)
+"""Errors of an asynchronous publish's ack after which the message is published again alone."""
+
+
 async def publish_durable_many(
     js: JetStreamContext, messages: Sequence[Publication], *, timeout: float = 2.0, return_exceptions: bool = False
 ) -> list[PubAck | Exception]:
@@ -216,15 +225,25 @@ async def publish_durable_many(
             pending.append(await js.publish_async(m.subject, m.payload, headers=headers))
         except (nats.errors.Error, nats.js.errors.Error):
             pending.append(None)  # published again below
+    # One wait for every ack (not a wait_for per message: a timer each, which showed in profiles).
+    futures = [f for f in pending if f is not None]
+    if futures:
+        await asyncio.wait(futures, timeout=timeout)
     acks: list[PubAck | Exception] = []
     for m, future in zip(messages, pending, strict=True):
         if future is not None:
-            try:
-                acks.append(await asyncio.wait_for(future, timeout))
-                continue
-            except (TimeoutError, nats.errors.TimeoutError, nats.js.errors.NoStreamResponseError,
-                    nats.js.errors.ServiceUnavailableError):  # fmt: skip
-                pass
+            if future.done() and not future.cancelled():
+                error = future.exception()
+                if error is None:
+                    acks.append(future.result())
+                    continue
+                if not isinstance(error, _RETRIED):
+                    if not (return_exceptions and isinstance(error, nats.errors.Error | nats.js.errors.Error)):
+                        raise error
+                    acks.append(error)  # rejected (e.g. too large): publishing again cannot help
+                    continue
+            else:
+                future.cancel()
         try:
             acks.append(await publish_durable(js, m.subject, m.payload, m.msg_id, headers=m.headers, timeout=timeout))
         except (nats.errors.Error, nats.js.errors.Error) as exc:

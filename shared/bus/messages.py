@@ -219,7 +219,9 @@ def decode(cls: type[T], data: bytes | str) -> T:
     return _build(cls, raw, cls.__name__)
 
 
-_Convert = Callable[[Any, str], Any]
+_Convert = Callable[[Any, str, "str | int"], Any]
+"""``convert(value, where, name)``: the value of field (or list index) ``name`` of the object at
+``where``. The path is formatted only for an error (`_at`): messages are decoded at every hop."""
 _SCHEMAS: dict[type, tuple[frozenset[str], tuple[tuple[str, _Convert, bool], ...]]] = {}
 """Per message class: its field names and, per field, (name, converter, required). Built once:
 messages are decoded at every hop, and reading type hints each time showed in profiles."""
@@ -262,8 +264,13 @@ def _values(cls: type, raw: dict[str, Any], where: str, *, skip: str = "") -> di
             if required:
                 raise MessageError(f"{where}: missing field {name!r}")
             continue
-        values[name] = convert(raw[name], f"{where}.{name}")
+        values[name] = convert(raw[name], where, name)
     return values
+
+
+def _at(where: str, name: str | int) -> str:
+    """The path of field or list index ``name`` of the object at ``where``."""
+    return f"{where}[{name}]" if isinstance(name, int) else f"{where}.{name}"
 
 
 def _build_event(raw: dict[str, Any], where: str) -> ClusterEvent:
@@ -281,60 +288,61 @@ def _converter(hint: Any) -> _Convert:
     """The function that checks and converts a JSON value to ``hint`` (MessageError if it can't)."""
     origin = typing.get_origin(hint)
     if dataclasses.is_dataclass(hint):
-        return lambda v, where: _build(hint, v, where)  # type: ignore[arg-type]
+        return lambda v, where, name: _build(hint, v, _at(where, name))  # type: ignore[arg-type]
     if isinstance(hint, type) and issubclass(hint, StrEnum):
 
-        def enum(v: Any, where: str) -> Any:
+        def enum(v: Any, where: str, name: str | int) -> Any:
             try:
                 return hint(v)
             except ValueError:
-                raise MessageError(f"{where}: unknown value {v!r}") from None
+                raise MessageError(f"{_at(where, name)}: unknown value {v!r}") from None
 
         return enum
     if hint is bytes:
 
-        def text_bytes(v: Any, where: str) -> bytes:
+        def text_bytes(v: Any, where: str, name: str | int) -> bytes:
             if not isinstance(v, str):
-                raise MessageError(f"{where}: expected a string")
+                raise MessageError(f"{_at(where, name)}: expected a string")
             return v.encode("utf-8")
 
         return text_bytes
     if hint is float:
 
-        def number(v: Any, where: str) -> float:
+        def number(v: Any, where: str, name: str | int) -> float:
             if isinstance(v, bool) or not isinstance(v, int | float):
-                raise MessageError(f"{where}: expected a number")
+                raise MessageError(f"{_at(where, name)}: expected a number")
             return float(v)
 
         return number
     if hint in (int, str, bool):
 
-        def plain(v: Any, where: str) -> Any:
+        def plain(v: Any, where: str, name: str | int) -> Any:
             if not isinstance(v, hint) or (hint is int and isinstance(v, bool)):
-                raise MessageError(f"{where}: expected {hint.__name__}")
+                raise MessageError(f"{_at(where, name)}: expected {hint.__name__}")
             return v
 
         return plain
     if origin is tuple:
         item = _converter(typing.get_args(hint)[0])
 
-        def items(v: Any, where: str) -> tuple[Any, ...]:
+        def items(v: Any, where: str, name: str | int) -> tuple[Any, ...]:
             if not isinstance(v, list):
-                raise MessageError(f"{where}: expected a list")
-            return tuple(item(x, f"{where}[{i}]") for i, x in enumerate(v))
+                raise MessageError(f"{_at(where, name)}: expected a list")
+            path = _at(where, name)
+            return tuple(item(x, path, i) for i, x in enumerate(v))
 
         return items
     if origin is dict or hint is dict:
 
-        def mapping(v: Any, where: str) -> Any:
+        def mapping(v: Any, where: str, name: str | int) -> Any:
             if not isinstance(v, dict):
-                raise MessageError(f"{where}: expected an object")
+                raise MessageError(f"{_at(where, name)}: expected an object")
             return v
 
         return mapping
 
-    def unsupported(v: Any, where: str) -> Any:  # no optional fields on the wire
-        raise MessageError(f"{where}: unsupported type {hint}")
+    def unsupported(v: Any, where: str, name: str | int) -> Any:  # no optional fields on the wire
+        raise MessageError(f"{_at(where, name)}: unsupported type {hint}")
 
     return unsupported
 

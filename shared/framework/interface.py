@@ -198,7 +198,9 @@ class ClusterScopedPlugin(Plugin, Protocol):
     def placement_affects(self, state: CycleState, pod: Pod, placed: PodInfo) -> bool:
         """Whether placing ``placed`` (on any node) can change this plugin's Filter or Score for
         ``pod`` (``state`` is the pod's, after its PreFilter). False must be exact: a wrong
-        False breaks batch == one by one."""
+        False breaks batch == one by one. Reads of ``placed`` only what `pod_class_key` covers
+        (namespace, labels, annotations, spec): the scheduler keeps the answer per class of
+        placed pods."""
         ...
 
 

@@ -158,6 +158,9 @@ class _PodClass:
     seen: int = 0
     """How many of the scheduler's placements (`Scheduler._placements`, counted from the first
     kept) this class has taken into `dirty`, `placed`, `evicted` and `stale`."""
+    affected_by: dict[tuple[str, Any], bool] = field(default_factory=dict)
+    """(cluster-scoped plugin, a placed pod's class key) -> its `placement_affects` answer: pods
+    of one class get the same answer, and a batch places many pods of few classes."""
 
 
 PointTimer = Callable[[ExtensionPoint, str, float], None]
@@ -199,9 +202,9 @@ class Scheduler:
         self.next_start_node_index = 0
         self._classes: dict[Any, _PodClass] = {}
         """The pod classes evaluated so far, while they stay in step with the table."""
-        self._placements: list[tuple[PodInfo, int, bool]] = []
-        """(pod, row, whether it evicted others) of each placement since `_placements_base`:
-        a class takes in those after its `seen` when it next decides."""
+        self._placements: list[tuple[PodInfo, int, bool, Any]] = []
+        """(pod, row, whether it evicted others, the pod's class key) of each placement since
+        `_placements_base`: a class takes in those after its `seen` when it next decides."""
         self._placements_base = 0
         self._table_version = -1
         """The table's version when the last batch ended; the classes are kept only if it has
@@ -241,7 +244,7 @@ class Scheduler:
             if result.node is not None:
                 row = self.table.row_of[result.node]
                 placed = result.pod_info or self.table.node_info(row).pods[pod.key]
-                self._placements.append((placed, row, bool(result.preempted)))
+                self._placements.append((placed, row, bool(result.preempted), key))
         self._keep(used)
         return results
 
@@ -272,13 +275,23 @@ class Scheduler:
         end = self._placements_base + len(self._placements)
         if cls.seen == end:
             return
-        for placed, row, evicted in self._placements[cls.seen - self._placements_base :]:
+        stale, affected_by = cls.stale, cls.affected_by
+        for placed, row, evicted, key in self._placements[cls.seen - self._placements_base :]:
             cls.dirty.append(row)
             cls.placed.append((placed, row))
             cls.evicted = cls.evicted or evicted
             for plugin in cls.cluster_plugins:
-                if evicted or (plugin.name not in cls.stale and plugin.placement_affects(cls.state, cls.pod, placed)):
-                    cls.stale.add(plugin.name)  # pods evicted: any count may drop
+                name = plugin.name
+                if name in stale:
+                    continue
+                if evicted:
+                    stale.add(name)  # pods evicted: any count may drop
+                    continue
+                affects = affected_by.get((name, key))
+                if affects is None:
+                    affects = affected_by[name, key] = plugin.placement_affects(cls.state, cls.pod, placed)
+                if affects:
+                    stale.add(name)
         cls.seen = end
 
     def feasible(self, pod: Pod) -> np.ndarray:
@@ -456,7 +469,7 @@ class Scheduler:
         """Recompute the rows placements touched since the class last decided, in one call per
         placement-sensitive plugin (not one per placement)."""
         table = self.table
-        rows_h = np.unique(np.asarray(cls.dirty, dtype=np.intp))
+        rows_h = np.array(sorted(set(cls.dirty)), dtype=np.intp)  # few rows: cheaper than np.unique
         cls.dirty.clear()
         placed, evicted = cls.placed, cls.evicted
         cls.placed, cls.evicted = [], False

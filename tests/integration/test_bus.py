@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import pytest
 import redis.asyncio as aioredis
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 from nats.js.api import RetentionPolicy, StorageType, StreamConfig
-from nats.js.errors import NoStreamResponseError
+from nats.js.errors import APIError, NoStreamResponseError
 
 from kubus.bus import (
     BIND_STREAM,
@@ -163,6 +164,19 @@ async def test_publish_durable_many_stores_each_once_in_order(js: JetStreamConte
 async def test_publish_durable_many_raises_when_the_stream_is_missing(js: JetStreamContext) -> None:
     with pytest.raises(NoStreamResponseError):
         await publish_durable_many(js, [Publication(PODS_SUBMIT, b"x", "uid-x/1")], timeout=0.5)
+
+
+async def test_publish_durable_many_puts_a_rejected_message_in_its_place_and_stores_the_rest(
+    js: JetStreamContext,
+) -> None:
+    await ensure_streams(js, [dataclasses.replace(PODS_STREAM, max_msg_size=64)])
+    messages = [Publication(PODS_SUBMIT, b"small-a", "a/1"), Publication(PODS_SUBMIT, b"x" * 100, "big/1")]
+    messages.append(Publication(PODS_SUBMIT, b"small-b", "b/1"))
+    acks = await publish_durable_many(js, messages, return_exceptions=True)
+    assert isinstance(acks[1], APIError) and not isinstance(acks[0], Exception) and not isinstance(acks[2], Exception)
+    assert (await js.stream_info(PODS_STREAM.name)).state.messages == 2
+    with pytest.raises(APIError):  # without return_exceptions the rejection is raised
+        await publish_durable_many(js, messages[1:2])
 
 
 async def test_work_queue_removes_acked_messages(js: JetStreamContext) -> None:
