@@ -161,6 +161,45 @@ class _PodClass:
     affected_by: dict[tuple[str, Any], bool] = field(default_factory=dict)
     """(cluster-scoped plugin, a placed pod's class key) -> its `placement_affects` answer: pods
     of one class get the same answer, and a batch places many pods of few classes."""
+    harmless: set[Any] = field(default_factory=set)
+    """Class keys of placed pods that affect none of `cluster_plugins`."""
+
+
+@dataclass(slots=True)
+class _Placements:
+    """The placements a Scheduler made while its classes are kept, counted from `base` (the
+    first one kept), as parallel lists that a class takes in by slices."""
+
+    base: int = 0
+    rows: list[int] = field(default_factory=list)
+    pairs: list[tuple[PodInfo, int]] = field(default_factory=list)
+    """(pod, row) of each placement."""
+    keys: list[Any] = field(default_factory=list)
+    """The placed pod's class key (`pod_class_key`) of each placement."""
+    evictions: list[int] = field(default_factory=list)
+    """Ascending indices (counted as `base` is) of the placements that evicted pods."""
+    example: dict[Any, PodInfo] = field(default_factory=dict)
+    """A placed pod of each class key in `keys`: the class's `placement_affects` answer."""
+
+    @property
+    def end(self) -> int:
+        return self.base + len(self.rows)
+
+    def add(self, placed: PodInfo, row: int, evicted: bool, key: Any) -> None:
+        if evicted:
+            self.evictions.append(self.end)
+        self.rows.append(row)
+        self.pairs.append((placed, row))
+        self.keys.append(key)
+        self.example.setdefault(key, placed)
+
+    def drop_before(self, oldest: int) -> None:
+        """Forget the placements before index ``oldest`` (every kept class has taken them in)."""
+        n = oldest - self.base
+        del self.rows[:n], self.pairs[:n], self.keys[:n]
+        self.evictions = [i for i in self.evictions if i >= oldest]
+        self.example = {key: self.example[key] for key in set(self.keys)}
+        self.base = oldest
 
 
 PointTimer = Callable[[ExtensionPoint, str, float], None]
@@ -202,10 +241,9 @@ class Scheduler:
         self.next_start_node_index = 0
         self._classes: dict[Any, _PodClass] = {}
         """The pod classes evaluated so far, while they stay in step with the table."""
-        self._placements: list[tuple[PodInfo, int, bool, Any]] = []
-        """(pod, row, whether it evicted others, the pod's class key) of each placement since
-        `_placements_base`: a class takes in those after its `seen` when it next decides."""
-        self._placements_base = 0
+        self._placements = _Placements()
+        """The placements made while the classes are kept: a class takes in those after its
+        `seen` when it next decides."""
         self._table_version = -1
         """The table's version when the last batch ended; the classes are kept only if it has
         not changed since (nothing but this scheduler touched the table)."""
@@ -233,7 +271,7 @@ class Scheduler:
             cls = classes.get(key)
             if cls is None:
                 cls = classes[key] = self._evaluate(pod)
-                cls.seen = self._placements_base + len(self._placements)
+                cls.seen = self._placements.end
             else:
                 self._take_in_placements(cls)
                 if cls.dirty or cls.stale:
@@ -244,7 +282,7 @@ class Scheduler:
             if result.node is not None:
                 row = self.table.row_of[result.node]
                 placed = result.pod_info or self.table.node_info(row).pods[pod.key]
-                self._placements.append((placed, row, bool(result.preempted), key))
+                self._placements.add(placed, row, bool(result.preempted), key)
         self._keep(used)
         return results
 
@@ -253,46 +291,51 @@ class Scheduler:
         a resync, a reservation given back) or the profile's plugins read more than the table."""
         table = self.table
         if not (self._keep_classes and table.version == self._table_version and table.namespaces == self._namespaces):
-            self._classes, self._placements, self._placements_base = {}, [], 0
+            self._classes, self._placements = {}, _Placements()
         return self._classes
 
     def _keep(self, used: set[Any]) -> None:
         """End of a batch: keep the classes it used (and the placements they have not taken in)."""
         if not self._keep_classes:
-            self._classes, self._placements, self._placements_base = {}, [], 0
+            self._classes, self._placements = {}, _Placements()
             return
         self._classes = {k: c for k, c in self._classes.items() if k in used}
-        end = self._placements_base + len(self._placements)
-        oldest = min((c.seen for c in self._classes.values()), default=end)
-        del self._placements[: oldest - self._placements_base]
-        self._placements_base = oldest
+        self._placements.drop_before(min((c.seen for c in self._classes.values()), default=self._placements.end))
         self._table_version = self.table.version
         self._namespaces = {name: dict(labels) for name, labels in self.table.namespaces.items()}
 
     def _take_in_placements(self, cls: _PodClass) -> None:
         """The placements made since the class last decided: their rows are stale for it, and a
         cluster-scoped plugin is stale when a placement affects it (any, if pods were evicted)."""
-        end = self._placements_base + len(self._placements)
-        if cls.seen == end:
+        p = self._placements
+        if cls.seen == p.end:
             return
-        stale, affected_by = cls.stale, cls.affected_by
-        for placed, row, evicted, key in self._placements[cls.seen - self._placements_base :]:
-            cls.dirty.append(row)
-            cls.placed.append((placed, row))
-            cls.evicted = cls.evicted or evicted
-            for plugin in cls.cluster_plugins:
-                name = plugin.name
-                if name in stale:
-                    continue
-                if evicted:
-                    stale.add(name)  # pods evicted: any count may drop
-                    continue
-                affects = affected_by.get((name, key))
-                if affects is None:
-                    affects = affected_by[name, key] = plugin.placement_affects(cls.state, cls.pod, placed)
-                if affects:
-                    stale.add(name)
-        cls.seen = end
+        start = cls.seen - p.base
+        cls.dirty += p.rows[start:]
+        cls.placed += p.pairs[start:]
+        if p.evictions and p.evictions[-1] >= cls.seen:
+            cls.evicted = True
+            cls.stale.update(plugin.name for plugin in cls.cluster_plugins)  # pods evicted: any count may drop
+        elif cls.cluster_plugins:
+            # Slicing and set difference run in C: per class, only the keys not known harmless cost Python.
+            for key in set(p.keys[start:]).difference(cls.harmless):
+                self._take_in_class_of(cls, key, p.example[key])
+        cls.seen = p.end
+
+    @staticmethod
+    def _take_in_class_of(cls: _PodClass, key: Any, placed: PodInfo) -> None:
+        """Mark stale each cluster-scoped plugin pods of class ``key`` (``placed`` is one) affect."""
+        harmless = True
+        for plugin in cls.cluster_plugins:
+            name = plugin.name
+            affects = cls.affected_by.get((name, key))
+            if affects is None:
+                affects = cls.affected_by[name, key] = plugin.placement_affects(cls.state, cls.pod, placed)
+            if affects:
+                cls.stale.add(name)
+                harmless = False
+        if harmless:
+            cls.harmless.add(key)
 
     def feasible(self, pod: Pod) -> np.ndarray:
         """Host bool per table row: where ``pod`` passes PreFilter and every Filter plugin now,
