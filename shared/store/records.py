@@ -504,7 +504,11 @@ class Reservation:
                 "attempt": self.attempt,
                 "ignored": list(self.ignored),
                 "labels": self.labels,
-                "affinity": pod_affinity_manifest(Pod(ObjectMeta(""), PodSpec(affinity=self.affinity))),
+                "affinity": (
+                    pod_affinity_manifest(Pod(ObjectMeta(""), PodSpec(affinity=self.affinity)))
+                    if self.affinity is not None
+                    else {}
+                ),
                 "reserved_at": self.reserved_at,
                 "priority": self.priority,
                 **self._anti_affinity_guard(),
@@ -514,6 +518,8 @@ class Reservation:
     def anti_affinity_on_host(self) -> tuple[AffinityTerm, ...]:
         """The pod's required anti-affinity terms on kubernetes.io/hostname: what RESERVE
         checks between the pods of one node."""
+        if self.affinity is None or self.affinity.pod_anti_affinity is None:
+            return ()  # the common case, without building a PodInfo to find out
         terms = self.pod_info().affinity
         if terms is None:
             return ()
