@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from kubus import codec
-from kubus.bus.messages import ClusterEvent, MessageError, decode
 from kubus.bus.subjects import EventKind, event_filter
 from kubus.store.cluster_state import ClusterState
 from kubus.store.records import PodPhase
@@ -100,18 +99,21 @@ class PodTracker:
 
         async def on_event(msg: Any) -> None:
             now = time.time()
+            # Only the kind and the name, not a checked ClusterEvent: two events per pod, and the
+            # tracker shares the machine with what it measures.
             try:
-                event = decode(ClusterEvent, msg.data)
-            except MessageError:
+                raw = codec.loads(msg.data)
+                kind, name = raw["kind"], raw["name"]
+            except (ValueError, TypeError, KeyError):  # not JSON, not an object, not an event
                 return
-            pod = self.pods.get(event.name)
+            pod = self.pods.get(name) if isinstance(name, str) else None
             if pod is None:
                 return
-            if event.kind == EventKind.POD_BOUND.value and not pod.bound:
+            if kind == EventKind.POD_BOUND.value and not pod.bound:
                 pod.bound = now
                 if pod.phase not in _STARTED:
                     pod.phase = PodPhase.BOUND
-            elif event.kind == EventKind.POD_RUNNING.value and not pod.running:
+            elif kind == EventKind.POD_RUNNING.value and not pod.running:
                 pod.running = now
                 if pod.phase not in _FINISHED:
                     pod.phase = PodPhase.RUNNING

@@ -3,10 +3,16 @@ share of the records, taking turns, and a full poll reads them all."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
+from nats.aio.client import Client as NATS
+from support import eventually
 
 from kubus import codec
 from kubus.api.manifests import parse_pod
+from kubus.bus import announcements
+from kubus.bus.subjects import EventKind, event_filter
 from kubus.cli import progress
 from kubus.cli.progress import PodTracker
 from kubus.store import ClusterState, PodPhase, PodRecord
@@ -49,3 +55,28 @@ async def test_limited_polls_take_turns_and_a_full_poll_reads_every_record(
     # a full poll reads every record, as it is now
     counts = await tracker.poll()
     assert counts[PodPhase.PENDING] == 10 and counts[None] == 1
+
+
+async def test_bound_and_running_events_mark_the_tracked_pod_and_garbage_is_ignored(
+    state: ClusterState, nats: NATS
+) -> None:
+    [(key, uid)] = await stored(state, 1)
+    tracker = PodTracker(state, [(key, uid)])
+    await tracker.follow_events(nats)
+    try:
+        for data in (b"not json", b"[1]", b'{"kind": "pod.bound"}', b'{"kind": "pod.bound", "name": 7}'):
+            await nats.publish(event_filter(EventKind.POD_BOUND).replace(">", "x"), data)
+        for kind in (EventKind.POD_BOUND, EventKind.POD_RUNNING):
+            p = announcements.pod_event(kind, key, uid, at=time.time(), node="n1")
+            await nats.publish(p.subject, p.payload)
+        other = announcements.pod_event(EventKind.POD_BOUND, "default/untracked", "u", at=time.time(), node="n1")
+        await nats.publish(other.subject, other.payload)
+        pod = tracker.pods[key]
+        await eventually(lambda: _assert(pod.bound > 0 and pod.running >= pod.bound))
+        assert pod.phase is PodPhase.RUNNING and list(tracker.pods) == [key]
+    finally:
+        await tracker.close()
+
+
+def _assert(condition: bool) -> None:
+    assert condition
