@@ -37,6 +37,11 @@ REDIS_POOL_SIZE = 32
 of failing."""
 REDIS_POOL_WAIT = 30.0
 """Seconds a command waits for a free pooled connection before raising."""
+REDIS_REPLY_TIMEOUT = 30.0
+"""Seconds a command waits for Redis's reply before raising redis' TimeoutError (a transient
+error: the step is retried or left to the janitor). Without it a Redis that stopped answering
+(a stopped process, a partition that sends no reset) holds the service forever. kubus sends no
+blocking commands, and its longest script call takes milliseconds."""
 
 
 class SettingsError(KubusError, ValueError):
@@ -199,6 +204,7 @@ def redis_client(settings: ConnectionSettings, **kwargs: Any) -> aioredis.Redis:
     """
     options: dict[str, Any] = {
         "socket_connect_timeout": settings.connect_timeout,
+        "socket_timeout": REDIS_REPLY_TIMEOUT,
         "decode_responses": False,
     }
     if settings.redis_username is not None:

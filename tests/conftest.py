@@ -147,7 +147,9 @@ def redis_url(servers: ServerEndpoints) -> str:
 @pytest.fixture
 async def redis(redis_url: str) -> AsyncIterator[aioredis.Redis]:
     """A redis.asyncio client (bytes in, bytes out) on an empty database: FLUSHALL first."""
-    client = aioredis.Redis.from_url(redis_url, decode_responses=False)
+    # A reply timeout, as services have (REDIS_REPLY_TIMEOUT): a server that stopped answering
+    # fails the test with a clear error instead of hanging the run.
+    client = aioredis.Redis.from_url(redis_url, decode_responses=False, socket_timeout=60)
     try:
         await client.flushall()
     except Exception as exc:

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 from pathlib import Path
 
 import pytest
+import redis.exceptions
 
-from kubus.settings import ConnectionSettings, SettingsError, load_settings, nats_connect_options, redis_client
+from kubus.settings import (
+    REDIS_REPLY_TIMEOUT,
+    ConnectionSettings,
+    SettingsError,
+    load_settings,
+    nats_connect_options,
+    redis_client,
+)
 
 
 def test_defaults() -> None:
@@ -125,9 +134,24 @@ async def test_redis_client_passes_credentials_and_timeout() -> None:
         assert (kwargs["host"], kwargs["port"], kwargs["db"]) == ("h", 6380, 2)
         assert (kwargs["username"], kwargs["password"]) == ("kubus", "s")
         assert kwargs["socket_connect_timeout"] == 3
+        assert kwargs["socket_timeout"] == REDIS_REPLY_TIMEOUT
         assert client.get_encoder().decode_responses is False
     finally:
         await client.aclose()
+
+
+async def test_a_redis_that_stops_answering_is_a_timeout_not_a_hang() -> None:
+    """A server that accepts and never replies (a stopped Redis, a silent partition)."""
+    server = await asyncio.start_server(lambda reader, writer: None, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    client = redis_client(ConnectionSettings(redis_url=f"redis://127.0.0.1:{port}/0"), socket_timeout=0.3)
+    try:
+        with pytest.raises(redis.exceptions.TimeoutError):
+            async with asyncio.timeout(10):  # the test's own guard: without socket_timeout this hangs
+                await client.ping()
+    finally:
+        await client.aclose()
+        server.close()
 
 
 async def test_redis_tls_needs_a_rediss_url() -> None:
