@@ -190,13 +190,17 @@ class ClusterEvent:
 def event_data_type(kind: str) -> type[EventData]:
     """The payload dataclass of events of ``kind`` (an `EventKind` value). Raises MessageError
     for a kind kubus does not know."""
-    try:
-        kind = EventKind(kind).value
-    except ValueError:
-        raise MessageError(f"ClusterEvent.kind: unknown kind {kind!r}") from None
-    if kind == EventKind.POD_REJECTED.value:
-        return Rejection
-    return PodChange if kind.startswith("pod.") else NodeChange
+    payload = _EVENT_DATA.get(kind)
+    if payload is None:
+        raise MessageError(f"ClusterEvent.kind: unknown kind {kind!r}")
+    return payload
+
+
+_EVENT_DATA: dict[str, type[EventData]] = {
+    k.value: Rejection if k is EventKind.POD_REJECTED else PodChange if k.value.startswith("pod.") else NodeChange
+    for k in EventKind
+}
+"""`event_data_type`'s answers, by kind (looking the kind up as an EventKind showed in profiles)."""
 
 
 def encode(message: Any) -> bytes:
@@ -222,12 +226,17 @@ def decode(cls: type[T], data: bytes | str) -> T:
 _Convert = Callable[[Any, str, "str | int"], Any]
 """``convert(value, where, name)``: the value of field (or list index) ``name`` of the object at
 ``where``. The path is formatted only for an error (`_at`): messages are decoded at every hop."""
-_SCHEMAS: dict[type, tuple[frozenset[str], tuple[tuple[str, _Convert, bool], ...]]] = {}
-"""Per message class: its field names and, per field, (name, converter, required). Built once:
-messages are decoded at every hop, and reading type hints each time showed in profiles."""
+_Field = tuple[str, _Convert, bool, "type | None"]
+"""(name, converter, required, the type a JSON value of the field already is when it needs no
+conversion: str, int, bool or float; None for the others)."""
+_SCHEMAS: dict[type, tuple[frozenset[str], tuple[_Field, ...]]] = {}
+"""Per message class: its field names and its fields, built once: messages are decoded at
+every hop, and reading type hints each time showed in profiles. ClusterEvent's ``data`` is left
+out of its fields: `_build_event` reads it as the payload of the event's kind."""
+_EXACT = (str, int, bool, float)
 
 
-def _schema(cls: type) -> tuple[frozenset[str], tuple[tuple[str, _Convert, bool], ...]]:
+def _schema(cls: type) -> tuple[frozenset[str], tuple[_Field, ...]]:
     schema = _SCHEMAS.get(cls)
     if schema is None:
         hints = typing.get_type_hints(cls)
@@ -236,10 +245,12 @@ def _schema(cls: type) -> tuple[frozenset[str], tuple[tuple[str, _Convert, bool]
                 f.name,
                 _converter(hints[f.name]),
                 f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
+                hints[f.name] if hints[f.name] in _EXACT else None,
             )
             for f in dataclasses.fields(cls)
+            if not (cls is ClusterEvent and f.name == "data")
         )
-        schema = _SCHEMAS[cls] = (frozenset(f[0] for f in fields), fields)
+        schema = _SCHEMAS[cls] = (frozenset(f.name for f in dataclasses.fields(cls)), fields)
     return schema
 
 
@@ -251,20 +262,20 @@ def _build(cls: type[T], raw: Any, where: str) -> T:
     return cls(**_values(cls, raw, where))
 
 
-def _values(cls: type, raw: dict[str, Any], where: str, *, skip: str = "") -> dict[str, Any]:
-    """The checked field values of ``cls`` in ``raw`` (all but the field ``skip``)."""
+def _values(cls: type, raw: dict[str, Any], where: str) -> dict[str, Any]:
+    """The checked field values of ``cls`` in ``raw``."""
     names, fields = _schema(cls)
     if not names.issuperset(raw):
         raise MessageError(f"{where}: unknown field {sorted(set(raw) - names)[0]!r}")
     values = {}
-    for name, convert, required in fields:
-        if name == skip:
-            continue
+    for name, convert, required, exact in fields:
         if name not in raw:
             if required:
                 raise MessageError(f"{where}: missing field {name!r}")
             continue
-        values[name] = convert(raw[name], where, name)
+        value = raw[name]
+        # `type(...) is`, not isinstance: a bool is not an int here, as `plain` says
+        values[name] = value if type(value) is exact else convert(value, where, name)
     return values
 
 
@@ -275,13 +286,13 @@ def _at(where: str, name: str | int) -> str:
 
 def _build_event(raw: dict[str, Any], where: str) -> ClusterEvent:
     """A ClusterEvent: the envelope as any message, its data as the payload of its kind."""
-    if not isinstance(raw.get("kind"), str):
+    kind, data = raw.get("kind"), raw.get("data")
+    if not isinstance(kind, str):
         raise MessageError(f"{where}.kind: expected str")
-    payload = event_data_type(raw["kind"])
-    if not isinstance(raw.get("data"), dict):
+    payload = event_data_type(kind)
+    if not isinstance(data, dict):
         raise MessageError(f"{where}.data: expected an object ({payload.__name__})")
-    values = _values(ClusterEvent, {k: v for k, v in raw.items() if k != "data"}, where, skip="data")
-    return ClusterEvent(**values, data=_build(payload, raw["data"], f"{where}.data"))
+    return ClusterEvent(**_values(ClusterEvent, raw, where), data=_build(payload, data, where + ".data"))
 
 
 def _converter(hint: Any) -> _Convert:
