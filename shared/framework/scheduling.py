@@ -245,8 +245,10 @@ class Scheduler:
         """The placements made while the classes are kept: a class takes in those after its
         `seen` when it next decides."""
         self._table_version = -1
-        """The table's version when the last batch ended; the classes are kept only if it has
-        not changed since (nothing but this scheduler touched the table)."""
+        """The table's version when the last batch ended: the classes are kept only if nothing
+        but the pods its journal lists changed it since."""
+        self._nodes_version = -1
+        self._resources = -1
         self._namespaces: dict[str, dict[str, str]] | None = None
         self._keep_classes = all(
             reads_table_only(p)
@@ -287,11 +289,25 @@ class Scheduler:
         return results
 
     def _classes_in_step(self) -> dict[Any, _PodClass]:
-        """The classes kept from the last batch, or none when the table changed since (events,
-        a resync, a reservation given back) or the profile's plugins read more than the table."""
+        """The classes kept from the last batch, brought in step with the pods assumed and
+        forgotten in the table since (events, a resync, a reservation given back: its journal),
+        taken in as placements are, a forgotten pod as an eviction (any count may drop). None
+        are kept when anything else changed (a node, a resource, the namespaces, a change the
+        journal missed) or the profile's plugins read more than the table."""
         table = self.table
-        if not (self._keep_classes and table.version == self._table_version and table.namespaces == self._namespaces):
+        journal, table.journal = table.journal, ([] if self._keep_classes else None)
+        if not (
+            self._keep_classes
+            and journal is not None
+            and _unbroken(journal, self._table_version, table.version)
+            and table.nodes_version == self._nodes_version
+            and len(table.resources) == self._resources
+            and table.namespaces == self._namespaces
+        ):
             self._classes, self._placements = {}, _Placements()
+            return self._classes
+        for pod_info, row, forgotten, _ in journal:
+            self._placements.add(pod_info, row, forgotten, pod_class_key(pod_info.pod))
         return self._classes
 
     def _keep(self, used: set[Any]) -> None:
@@ -301,8 +317,11 @@ class Scheduler:
             return
         self._classes = {k: c for k, c in self._classes.items() if k in used}
         self._placements.drop_before(min((c.seen for c in self._classes.values()), default=self._placements.end))
-        self._table_version = self.table.version
-        self._namespaces = {name: dict(labels) for name, labels in self.table.namespaces.items()}
+        table = self.table
+        table.journal = [] if table.journal is not None else None  # this batch's own are in `_placements`
+        self._table_version, self._nodes_version = table.version, table.nodes_version
+        self._resources = len(table.resources)
+        self._namespaces = {name: dict(labels) for name, labels in table.namespaces.items()}
 
     def _take_in_placements(self, cls: _PodClass) -> None:
         """The placements made since the class last decided: their rows are stale for it, and a
@@ -971,6 +990,13 @@ def _cluster_plugins(fw: Framework) -> tuple[Any, ...]:
         if is_cluster_scoped(plugin):
             found.setdefault(plugin.name, plugin)
     return tuple(found.values())
+
+
+def _unbroken(journal: Sequence[tuple[Any, int, bool, int]], since: int, now: int) -> bool:
+    """Whether the journal accounts for every change of the table from version ``since`` to
+    ``now``: each change bumps the version by one, so the versions it noted are exactly those."""
+    versions = sorted({entry[3] for entry in journal})
+    return versions == list(range(since + 1, now + 1))
 
 
 def pod_class_key(pod: Pod) -> Any:

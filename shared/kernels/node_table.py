@@ -23,7 +23,7 @@ the last view.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -84,6 +84,10 @@ class Interned:
 
     def __len__(self) -> int:
         return len(self.values)
+
+
+JOURNAL_LIMIT = 50_000
+"""Entries `NodeTable.journal` holds at most before it is turned off."""
 
 
 class TableView:
@@ -147,6 +151,11 @@ class NodeTable:
         """Bumped on every change; caches key on it."""
         self.nodes_version = 0
         """Bumped when a node is added, updated or removed (not when pods come and go)."""
+        self.journal: list[tuple[PodInfo, int, bool, int]] | None = None
+        """None, or, once a Scheduler turned it on, (pod, row, forgotten, `version` after) of each
+        pod assumed (forgotten False) or forgotten since it last emptied it: what changed pod by
+        pod, for caches that follow such changes instead of starting over. Turned off (None)
+        when it outgrows `JOURNAL_LIMIT`."""
         self._cap = 0
         self._gpus = 0
         self._host: dict[str, np.ndarray] = {}
@@ -290,6 +299,7 @@ class NodeTable:
         info = self.node_info(row)
         self._add(row, info, pod_info)
         self._write_pods_usage(row, info, (pod_info,))
+        self._note(row, (pod_info,), forgotten=False)
 
     def forget(self, pod_key: str, node: int | str) -> PodInfo:
         """Undo `assume`. Raises KeyError if the pod is not on that node."""
@@ -297,6 +307,7 @@ class NodeTable:
         info = self.node_info(row)
         pod_info = self._remove(row, info, pod_key)
         self._write_pods_usage(row, info, (pod_info,))
+        self._note(row, (pod_info,), forgotten=True)
         return pod_info
 
     def assume_many(self, pod_infos: Iterable[PodInfo], node: int | str) -> None:
@@ -311,6 +322,7 @@ class NodeTable:
                 added.append(pod_info)
         finally:
             self._write_pods_usage(row, info, added)
+            self._note(row, added, forgotten=False)
 
     def forget_many(self, pod_keys: Iterable[str], node: int | str) -> list[PodInfo]:
         """`forget` each pod, in order, on one node; its row is written once. Returns their
@@ -324,6 +336,14 @@ class NodeTable:
             return removed
         finally:
             self._write_pods_usage(row, info, removed)
+            self._note(row, removed, forgotten=True)
+
+    def _note(self, row: int, pod_infos: Sequence[PodInfo], *, forgotten: bool) -> None:
+        journal = self.journal
+        if journal is not None:
+            journal.extend((p, row, forgotten, self.version) for p in pod_infos)
+            if len(journal) > JOURNAL_LIMIT:
+                self.journal = None  # nobody took it in for long: whoever reads it starts over
 
     def _add(self, row: int, info: NodeInfo, pod_info: PodInfo) -> None:
         info.add_pod(pod_info)

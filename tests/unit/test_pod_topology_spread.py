@@ -1413,6 +1413,38 @@ PTS_CONFIG = HEADER + "profiles: [{plugins: {multiPoint: {enabled: [{name: PodTo
 
 
 @settings(max_examples=80, deadline=None)
+@given(clusters(), st.integers(0, 2**32))
+def test_classes_kept_across_batches_follow_pods_that_come_and_go_between_them(cluster: Cluster, seed: int) -> None:
+    """Between two batches pods leave nodes and others arrive (events, a resync): a Scheduler
+    that keeps its classes (their spread counts among them) decides each batch as a Scheduler
+    made anew for it does."""
+    rng = random.Random(seed)
+    registry = in_tree_registry()
+    profile = without_post_filter(load_config(PTS_CONFIG, registry=registry).profiles[0])
+    tables = [table_of(cluster.nodes, cluster.pods, seed=3) for _ in range(2)]
+    kept = Scheduler(Framework.from_profile(profile, registry), tables[0], seed=3)
+    start_index = 0
+    for b in range(4):
+        batch = [
+            replace(p, metadata=replace(p.metadata, name=f"{p.name}-{b}-{k}", uid=f"{p.metadata.uid}-{b}-{k}"))
+            for k in range(2)
+            for p in cluster.incoming
+        ]
+        fresh = Scheduler(Framework.from_profile(profile, registry), tables[1], seed=3)
+        fresh.next_start_node_index = start_index
+        want = [(r.pod.name, r.node, r.message) for r in fresh.schedule(batch)]
+        start_index = fresh.next_start_node_index
+        assert [(r.pod.name, r.node, r.message) for r in kept.schedule(batch)] == want
+        on_nodes = [(key, info.name) for info in tables[0].node_infos() for key in sorted(info.pods)]
+        for key, node in rng.sample(on_nodes, min(len(on_nodes), rng.randint(0, 3))):
+            elsewhere, move = rng.choice(cluster.nodes).name, rng.random() < 0.5
+            for table in tables:
+                left = table.forget(key, node)
+                if move and key not in table.node_info(elsewhere).pods:
+                    table.assume(left, elsewhere)  # moved: counted in another domain now
+
+
+@settings(max_examples=80, deadline=None)
 @given(clusters(), st.sampled_from((None, 100, 50)), st.lists(st.integers(1, 6), min_size=1, max_size=4))
 def test_schedulers_agree(cluster: Cluster, pct: int | None, batches: list[int]) -> None:
     """The vectorized scheduler (one by one, and in batches, with placement_affects) places the
