@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import re
 import sys
 import time
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import redis
 
+from kubus.access import ACCESS_DIR, ADMIN, read_credentials
 from kubus.store import scripts
 
 
@@ -40,10 +40,11 @@ def _connect(data_dir: Path, wait: float) -> redis.Redis:
     deadline = time.monotonic() + wait
     while True:
         try:
-            password = json.loads((data_dir / "access" / "passwords.json").read_text())["admin"]
+            credentials = read_credentials(data_dir / ACCESS_DIR)
             ports = re.findall(r"port=(\d+)", (data_dir / "redis.log").read_text())
-            if ports:
-                return redis.Redis(port=int(ports[-1]), username="admin", password=password)
+            if credentials is not None and ports:
+                password = credentials.password(ADMIN.name)
+                return redis.Redis(port=int(ports[-1]), username=ADMIN.name, password=password)
         except (OSError, ValueError, KeyError):
             pass
         if time.monotonic() > deadline:

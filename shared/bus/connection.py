@@ -150,6 +150,16 @@ async def ensure_streams(js: JetStreamContext, specs: Iterable[StreamSpec] = STR
             _log.info("event=%r stream=%s", "stream updated", spec.name)
 
 
+_RETRIED = (
+    TimeoutError,
+    nats.errors.TimeoutError,
+    nats.js.errors.NoStreamResponseError,
+    nats.js.errors.ServiceUnavailableError,
+)
+"""Errors of a JetStream publish (or its ack) after which the message is published again: a
+timeout, JetStream briefly unavailable."""
+
+
 async def publish_durable(
     js: JetStreamContext,
     subject: str,
@@ -174,11 +184,7 @@ async def publish_durable(
     for attempt in range(1, attempts + 1):
         try:
             return await js.publish(subject, payload, timeout=timeout, headers=dict(all_headers))
-        except (
-            nats.errors.TimeoutError,
-            nats.js.errors.NoStreamResponseError,
-            nats.js.errors.ServiceUnavailableError,
-        ) as exc:
+        except _RETRIED as exc:
             if attempt == attempts:
                 raise
             _log.warning(
@@ -198,15 +204,6 @@ class Publication:
     msg_id: str
     """Deduplication id (``Nats-Msg-Id``), as for `publish_durable`."""
     headers: Mapping[str, str] | None = None
-
-
-_RETRIED = (
-    TimeoutError,
-    nats.errors.TimeoutError,
-    nats.js.errors.NoStreamResponseError,
-    nats.js.errors.ServiceUnavailableError,
-)
-"""Errors of an asynchronous publish's ack after which the message is published again alone."""
 
 
 async def publish_durable_many(

@@ -158,11 +158,9 @@ class _PodClass:
     seen: int = 0
     """How many of the scheduler's placements (`Scheduler._placements`, counted from the first
     kept) this class has taken into `dirty`, `placed`, `evicted` and `stale`."""
-    affected_by: dict[tuple[str, Any], bool] = field(default_factory=dict)
-    """(cluster-scoped plugin, a placed pod's class key) -> its `placement_affects` answer: pods
-    of one class get the same answer, and a batch places many pods of few classes."""
-    harmless: set[Any] = field(default_factory=set)
-    """Class keys of placed pods that affect none of `cluster_plugins`."""
+    affected_by: dict[Any, frozenset[str]] = field(default_factory=dict)
+    """A placed pod's class key -> the `cluster_plugins` whose `placement_affects` said True for
+    it: pods of one class get the same answers, and a batch places many pods of few classes."""
 
 
 @dataclass(slots=True)
@@ -178,8 +176,6 @@ class _Placements:
     """The placed pod's class key (`pod_class_key`) of each placement."""
     evictions: list[int] = field(default_factory=list)
     """Ascending indices (counted as `base` is) of the placements that evicted pods."""
-    example: dict[Any, PodInfo] = field(default_factory=dict)
-    """A placed pod of each class key in `keys`: the class's `placement_affects` answer."""
 
     @property
     def end(self) -> int:
@@ -191,14 +187,12 @@ class _Placements:
         self.rows.append(row)
         self.pairs.append((placed, row))
         self.keys.append(key)
-        self.example.setdefault(key, placed)
 
     def drop_before(self, oldest: int) -> None:
         """Forget the placements before index ``oldest`` (every kept class has taken them in)."""
         n = oldest - self.base
         del self.rows[:n], self.pairs[:n], self.keys[:n]
         self.evictions = [i for i in self.evictions if i >= oldest]
-        self.example = {key: self.example[key] for key in set(self.keys)}
         self.base = oldest
 
 
@@ -305,9 +299,9 @@ class Scheduler:
             and table.namespaces == self._namespaces
         ):
             self._classes, self._placements = {}, _Placements()
-            return self._classes
-        for pod_info, row, forgotten, _ in journal:
-            self._placements.add(pod_info, row, forgotten, pod_class_key(pod_info.pod))
+        elif self._classes:
+            for pod_info, row, forgotten, _ in journal:
+                self._placements.add(pod_info, row, forgotten, pod_class_key(pod_info.pod))
         return self._classes
 
     def _keep(self, used: set[Any]) -> None:
@@ -336,25 +330,17 @@ class Scheduler:
             cls.evicted = True
             cls.stale.update(plugin.name for plugin in cls.cluster_plugins)  # pods evicted: any count may drop
         elif cls.cluster_plugins:
-            # Slicing and set difference run in C: per class, only the keys not known harmless cost Python.
-            for key in set(p.keys[start:]).difference(cls.harmless):
-                self._take_in_class_of(cls, key, p.example[key])
+            keys = p.keys[start:]
+            distinct = set(keys)  # a few classes, however many placements
+            for key in distinct.difference(cls.affected_by):
+                placed = p.pairs[start + keys.index(key)][0]
+                cls.affected_by[key] = frozenset(
+                    plugin.name
+                    for plugin in cls.cluster_plugins
+                    if plugin.placement_affects(cls.state, cls.pod, placed)
+                )
+            cls.stale.update(*map(cls.affected_by.__getitem__, distinct))
         cls.seen = p.end
-
-    @staticmethod
-    def _take_in_class_of(cls: _PodClass, key: Any, placed: PodInfo) -> None:
-        """Mark stale each cluster-scoped plugin pods of class ``key`` (``placed`` is one) affect."""
-        harmless = True
-        for plugin in cls.cluster_plugins:
-            name = plugin.name
-            affects = cls.affected_by.get((name, key))
-            if affects is None:
-                affects = cls.affected_by[name, key] = plugin.placement_affects(cls.state, cls.pod, placed)
-            if affects:
-                cls.stale.add(name)
-                harmless = False
-        if harmless:
-            cls.harmless.add(key)
 
     def feasible(self, pod: Pod) -> np.ndarray:
         """Host bool per table row: where ``pod`` passes PreFilter and every Filter plugin now,

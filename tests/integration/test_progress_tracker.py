@@ -72,11 +72,11 @@ async def test_bound_and_running_events_mark_the_tracked_pod_and_garbage_is_igno
         other = announcements.pod_event(EventKind.POD_BOUND, "default/untracked", "u", at=time.time(), node="n1")
         await nats.publish(other.subject, other.payload)
         pod = tracker.pods[key]
-        await eventually(lambda: _assert(pod.bound > 0 and pod.running >= pod.bound))
+
+        def both_seen() -> None:
+            assert pod.bound > 0 and pod.running >= pod.bound
+
+        await eventually(both_seen)
         assert pod.phase is PodPhase.RUNNING and list(tracker.pods) == [key]
     finally:
         await tracker.close()
-
-
-def _assert(condition: bool) -> None:
-    assert condition
