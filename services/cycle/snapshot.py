@@ -94,6 +94,27 @@ class NodeSnapshot:
                 self._remove(name, stats)
         return stats
 
+    def noticed(self, reservations: Iterable[Reservation], stats: SyncStats | None = None) -> set[str]:
+        """Take in reservations another profile's cycle announced (`ReservedPods`), ahead of
+        reading them from Redis: a pod the table lacks is assumed on its node. Returns the nodes
+        to read again instead, where the table has the pod on another node or as another
+        incarnation (Redis decides). A node the table lacks is left to its node event."""
+        stats = SyncStats() if stats is None else stats
+        reread: set[str] = set()
+        table = self.table
+        for r in reservations:
+            if r.node not in table:
+                continue
+            placed = self.placed.get(r.pod_key)
+            if placed is not None:
+                if placed.node != r.node or placed.uid != r.pod_uid:
+                    reread.update((placed.node, r.node))
+                continue
+            table.assume(r.pod_info(), r.node)
+            self.placed[r.pod_key] = PlacedPod(r.node, r.pod_uid, r.attempt)
+            stats.pods_assumed += 1
+        return reread
+
     # ---- the cycle's own placements --------------------------------------------------------------
 
     def placed_by_scheduler(self, key: str, uid: str, node: str) -> None:

@@ -39,6 +39,7 @@ from kubus.bus.subjects import (
     PODS_STREAM,
     PODS_SUBMIT,
     PREFIX,
+    RESERVED_ALL,
     STREAMS,
     EventKind,
     node_pods,
@@ -200,10 +201,11 @@ ROLES: dict[str, Role] = {
                 f"{PREFIX}.queue.*.pop",
                 f"{PREFIX}.queue.*.done",
                 f"{PREFIX}.bind.*",
+                RESERVED_ALL,
                 PODS_REQUEUE,
                 *_events(EventKind.POD_DELETED, EventKind.POD_UNRESERVED, EventKind.POD_UNSCHEDULABLE),
             ),
-            subscribe=(EVENTS,),
+            subscribe=(EVENTS, RESERVED_ALL),
             redis_read=_EVERY_KEY,
             # Node records among them: the scripts that reserve read them, and a key a script is
             # given needs read-write rights even when the script only reads it.

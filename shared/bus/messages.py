@@ -12,6 +12,7 @@ Flow (see `kubus.bus.subjects`):
     cycle   -> kubus.queue.<p>.pop      PopRequest  -> PopReply(QueuedPod...)
     cycle   -> kubus.queue.<p>.done     Outcomes    -> empty reply (ack)
     cycle   -> kubus.bind.<p>           BindRequest (JetStream, msg id = uid)
+    cycle   -> kubus.reserved.<p>       ReservedPods (to the other profiles' cycles)
     binder  -> kubus.pods.requeue       Outcomes (a failed bind hands the pod back)
     binder  -> kubus.node.<n>.pods      NodeAssignment (JetStream, msg id = uid)
     anyone  -> kubus.events.<kind>...   ClusterEvent
@@ -117,6 +118,18 @@ class BindRequest:
     every later step is conditional on it."""
     reserved_at: float = 0.0
     """Seconds since the epoch, for submit->bound latency."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReservedPods:
+    """The reservations a cycle is handing to the binders, for the other profiles' cycles: they
+    take them into their node tables before their next batch instead of learning them at
+    ``pod.bound``, a bind later, so fewer of their reservations collide with these in Redis. A
+    hint: a lost or late one costs a refused reservation, never an overcommit."""
+
+    profile: str
+    reservations: tuple[dict[str, Any], ...] = ()
+    """Each as `kubus.store.Reservation.to_json` writes it (what Redis holds)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -374,6 +387,7 @@ __all__ = [
     "PopRequest",
     "QueuedPod",
     "Rejection",
+    "ReservedPods",
     "decode",
     "encode",
     "event_data_type",

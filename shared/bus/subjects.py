@@ -13,6 +13,8 @@ subject                                transport   meaning
 ``kubus.queue.<profile>.done``         core req    cycle reports the outcome of popped pods
 ``kubus.bind.<profile>``               JetStream   a reserved pod to bind (cycle → binders, shared
                                                    work queue per profile)
+``kubus.reserved.<profile>``           core        the reservations a cycle is handing to the
+                                                   binders (cycle → the other profiles' cycles)
 ``kubus.node.<node>.pods``             JetStream   a bound pod to run on the node (binder → agent)
 ``kubus.events.<kind>.<name...>``      JetStream   cluster events (`event_subject`); consumers
                                                    filter ``kubus.events.>`` or narrower
@@ -44,6 +46,7 @@ __all__ = [
     "PODS_SUBMIT",
     "POD_EVENTS",
     "PREFIX",
+    "RESERVED_ALL",
     "STREAMS",
     "EventKind",
     "Retention",
@@ -55,6 +58,7 @@ __all__ = [
     "node_pods",
     "queue_done",
     "queue_pop",
+    "reserved",
     "token",
     "untoken",
 ]
@@ -121,6 +125,17 @@ def bind(profile: str) -> str:
 
 BIND_ALL = f"{PREFIX}.bind.*"
 """Every profile's bind subject."""
+
+
+def reserved(profile: str) -> str:
+    """``kubus.reserved.<profile>``: core NATS; the reservations a cycle of ``profile`` just made
+    and is handing to the binders (`ReservedPods`). The other profiles' cycles take them into
+    their node tables at once instead of at ``pod.bound``: a hint, Redis stays the arbiter."""
+    return f"{PREFIX}.reserved.{token(profile)}"
+
+
+RESERVED_ALL = f"{PREFIX}.reserved.*"
+"""Every profile's reserved subject."""
 
 
 def node_pods(node: str) -> str:

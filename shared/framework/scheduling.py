@@ -158,6 +158,8 @@ class _PodClass:
     seen: int = 0
     """How many of the scheduler's placements (`Scheduler._placements`, counted from the first
     kept) this class has taken into `dirty`, `placed`, `evicted` and `stale`."""
+    last_call: int = 0
+    """The `Scheduler.schedule` call that last used this class (`KEEP_UNUSED_CALLS`)."""
     affected_by: dict[Any, frozenset[str]] = field(default_factory=dict)
     """A placed pod's class key -> the `cluster_plugins` whose `placement_affects` said True for
     it: pods of one class get the same answers, and a batch places many pods of few classes."""
@@ -202,6 +204,12 @@ PointTimer = Callable[[ExtensionPoint, str, float], None]
 PLUGIN_SAMPLE = 10
 """One pod class in this many has its plugins timed one by one (kube samples 10%)."""
 
+KEEP_UNUSED_CALLS = 4
+"""A kept class is dropped after this many `Scheduler.schedule` calls that did not use it: a
+cycle's second call for a batch's refused pods uses few classes, and dropping the others there
+made the next batch evaluate them again over the whole table; a class not seen for a while
+stops holding placements it has yet to take in."""
+
 
 class Scheduler:
     """Schedules pods of one profile onto a node table, assuming each placement into it.
@@ -235,6 +243,8 @@ class Scheduler:
         self.next_start_node_index = 0
         self._classes: dict[Any, _PodClass] = {}
         """The pod classes evaluated so far, while they stay in step with the table."""
+        self._calls = 0
+        """`schedule` calls so far."""
         self._placements = _Placements()
         """The placements made while the classes are kept: a class takes in those after its
         `seen` when it next decides."""
@@ -260,7 +270,7 @@ class Scheduler:
         """
         classes = self._classes_in_step()
         self._table_version = -1  # until this batch ends well: a half-done batch keeps nothing
-        used: set[Any] = set()
+        self._calls += 1
         results = []
         for pod in pods:
             key = pod_class_key(pod)
@@ -272,14 +282,14 @@ class Scheduler:
                 self._take_in_placements(cls)
                 if cls.dirty or cls.stale:
                     self._refresh_rows(cls)
-            used.add(key)
+            cls.last_call = self._calls
             result = self._decide(cls, pod, explain)
             results.append(result)
             if result.node is not None:
                 row = self.table.row_of[result.node]
                 placed = result.pod_info or self.table.node_info(row).pods[pod.key]
                 self._placements.add(placed, row, bool(result.preempted), key)
-        self._keep(used)
+        self._keep()
         return results
 
     def _classes_in_step(self) -> dict[Any, _PodClass]:
@@ -304,12 +314,13 @@ class Scheduler:
                 self._placements.add(pod_info, row, forgotten, pod_class_key(pod_info.pod))
         return self._classes
 
-    def _keep(self, used: set[Any]) -> None:
-        """End of a batch: keep the classes it used (and the placements they have not taken in)."""
+    def _keep(self) -> None:
+        """End of a batch: keep the classes used lately (and the placements they have not taken in)."""
         if not self._keep_classes:
             self._classes, self._placements = {}, _Placements()
             return
-        self._classes = {k: c for k, c in self._classes.items() if k in used}
+        oldest = self._calls - KEEP_UNUSED_CALLS
+        self._classes = {k: c for k, c in self._classes.items() if c.last_call > oldest}
         self._placements.drop_before(min((c.seen for c in self._classes.values()), default=self._placements.end))
         table = self.table
         table.journal = [] if table.journal is not None else None  # this batch's own are in `_placements`

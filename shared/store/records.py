@@ -487,33 +487,35 @@ class Reservation:
 
     def encode(self) -> bytes:
         """The JSON the Lua scripts read (requests as ordered pairs; no `state`)."""
-        return codec.dumps(
-            {
-                "pod_uid": self.pod_uid,
-                "pod_key": self.pod_key,
-                "node": self.node,
-                "profile": self.profile,
-                "requests": ordered_requests(self.requests),
-                "non_zero_cpu": self.non_zero_cpu,
-                "non_zero_memory": self.non_zero_memory,
-                "host_ports": [list(p) for p in self.host_ports],
-                "gpu_devices": list(self.gpu_devices),
-                "gpu_memory": self.gpu_memory,
-                "gpu_shared": self.gpu_shared,
-                "token": self.token,
-                "attempt": self.attempt,
-                "ignored": list(self.ignored),
-                "labels": self.labels,
-                "affinity": (
-                    pod_affinity_manifest(Pod(ObjectMeta(""), PodSpec(affinity=self.affinity)))
-                    if self.affinity is not None
-                    else {}
-                ),
-                "reserved_at": self.reserved_at,
-                "priority": self.priority,
-                **self._anti_affinity_guard(),
-            }
-        )
+        return codec.dumps(self.to_json())
+
+    def to_json(self) -> dict[str, Any]:
+        """`encode`'s object, before it is serialized (a cycle's notice carries several)."""
+        return {
+            "pod_uid": self.pod_uid,
+            "pod_key": self.pod_key,
+            "node": self.node,
+            "profile": self.profile,
+            "requests": ordered_requests(self.requests),
+            "non_zero_cpu": self.non_zero_cpu,
+            "non_zero_memory": self.non_zero_memory,
+            "host_ports": [list(p) for p in self.host_ports],
+            "gpu_devices": list(self.gpu_devices),
+            "gpu_memory": self.gpu_memory,
+            "gpu_shared": self.gpu_shared,
+            "token": self.token,
+            "attempt": self.attempt,
+            "ignored": list(self.ignored),
+            "labels": self.labels,
+            "affinity": (
+                pod_affinity_manifest(Pod(ObjectMeta(""), PodSpec(affinity=self.affinity)))
+                if self.affinity is not None
+                else {}
+            ),
+            "reserved_at": self.reserved_at,
+            "priority": self.priority,
+            **self._anti_affinity_guard(),
+        }
 
     def anti_affinity_on_host(self) -> tuple[AffinityTerm, ...]:
         """The pod's required anti-affinity terms on kubernetes.io/hostname: what RESERVE
@@ -550,7 +552,11 @@ class Reservation:
     @classmethod
     def decode(cls, data: bytes | str, *, bound: bool = False) -> Reservation:
         """Parse `encode()`'s JSON. Raises ValueError/KeyError when malformed."""
-        d = codec.loads(data)
+        return cls.from_json(codec.loads(data), bound=bound)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any], *, bound: bool = False) -> Reservation:
+        """`to_json`'s object back. Raises ValueError/KeyError/TypeError when malformed."""
         return cls(
             pod_uid=d["pod_uid"],
             pod_key=d["pod_key"],

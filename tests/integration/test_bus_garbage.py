@@ -5,7 +5,8 @@ Redis as it was, and still does its work with the valid message that comes after
 Per service, the subjects it reads: the queue (``kubus.pods.submit``/``.delete``/``.requeue``,
 ``kubus.queue.<p>.pop``/``.done``, the cluster events its hints read), the binder
 (``kubus.bind.<p>``), the gpu-agent (``kubus.node.<n>.pods``, ``pod.deleted`` events) and the
-cycle (the replies to its pops, the node and pod events that keep its node table fresh).
+cycle (the replies to its pops, the node and pod events that keep its node table fresh, the
+other profiles' announcements of their reservations).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from kubus.bus import (
     PODS_REQUEUE,
     PODS_STREAM,
     PODS_SUBMIT,
+    RESERVED_ALL,
     bind,
     ensure_streams,
     event_subject,
@@ -46,6 +48,7 @@ from kubus.bus import (
     queue_done,
     queue_pop,
 )
+from kubus.bus import reserved as reserved_subject
 from kubus.bus.messages import (
     BindRequest,
     ClusterEvent,
@@ -492,6 +495,14 @@ CYCLE_EVENT_GARBAGE = [
     (event_subject("pod.bound", "default/p"), b'{"kind": "pod.bound", "name": "default/p"}'),
     (event_subject("pod.deleted", "default/p"), b'{"kind": "pod.deleted", "name": 1, "data": {"uid": "u"}}'),
 ]
+NOTICE_GARBAGE = [
+    b"\xff",
+    b'{"reservations": []}',
+    b'{"profile": "other", "reservations": [{"pod_uid": "u"}]}',
+    b'{"profile": "other", "reservations": [{"pod_uid": "u", "pod_key": "default/u", "node": "n1", '
+    b'"profile": "other", "requests": 5}]}',
+]
+"""Another profile's announcements of its reservations, malformed (`ReservedPods`)."""
 
 
 class ScriptedQueue:
@@ -546,9 +557,15 @@ async def test_the_cycle_rejects_garbage_replies_and_events_and_keeps_scheduling
         queue.arm(POP_REPLY_GARBAGE)
         for subject, data in CYCLE_EVENT_GARBAGE:
             await nats.publish(subject, data)
+        for data in NOTICE_GARBAGE:
+            await nats.publish(reserved_subject("other"), data)
 
         # A bad event is counted under the subscriptions' filter, not its subject.
-        expected = {queue_pop(PROFILE): float(len(POP_REPLY_GARBAGE)), EVENTS: float(len(CYCLE_EVENT_GARBAGE))}
+        expected = {
+            queue_pop(PROFILE): float(len(POP_REPLY_GARBAGE)),
+            EVENTS: float(len(CYCLE_EVENT_GARBAGE)),
+            RESERVED_ALL: float(len(NOTICE_GARBAGE)),
+        }
 
         async def all_rejected_now() -> None:
             assert all_rejected(cycle) == expected

@@ -434,6 +434,39 @@ async def test_two_profiles_racing_for_nearly_full_nodes_never_overcommit(
             assert {r.fencing_token for r in requests} <= {service.fencing_token}
 
 
+async def test_a_cycle_takes_in_another_profiles_reservations_before_they_are_bound(
+    settings: ConnectionSettings, state: ClusterState, nats: NATS
+) -> None:
+    """No binder runs here, so no pod.bound event ever comes: only alpha's announcement can
+    tell beta that the node is full. Beta then finds no room itself, instead of having Redis
+    refuse its reservation."""
+    await add_node(state, "only", "2")
+    alpha, beta = cycle(settings, "alpha"), cycle(settings, "beta")
+    queues = {"alpha": await FakeQueue(nats, "alpha").start(), "beta": await FakeQueue(nats, "beta").start()}
+    first, second = (
+        await submit(state, "first", "2", profile="alpha"),
+        await submit(state, "second", "2", profile="beta"),
+    )
+    async with running(alpha, beta):
+        await loaded(alpha, 1)
+        await loaded(beta, 1)
+        queues["alpha"].offer(first)
+        [outcome] = await queues["alpha"].decided(first)
+        assert outcome.kind is OutcomeKind.RESERVED
+
+        async def known() -> None:
+            assert beta.table is not None and first.key in beta.table.node_info("only").pods
+
+        await eventually(known)
+        assert beta.table is not None and beta.table.node_info("only").requested["cpu"] == 2000
+        queues["beta"].offer(second)
+        [outcome] = await queues["beta"].decided(second)
+        assert outcome.kind is OutcomeKind.UNSCHEDULABLE
+        assert outcome.message.startswith("0/1 nodes are available: 1 Insufficient cpu."), outcome.message
+        assert sample(beta, "kubus_reserve_conflicts_total", profile="beta") == 0
+    assert await check_invariants(state) == []
+
+
 # ---- leadership --------------------------------------------------------------------------------
 
 

@@ -18,7 +18,7 @@ from kubus.api.objects import (
     Pod,
     PodSpec,
 )
-from kubus.cycle import NodeSnapshot, PlacedPod
+from kubus.cycle import NodeSnapshot, PlacedPod, SyncStats
 from kubus.kernels.nodeinfo import PodInfo
 from kubus.store import NodeRecord, Reservation
 
@@ -170,3 +170,39 @@ def test_preemption_victims_carry_the_attempt_the_store_holds() -> None:
     gone = s.evicted("default/b", "n1")
     assert gone == PlacedPod("n1", "uid-b") and gone.attempt == "3"
     assert "default/b" not in s.placed and s.evicted("default/b", "n1") is None
+
+
+def test_announced_reservations_are_assumed_and_a_later_read_agrees() -> None:
+    """Another profile's announced reservations are taken in before Redis is read; reading the
+    node afterwards finds them there and changes nothing."""
+    snapshot = NodeSnapshot()
+    snapshot.load([(node("n1", gpus=2), []), (node("n2"), [])])
+    a, b = pod("a", gpus=1), pod("b", 500)
+    announced = [
+        dataclasses.replace(reservation(a, "n1", (1,)), attempt="4"),
+        reservation(b, "n2"),
+        reservation(pod("c"), "unknown"),  # a node the table lacks: its node event brings it
+    ]
+    stats = SyncStats()
+    assert snapshot.noticed(announced, stats) == set()
+    assert stats.pods_assumed == 2 and "unknown" not in snapshot.table
+    assert snapshot.placed["default/a"] == PlacedPod("n1", "uid-a") and snapshot.placed["default/a"].attempt == "4"
+    assert snapshot.table.node_info("n1").pods["default/a"].gpu_devices == (1,)
+    assert cpu_requested(snapshot, "n2") == 500
+
+    assert snapshot.noticed(announced[:2]) == set()  # again: nothing more
+    assert cpu_requested(snapshot, "n2") == 500
+    reread = snapshot.sync_nodes(["n1", "n2"], [(node("n1", gpus=2), [announced[0]]), (node("n2"), [announced[1]])])
+    assert not reread.changed
+
+
+def test_an_announcement_that_disagrees_with_the_table_is_left_to_redis() -> None:
+    snapshot = NodeSnapshot()
+    a = pod("a")
+    snapshot.load([(node("n1"), [reservation(a, "n1")]), (node("n2"), [])])
+    elsewhere = reservation(a, "n2")
+    incarnation = reservation(pod("a", uid="uid-a-2"), "n1")
+    assert snapshot.noticed([elsewhere]) == {"n1", "n2"}
+    assert snapshot.noticed([incarnation]) == {"n1"}
+    assert snapshot.placed["default/a"] == PlacedPod("n1", "uid-a")
+    assert cpu_requested(snapshot, "n1") == 1000 and cpu_requested(snapshot, "n2") == 0

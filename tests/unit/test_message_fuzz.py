@@ -37,6 +37,7 @@ from kubus.bus.messages import (
     PopRequest,
     QueuedPod,
     Rejection,
+    ReservedPods,
     decode,
     encode,
     event_data_type,
@@ -65,6 +66,7 @@ EXAMPLES: list[Any] = [
     BindRequest("u1", "ns/p", "default-scheduler", "n1", POD_JSON, (1, 2), fencing_token=9, attempt=4, reserved_at=1.5),
     NodeAssignment("u1", "ns/p", "n1", POD_JSON, (0,), attempt=3),
     PodDeletion("ns", "p"),
+    ReservedPods("profile-1", ({"pod_uid": "u1", "node": "n1", "gpu_devices": [0, 3]},)),
     PodChange("u1", 4, "default-scheduler", "Succeeded"),
     NodeChange(3),
     Rejection("kubus.pods.submit", 7),
@@ -112,6 +114,8 @@ def _well_typed(value: Any, hint: Any) -> bool:
         return any(_well_typed(value, arm) for arm in typing.get_args(hint))
     if hint is type(None):
         return value is None
+    if origin is dict:  # free-form: an object, whatever is in it
+        return type(value) is dict
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return type(value) is hint and all(_well_typed(getattr(value, name), t) for name, t in _hints(hint).items())
     raise AssertionError(f"no check for {hint!r}")
@@ -248,6 +252,17 @@ def _class_at(cls: type, raw: Any, path: Path) -> tuple[Any, bool]:
     return hint, required
 
 
+def _free_form(cls: type, raw: Any, path: Path) -> bool:
+    """Whether ``path`` holds a free-form object (a ``dict`` field: its reader checks what is in
+    it, the message layer only that it is an object)."""
+    return typing.get_origin(_class_at(cls, raw, path)[0]) is dict
+
+
+def _in_object_field(cls: type, raw: Any, path: Path) -> bool:
+    """Whether ``path`` is inside a free-form object."""
+    return any(_free_form(cls, raw, path[:i]) for i in range(1, len(path)))
+
+
 def _json_kind(value: Any) -> str:
     if isinstance(value, bool):
         return "bool"
@@ -289,14 +304,15 @@ ENUM_ISH += ["bind-failed", "unknown", "é", "\u0000"]
 def mutations(draw: st.DrawFn, message: Any) -> tuple[str, Path, Any]:
     """One mutation of the JSON of ``message``: (what, where, the mutated JSON value)."""
     raw = codec.loads(encode(message))
-    paths = [p for p in _paths(raw) if p]
+    paths = [p for p in _paths(raw) if p and not _in_object_field(type(message), raw, p)]
     path = draw(st.sampled_from(paths))
     op = draw(st.sampled_from(["drop", "unknown field", "other type", "random", "deep", "long", "number", "enum"]))
     parent, last = _get(raw, path[:-1]), path[-1]
     if op == "drop":
         del parent[last]
     elif op == "unknown field":
-        target = _get(raw, path) if isinstance(_get(raw, path), dict) else parent
+        here = _get(raw, path)
+        target = here if isinstance(here, dict) and not _free_form(type(message), raw, path) else parent
         if not isinstance(target, dict):
             target = raw
         target[draw(st.text(min_size=1, max_size=12).filter(lambda k: k not in FIELD_NAMES))] = draw(JSON_VALUES)

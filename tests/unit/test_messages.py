@@ -23,6 +23,7 @@ from kubus.bus.messages import (
     PopRequest,
     QueuedPod,
     Rejection,
+    ReservedPods,
     decode,
     encode,
 )
@@ -41,6 +42,7 @@ SAMPLES = [
     ),
     NodeAssignment("u1", "ns/p", "n1", b"{}", ()),
     PodDeletion("ns", "p"),
+    ReservedPods("profile-1", ({"pod_uid": "u1", "gpu_devices": [0, 3]}, {"pod_uid": "u2"})),
     ClusterEvent("node.added", "n1", "n1", 1.0, "Registered", "", NodeChange(3)),
     ClusterEvent("pod.finished", "ns/p", "n1", 2.0, data=PodChange("u1", 4, "default-scheduler", "Succeeded")),
     ClusterEvent("pod.rejected", "invalid/7", data=Rejection("kubus.pods.submit", 7)),

@@ -48,7 +48,7 @@ from kubus.framework.adapter import NodewisePlugin, nodewise_spec
 from kubus.framework.config import load_config
 from kubus.framework.registry import ExtensionPoint, Registry
 from kubus.framework.runtime import Framework
-from kubus.framework.scheduling import Scheduler
+from kubus.framework.scheduling import KEEP_UNUSED_CALLS, Scheduler
 from kubus.kernels.node_table import NodeTable
 from kubus.kernels.nodeinfo import NodeInfo, PodInfo
 from kubus.plugins import DefaultPreemption, in_tree_registry
@@ -455,3 +455,34 @@ def test_a_class_is_kept_through_pods_coming_and_going_and_evaluated_again_after
     scheduler.schedule(_copies(rng, [shape], 2, 20))
     scheduler.schedule(_copies(rng, [shape], 2, 30))
     assert len(evaluations) == 2  # plugins that may read more than the table: nothing is kept
+
+
+def test_a_class_outlives_a_few_calls_that_do_not_use_it() -> None:
+    """The cycle retries a batch's refused pods in a second call, with few classes: the others
+    are kept for the next batch, and dropped only after KEEP_UNUSED_CALLS calls without them."""
+    rng = random.Random(6)
+    nodes = [random_node(rng, i) for i in range(12)]
+    small, large = (
+        Pod(ObjectMeta(name=name, namespace="default"), PodSpec(containers=(Container("c", requests={CPU: cpu}),)))
+        for name, cpu in (("small", 10), ("large", 20))
+    )
+    registry, profile = _config("default")
+    table = NodeTable(seed=7)
+    table.add_nodes(nodes)
+    evaluated: list[str] = []
+
+    def timer(point: ExtensionPoint, plugin: str, seconds: float) -> None:
+        if point is ExtensionPoint.FILTER and not plugin:
+            evaluated.append("class")
+
+    scheduler = Scheduler(Framework.from_profile(profile, registry), table, seed=7, timer=timer)
+    scheduler.schedule(_copies(rng, [small], 2, 0) + _copies(rng, [large], 2, 10))
+    assert len(evaluated) == 2
+    for i in range(KEEP_UNUSED_CALLS - 1):
+        scheduler.schedule(_copies(rng, [small], 1, 20 + i))  # `large` unused
+    scheduler.schedule(_copies(rng, [large], 1, 30))
+    assert len(evaluated) == 2  # kept through the calls without it
+    for i in range(KEEP_UNUSED_CALLS):
+        scheduler.schedule(_copies(rng, [small], 1, 40 + i))
+    scheduler.schedule(_copies(rng, [large], 1, 50))
+    assert len(evaluated) == 3  # dropped after KEEP_UNUSED_CALLS calls without it: evaluated anew
