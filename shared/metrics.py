@@ -85,6 +85,12 @@ class Metrics:
             ("profile",),
             registry=r,
         )
+        self.reserve_device_repicks = Counter(
+            "kubus_reserve_device_repicks_total",
+            "Reservations Redis granted on other GPUs than the cycle picked (another profile took those).",
+            ("profile",),
+            registry=r,
+        )
         self.rejected_messages = Counter(
             "kubus_rejected_messages_total",
             "Messages that could not be read (malformed, unknown kind, too large), by subject.",

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import socket
@@ -96,7 +97,7 @@ from kubus.bus.messages import (
 )
 from kubus.cycle.leadership import Leadership, lease_name
 from kubus.cycle.snapshot import NodeSnapshot, SyncStats
-from kubus.framework.cycle_state import CycleState
+from kubus.framework.cycle_state import GPU_DEVICES_STATE_KEY, CycleState
 from kubus.framework.registry import ExtensionPoint
 from kubus.framework.runtime import Framework
 from kubus.framework.scheduling import Scheduler, ScheduleResult
@@ -104,6 +105,7 @@ from kubus.framework.status import Code
 from kubus.framework.waiting import WaitingPods
 from kubus.kernels import NodeTable, select_backend
 from kubus.kernels.nodeinfo import PodInfo
+from kubus.plugins.gpu_fit import GPUFit
 from kubus.plugins.node_resources_fit import NodeResourcesFit
 from kubus.service import TRANSIENT_ERRORS, Service
 from kubus.settings import ConnectionSettings
@@ -246,6 +248,8 @@ class _Reserved:
     node: str
     attempt: int
     reservation: Reservation
+    gpu_devices: tuple[int, ...]
+    """The devices Redis holds for the pod: the Scheduler's pick, or RESERVE's when it picked again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,6 +325,10 @@ class CycleService(Service):
         self._own_reserved = reserved_subject(self.profile)
         fit = framework.plugins.get("NodeResourcesFit")
         self._fit: NodeResourcesFit | None = fit if isinstance(fit, NodeResourcesFit) else None
+        gpu_fit = framework.plugins.get("GPUFit")
+        self._gpu_pick = gpu_fit.mode if isinstance(gpu_fit, GPUFit) else ""
+        """GPUFit's mode: RESERVE may pick other devices the same way when the chosen ones
+        were taken by another profile meanwhile ('' without GPUFit: the devices stand)."""
 
     # -- views -----------------------------------------------------------------------------------
 
@@ -786,6 +794,7 @@ class CycleService(Service):
                     attempt=str(write.version),
                     ignored=self._ignored(pod_info.requests),
                     namespace_labels=self._snapshot().table.namespaces.get(pod.namespace),
+                    gpu_pick=self._gpu_pick if uid not in batch.victims else "",
                 )
             except ValueError as exc:
                 undo.append(self._give_back(pod, node, write.version, result.state))
@@ -805,7 +814,11 @@ class CycleService(Service):
         for (result, attempt, reservation), answer in zip(holds, answers, strict=False):
             pod, node, uid = result.pod, result.node or "", _uid(result.pod)
             if answer.ok:
-                reserved.append(_Reserved(result, node, attempt, reservation))
+                devices = tuple(result.gpu_devices)
+                if answer.gpu_devices is not None and answer.gpu_devices != devices:
+                    reservation = self._moved_devices(result, reservation, answer.gpu_devices)
+                    devices = answer.gpu_devices
+                reserved.append(_Reserved(result, node, attempt, reservation, devices))
                 self._snapshot().reserved(pod.key, node, str(attempt))
                 continue
             undo.append(self._give_back(pod, node, attempt, result.state))
@@ -828,6 +841,21 @@ class CycleService(Service):
             reserved = await self._permit(batch, reserved)
         batch.reserved += reserved
         return refused
+
+    def _moved_devices(self, result: ScheduleResult, reservation: Reservation, devices: tuple[int, ...]) -> Reservation:
+        """RESERVE gave the pod other devices than the Scheduler picked (another profile took
+        those): the table, the pod's CycleState (what Unreserve and Permit see) and the
+        reservation announced follow. Returns that reservation."""
+        pod, node = result.pod, result.node or ""
+        table = self._snapshot().table
+        if node in table and pod.key in table.node_info(node).pods:
+            pod_info = table.forget(pod.key, node)
+            table.assume(pod_info.placed_on(devices), node)
+        if result.state is not None:
+            result.state.write(GPU_DEVICES_STATE_KEY, devices)
+        self.metrics.reserve_device_repicks.labels(profile=self.profile).inc()
+        self.log.debug("devices picked again by the store", pod=pod.key, node=node, devices=list(devices))
+        return dataclasses.replace(reservation, gpu_devices=devices)
 
     async def _reserve_or_preempt(
         self, batch: _Batch, holds: Sequence[tuple[ScheduleResult, int, Reservation]]
@@ -904,7 +932,7 @@ class CycleService(Service):
                 profile=self.profile,
                 node=r.node,
                 manifest=batch.manifests[_uid(r.result.pod)],
-                gpu_devices=r.result.gpu_devices,
+                gpu_devices=r.gpu_devices,
                 fencing_token=batch.token,
                 attempt=r.attempt,
                 reserved_at=time.time(),
@@ -924,9 +952,7 @@ class CycleService(Service):
                 continue
             self.log.debug("pod reserved", pod=r.result.pod.key, uid=uid, node=r.node, attempt=r.attempt)
             batch.decide(
-                Outcome(
-                    uid=uid, kind=OutcomeKind.RESERVED, node=r.node, gpu_devices=r.result.gpu_devices, attempt=r.attempt
-                )
+                Outcome(uid=uid, kind=OutcomeKind.RESERVED, node=r.node, gpu_devices=r.gpu_devices, attempt=r.attempt)
             )
         await asyncio.gather(*failed)
 

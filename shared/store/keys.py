@@ -13,6 +13,7 @@ Per node ``N`` (tag ``{node:N}``)::
                                       gpus        number of GPU devices
                                       g:<i>:mem   total memory of device i, bytes
                                       g:<i>:ok    1 when device i is healthy, else 0
+                                      g:<i>:model device i's model (RESERVE's new pick)
                                       generation  bumped by every put_node
                                       heartbeat   last heartbeat, seconds since the epoch
                                       unreachable 1 when the node lifecycle marked it lost

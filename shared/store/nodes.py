@@ -95,7 +95,7 @@ class NodeStore(StoreCore):
         record = NodeRecord.of(node, manifest)
         shape = {
             "alloc": [[r, min(q, _MAX_LUA_INT)] for r, q in sorted(record.allocatable.items())],
-            "gpus": [[min(g.memory, _MAX_LUA_INT), g.healthy] for g in record.gpus],
+            "gpus": [[min(g.memory, _MAX_LUA_INT), g.healthy, g.model] for g in record.gpus],
             "unreachable": record.unreachable,
         }
         reply = await self._run(

@@ -374,6 +374,12 @@ class Reservation:
     gpu_memory: int = 0
     """The GPU request's memory per device: the slice (shared) or the minimum size (whole)."""
     gpu_shared: bool = False
+    gpu_pick: str = ""
+    """How GPUFit picked `gpu_devices` (binpack, spread), when RESERVE may pick again: another
+    profile's cycle may have taken those devices since, while others on the node can take the
+    pod. Empty: exactly these devices (preemption, a pod that names them)."""
+    gpu_models: tuple[str, ...] = ()
+    """The GPU models the pod accepts (any when empty), for RESERVE's new pick."""
     token: int = 0
     """The fencing token of the cycle that reserved (its lease); 0 = unfenced."""
     attempt: str = ""
@@ -422,11 +428,13 @@ class Reservation:
         ignored: Iterable[str] = (),
         now: float | None = None,
         namespace_labels: Mapping[str, str] | None = None,
+        gpu_pick: str = "",
     ) -> Reservation:
         """The reservation for a pod placed on `node` (pod_info.gpu_devices already picked).
 
         `profile` defaults to the pod's schedulerName, `attempt` to a fresh random id (retry a
-        reserve with the same Reservation object to stay idempotent), `now` to the wall clock.
+        reserve with the same Reservation object to stay idempotent), `now` to the wall clock;
+        `gpu_pick` (GPUFit's mode) lets RESERVE pick other devices when these are taken.
         Raises ValueError when the pod asks for
         GPUs and the number of picked devices differs from its request, or devices repeat.
         """
@@ -450,6 +458,8 @@ class Reservation:
             gpu_devices=devices,
             gpu_memory=gpu.memory if gpu is not None else 0,
             gpu_shared=gpu.shared if gpu is not None else False,
+            gpu_pick=gpu_pick if devices else "",
+            gpu_models=tuple(gpu.models) if gpu is not None and devices and gpu_pick else (),
             token=token,
             attempt=uuid.uuid4().hex if attempt is None else attempt,
             ignored=tuple(sorted(set(ignored))),
@@ -515,6 +525,7 @@ class Reservation:
             "reserved_at": self.reserved_at,
             "priority": self.priority,
             **self._anti_affinity_guard(),
+            **({"gpu_pick": self.gpu_pick, "gpu_models": list(self.gpu_models)} if self.gpu_pick else {}),
         }
 
     def anti_affinity_on_host(self) -> tuple[AffinityTerm, ...]:
@@ -569,6 +580,8 @@ class Reservation:
             gpu_devices=tuple(int(i) for i in d["gpu_devices"]),
             gpu_memory=int(d["gpu_memory"]),
             gpu_shared=bool(d["gpu_shared"]),
+            gpu_pick=str(d.get("gpu_pick", "")),
+            gpu_models=tuple(str(m) for m in d.get("gpu_models", ())),
             token=int(d["token"]),
             attempt=d.get("attempt", ""),
             ignored=tuple(d["ignored"]),

@@ -22,6 +22,9 @@ class ReserveResult:
     """Why not (CONFLICT: every shortfall, "Insufficient cpu", "gpu 3 busy", ...)."""
     already: bool = False
     """OK because the pod already held a reservation on this node (an idempotent retry)."""
+    gpu_devices: tuple[int, ...] | None = None
+    """OK: the devices held when they may differ from the reservation's (RESERVE picked again,
+    `Reservation.gpu_pick`; an idempotent retry); None when they are the reservation's."""
 
     @property
     def ok(self) -> bool:
@@ -40,6 +43,15 @@ def on_node(reservation: Reservation, node: str) -> Reservation:
     if reservation.node:
         raise ValueError(f"reservation of {reservation.pod_key} is for node {reservation.node!r}, not {node!r}")
     return replace(reservation, node=node)
+
+
+def _reserve_result(code: StoreCode, details: tuple[str, ...]) -> ReserveResult:
+    """RESERVE's reply: OK 'reserved' ['devices' d...] | OK 'already reserved' 'devices' d... |
+    CODE reasons..."""
+    if code is not StoreCode.OK:
+        return ReserveResult(code, details)
+    devices = tuple(int(d) for d in details[2:]) if details[1:2] == ("devices",) else None
+    return ReserveResult(code, already=details[:1] == ("already reserved",), gpu_devices=devices)
 
 
 class ReservationStore(StoreCore):
@@ -69,11 +81,7 @@ class ReservationStore(StoreCore):
         reply = await self._run(
             self.scripts.reserve, self.keys.node_keys(node), [reservation.pod_uid, reservation.encode()]
         )
-        code = _code(reply[0])
-        details = tuple(text(r) for r in reply[1:])
-        if code is StoreCode.OK:
-            return ReserveResult(code, already=details == ("already reserved",))
-        return ReserveResult(code, details)
+        return _reserve_result(_code(reply[0]), tuple(text(r) for r in reply[1:]))
 
     async def reserve_many(self, reservations: Sequence[Reservation]) -> list[ReserveResult]:
         """`reserve` for many pods, each on its `Reservation.node`, in one pipelined round trip
@@ -91,10 +99,7 @@ class ReservationStore(StoreCore):
         for reply in await pipe.execute():
             reply = list(reply) if isinstance(reply, list | tuple) else [reply]
             code, details = _code(reply[0]), tuple(text(r) for r in reply[1:])
-            ok = code is StoreCode.OK
-            out.append(
-                ReserveResult(code, already=details == ("already reserved",)) if ok else ReserveResult(code, details)
-            )
+            out.append(_reserve_result(code, details))
         return out
 
     async def unreserve(self, node: str, uid: str, attempt: str | None = None) -> StoreCode:

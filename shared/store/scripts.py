@@ -38,8 +38,13 @@ RESERVE      ARGV: pod uid, reservation JSON (`Reservation.encode`). Checks, for
              rules (pod ns/name)", "... didn't satisfy existing pods anti-affinity rules ...":
              two profiles racing for one node; the usage field `anti` counts the holders of
              such terms, so nodes without any skip the walk). Then adds the usage and records
-             the reservation.
-             -> OK 'reserved' | OK 'already reserved' (the pod holds one here from the same
+             the reservation. A reservation with `gpu_pick` (GPUFit's mode) whose devices
+             cannot take the pod (another profile took them) gets the ones GPUFit would
+             pick against Redis's usage instead, if enough can: healthy, of an accepted model
+             (`gpu_models`), big enough, free (shared: memory; whole: no holder); ordered
+             by free memory (binpack ascending, spread descending), then index.
+             -> OK 'reserved' ['devices' d...: the devices held, when picked again] |
+             OK 'already reserved' 'devices' d... (the pod holds one here from the same
              attempt: an idempotent retry, nothing checked or changed) | CONFLICT reason...
              (nothing changed; 'pod already reserved here by another attempt' when the pod
              holds one here from a different `attempt`) | NODE_GONE 'node not found' / 'node
@@ -360,7 +365,8 @@ for _, pair in ipairs(shape.alloc) do redis.call('HSET', info, 'a:' .. pair[1], 
 for i, g in ipairs(shape.gpus) do
   local ok = '0'
   if g[2] then ok = '1' end
-  redis.call('HSET', info, 'g:' .. int(i - 1) .. ':mem', int(g[1]), 'g:' .. int(i - 1) .. ':ok', ok)
+  redis.call('HSET', info, 'g:' .. int(i - 1) .. ':mem', int(g[1]), 'g:' .. int(i - 1) .. ':ok', ok,
+             'g:' .. int(i - 1) .. ':model', g[3] or '')
 end
 -- The devices may have changed: recompute GPU usage from the reservations.
 for _, field in ipairs(redis.call('HKEYS', usage)) do
@@ -520,13 +526,67 @@ RESERVE = (
     + _AFFINITY_LIB
     + _RESERVE_LIB
     + r"""
+-- GPUFit's pick made again against what Redis holds, for a reservation that allows it
+-- (r.gpu_pick): nil when its own devices can take the pod (or too few can); else the devices
+-- that can, ordered by free memory (binpack: least first; spread: most first), then index.
+local function repick(info, usage, r)
+  if not r.gpu_pick or #r.gpu_devices == 0 then return nil end
+  local models = {}
+  for _, m in ipairs(r.gpu_models or {}) do models[m] = true end
+  local any_model = not r.gpu_models or #r.gpu_models == 0
+  local can = {}
+  local order = {}
+  for d = 0, num(redis.call('HGET', info, 'gpus')) - 1 do
+    local ds = int(d)
+    local g = redis.call('HMGET', info, 'g:' .. ds .. ':ok', 'g:' .. ds .. ':mem', 'g:' .. ds .. ':model')
+    local u = redis.call('HMGET', usage, 'g:' .. ds .. ':used', 'g:' .. ds .. ':pods')
+    local total = num(g[2])
+    local free = total - num(u[1])
+    local fits
+    if r.gpu_shared then fits = free >= r.gpu_memory else fits = num(u[2]) == 0 end
+    if g[1] == '1' and total >= r.gpu_memory and fits and (any_model or models[g[3] or '']) then
+      can[d] = true
+      local key = free
+      if r.gpu_pick == 'spread' then key = -free end
+      order[#order + 1] = {key, d}
+    end
+  end
+  local mine = true
+  for _, d in ipairs(r.gpu_devices) do mine = mine and can[d] == true end
+  if mine or #order < #r.gpu_devices then return nil end
+  table.sort(order, function(a, b) if a[1] ~= b[1] then return a[1] < b[1] end return a[2] < b[2] end)
+  local picked = {}
+  for i = 1, #r.gpu_devices do picked[i] = order[i][2] end
+  table.sort(picked)
+  return picked
+end
 local info, usage, resv, fences = KEYS[1], KEYS[2], KEYS[3], KEYS[5]
-local uid, r = ARGV[1], cjson.decode(ARGV[2])
+local uid, j = ARGV[1], ARGV[2]
+local r = cjson.decode(j)
 local refused = reserve_gate(info, resv, fences, uid, r)
-if refused then return refused end
+if refused then
+  if refused[2] == 'already reserved' then  -- a retry: the devices it holds, picked again or not
+    refused[3] = 'devices'
+    for _, d in ipairs(cjson.decode(redis.call('HGET', resv, uid)).gpu_devices) do refused[#refused + 1] = int(d) end
+  end
+  return refused
+end
+local picked = repick(info, usage, r)
+if picked then
+  r.gpu_devices = picked
+  local list = {}
+  for i, d in ipairs(picked) do list[i] = int(d) end
+  -- the first "gpu_devices":[...] of the JSON is the reservation's own (labels come after)
+  j = string.gsub(j, '"gpu_devices":%[[%d,]*%]', '"gpu_devices":[' .. table.concat(list, ',') .. ']', 1)
+end
 local reasons = fit_reasons(info, usage, resv, uid, r, {}, {})
 if #reasons > 0 then return conflict(reasons) end
-reserve_write(info, usage, resv, fences, uid, ARGV[2], r)
+reserve_write(info, usage, resv, fences, uid, j, r)
+if picked then
+  local out = {'OK', 'reserved', 'devices'}
+  for _, d in ipairs(picked) do out[#out + 1] = int(d) end
+  return out
+end
 return {'OK', 'reserved'}
 """
 )

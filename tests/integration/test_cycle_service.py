@@ -467,6 +467,37 @@ async def test_a_cycle_takes_in_another_profiles_reservations_before_they_are_bo
     assert await check_invariants(state) == []
 
 
+async def test_redis_gives_other_free_devices_when_the_picked_ones_were_taken(
+    settings: ConnectionSettings, state: ClusterState, nats: NATS, js: JetStreamContext
+) -> None:
+    """Another scheduler takes GPU 0 behind the cycle's back (no event, no announcement): the
+    cycle picks GPU 0, and RESERVE gives it GPU 1 instead of refusing; the BindRequest, the
+    outcome and the table all say GPU 1."""
+    await add_node(state, "gpu-1", "8", gpus=2)
+    queue = await FakeQueue(nats).start()
+    service = cycle(settings)
+    async with running(service):
+        await loaded(service, 1)
+        other = await submit(state, "other", gpus=1, profile="alpha")
+        write = await state.transition(
+            other.uid, PodPhase.RESERVED, node="gpu-1", expected_phases={PodPhase.PENDING}, count_attempt=True
+        )
+        taken = PodInfo.of(parse_pod(codec.loads(other.manifest))).placed_on((0,))
+        assert (await state.reserve("gpu-1", Reservation.of(taken, "gpu-1", attempt=str(write.version)))).ok
+        train = await submit(state, "train", gpus=1)
+        queue.offer(train)
+        [outcome] = await queue.decided(train)
+        assert outcome.kind is OutcomeKind.RESERVED and outcome.gpu_devices == (1,)
+        [request] = await bind_requests(js)
+        assert request.gpu_devices == (1,)
+        held = await state.reservation("gpu-1", train.uid)
+        assert held is not None and held.gpu_devices == (1,)
+        assert service.table is not None
+        assert service.table.node_info("gpu-1").pods[train.key].gpu_devices == (1,)
+        assert sample(service, "kubus_reserve_device_repicks_total", profile=PROFILE) == 1
+        assert sample(service, "kubus_reserve_conflicts_total", profile=PROFILE) == 0
+
+
 # ---- leadership --------------------------------------------------------------------------------
 
 

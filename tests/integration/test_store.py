@@ -4,6 +4,7 @@ idempotency under retries, leases, snapshots and the invariant checker."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -344,6 +345,59 @@ async def test_a_snapshot_read_again_reuses_what_it_decoded_and_follows_every_ch
     assert await state.release("n1", a.metadata.uid) is StoreCode.OK
     await state.delete_node("n2")
     assert [(n.name, [r.pod_key for r in rs]) for n, rs in await both()] == [("n1", [b.key])]
+
+
+async def test_reserve_picks_other_devices_the_way_gpufit_does_when_the_chosen_ones_were_taken(
+    state: ClusterState,
+) -> None:
+    """Two profiles' cycles picked the same free devices of a node with room for both: the
+    second reservation (`gpu_pick`) gets the devices GPUFit would pick against Redis's usage,
+    and says which; without `gpu_pick` (preemption, named devices) the devices stand."""
+    gpus = h100s(4, unhealthy=(3,))
+    gpus[2]["model"] = "A100"
+    await state.put_node(make_node("g1", gpus=gpus, memory="64Gi", cpu="16"))
+    first, _ = make_pod("first", whole_gpus=1)
+    second, _ = make_pod("second", whole_gpus=1)
+    third, _ = make_pod("third", whole_gpus=1)
+    assert (await state.reserve("g1", reservation(first, "g1", (0,), gpu_pick="binpack"))).gpu_devices is None
+    assert (await state.reserve("g1", reservation(second, "g1", (0,)))).reasons == ("gpu 0 busy",)
+    got = await state.reserve("g1", reservation(second, "g1", (0,), gpu_pick="binpack", attempt="1"))
+    assert got.ok and got.gpu_devices == (1,)
+    held = await state.reservation("g1", "uid-second")
+    assert held is not None and held.gpu_devices == (1,) and held.gpu_pick == "binpack"
+    again = await state.reserve("g1", reservation(second, "g1", (0,), gpu_pick="binpack", attempt="1"))
+    assert again.ok and again.already and again.gpu_devices == (1,)  # a retry learns what it holds
+    # H100 only: device 2 is an A100 and device 3 unhealthy, so none is left.
+    only_h100 = replace(reservation(third, "g1", (0,), gpu_pick="binpack"), gpu_models=("H100",))
+    assert (await state.reserve("g1", only_h100)).reasons == ("gpu 0 busy",)
+    any_model = await state.reserve("g1", reservation(third, "g1", (1,), gpu_pick="binpack"))
+    assert any_model.ok and any_model.gpu_devices == (2,)
+
+    # Shared slices: binpack takes the fullest device that still fits, spread the emptiest.
+    await state.put_node(make_node("g2", gpus=h100s(3), memory="64Gi", cpu="16"))
+    big, _ = make_pod("big", gpu_memory="60Gi")
+    small, _ = make_pod("small", gpu_memory="30Gi")
+    assert (await state.reserve("g2", reservation(big, "g2", (0,)))).ok
+    assert (await state.reserve("g2", reservation(small, "g2", (1,)))).ok
+    packed, _ = make_pod("packed", gpu_memory="20Gi")
+    spread, _ = make_pod("spread", gpu_memory="20Gi")
+    tight, _ = make_pod("tight", gpu_memory="50Gi")
+    # device 0 has 20Gi free, 1 has 50Gi, 2 has 80Gi: a 50Gi slice asked on 0 goes to 1
+    got = await state.reserve("g2", reservation(tight, "g2", (0,), gpu_pick="binpack"))
+    assert got.gpu_devices == (1,)
+    assert (await state.reserve("g2", reservation(packed, "g2", (0,), gpu_pick="binpack"))).gpu_devices is None
+    # now 0 and 1 are full: a 20Gi slice asked on 1 goes to 2 under either mode
+    got = await state.reserve("g2", reservation(spread, "g2", (1,), gpu_pick="spread"))
+    assert got.gpu_devices == (2,)
+    # the usage follows the devices held, not the ones asked for
+    u1, u2 = await state.node_usage("g1"), await state.node_usage("g2")
+    assert u1 is not None and u2 is not None
+    assert [g.holders for g in u1.gpus] == [("uid-first",), ("uid-second",), ("uid-third",), ()]
+    assert [(g.used // GI, g.holders) for g in u2.gpus] == [
+        (80, ("uid-big", "uid-packed")),
+        (80, ("uid-small", "uid-tight")),
+        (20, ("uid-spread",)),
+    ]
 
 
 async def test_whole_gpu_with_a_minimum_memory(state: ClusterState) -> None:
