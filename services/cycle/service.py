@@ -1149,8 +1149,9 @@ class CycleService(Service):
 
     async def _on_reserved(self, msg: Msg) -> None:
         """Another profile's cycle reserved pods: they are taken into the table before the next
-        batch (`_refresh`). This cycle's own announcements come back here too, and are dropped."""
-        if msg.subject == self._own_reserved:
+        batch (`_refresh`). This cycle's own announcements come back here too, and are dropped;
+        so are all while it does not lead (a table loaded on leading reads them from Redis)."""
+        if msg.subject == self._own_reserved or self.snapshot is None or not self.leading:
             return
         try:
             notice = decode(ReservedPods, msg.data)
