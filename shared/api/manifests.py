@@ -422,10 +422,11 @@ def parse_manifests(text: str | bytes, *, source: str = STDIN) -> Manifests:
     return collector.result
 
 
-def _one_json_pod(manifest: bytes | str, source: str) -> Pod | None:
+def _one_json_pod(manifest: bytes | str, source: str, uid: str) -> Pod | None:
     """The Pod of a manifest that is one JSON Pod object (what services publish), read the short
-    way; None for anything else, or anything wrong, which `parse_manifests` then reads and
-    reports as it does any manifest."""
+    way, with ``uid`` as its metadata.uid (set before reading: no uid derived to be replaced);
+    None for anything else, or anything wrong, which `parse_manifests` then reads and reports as
+    it does any manifest."""
     if manifest[:1] != (b"{" if isinstance(manifest, bytes) else "{"):
         return None
     try:
@@ -434,6 +435,8 @@ def _one_json_pod(manifest: bytes | str, source: str) -> Pod | None:
         return None
     if not isinstance(doc, dict) or doc.get("kind") != "Pod":
         return None
+    if isinstance(meta := doc.get("metadata"), dict) and uid:
+        meta["uid"] = uid
     try:
         return read_pod(doc, source, "document 1")
     except ManifestError:
@@ -444,7 +447,7 @@ def wire_pod(manifest: bytes | str, uid: str, key: str) -> Pod:
     """The one Pod of a manifest that travels between services (a queued pod, a BindRequest),
     with the uid the store knows it by. Raises ManifestError, or ValueError when the manifest
     is not exactly one Pod."""
-    pod = _one_json_pod(manifest, f"pod {key}")
+    pod = _one_json_pod(manifest, f"pod {key}", uid)
     if pod is None:
         manifests = parse_manifests(manifest, source=f"pod {key}")
         others = (manifests.pod_groups, manifests.namespaces, manifests.priority_classes, manifests.disruption_budgets)
