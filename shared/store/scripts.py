@@ -534,9 +534,10 @@ local function repick(info, usage, r)
   local models = {}
   for _, m in ipairs(r.gpu_models or {}) do models[m] = true end
   local any_model = not r.gpu_models or #r.gpu_models == 0
-  local can = {}
-  local order = {}
-  for d = 0, num(redis.call('HGET', info, 'gpus')) - 1 do
+  local ngpus = num(redis.call('HGET', info, 'gpus'))
+  -- The free memory of device d when it can take the pod, else nil.
+  local function can(d)
+    if d < 0 or d >= ngpus then return nil end
     local ds = int(d)
     local g = redis.call('HMGET', info, 'g:' .. ds .. ':ok', 'g:' .. ds .. ':mem', 'g:' .. ds .. ':model')
     local u = redis.call('HMGET', usage, 'g:' .. ds .. ':used', 'g:' .. ds .. ':pods')
@@ -544,16 +545,20 @@ local function repick(info, usage, r)
     local free = total - num(u[1])
     local fits
     if r.gpu_shared then fits = free >= r.gpu_memory else fits = num(u[2]) == 0 end
-    if g[1] == '1' and total >= r.gpu_memory and fits and (any_model or models[g[3] or '']) then
-      can[d] = true
-      local key = free
-      if r.gpu_pick == 'spread' then key = -free end
-      order[#order + 1] = {key, d}
-    end
+    if g[1] == '1' and total >= r.gpu_memory and fits and (any_model or models[g[3] or '']) then return free end
+    return nil
   end
   local mine = true
-  for _, d in ipairs(r.gpu_devices) do mine = mine and can[d] == true end
-  if mine or #order < #r.gpu_devices then return nil end
+  for _, d in ipairs(r.gpu_devices) do mine = mine and can(d) ~= nil end
+  if mine then return nil end  -- the common case: only its own devices looked at
+  local order = {}
+  for d = 0, ngpus - 1 do
+    local free = can(d)
+    if free then
+      if r.gpu_pick == 'spread' then order[#order + 1] = {-free, d} else order[#order + 1] = {free, d} end
+    end
+  end
+  if #order < #r.gpu_devices then return nil end
   table.sort(order, function(a, b) if a[1] ~= b[1] then return a[1] < b[1] end return a[2] < b[2] end)
   local picked = {}
   for i = 1, #r.gpu_devices do picked[i] = order[i][2] end
