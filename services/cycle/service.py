@@ -9,7 +9,8 @@ standbys run the same service and take over when the lease lapses. The leader, i
    name the nodes whose rows it reads again before the next batch, and a full resync every
    ``resync_interval`` heals any event it missed. Its own reservations are assumed locally as
    it makes them; the other profiles' cycles announce theirs (`ReservedPods` on
-   ``kubus.reserved.<profile>``) as they hand them over, and those are assumed before the next
+   ``kubus.reserved.<profile>``) as they hand them over, while they hear another profile's cycle
+   there (an empty one every ``presence_interval``), and those are assumed before the next
    batch, a bind ahead of their ``pod.bound``, so fewer reservations collide in Redis. The
    namespaces' labels (for namespaceSelectors) are read from the store before every pop, when
    their version moved: a namespace applied is seen from the next batch on.
@@ -49,6 +50,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import math
 import os
 import socket
 import time
@@ -176,6 +178,11 @@ class CycleOptions:
     budget × resync_interval puts the next one off (at 50,000 nodes a re-read takes seconds)."""
     reserve_concurrency: int = 64
     """Redis calls in flight at once while reserving a batch."""
+    presence_interval: float = 2.0
+    """Seconds between a leading cycle's presence notices (an empty `ReservedPods`). A cycle
+    announces its reservations only while another profile's cycle is there to take them in:
+    one heard within 3 intervals, or in its own first 3 intervals of leading (before it could
+    have heard any). Alone, it sends nothing more."""
     backend: str = "auto"
     """Array backend of the node table: auto, numpy or cupy (`kubus.kernels.select_backend`)."""
     seed: int = 0
@@ -194,7 +201,7 @@ class CycleOptions:
             raise ValueError(f"resync_slice: must be at least 1, got {self.resync_slice}")
         if not 0 < self.resync_budget <= 1:
             raise ValueError(f"resync_budget: must be in (0, 1], got {self.resync_budget!r}")
-        for name in ("request_timeout", "lease_ttl", "renew_interval", "resync_interval"):
+        for name in ("request_timeout", "lease_ttl", "renew_interval", "resync_interval", "presence_interval"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}: must be a positive number of seconds, got {getattr(self, name)!r}")
         if self.renew_interval >= self.lease_ttl:
@@ -323,6 +330,12 @@ class CycleService(Service):
         (a table change) waits for it."""
         self._queue_answering = True
         self._own_reserved = reserved_subject(self.profile)
+        self._heard_others_at = -math.inf
+        """When another profile's cycle was last heard on kubus.reserved.* (the loop's clock)."""
+        self._leading_since = -math.inf
+        """When this replica's table was last loaded (a term began)."""
+        self._present_due = 0.0
+        """When the next presence notice is due (the loop's clock)."""
         fit = framework.plugins.get("NodeResourcesFit")
         self._fit: NodeResourcesFit | None = fit if isinstance(fit, NodeResourcesFit) else None
         gpu_fit = framework.plugins.get("GPUFit")
@@ -471,6 +484,7 @@ class CycleService(Service):
             await self._resync_slice()
         await self._refresh()
         self._snapshot().table.namespaces = await self._store().namespaces()
+        await self._say_present()
 
     async def _load(self) -> None:
         """Read every node and reservation into a new table (a new term, or after an error)."""
@@ -478,6 +492,7 @@ class CycleService(Service):
         term = self._leadership().term
         self._dirty.clear()  # events from now on are read again after this snapshot
         self._noticed.clear()  # so are reservations announced from now on
+        self._leading_since = asyncio.get_running_loop().time()
         self._resync_left = []  # this read is the full one
         snapshot = NodeSnapshot(self.backend, seed=self.options.seed)
         stats = snapshot.load(await self._store().load_snapshot(decoded=self._decoded))
@@ -924,7 +939,8 @@ class CycleService(Service):
         if not self._still_leading(batch.token):
             await asyncio.gather(*(undo(r, _lost_lease_message(self.profile)) for r in reserved))
             return
-        await self._announce(reserved)
+        if self._others_listen():
+            await self._announce(reserved)
         requests = [
             BindRequest(
                 uid=_uid(r.result.pod),
@@ -955,6 +971,21 @@ class CycleService(Service):
                 Outcome(uid=uid, kind=OutcomeKind.RESERVED, node=r.node, gpu_devices=r.gpu_devices, attempt=r.attempt)
             )
         await asyncio.gather(*failed)
+
+    def _others_listen(self) -> bool:
+        """Whether another profile's cycle may take announcements in (`presence_interval`)."""
+        now, window = asyncio.get_running_loop().time(), 3 * self.options.presence_interval
+        return now - self._heard_others_at <= window or now - self._leading_since <= window
+
+    async def _say_present(self) -> None:
+        """An empty announcement every `presence_interval` while leading: the other profiles'
+        cycles announce their reservations while they hear it."""
+        now = asyncio.get_running_loop().time()
+        if now < self._present_due:
+            return
+        self._present_due = now + self.options.presence_interval
+        with contextlib.suppress(nats.errors.Error):
+            await self._nats().publish(self._own_reserved, encode(ReservedPods(self.profile)))
 
     async def _announce(self, reserved: Sequence[_Reserved]) -> None:
         """Tell the other profiles' cycles about the reservations about to be handed over. Sent
@@ -1151,7 +1182,10 @@ class CycleService(Service):
         """Another profile's cycle reserved pods: they are taken into the table before the next
         batch (`_refresh`). This cycle's own announcements come back here too, and are dropped;
         so are all while it does not lead (a table loaded on leading reads them from Redis)."""
-        if msg.subject == self._own_reserved or self.snapshot is None or not self.leading:
+        if msg.subject == self._own_reserved:
+            return
+        self._heard_others_at = asyncio.get_running_loop().time()
+        if self.snapshot is None or not self.leading:
             return
         try:
             notice = decode(ReservedPods, msg.data)

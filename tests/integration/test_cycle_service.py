@@ -24,7 +24,7 @@ from support import eventually
 
 from kubus import codec
 from kubus.api.manifests import parse_node, parse_pod
-from kubus.bus import BIND_STREAM, EventKind, bind, event_subject, queue_done, queue_pop, settle
+from kubus.bus import BIND_STREAM, RESERVED_ALL, EventKind, bind, event_subject, queue_done, queue_pop, settle
 from kubus.bus.messages import (
     BindRequest,
     ClusterEvent,
@@ -36,6 +36,7 @@ from kubus.bus.messages import (
     PopReply,
     PopRequest,
     QueuedPod,
+    ReservedPods,
     decode,
     encode,
 )
@@ -152,6 +153,34 @@ class FakeQueue:
             return [self.outcomes[p.uid] for p in pods]
 
         return await eventually(check, timeout)
+
+
+class Presence:
+    """Every `ReservedPods` on kubus.reserved.*, by profile: presence notices (empty) and
+    announcements."""
+
+    def __init__(self, nc: NATS) -> None:
+        self.nc = nc
+        self.notices: dict[str, list[ReservedPods]] = {}
+
+    async def start(self) -> Presence:
+        await self.nc.subscribe(RESERVED_ALL, cb=self._note)
+        await self.nc.flush()
+        return self
+
+    async def _note(self, msg: Msg) -> None:
+        notice = decode(ReservedPods, msg.data)
+        self.notices.setdefault(notice.profile, []).append(notice)
+
+    async def past_first_intervals(self, *profiles: str) -> None:
+        """Until each profile's cycle has said it is present 5 times: more than 3 presence
+        intervals into leading, where it announces only if it hears another profile."""
+
+        async def check() -> None:
+            for profile in profiles:
+                assert len([n for n in self.notices.get(profile, []) if not n.reservations]) >= 5, profile
+
+        await eventually(check)
 
 
 @contextlib.asynccontextmanager
@@ -439,9 +468,11 @@ async def test_a_cycle_takes_in_another_profiles_reservations_before_they_are_bo
 ) -> None:
     """No binder runs here, so no pod.bound event ever comes: only alpha's announcement can
     tell beta that the node is full. Beta then finds no room itself, instead of having Redis
-    refuse its reservation."""
+    refuse its reservation. Past their first presence intervals, alpha announces because it
+    hears beta's presence."""
     await add_node(state, "only", "2")
-    alpha, beta = cycle(settings, "alpha"), cycle(settings, "beta")
+    presence = await Presence(nats).start()
+    alpha, beta = cycle(settings, "alpha", presence_interval=0.05), cycle(settings, "beta", presence_interval=0.05)
     queues = {"alpha": await FakeQueue(nats, "alpha").start(), "beta": await FakeQueue(nats, "beta").start()}
     first, second = (
         await submit(state, "first", "2", profile="alpha"),
@@ -450,6 +481,7 @@ async def test_a_cycle_takes_in_another_profiles_reservations_before_they_are_bo
     async with running(alpha, beta):
         await loaded(alpha, 1)
         await loaded(beta, 1)
+        await presence.past_first_intervals("alpha", "beta")
         queues["alpha"].offer(first)
         [outcome] = await queues["alpha"].decided(first)
         assert outcome.kind is OutcomeKind.RESERVED
@@ -465,6 +497,25 @@ async def test_a_cycle_takes_in_another_profiles_reservations_before_they_are_bo
         assert outcome.message.startswith("0/1 nodes are available: 1 Insufficient cpu."), outcome.message
         assert sample(beta, "kubus_reserve_conflicts_total", profile="beta") == 0
     assert await check_invariants(state) == []
+
+
+async def test_a_cycle_alone_stops_announcing_after_its_first_presence_intervals(
+    settings: ConnectionSettings, state: ClusterState, nats: NATS, js: JetStreamContext
+) -> None:
+    await add_node(state, "only", "4")
+    presence = await Presence(nats).start()
+    queue = await FakeQueue(nats).start()
+    service = cycle(settings, presence_interval=0.05)
+    async with running(service):
+        await loaded(service, 1)
+        await presence.past_first_intervals(PROFILE)
+        pod = await submit(state, "alone")
+        queue.offer(pod)
+        [outcome] = await queue.decided(pod)
+        assert outcome.kind is OutcomeKind.RESERVED
+        assert [r.uid for r in await bind_requests(js)] == [pod.uid]
+        await nats.flush()  # an announcement would have been sent before the BindRequest
+        assert presence.notices[PROFILE] and not any(n.reservations for n in presence.notices[PROFILE])
 
 
 async def test_redis_gives_other_free_devices_when_the_picked_ones_were_taken(
