@@ -26,10 +26,10 @@ standbys run the same service and take over when the lease lapses. The leader, i
    or reserved by another attempt) is forgotten and skipped; its ERROR outcome says it is no
    longer Pending, and the queue, finding that in Redis too, drops it. A refused reservation
    (CONFLICT, NODE_GONE: another profile got there first) goes back to Pending; the rows of
-   every node the batch reserved on are read again from Redis (the other profile's pods there
-   are news to the table), and the refused pods are scheduled once more against the refreshed
-   table; refused again, they are UNSCHEDULABLE with the conflict's reason. FENCED means a newer
-   leader exists: this replica steps down.
+   the nodes that refused are read again from Redis (the other profile's pods there are news to
+   the table), and the refused pods are scheduled once more against the refreshed table;
+   refused again, they are UNSCHEDULABLE with the conflict's reason. FENCED means a newer leader
+   exists: this replica steps down.
 5. **Hand over** each reserved pod: the batch's reservations announced to the other profiles'
    cycles, then a `BindRequest` on ``kubus.bind.<profile>`` (msg id
    ``bind/<uid>/<attempt>``), after checking the lease once more; a replica that lost it gives
@@ -226,8 +226,6 @@ class _Batch:
     conflicts: int = 0
     skipped: set[str] = field(default_factory=set)
     """Uids of pods that were no longer Pending: not an attempt, not counted as one."""
-    touched: set[str] = field(default_factory=set)
-    """Nodes this batch asked Redis to reserve on."""
     victims: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     """Preemptor uid -> (uid, attempt) of each pod its preemption evicts (the table already
     forgot them; the store evicts them with the preemptor's reservation, in one step)."""
@@ -815,7 +813,6 @@ class CycleService(Service):
                 undo.append(self._give_back(pod, node, write.version, result.state))
                 batch.error(uid, f"reserving on node {node} failed: {exc!r}")
                 continue
-            batch.touched.add(node)
             holds.append((result, write.version, reservation))
         try:
             answers = await self._reserve_or_preempt(batch, holds)
