@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import contextlib
 import cProfile
+import importlib.util
 import os
 import signal
 import sys
@@ -33,11 +34,13 @@ from kubus.settings import ConnectionSettings, load_settings
 
 __all__ = [
     "DEFAULT_STOP_TIMEOUT",
+    "EVENT_LOOPS",
     "EXIT_FAILED",
     "EXIT_GRACE",
     "EXIT_USAGE",
     "PROFILE_DIR_ENV",
     "add_service_flags",
+    "default_event_loop",
     "run_service",
     "settings_from_flags",
 ]
@@ -49,6 +52,28 @@ DEFAULT_STOP_TIMEOUT = 10.0
 EXIT_GRACE = 5.0
 """Seconds after the stop timeout before a process whose stop is stuck ends itself (os._exit)."""
 _FAILURES = (ServiceError, ConsumerConflictError, ConnectionError, OSError)
+EVENT_LOOPS = ("uvloop", "asyncio")
+"""``--event-loop``: uvloop (libuv) or asyncio's own selector loop."""
+
+
+def default_event_loop() -> str:
+    """uvloop where it is installed (a dependency on Linux and macOS), else asyncio's own loop.
+    uvloop runs the services' NATS and Redis traffic with about a tenth less CPU (kubus bench)."""
+    return "uvloop" if importlib.util.find_spec("uvloop") is not None else "asyncio"
+
+
+def _loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The event loop factory for ``--event-loop name`` (None: asyncio's default). Raises
+    ValueError when uvloop is asked for and not installed."""
+    if name == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        raise ValueError(
+            "--event-loop uvloop: uvloop is not installed (pip install uvloop); or use --event-loop asyncio"
+        ) from None
+    return uvloop.new_event_loop
 
 
 def add_service_flags(parser: argparse.ArgumentParser) -> None:
@@ -66,6 +91,12 @@ def add_service_flags(parser: argparse.ArgumentParser) -> None:
         help="serve /metrics, /healthz and /readyz on this port (0 = none)",
     )
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    parser.add_argument(
+        "--event-loop",
+        choices=EVENT_LOOPS,
+        default=default_event_loop(),
+        help=f"the asyncio event loop to run on (default here: {default_event_loop()}; uvloop where installed)",
+    )
     parser.add_argument(
         "--stop-timeout",
         type=float,
@@ -95,6 +126,10 @@ def run_service(
     if not 0 < args.stop_timeout <= 3600:
         return _fail(prog, f"--stop-timeout: expected seconds in (0, 3600], got {args.stop_timeout:g}", EXIT_USAGE)
     try:
+        loop_factory = _loop_factory(args.event_loop)
+    except ValueError as exc:
+        return _fail(prog, exc, EXIT_USAGE)
+    try:
         service = build(args)
     except usage_errors as exc:
         return _fail(prog, exc, EXIT_USAGE)
@@ -117,8 +152,8 @@ def run_service(
                 watchdog.cancel()
 
     try:
-        with _profiled(prog):
-            asyncio.run(serve())
+        with _profiled(prog), asyncio.Runner(loop_factory=loop_factory) as runner:
+            runner.run(serve())
     except _FAILURES as exc:
         return _fail(prog, exc, EXIT_FAILED)
     except KeyboardInterrupt:

@@ -7,6 +7,8 @@ import contextlib
 import logging
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -270,3 +272,45 @@ def test_kubus_profile_dir_profiles_a_service_run(tmp_path: Path, monkeypatch: p
     with _profiled("kubus.cycle"):
         pass
     assert len(list((tmp_path / "profiles").iterdir())) == 1  # unset: nothing written
+
+
+_ONE_SHOT_SERVICE = """
+import argparse, asyncio, sys
+from kubus.entrypoint import add_service_flags, run_service
+from kubus.service import Service
+
+class OneShot(Service):
+    '''Says which event loop runs it, then stops itself.'''
+    def __init__(self):
+        super().__init__("one-shot")
+    async def on_start(self):
+        print(type(asyncio.get_running_loop()).__module__, flush=True)
+        self.spawn("stopper", self._stop)
+    async def _stop(self):
+        await self.stop()
+
+parser = argparse.ArgumentParser()
+add_service_flags(parser)
+if "--without-uvloop" in sys.argv:
+    sys.modules["uvloop"] = None  # an import of it now fails, as where it is not installed
+    sys.argv.remove("--without-uvloop")
+sys.exit(run_service("kubus.one-shot", parser.parse_args(sys.argv[1:]), lambda args: OneShot()))
+"""
+
+
+@pytest.mark.parametrize(("flags", "module"), [((), "uvloop"), (("--event-loop", "asyncio"), "asyncio")])
+def test_a_service_runs_on_uvloop_unless_asked_for_asyncios_loop(flags: tuple[str, ...], module: str) -> None:
+    run = subprocess.run([sys.executable, "-c", _ONE_SHOT_SERVICE, *flags], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split()[0].split(".")[0] == module
+
+
+def test_event_loop_uvloop_where_it_is_missing_is_a_usage_error() -> None:
+    run = subprocess.run(
+        [sys.executable, "-c", _ONE_SHOT_SERVICE, "--without-uvloop", "--event-loop", "uvloop"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 2
+    assert "uvloop is not installed" in run.stderr and run.stdout == ""
