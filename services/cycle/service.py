@@ -20,16 +20,17 @@ standbys run the same service and take over when the lease lapses. The leader, i
    (one pop ahead at most; on stop, its pods are scheduled too, not left in flight).
 3. **Schedule** the batch (`Scheduler.schedule`, in a worker thread so the lease keeps being
    renewed; never two batches at once): each pod sees the placements of the ones before it.
-4. **Reserve** each placed pod, concurrently: ``transition(Pending → Reserved,
-   count_attempt=True)`` (its new version is the attempt id), then the atomic ``reserve`` script
-   with the fencing token. A pod someone else moved (CONFLICT/GONE on the transition: deleted,
-   or reserved by another attempt) is forgotten and skipped; its ERROR outcome says it is no
-   longer Pending, and the queue, finding that in Redis too, drops it. A refused reservation
-   (CONFLICT, NODE_GONE: another profile got there first) goes back to Pending; the rows of
-   the nodes that refused are read again from Redis (the other profile's pods there are news to
-   the table), and the refused pods are scheduled once more against the refreshed table;
-   refused again, they are UNSCHEDULABLE with the conflict's reason. FENCED means a newer leader
-   exists: this replica steps down.
+4. **Reserve** each placed pod, the batch in one round trip: for each, one atomic script
+   (RESERVE_POD, `ClusterState.reserve_attempts`) reserves the room with the fencing token and
+   then moves the pod Pending -> Reserved (its new version is the attempt id); a pod placed by
+   preemption is moved first, then PREEMPT evicts its victims and reserves. A pod someone else
+   moved (deleted, or reserved by another attempt) is forgotten and skipped; its ERROR outcome
+   says it is no longer Pending, and the queue, finding that in Redis too, drops it. A refused
+   reservation (CONFLICT, NODE_GONE: another profile got there first) leaves the pod Pending;
+   the rows of the nodes that refused are read again from Redis (the other profile's pods there
+   are news to the table), and the refused pods are scheduled once more against the refreshed
+   table; refused again, they are UNSCHEDULABLE with the conflict's reason. FENCED means a
+   newer leader exists: this replica steps down.
 5. **Hand over** each reserved pod: the batch's reservations announced to the other profiles'
    cycles, then a `BindRequest` on ``kubus.bind.<profile>`` (msg id
    ``bind/<uid>/<attempt>``), after checking the lease once more; a replica that lost it gives
@@ -118,6 +119,8 @@ from kubus.store import (
     Move,
     PodEvent,
     PodPhase,
+    PodWrite,
+    PreemptResult,
     Reservation,
     ReserveResult,
     StoreCode,
@@ -149,7 +152,8 @@ SCHEDULE_EXTENSION_POINT = "SchedulePod"
 """`extension_point` label of the whole vectorized algorithm for a batch (PreFilter through
 NormalizeScore and the Reserve plugins), observed once per batch."""
 RESERVE_EXTENSION_POINT = "Reserve"
-"""`extension_point` label of the batch's reservations in Redis (transition + reserve script)."""
+"""`extension_point` label of the batch's reservations in Redis (RESERVE_POD, or a preemptor's
+TRANSITION and PREEMPT)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,6 +259,11 @@ class _Reserved:
     reservation: Reservation
     gpu_devices: tuple[int, ...]
     """The devices Redis holds for the pod: the Scheduler's pick, or RESERVE's when it picked again."""
+
+
+_Attempted = tuple[ScheduleResult, int, Reservation, ReserveResult, bool]
+"""A pod's store step: its result, the attempt, its reservation, the room's answer, and whether
+the pod is Reserved in Redis whatever the answer (a refusal then has the attempt to give back)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -743,13 +752,14 @@ class CycleService(Service):
         return placed
 
     async def _reserve_round(self, batch: _Batch, placed: list[ScheduleResult]) -> list[_Refused]:
-        """docs/services.md 4a and 4b for the placed pods, each step one pipelined round trip
-        for the whole batch, then the reserved ones go to the binders. Returns the pods Redis
-        refused (CONFLICT / NODE_GONE), already back to Pending and forgotten locally."""
+        """docs/services.md 4a and 4b for the placed pods, one pipelined round trip for the
+        batch: most pods' attempt and room in one step each (`ClusterState.reserve_attempts`),
+        a preemptor's attempt then its victims' eviction and its room (`_attempt_preemptors`);
+        then the reserved ones go to the binders. Returns the pods Redis refused (CONFLICT /
+        NODE_GONE), Pending in Redis and forgotten locally."""
         if not placed:
             return []
         started = time.perf_counter()
-        state = self._store()
         wanted: list[tuple[ScheduleResult, PodInfo]] = []
         for result in placed:
             pod_info = result.pod_info or PodInfo.of(result.pod, result.gpu_devices)
@@ -763,67 +773,13 @@ class CycleService(Service):
                 )
                 continue
             wanted.append((result, pod_info))
-        moves = [
-            Move(
-                _uid(r.pod),
-                PodPhase.RESERVED,
-                expected_phases=_PENDING_ONLY,
-                node=r.node,
-                gpu_devices=tuple(r.gpu_devices),
-                count_attempt=True,
-            )
-            for r, _ in wanted
-        ]
-        try:
-            writes = await state.transition_many(moves)
-        except TRANSIENT_ERRORS as exc:
-            for r, _ in wanted:
-                self._forget(r.pod, r.node or "")
-                batch.error(_uid(r.pod), f"reserving on node {r.node} failed: {exc!r}")
-            return []
-        holds: list[tuple[ScheduleResult, int, Reservation]] = []
-        undo: list[Awaitable[None]] = []
-        for (result, pod_info), write in zip(wanted, writes, strict=True):
-            pod, node, uid = result.pod, result.node or "", _uid(result.pod)
-            if not write.ok:
-                # Someone else moved the pod (deleted, or reserved by another attempt): not ours.
-                self._forget(pod, node)
-                batch.skipped.add(uid)
-                batch.error(uid, f"not scheduled: the pod is {write.phase or 'gone'} now, no longer Pending")
-                self.log.info(
-                    "pod skipped: no longer Pending",
-                    pod=pod.key,
-                    uid=uid,
-                    code=str(write.code),
-                    phase=str(write.phase or "-"),
-                )
-                continue
-            try:
-                reservation = Reservation.of(
-                    pod_info,
-                    node,
-                    profile=self.profile,
-                    token=batch.token,
-                    attempt=str(write.version),
-                    ignored=self._ignored(pod_info.requests),
-                    namespace_labels=self._snapshot().table.namespaces.get(pod.namespace),
-                    gpu_pick=self._gpu_pick if uid not in batch.victims else "",
-                )
-            except ValueError as exc:
-                undo.append(self._give_back(pod, node, write.version, result.state))
-                batch.error(uid, f"reserving on node {node} failed: {exc!r}")
-                continue
-            holds.append((result, write.version, reservation))
-        try:
-            answers = await self._reserve_or_preempt(batch, holds)
-        except TRANSIENT_ERRORS as exc:
-            for result, attempt, _ in holds:
-                undo.append(self._give_back(result.pod, result.node or "", attempt, result.state))
-                batch.error(_uid(result.pod), f"reserving on node {result.node} failed: {exc!r}")
-            answers = []
+        preemptors = [w for w in wanted if _uid(w[0].pod) in batch.victims]
+        attempts = await self._attempt(batch, [w for w in wanted if _uid(w[0].pod) not in batch.victims])
+        attempts += await self._attempt_preemptors(batch, preemptors)
         reserved: list[_Reserved] = []
         refused: list[_Refused] = []
-        for (result, attempt, reservation), answer in zip(holds, answers, strict=False):
+        undo: list[Awaitable[None]] = []
+        for result, attempt, reservation, answer, in_store in attempts:
             pod, node, uid = result.pod, result.node or "", _uid(result.pod)
             if answer.ok:
                 devices = tuple(result.gpu_devices)
@@ -833,7 +789,10 @@ class CycleService(Service):
                 reserved.append(_Reserved(result, node, attempt, reservation, devices))
                 self._snapshot().reserved(pod.key, node, str(attempt))
                 continue
-            undo.append(self._give_back(pod, node, attempt, result.state))
+            if in_store:  # Reserved in Redis: the attempt is given back there too
+                undo.append(self._give_back(pod, node, attempt, result.state))
+            else:
+                self._unreserve(pod, node, result.state)
             if answer.code is StoreCode.FENCED:
                 self._leadership().step_down(f"reservation fenced on node {node}: {answer.reason}")
                 batch.error(uid, _lost_lease_message(self.profile))
@@ -854,6 +813,104 @@ class CycleService(Service):
         batch.reserved += reserved
         return refused
 
+    def _reservation(self, batch: _Batch, result: ScheduleResult, pod_info: PodInfo, attempt: str) -> Reservation:
+        """The pod's reservation on its node. Raises ValueError when it cannot be made."""
+        uid = _uid(result.pod)
+        return Reservation.of(
+            pod_info,
+            result.node or "",
+            profile=self.profile,
+            token=batch.token,
+            attempt=attempt,
+            ignored=self._ignored(pod_info.requests),
+            namespace_labels=self._snapshot().table.namespaces.get(result.pod.namespace),
+            gpu_pick=self._gpu_pick if uid not in batch.victims else "",
+        )
+
+    def _not_pending(self, batch: _Batch, result: ScheduleResult, write: PodWrite) -> None:
+        """Someone else moved the pod (deleted, or reserved by another attempt): not ours."""
+        pod, node, uid = result.pod, result.node or "", _uid(result.pod)
+        self._forget(pod, node)
+        batch.skipped.add(uid)
+        batch.error(uid, f"not scheduled: the pod is {write.phase or 'gone'} now, no longer Pending")
+        self.log.info(
+            "pod skipped: no longer Pending", pod=pod.key, uid=uid, code=str(write.code), phase=str(write.phase or "-")
+        )
+
+    async def _attempt(self, batch: _Batch, wanted: Sequence[tuple[ScheduleResult, PodInfo]]) -> list[_Attempted]:
+        """4a and 4b in one store step per pod (RESERVE_POD): the room, then Pending -> Reserved.
+        A refused room leaves the pod Pending in Redis (in_store False: only Unreserve and the
+        table to undo)."""
+        holds: list[tuple[ScheduleResult, Reservation]] = []
+        for result, pod_info in wanted:
+            try:
+                holds.append((result, self._reservation(batch, result, pod_info, "")))
+            except ValueError as exc:
+                self._unreserve(result.pod, result.node or "", result.state)
+                batch.error(_uid(result.pod), f"reserving on node {result.node} failed: {exc!r}")
+        try:
+            answers = await self._store().reserve_attempts(self.profile, [r for _, r in holds])
+        except TRANSIENT_ERRORS as exc:
+            for result, _ in holds:  # each step was atomic: any that ran is the janitor's
+                self._unreserve(result.pod, result.node or "", result.state)
+                batch.error(_uid(result.pod), f"reserving on node {result.node} failed: {exc!r}")
+            return []
+        out: list[_Attempted] = []
+        for (result, reservation), answer in zip(holds, answers, strict=True):
+            if answer.room is None:
+                self._not_pending(batch, result, answer.write)
+                continue
+            attempt = answer.write.version  # OK: the attempt made; NOOP: the pod's version, unchanged
+            out.append((result, attempt, dataclasses.replace(reservation, attempt=str(attempt)), answer.room, False))
+        return out
+
+    async def _attempt_preemptors(
+        self, batch: _Batch, wanted: Sequence[tuple[ScheduleResult, PodInfo]]
+    ) -> list[_Attempted]:
+        """4a then 4b for pods placed by preemption: Pending -> Reserved, then PREEMPT, which
+        checks the victims are still what the table held, evicts them and takes their room
+        for the pod in one step (in_store True: a refusal gives the attempt back)."""
+        if not wanted:
+            return []
+        moves = [
+            Move(
+                _uid(r.pod),
+                PodPhase.RESERVED,
+                expected_phases=_PENDING_ONLY,
+                node=r.node,
+                gpu_devices=tuple(r.gpu_devices),
+                count_attempt=True,
+            )
+            for r, _ in wanted
+        ]
+        try:
+            writes = await self._store().transition_many(moves)
+        except TRANSIENT_ERRORS as exc:
+            for r, _ in wanted:
+                self._unreserve(r.pod, r.node or "", r.state)
+                batch.error(_uid(r.pod), f"reserving on node {r.node} failed: {exc!r}")
+            return []
+        holds: list[tuple[ScheduleResult, int, Reservation]] = []
+        undo: list[Awaitable[None]] = []
+        for (result, pod_info), write in zip(wanted, writes, strict=True):
+            if not write.ok:
+                self._not_pending(batch, result, write)
+                continue
+            try:
+                holds.append((result, write.version, self._reservation(batch, result, pod_info, str(write.version))))
+            except ValueError as exc:
+                undo.append(self._give_back(result.pod, result.node or "", write.version, result.state))
+                batch.error(_uid(result.pod), f"reserving on node {result.node} failed: {exc!r}")
+        try:
+            answers = await self._preempt(batch, holds)
+        except TRANSIENT_ERRORS as exc:
+            for result, attempt, _ in holds:
+                undo.append(self._give_back(result.pod, result.node or "", attempt, result.state))
+                batch.error(_uid(result.pod), f"reserving on node {result.node} failed: {exc!r}")
+            answers = []
+        await asyncio.gather(*undo)
+        return [(r, a, h, answer, True) for (r, a, h), answer in zip(holds, answers, strict=False)]
+
     def _moved_devices(self, result: ScheduleResult, reservation: Reservation, devices: tuple[int, ...]) -> Reservation:
         """RESERVE gave the pod other devices than the Scheduler picked (another profile took
         those): the table, the pod's CycleState (what Unreserve and Permit see) and the
@@ -869,28 +926,20 @@ class CycleService(Service):
         self.log.debug("devices picked again by the store", pod=pod.key, node=node, devices=list(devices))
         return dataclasses.replace(reservation, gpu_devices=devices)
 
-    async def _reserve_or_preempt(
+    async def _preempt(
         self, batch: _Batch, holds: Sequence[tuple[ScheduleResult, int, Reservation]]
-    ) -> list[ReserveResult]:
-        """Each hold's store step, in order: RESERVE for most (one pipelined round trip), and for
-        a pod placed by preemption PREEMPT, which checks its victims are still what the table
-        held, evicts them and takes their room for the pod in one step; then the victims'
-        ``pod.deleted`` events, so their agents stop them and every cycle forgets them."""
+    ) -> list[PreemptResult]:
+        """PREEMPT for pods placed by preemption, in order: each checks its victims are still
+        what the table held, evicts them and takes their room for the pod in one step; then the
+        victims' ``pod.deleted`` events, so their agents stop them and every cycle forgets them."""
         state = self._store()
-        preempting = [i for i, h in enumerate(holds) if _uid(h[0].pod) in batch.victims]
-        plain = sorted(set(range(len(holds))) - set(preempting))
-        answers: list[ReserveResult | None] = [None] * len(holds)
-        for i, answer in zip(plain, await state.reserve_many([holds[i][2] for i in plain]), strict=True):
-            answers[i] = answer
         source = f"cycle/{self.profile}"
         outcomes = await state.preempt_many(
-            [(holds[i][2].node, holds[i][2], batch.victims[_uid(holds[i][0].pod)]) for i in preempting], source=source
+            [(h[2].node, h[2], batch.victims[_uid(h[0].pod)]) for h in holds], source=source
         )
         notes: list[Awaitable[None]] = []
         publications: list[Publication] = []
-        for i, outcome in zip(preempting, outcomes, strict=True):
-            result, _, reservation = holds[i]
-            answers[i] = outcome
+        for (result, _, reservation), outcome in zip(holds, outcomes, strict=True):
             if not (outcome.ok and outcome.evicted):
                 continue
             self.log.info(
@@ -920,7 +969,7 @@ class CycleService(Service):
                 # Evicted in Redis all the same: the agent's resync stops pods no longer
                 # Running there, and the cycles' node resync drops them.
                 self.log.warning("preemption announcement failed", pods=len(notes), error=repr(exc))
-        return [a for a in answers if a is not None]
+        return list(outcomes)
 
     async def _hand_over(self, batch: _Batch, reserved: list[_Reserved], limit: asyncio.Semaphore) -> None:
         """docs/services.md 4c: the reserved pods' BindRequests, all sent before any ack is
@@ -1001,11 +1050,15 @@ class CycleService(Service):
         attempt's room and make the pod Pending again, in one step conditional on the attempt
         (`ClusterState.give_back`), so a newer attempt is never touched; the outcome sent to the
         queue says why. What fails is left to the janitor."""
+        self._unreserve(pod, node, state)
+        return self._give_back_in_store(pod, node, attempt)
+
+    def _unreserve(self, pod: Pod, node: str, state: CycleState | None) -> None:
+        """`_give_back` with nothing in Redis to undo: Unreserve, and the pod off the node in the table."""
         if self.framework.reserve and self.snapshot is not None and node in self.snapshot.table.row_of:
             node_info = self.snapshot.table.node_info(self.snapshot.table.row_of[node])
             self.framework.run_unreserve(state or CycleState(), pod, node_info)
         self._forget(pod, node)
-        return self._give_back_in_store(pod, node, attempt)
 
     async def _give_back_in_store(self, pod: Pod, node: str, attempt: int) -> None:
         try:

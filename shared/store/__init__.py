@@ -12,6 +12,7 @@
 
 from kubus.store.cluster_state import (
     AdmissionView,
+    AttemptResult,
     ClusterState,
     DecodedRecords,
     Eviction,
@@ -53,6 +54,7 @@ __all__ = [
     "DEFAULT_PREFIX",
     "UNREACHABLE_TAINT_KEY",
     "AdmissionView",
+    "AttemptResult",
     "ClusterState",
     "DecodedRecords",
     "EventType",

@@ -51,10 +51,11 @@ from kubus.store.podgroups import PodGroupStore
 from kubus.store.pods import Binding, BindingResult, GiveBack, Move, PodWrite
 from kubus.store.preemption import Eviction, PreemptionStore, PreemptResult
 from kubus.store.recovery import Expiry, ExpiryKind, Recovery
-from kubus.store.reservations import ReserveResult
+from kubus.store.reservations import AttemptResult, ReserveResult
 
 __all__ = [
     "AdmissionView",
+    "AttemptResult",
     "Binding",
     "BindingResult",
     "ClusterState",

@@ -8,7 +8,9 @@ from dataclasses import dataclass, replace
 from kubus.codec import text
 from kubus.store._core import StoreCore, _code
 from kubus.store.nodes import _reservations
+from kubus.store.pods import PodWrite
 from kubus.store.records import (
+    PodPhase,
     Reservation,
 )
 from kubus.store.scripts import StoreCode
@@ -35,6 +37,22 @@ class ReserveResult:
         return ", ".join(self.reasons)
 
 
+@dataclass(frozen=True, slots=True)
+class AttemptResult:
+    """What `ClusterState.reserve_attempts` did with one Pending pod."""
+
+    write: PodWrite
+    """The pod: OK (Pending -> Reserved; the attempt is ``write.version``), NOOP (its room was
+    refused: still Pending, unchanged), or, with nothing tried, CONFLICT (not Pending, or
+    another profile's), GONE or NOT_FOUND."""
+    room: ReserveResult | None
+    """The room's answer (OK, or why not), when the pod was Pending; None otherwise."""
+
+    @property
+    def ok(self) -> bool:
+        return self.write.ok
+
+
 def on_node(reservation: Reservation, node: str) -> Reservation:
     """``reservation`` for ``node`` (one naming no node gets it). Raises ValueError when it
     names another node."""
@@ -52,6 +70,19 @@ def _reserve_result(code: StoreCode, details: tuple[str, ...]) -> ReserveResult:
         return ReserveResult(code, details)
     devices = tuple(int(d) for d in details[2:]) if details[1:2] == ("devices",) else None
     return ReserveResult(code, already=details[:1] == ("already reserved",), gpu_devices=devices)
+
+
+def _attempt_result(reply: list[str]) -> AttemptResult:
+    """RESERVE_POD's reply: the pod's {code, version, phase, profile}, then RESERVE's when tried."""
+    code = _code(reply[0])
+    if code is StoreCode.NOT_FOUND:
+        return AttemptResult(PodWrite(code), None)
+    if code is StoreCode.PROFILE:  # not this profile's pod: not ours to schedule
+        return AttemptResult(PodWrite(StoreCode.CONFLICT), None)
+    write = PodWrite(code, int(reply[1] or 0), PodPhase(reply[2]))
+    if len(reply) <= 4:
+        return AttemptResult(write, None)
+    return AttemptResult(write, _reserve_result(_code(reply[4]), tuple(reply[5:])))
 
 
 class ReservationStore(StoreCore):
@@ -83,24 +114,25 @@ class ReservationStore(StoreCore):
         )
         return _reserve_result(_code(reply[0]), tuple(text(r) for r in reply[1:]))
 
-    async def reserve_many(self, reservations: Sequence[Reservation]) -> list[ReserveResult]:
-        """`reserve` for many pods, each on its `Reservation.node`, in one pipelined round trip
-        ; results in order. Each reservation is atomic on its own and sees
-         the ones before it in the batch. Raises ValueError for a reservation without a node."""
+    async def reserve_attempts(self, profile: str, reservations: Sequence[Reservation]) -> list[AttemptResult]:
+        """A cycle's attempts for Pending pods of ``profile``, each on its `Reservation.node`,
+        in one pipelined round trip; results in order. Each is one atomic step (RESERVE_POD in
+        kubus.store.scripts): the room reserved as `reserve` does, then the pod Pending ->
+        Reserved with its node and the devices held, its attempt being the version it gets
+        (the reservations carry no `attempt`: RESERVE_POD writes it in). A refused room leaves
+        the pod Pending as it was: nothing to give back. Raises ValueError for a reservation
+        without a node or with an attempt."""
         for r in reservations:
-            if not r.node:
-                raise ValueError(f"reservation of {r.pod_key} names no node")
+            if not r.node or r.attempt:
+                raise ValueError(f"reservation of {r.pod_uid}: needs a node and no attempt (RESERVE_POD gives it)")
         if not reservations:
             return []
+        now = repr(float(self.clock()))
         pipe = self.redis.pipeline(transaction=False)
         for r in reservations:
-            await self.scripts.reserve(keys=self.keys.node_keys(r.node), args=[r.pod_uid, r.encode()], client=pipe)
-        out = []
-        for reply in await pipe.execute():
-            reply = list(reply) if isinstance(reply, list | tuple) else [reply]
-            code, details = _code(reply[0]), tuple(text(r) for r in reply[1:])
-            out.append(_reserve_result(code, details))
-        return out
+            keys = [*self._pod_keys(r.pod_uid, profile), *self.keys.node_keys(r.node)]
+            await self.scripts.reserve_pod(keys=keys, args=[profile, now, r.pod_uid, r.encode()], client=pipe)
+        return [_attempt_result([text(x) for x in reply]) for reply in await pipe.execute()]
 
     async def unreserve(self, node: str, uid: str, attempt: str | None = None) -> StoreCode:
         """Give back a reserved (not bound) reservation, only if `attempt` made it (when given).

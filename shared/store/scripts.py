@@ -51,6 +51,15 @@ RESERVE      ARGV: pod uid, reservation JSON (`Reservation.encode`). Checks, for
              unreachable' (a retry that already holds its reservation still gets OK) | FENCED
              reason (the reservation's token is older than one this profile already used on
              this node: a deposed leader).
+RESERVE_POD  KEYS = the pod's 10 (as TRANSITION), then the node's 5. ARGV: profile, time, pod
+             uid, reservation JSON with "attempt":"". A cycle's attempt in one step: for a
+             Pending pod, RESERVE with the attempt the pod is about to get (its version + 1),
+             and when the room is reserved, Pending -> Reserved as TRANSITION moves it (node,
+             the devices held, attempts + 1, version + 1). -> NOT_FOUND | PROFILE profile |
+             GONE / CONFLICT version phase profile (not Pending: nothing tried) | OK version
+             'Pending' profile, then RESERVE's OK reply | NOOP version 'Pending' profile, then
+             RESERVE's refusal (the pod unchanged; a reservation held here already is a stale
+             one: CONFLICT).
 UNRESERVE    ARGV: pod uid, attempt ('' = any). Gives a *reserved* reservation back.
              -> OK | NOOP (none: idempotent) | BOUND (the pod is being bound: use RELEASE) |
              CONFLICT (held by another attempt: not yours to give back).
@@ -519,13 +528,6 @@ local function reserve_write(info, usage, resv, fences, uid, j, r)
     redis.call('HSET', fences, r.profile, int(token))
   end
 end
-"""
-
-RESERVE = (
-    _LIB
-    + _AFFINITY_LIB
-    + _RESERVE_LIB
-    + r"""
 -- GPUFit's pick made again against what Redis holds, for a reservation that allows it
 -- (r.gpu_pick): nil when its own devices can take the pod (or too few can); else the devices
 -- that can, ordered by free memory (binpack: least first; spread: most first), then index.
@@ -565,6 +567,37 @@ local function repick(info, usage, r)
   table.sort(picked)
   return picked
 end
+-- RESERVE's step for pod uid with reservation JSON j (decoded r): the gate, GPUFit's pick made
+-- again when r allows it, the fit, then the write. Returns the reply ({'OK', 'reserved'
+-- ['devices', d...]} or the refusal) and the JSON as written (its devices may be new).
+local function reserve_step(info, usage, resv, fences, uid, j, r)
+  local refused = reserve_gate(info, resv, fences, uid, r)
+  if refused then return refused, j end
+  local picked = repick(info, usage, r)
+  if picked then
+    r.gpu_devices = picked
+    local list = {}
+    for i, d in ipairs(picked) do list[i] = int(d) end
+    -- the first "gpu_devices":[...] of the JSON is the reservation's own (labels come after)
+    j = string.gsub(j, '"gpu_devices":%[[%d,]*%]', '"gpu_devices":[' .. table.concat(list, ',') .. ']', 1)
+  end
+  local reasons = fit_reasons(info, usage, resv, uid, r, {}, {})
+  if #reasons > 0 then return conflict(reasons), j end
+  reserve_write(info, usage, resv, fences, uid, j, r)
+  local out = {'OK', 'reserved'}
+  if picked then
+    out[3] = 'devices'
+    for _, d in ipairs(picked) do out[#out + 1] = int(d) end
+  end
+  return out, j
+end
+"""
+
+RESERVE = (
+    _LIB
+    + _AFFINITY_LIB
+    + _RESERVE_LIB
+    + r"""
 local info, usage, resv, fences = KEYS[1], KEYS[2], KEYS[3], KEYS[5]
 local uid, j = ARGV[1], ARGV[2]
 local r = cjson.decode(j)
@@ -576,23 +609,56 @@ if refused then
   end
   return refused
 end
-local picked = repick(info, usage, r)
-if picked then
-  r.gpu_devices = picked
-  local list = {}
-  for i, d in ipairs(picked) do list[i] = int(d) end
-  -- the first "gpu_devices":[...] of the JSON is the reservation's own (labels come after)
-  j = string.gsub(j, '"gpu_devices":%[[%d,]*%]', '"gpu_devices":[' .. table.concat(list, ',') .. ']', 1)
+return (reserve_step(info, usage, resv, fences, uid, j, r))
+"""
+)
+
+RESERVE_POD = (
+    _LIB
+    + _AFFINITY_LIB
+    + _RESERVE_LIB
+    + _POD_LIB
+    + r"""
+-- A cycle's attempt for a Pending pod, in one step: its room reserved on the node as RESERVE
+-- does, and only then the pod Pending -> Reserved (TRANSITION's writes: node, devices, one
+-- attempt more, version + 1). The attempt is the version the pod gets: the reservation's JSON
+-- carries "attempt":"" and gets it here. A refused room leaves the pod as it was.
+-- KEYS: the pod's 10 (record, keys index, 7 phase indexes, its profile's pending index), then
+-- the node's 5 (node_keys). ARGV: profile, now, uid, reservation JSON.
+-- Reply: {code, version, phase, profile} about the pod (NOT_FOUND alone; PROFILE and the
+-- profile; GONE or CONFLICT when not Pending, nothing tried), then, when the room was tried,
+-- RESERVE's reply: the pod's code is OK (now Reserved at `version`) or NOOP (refused).
+local rec = KEYS[1]
+local info, usage, resv, fences = KEYS[11], KEYS[12], KEYS[13], KEYS[15]
+local profile, now, uid, j = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+if redis.call('EXISTS', rec) == 0 then return {'NOT_FOUND'} end
+local cur = redis.call('HMGET', rec, 'phase', 'version', 'profile')
+local phase, version = cur[1], cur[2]
+if cur[3] ~= profile then return {'PROFILE', cur[3]} end
+if phase == 'Deleted' then return {'GONE', version, phase, profile} end
+if phase ~= 'Pending' then return {'CONFLICT', version, phase, profile} end
+local attempt = int(num(version) + 1)
+j = string.gsub(j, '"attempt":""', '"attempt":"' .. attempt .. '"', 1)
+local r = cjson.decode(j)
+if r.attempt ~= attempt then return {'CONFLICT', version, phase, profile} end  -- not a fresh attempt's JSON
+local room
+room, j = reserve_step(info, usage, resv, fences, uid, j, r)
+local out = {'NOOP', version, phase, profile}
+if room[1] == 'OK' and room[2] == 'already reserved' then
+  room = {'CONFLICT', 'pod already reserved here by another attempt'}  -- a Pending pod's is stale
+elseif room[1] == 'OK' then
+  local devices = {}
+  for i, d in ipairs(r.gpu_devices) do devices[i] = d end
+  table.sort(devices)
+  for i, d in ipairs(devices) do devices[i] = int(d) end
+  redis.call('HSET', rec, 'node', r.node, 'gpu_devices', table.concat(devices, ','), 'phase', 'Reserved',
+             'updated_at', now)
+  redis.call('HINCRBY', rec, 'attempts', 1)
+  out = {'OK', tostring(redis.call('HINCRBY', rec, 'version', 1)), phase, profile}
+  index_move(uid, phase, 'Reserved')
 end
-local reasons = fit_reasons(info, usage, resv, uid, r, {}, {})
-if #reasons > 0 then return conflict(reasons) end
-reserve_write(info, usage, resv, fences, uid, j, r)
-if picked then
-  local out = {'OK', 'reserved', 'devices'}
-  for _, d in ipairs(picked) do out[#out + 1] = int(d) end
-  return out
-end
-return {'OK', 'reserved'}
+for _, x in ipairs(room) do out[#out + 1] = x end
+return out
 """
 )
 
@@ -1006,6 +1072,7 @@ class Scripts:
         self.heartbeat = redis.register_script(HEARTBEAT)
         self.mark_unreachable = redis.register_script(MARK_UNREACHABLE)
         self.reserve = redis.register_script(RESERVE)
+        self.reserve_pod = redis.register_script(RESERVE_POD)
         self.preempt = redis.register_script(PREEMPT)
         self.unreserve = redis.register_script(UNRESERVE)
         self.mark_bound = redis.register_script(MARK_BOUND)

@@ -626,11 +626,11 @@ async def test_a_leader_that_lost_its_lease_after_reserving_gives_the_room_back_
     async with running(service):
         await loaded(service, 1)
         assert service.cluster is not None
-        reserve_many = service.cluster.reserve_many
+        reserve_attempts = service.cluster.reserve_attempts
         stolen = asyncio.Event()
 
-        async def reserve_then_lose_the_lease(reservations: list[Reservation]) -> Any:
-            answer = await reserve_many(reservations)
+        async def reserve_then_lose_the_lease(profile: str, reservations: list[Reservation]) -> Any:
+            answer = await reserve_attempts(profile, reservations)
             if not stolen.is_set():
                 stolen.set()
                 await steal_lease(state, PROFILE)
@@ -641,7 +641,7 @@ async def test_a_leader_that_lost_its_lease_after_reserving_gives_the_room_back_
                 await eventually(deposed)
             return answer
 
-        service.cluster.reserve_many = reserve_then_lose_the_lease  # type: ignore[method-assign]
+        service.cluster.reserve_attempts = reserve_then_lose_the_lease  # type: ignore[method-assign]
         pods = [await submit(state, f"web-{i}") for i in range(2)]
         queue.offer(*pods)
         outcomes = await queue.decided(*pods)

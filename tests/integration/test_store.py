@@ -933,7 +933,7 @@ async def test_bind_many_is_mark_bound_bind_pod_release_per_pod(redis: aioredis.
     assert await state.bind_many([]) == []
 
 
-async def test_transition_many_and_reserve_many_equal_one_call_per_pod(redis: aioredis.Redis) -> None:
+async def test_transition_many_equals_one_call_per_pod(redis: aioredis.Redis) -> None:
     from kubus.store import Move
 
     state = ClusterState(redis)
@@ -962,14 +962,72 @@ async def test_transition_many_and_reserve_many_equal_one_call_per_pod(redis: ai
 
     # Two fit on 2 CPUs; the third sees the first two and is refused, and changes nothing.
     holds = [reservation(pod, "n1", attempt=str(w.version)) for (pod, _), w in zip(pods, writes, strict=False)]
-    answers = await fresh.reserve_many(holds)
+    answers = [await fresh.reserve("n1", hold) for hold in holds]
     assert [a.code for a in answers] == [StoreCode.OK, StoreCode.OK, StoreCode.CONFLICT]
     assert answers[2].reasons == ("Insufficient cpu",)
-    assert (await fresh.reserve_many(holds[:1]))[0].already
+    assert (await fresh.reserve("n1", holds[0])).already
     assert {k: v for k, v in (await usage(state, "n1")).items() if k != "r:memory"} == {"r:cpu": 2000, "pods": 2}
-    assert await fresh.reserve_many([]) == []
+
+
+async def test_reserve_attempts_reserve_the_room_and_make_the_attempt_in_one_step(redis: aioredis.Redis) -> None:
+    state = ClusterState(redis)
+    await state.put_node(make_node("n1", cpu="2", pods=10, gpus=h100s(2)))
+    pods = [make_pod(f"p{i}", cpu="1") for i in range(3)]
+    for pod, manifest in pods:
+        await submit(state, pod, manifest)
+    results = await state.reserve_attempts("default-scheduler", [reservation(pod, "n1", attempt="") for pod, _ in pods])
+    # Two fit on 2 CPUs: Reserved at their new version, which their reservation carries.
+    assert [r.write.code for r in results] == [StoreCode.OK, StoreCode.OK, StoreCode.NOOP]
+    for i in range(2):
+        record = await state.get_pod(f"uid-p{i}")
+        assert record is not None
+        assert (record.phase, record.node, record.attempts) == (PodPhase.RESERVED, "n1", 1)
+        assert record.version == results[i].write.version == 2 and results[i].write.phase is PodPhase.PENDING
+        held = await state.reservation("n1", f"uid-p{i}")
+        assert held is not None and held.attempt == "2"
+    # The third's room was refused: the pod is Pending as it was, with no reservation.
+    refused = results[2]
+    assert refused.room is not None and refused.room.reasons == ("Insufficient cpu",)
+    record = await state.get_pod("uid-p2")
+    assert record is not None and (record.phase, record.version, record.attempts) == (PodPhase.PENDING, 1, 0)
+    assert await state.reservation("n1", "uid-p2") is None
+    assert await state.pod_uids_in_phase(PodPhase.RESERVED) == {"uid-p0", "uid-p1"}
+    assert await state.pod_uids_in_phase(PodPhase.PENDING, profile="default-scheduler") == {"uid-p2"}
+    assert await check_invariants(state) == []
+
+    # Nothing is tried for a pod that is not Pending, not there, or another profile's.
+    other, other_manifest = make_pod("q", profile="gpu")
+    await submit(state, other, other_manifest)
+    again = await state.reserve_attempts(
+        "default-scheduler", [reservation(p, "n1", attempt="") for p in (pods[0][0], make_pod("ghost")[0], other)]
+    )
+    assert [(r.write.code, r.room) for r in again] == [
+        (StoreCode.CONFLICT, None),
+        (StoreCode.NOT_FOUND, None),
+        (StoreCode.CONFLICT, None),
+    ]
+    assert again[0].write.phase is PodPhase.RESERVED
+
+    # A GPU pod whose devices were taken gets others, and its record names the ones it holds.
+    whole, whole_manifest = make_pod("g", cpu="0", whole_gpus=1)
+    await submit(state, whole, whole_manifest)
+    taker, taker_manifest = make_pod("t", cpu="0", whole_gpus=1)
+    await submit(state, taker, taker_manifest)
+    [took] = await state.reserve_attempts("default-scheduler", [reservation(taker, "n1", (0,), attempt="")])
+    assert took.ok
+    [moved] = await state.reserve_attempts(
+        "default-scheduler", [reservation(whole, "n1", (0,), attempt="", gpu_pick="binpack")]
+    )
+    assert moved.ok and moved.room is not None and moved.room.gpu_devices == (1,)
+    record = await state.get_pod("uid-g")
+    assert record is not None and record.gpu_devices == (1,)
+    assert await check_invariants(state) == []
+
+    assert await state.reserve_attempts("default-scheduler", []) == []
     with pytest.raises(ValueError):
-        await fresh.reserve_many([reservation(pods[0][0], "")])
+        await state.reserve_attempts("default-scheduler", [reservation(pods[2][0], "n1", attempt="5")])
+    with pytest.raises(ValueError):
+        await state.reserve_attempts("default-scheduler", [reservation(pods[2][0], "", attempt="")])
 
 
 async def test_admission_views_and_start_pods(redis: aioredis.Redis) -> None:
