@@ -163,6 +163,11 @@ class _PodClass:
     affected_by: dict[Any, frozenset[str]] = field(default_factory=dict)
     """A placed pod's class key -> the `cluster_plugins` whose `placement_affects` said True for
     it: pods of one class get the same answers, and a batch places many pods of few classes."""
+    pod_info: PodInfo | None = None
+    """The class's pod's PodInfo, once a pod of the class was placed: the others' are made from it."""
+    key: Any = None
+    """The class's key (`pod_class_key`): this one object in every placement of its pods, so
+    that sets and dicts of placements' keys compare them by identity, not character by character."""
 
 
 @dataclass(slots=True)
@@ -277,7 +282,7 @@ class Scheduler:
             cls = classes.get(key)
             if cls is None:
                 cls = classes[key] = self._evaluate(pod)
-                cls.seen = self._placements.end
+                cls.seen, cls.key = self._placements.end, key
             else:
                 self._take_in_placements(cls)
                 if cls.dirty or cls.stale:
@@ -288,7 +293,7 @@ class Scheduler:
             if result.node is not None:
                 row = self.table.row_of[result.node]
                 placed = result.pod_info or self.table.node_info(row).pods[pod.key]
-                self._placements.add(placed, row, bool(result.preempted), key)
+                self._placements.add(placed, row, bool(result.preempted), cls.key)
         self._keep()
         return results
 
@@ -711,7 +716,9 @@ class Scheduler:
                 group = pod_group_key(pod) or ""
                 self.waiting.add(pod.metadata.uid or pod.key, pod.key, node_info.name, 0, waiting_on, group=group)
         devices = tuple(state.get(GPU_DEVICES_STATE_KEY, ()))
-        placed = PodInfo.of(pod, devices)
+        if cls.pod_info is None:
+            cls.pod_info = PodInfo.of(cls.pod)
+        placed = cls.pod_info.for_pod(pod, devices)
         table.assume(placed, best)
         return ScheduleResult(
             pod,

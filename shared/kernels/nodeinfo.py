@@ -60,6 +60,22 @@ class PodInfo:
             start_time=start_time,
         )
 
+    def for_pod(self, pod: Pod, gpu_devices: tuple[int, ...] = ()) -> PodInfo:
+        """``pod``'s PodInfo from this one of another pod of its class (`pod_class_key`: equal
+        namespace, labels, annotations and spec, so equal requests, ports, GPU request and
+        affinity terms), on ``gpu_devices``: nothing derived again."""
+        return PodInfo(
+            pod,
+            self.requests,
+            self.non_zero_cpu,
+            self.non_zero_memory,
+            self.host_ports,
+            self.gpu,
+            gpu_devices,
+            self.affinity,
+            self.start_time,
+        )
+
     def placed_on(self, gpu_devices: tuple[int, ...]) -> PodInfo:
         return PodInfo(
             self.pod,

@@ -106,6 +106,7 @@ PRE_FILTER_STATE_KEY = "PreFilterPodTopologySpread"
 PRE_SCORE_STATE_KEY = "PreScorePodTopologySpread"
 _SELECTORS_STATE_KEY = "PodTopologySpread/selectors"
 _SCORE_NODES_STATE_KEY = "PodTopologySpread/score-nodes"
+_SCORE_CONSTRAINTS_STATE_KEY = "PodTopologySpread/score-constraints"
 _MAX_INT32 = 2**31 - 1
 _NO_ROW = np.empty(0, dtype=np.intp)
 
@@ -400,7 +401,12 @@ class PodTopologySpread:
         NormalizeScore."""
         if len(table) == 0:
             return Status.skip()
-        constraints = self.constraints(pod, SCHEDULE_ANYWAY)
+        # Read once per CycleState: the cycle runs this at every decision of a pod class (equal
+        # pods, equal constraints), and building the defaults showed in its profile.
+        constraints: tuple[SpreadConstraint, ...] | None = state.get(_SCORE_CONSTRAINTS_STATE_KEY)
+        if constraints is None:
+            constraints = self.constraints(pod, SCHEDULE_ANYWAY)
+            state.write(_SCORE_CONSTRAINTS_STATE_KEY, constraints)
         if not constraints:
             return Status.skip()
         nodes: _ScoreNodes | None = state.get(_SCORE_NODES_STATE_KEY)
