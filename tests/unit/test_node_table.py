@@ -141,3 +141,27 @@ def test_assuming_a_pod_twice_is_refused() -> None:
         table.assume(info, "node-000000")
     assert table.forget(info.pod.key, "node-000000") is info
     assert int(np.asarray(table.view().req).sum()) == 0
+
+
+def test_a_pods_info_made_from_another_of_its_class_equals_its_own() -> None:
+    from kubus.api.manifests import parse_pod
+    from kubus.cli.workload import mixed_workload
+    from kubus.framework.scheduling import pod_class_key
+
+    manifests = mixed_workload(400)
+    for i, manifest in enumerate(manifests):
+        manifest["metadata"]["uid"] = f"uid-{i}"
+    pods = [parse_pod(m) for m in manifests]
+    first: dict[object, PodInfo] = {}
+    pairs = 0
+    for pod in pods:
+        key = pod_class_key(pod)
+        if key not in first:
+            first[key] = PodInfo.of(pod)
+            continue
+        for devices in ((), (1, 3)):
+            made = first[key].for_pod(pod, devices)
+            assert made == PodInfo.of(pod, devices) and made.label_key == PodInfo.of(pod).label_key
+            assert made.pod is pod
+        pairs += 1
+    assert pairs > 300  # most pods share a class with an earlier one
