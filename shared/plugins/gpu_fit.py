@@ -105,6 +105,11 @@ class GPUFit:
         request: GPURequest = state.read(_REQUEST_KEY)
         m = self._devices(view, request, rows)
         k = request.count
+        # Eligible devices are present, of the model, healthy and big enough: k of them is a
+        # pass. When every row passes (most calls: the rows a placement touched), no reason masks.
+        passed = m["eligible"].sum(axis=1) >= k
+        if bool(passed.all()):
+            return FilterResult(passed)
         no_gpus = ~m["present"].any(axis=1)
         no_model = ~no_gpus & ~m["model"].any(axis=1) if request.models else no_gpus & False
         before = no_gpus | no_model

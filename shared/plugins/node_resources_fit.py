@@ -102,6 +102,17 @@ class NodeResourcesFit:
         checks: tuple[tuple[str, int, str], ...] = state.read(_PRE_FILTER_KEY)
         alloc, req = view.alloc, view.req
         pods = index[PODS]
+        positions = [index.get(name) for name, _, _ in checks]
+        if None not in positions:
+            # When every row fits (most calls: the rows a placement touched), no reason masks:
+            # one comparison over the checked resources' rows at once.
+            a, r = alloc[:, rows], req[:, rows]
+            fits = r[pods] + 1 <= a[pods]
+            if positions:
+                wanted = xp.asarray([qty for _, qty, _ in checks], dtype=xp.int64)[:, None]
+                fits &= (wanted <= a[positions] - r[positions]).all(axis=0)
+            if bool(fits.all()):
+                return FilterResult(fits)
         too_many = req[pods, rows] + 1 > alloc[pods, rows]
         n = too_many.shape[0]
         rejections = [Rejection(TOO_MANY_PODS, too_many)]
