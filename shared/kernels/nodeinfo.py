@@ -77,17 +77,7 @@ class PodInfo:
         )
 
     def placed_on(self, gpu_devices: tuple[int, ...]) -> PodInfo:
-        return PodInfo(
-            self.pod,
-            self.requests,
-            self.non_zero_cpu,
-            self.non_zero_memory,
-            self.host_ports,
-            self.gpu,
-            gpu_devices,
-            self.affinity,
-            self.start_time,
-        )
+        return self.for_pod(self.pod, gpu_devices)
 
 
 def pod_host_ports(pod: Pod) -> tuple[tuple[str, str, int], ...]:
