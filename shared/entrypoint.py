@@ -91,11 +91,12 @@ def add_service_flags(parser: argparse.ArgumentParser) -> None:
         help="serve /metrics, /healthz and /readyz on this port (0 = none)",
     )
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    loop = default_event_loop()
     parser.add_argument(
         "--event-loop",
         choices=EVENT_LOOPS,
-        default=default_event_loop(),
-        help=f"the asyncio event loop to run on (default here: {default_event_loop()}; uvloop where installed)",
+        default=loop,
+        help=f"the asyncio event loop to run on (default here: {loop}; uvloop where installed)",
     )
     parser.add_argument(
         "--stop-timeout",

@@ -567,12 +567,10 @@ local function repick(info, usage, r)
   table.sort(picked)
   return picked
 end
--- RESERVE's step for pod uid with reservation JSON j (decoded r): the gate, GPUFit's pick made
--- again when r allows it, the fit, then the write. Returns the reply ({'OK', 'reserved'
--- ['devices', d...]} or the refusal) and the JSON as written (its devices may be new).
+-- RESERVE's step, once reserve_gate let pod uid through, with reservation JSON j (decoded r):
+-- GPUFit's pick made again when r allows it (r.gpu_devices then says which), the fit, then the
+-- write. Returns the reply: {'OK', 'reserved' ['devices', d...]} or the refusal.
 local function reserve_step(info, usage, resv, fences, uid, j, r)
-  local refused = reserve_gate(info, resv, fences, uid, r)
-  if refused then return refused, j end
   local picked = repick(info, usage, r)
   if picked then
     r.gpu_devices = picked
@@ -582,14 +580,14 @@ local function reserve_step(info, usage, resv, fences, uid, j, r)
     j = string.gsub(j, '"gpu_devices":%[[%d,]*%]', '"gpu_devices":[' .. table.concat(list, ',') .. ']', 1)
   end
   local reasons = fit_reasons(info, usage, resv, uid, r, {}, {})
-  if #reasons > 0 then return conflict(reasons), j end
+  if #reasons > 0 then return conflict(reasons) end
   reserve_write(info, usage, resv, fences, uid, j, r)
   local out = {'OK', 'reserved'}
   if picked then
     out[3] = 'devices'
     for _, d in ipairs(picked) do out[#out + 1] = int(d) end
   end
-  return out, j
+  return out
 end
 """
 
@@ -609,7 +607,7 @@ if refused then
   end
   return refused
 end
-return (reserve_step(info, usage, resv, fences, uid, j, r))
+return reserve_step(info, usage, resv, fences, uid, j, r)
 """
 )
 
@@ -641,12 +639,13 @@ local attempt = int(num(version) + 1)
 j = string.gsub(j, '"attempt":""', '"attempt":"' .. attempt .. '"', 1)
 local r = cjson.decode(j)
 if r.attempt ~= attempt then return {'CONFLICT', version, phase, profile} end  -- not a fresh attempt's JSON
-local room
-room, j = reserve_step(info, usage, resv, fences, uid, j, r)
+local room = reserve_gate(info, resv, fences, uid, r)
+if room and room[1] == 'OK' then  -- 'already reserved': a Pending pod's reservation is stale
+  room = {'CONFLICT', 'pod already reserved here by another attempt'}
+end
+room = room or reserve_step(info, usage, resv, fences, uid, j, r)
 local out = {'NOOP', version, phase, profile}
-if room[1] == 'OK' and room[2] == 'already reserved' then
-  room = {'CONFLICT', 'pod already reserved here by another attempt'}  -- a Pending pod's is stale
-elseif room[1] == 'OK' then
+if room[1] == 'OK' then
   local devices = {}
   for i, d in ipairs(r.gpu_devices) do devices[i] = d end
   table.sort(devices)
