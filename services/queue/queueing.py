@@ -456,6 +456,16 @@ class SchedulingQueue:
         self._forget_events()
         return flight.entry if flight is not None else None
 
+    def activate_siblings(self, groups: Iterable[str]) -> int:
+        """Members of ``groups`` were reserved: their siblings in the backoffQ or the
+        unschedulable set go straight to the activeQ (scheduler-plugins' Coscheduling
+        ActivateSiblings at Permit, through kube's Activate), so the gang is tried while the
+        reserved members wait, not after their wait timed out. Returns how many moved."""
+        wanted = set(groups)
+        if not wanted:
+            return 0
+        return self._activate_members(wanted, (self._backoff, self._unschedulable), "ForceActivate")
+
     def add_unschedulable(
         self,
         uid: str,
@@ -470,10 +480,15 @@ class SchedulingQueue:
 
         The pod is normally in flight. One the queue does not know is added when ``pod`` and
         ``manifest`` are given (an outcome arriving after a restart, a pod handed back by the
-        binder), with ``attempts`` made. Returns where it went; None when the pod is already
-        queued (nothing changes, as in kube) or unknown without a pod to add.
+        binder), with ``attempts`` made. The cluster events of its attempt are unknown then (kube
+        counts those of the binding cycle as in flight too; here it ran in the binder): it is
+        requeued after its backoff, not left unschedulable, so a gang's members handed back
+        together cannot all wait there for an event that came before them. Returns where it went;
+        None when the pod is already queued (nothing changes, as in kube) or unknown without a
+        pod to add.
         """
         flight = self._in_flight.pop(uid, None)
+        missed_events = False
         if flight is not None:
             entry = flight.entry
             events = self.events_in_flight(flight)
@@ -482,14 +497,18 @@ class SchedulingQueue:
             return None
         else:
             entry = QueueEntry(pod=pod, manifest=manifest, timestamp=self.clock(), attempts=attempts)
-            events = []
+            events, missed_events = [], True
         now = self.clock()
         entry.unschedulable_plugins = frozenset(plugins)
         entry.timestamp = now
         entry.backoff_expiry = now + self.backoff_duration(entry.attempts)
         if self._gate(entry):
             return self._put(entry, QueueName.GATED, "ScheduleAttemptFailure")
-        if not entry.unschedulable_plugins or any(self.worth_requeuing(entry, change) for change in events):
+        if (
+            missed_events
+            or not entry.unschedulable_plugins
+            or any(self.worth_requeuing(entry, change) for change in events)
+        ):
             return self._requeue_after_backoff(entry, "ScheduleAttemptFailure")
         return self._put(entry, QueueName.UNSCHEDULABLE, "ScheduleAttemptFailure")
 
@@ -563,10 +582,7 @@ class SchedulingQueue:
             if group is not None:
                 groups.add(group)
         if groups:
-            for entry in [e for e in self._backoff.values() if pod_group_key(e.pod) in groups]:
-                del self._backoff[entry.uid]  # its heap item goes stale (lazy deletion by seq)
-                self._put(entry, QueueName.ACTIVE, "GangSiblingBackoffComplete")
-                moved += 1
+            moved += self._activate_members(groups, (self._backoff,), "GangSiblingBackoffComplete")
         return moved
 
     def flush_unschedulable_leftover(self) -> int:
@@ -627,6 +643,16 @@ class SchedulingQueue:
         if self._on_hint is not None:
             self._on_hint(plugin, _EVENT_LABELS.get(change.kind, change.kind), label, time.perf_counter() - start)
         return hint
+
+    def _activate_members(self, groups: set[str], sets: Iterable[dict[str, QueueEntry]], event: str) -> int:
+        """Move the pods of ``groups`` found in ``sets`` to the activeQ. Returns how many."""
+        moved = 0
+        for entries in sets:
+            for entry in [e for e in entries.values() if pod_group_key(e.pod) in groups]:
+                del entries[entry.uid]  # a backoff heap item goes stale (lazy deletion by seq)
+                self._put(entry, QueueName.ACTIVE, event)
+                moved += 1
+        return moved
 
     def _forget_events(self) -> None:
         """No pod in flight: no event kept for one."""

@@ -7,6 +7,7 @@ import asyncio
 
 from nats.aio.msg import Msg
 
+from kubus.api.podgroups import pod_group_key
 from kubus.bus.messages import (
     MessageError,
     Outcome,
@@ -97,12 +98,16 @@ class Serving(QueueBase):
         # (failures, reports after a restart) take their round trips, all at once.
         queue = self.queues[profile]
         rest = []
+        groups = set()
         for o in outcomes.outcomes:
             entry = queue.done(o.uid) if o.kind is OutcomeKind.RESERVED else None
             if entry is None:
                 rest.append(o)
             else:
                 self._note_reserved(entry.pod)
+                if (group := pod_group_key(entry.pod)) is not None:
+                    groups.add(group)
+        queue.activate_siblings(groups)
         if rest:
             await asyncio.gather(*(self._outcome(profile, o) for o in rest))
         self._after_change()

@@ -21,6 +21,9 @@ namespace; the group's ``minMember`` pods are placed together or not at all:
 Pods in no group pass every point untouched. The plugin is not in kube's default profile: a
 profile enables it (``multiPoint``) and disables PrioritySort, as scheduler-plugins' configs do.
 
+Permit's ActivateSiblings is the queue's: a member's RESERVED outcome moves its siblings to the
+activeQ (`SchedulingQueue.activate_siblings`).
+
 Differences from scheduler-plugins: no PodGroup status updates and no group backoff
 (``podGroupBackoffSeconds``); a new sibling pod is not a cluster event in kubus, so a member
 PreFilter rejected for lack of siblings retries on capacity events or the unschedulable timeout.

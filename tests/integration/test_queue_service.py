@@ -80,6 +80,7 @@ def pod_manifest(
     gates: tuple[str, ...] = (),
     annotations: dict[str, str] | None = None,
     cpu: str = "100m",
+    labels: dict[str, str] | None = None,
 ) -> bytes:
     spec: dict[str, Any] = {
         "schedulerName": scheduler,
@@ -92,7 +93,7 @@ def pod_manifest(
         {
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {"name": name, "annotations": annotations or {}},
+            "metadata": {"name": name, "annotations": annotations or {}, "labels": labels or {}},
             "spec": spec,
         }
     )
@@ -371,6 +372,33 @@ async def test_unschedulable_outcome_records_the_reason_backs_off_and_waits_for_
     record = await state.get_pod(uid)
     assert record is not None and (record.reason, record.attempts) == ("SchedulerError", 2)
     assert queue.queues[DEFAULT].where(uid) is QueueName.BACKOFF
+
+
+async def test_a_reserved_gang_member_brings_its_unschedulable_sibling_back_at_once(
+    start_queue: QueueFactory, nats: NATS, js: JetStreamContext
+) -> None:
+    """scheduler-plugins' ActivateSiblings: the sibling is tried while the reserved member waits on
+    Permit, not after a cluster event or its backoff (by then the member's wait may be over)."""
+    queue = await start_queue()
+    gang = {"scheduling.x-k8s.io/pod-group": "g"}
+    first, second = pod_manifest("g-0", labels=gang), pod_manifest("g-1", labels=gang)
+    for data in (first, second):
+        await submit(js, data)
+    popped: list[str] = []
+
+    async def both_popped() -> None:
+        popped.extend(p.uid for p in (await pop(nats, wait_ms=200)).pods)
+        assert sorted(popped) == sorted((uid_of(first), uid_of(second)))
+
+    await eventually(both_popped)
+    no_room = Outcome(uid_of(second), OutcomeKind.UNSCHEDULABLE, message="no room", plugins=("NodeResourcesFit",))
+    await done(nats, DEFAULT, no_room)
+    assert queue.queues[DEFAULT].where(uid_of(second)) is QueueName.UNSCHEDULABLE
+
+    await done(nats, DEFAULT, Outcome(uid_of(first), OutcomeKind.RESERVED, node="n1"))
+    assert queue.queues[DEFAULT].where(uid_of(second)) is QueueName.ACTIVE
+    [again] = (await pop(nats, wait_ms=3000)).pods
+    assert (again.uid, again.attempts) == (uid_of(second), 1)
 
 
 async def test_a_failed_bind_hands_the_pod_back_to_pending(

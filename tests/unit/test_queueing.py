@@ -108,6 +108,40 @@ def test_a_gang_member_leaving_backoff_brings_its_siblings() -> None:
     assert queue.where("uid-lone") is queue.where("uid-o-1") is QueueName.BACKOFF
 
 
+def test_a_reserved_gang_member_activates_its_siblings() -> None:
+    """A member of a PodGroup was reserved (it waits on Permit): its siblings in the backoffQ or the
+    unschedulable set go to the activeQ at once, so the gang is tried within the member's wait. Gated
+    siblings, pods of other groups and of none stay where they are."""
+    clock = FakeClock()
+    queue = make_queue(clock)
+    members = {"g-0": "gang", "g-1": "gang", "g-2": "gang", "g-3": "gang", "o-1": "other", "lone": None}
+    for name, group in members.items():
+        labels = {"scheduling.x-k8s.io/pod-group": group} if group else {}
+        gates = ("wait",) if name == "g-3" else ()
+        pod = Pod(
+            ObjectMeta(name=name, namespace="default", uid=f"uid-{name}", labels=labels),
+            PodSpec(scheduling_gates=gates),
+        )
+        queue.add(pod, codec.dumps({"name": name}))
+    popped = {e.key: e for e in queue.pop(5)}
+    queue.add_unschedulable(popped["default/g-1"].uid, ())  # backoffQ
+    queue.add_unschedulable(popped["default/g-2"].uid, ("NodeResourcesFit",))  # unschedulable
+    queue.add_unschedulable(popped["default/o-1"].uid, ("NodeResourcesFit",))
+    queue.add_unschedulable(popped["default/lone"].uid, ())
+    assert queue.where("uid-g-1") is QueueName.BACKOFF and queue.where("uid-g-2") is QueueName.UNSCHEDULABLE
+    assert queue.done(popped["default/g-0"].uid) is not None
+
+    assert queue.activate_siblings(["default/gang"]) == 2
+    assert queue.where("uid-g-1") is queue.where("uid-g-2") is QueueName.ACTIVE
+    assert queue.where("uid-g-3") is QueueName.GATED
+    assert queue.where("uid-o-1") is QueueName.UNSCHEDULABLE
+    assert queue.where("uid-lone") is QueueName.BACKOFF
+    assert {e.key for e in queue.pop(5)} == {"default/g-1", "default/g-2"}
+    assert queue.activate_siblings([]) == 0
+    clock.advance(60)
+    assert queue.flush_backoff() == 1  # lone; g-1's backoff heap item is stale and skipped
+
+
 def test_backoff_queue_releases_pods_in_expiry_order() -> None:
     clock = FakeClock()
     queue = make_queue(clock)
@@ -368,14 +402,17 @@ def test_leftover_flush_respects_a_backoff_still_running() -> None:
 def test_an_outcome_for_a_pod_not_in_flight() -> None:
     clock = FakeClock()
     queue = make_queue(clock)
-    # Popped before a restart: the queue never saw it; added as failed with its attempts.
+    # Popped before a restart, or handed back by the binder: the queue never saw its attempt, nor the
+    # events during it; added as failed with its attempts, and retried after its backoff.
     where = queue.add_unschedulable("uid-x", ["NodeResourcesFit"], pod=make_pod("x"), manifest=b"{}", attempts=3)
-    assert where is QueueName.UNSCHEDULABLE
+    assert where is QueueName.BACKOFF
     entry = queue.get("uid-x")
     assert entry is not None and entry.attempts == 3 and entry.backoff_expiry == clock.now + 4.0
     # Already queued: nothing changes (kube's "already present" error).
     assert queue.add_unschedulable("uid-x", [], pod=make_pod("x"), manifest=b"{}") is None
-    assert queue.where("uid-x") is QueueName.UNSCHEDULABLE
+    assert queue.where("uid-x") is QueueName.BACKOFF
+    clock.advance(4)
+    assert queue.flush_backoff() == 1
     # Unknown, and no pod to add.
     assert queue.add_unschedulable("uid-y", []) is None
     # A failed pod that got gated meanwhile stays gated.
