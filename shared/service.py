@@ -262,6 +262,10 @@ class Service:
         stop = asyncio.ensure_future(self.stopping.wait())
         try:
             await asyncio.wait((fetch, stop), return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            fetch.cancel()  # and whatever it ends with is read, not reported as never retrieved
+            fetch.add_done_callback(lambda f: f.cancelled() or f.exception())
+            raise
         finally:
             stop.cancel()
         if not fetch.done():

@@ -52,7 +52,6 @@ from enum import StrEnum
 from typing import Protocol
 
 from nats.aio.msg import Msg
-from nats.js import JetStreamContext
 from nats.js.api import PubAck
 
 from kubus.api.errors import ManifestError
@@ -64,6 +63,7 @@ from kubus.bus import (
     PODS_REQUEUE,
     EventKind,
     Publication,
+    PullConsumer,
     announcements,
     consumer_name,
     deliveries,
@@ -275,6 +275,7 @@ class BinderService(Service):
         # intake: stop() unsubscribes it first, so no new request is fetched while stopping.
         subscription = self.intake(
             await ensure_pull_consumer(
+                self.nc,
                 self.js,
                 BIND_STREAM.name,
                 consumer_name(self.options.durable),
@@ -300,7 +301,7 @@ class BinderService(Service):
 
     # -- the loop --------------------------------------------------------------------------------
 
-    async def _bind_loop(self, subscription: JetStreamContext.PullSubscription) -> None:
+    async def _bind_loop(self, subscription: PullConsumer) -> None:
         # Batches run as tasks, so a batch whose pods wait on Permit holds up no later one: the
         # loop fetches on while at most `batches_in_flight` batches are being handled.
         in_flight: set[asyncio.Task[list[BindResult | None]]] = set()

@@ -11,9 +11,8 @@ from collections.abc import Sequence
 from enum import StrEnum
 
 from nats.aio.msg import Msg
-from nats.js import JetStreamContext
 
-from kubus.bus import NODE_PODS_ALL, EventKind, deliveries, publish_durable_many, redelivery_delay
+from kubus.bus import NODE_PODS_ALL, EventKind, PullConsumer, deliveries, publish_durable_many, redelivery_delay
 from kubus.bus.messages import MessageError, NodeAssignment, decode
 from kubus.gpu_agent._core import AgentCore
 from kubus.gpu_agent.admission import Verdict, admit
@@ -44,7 +43,7 @@ _Delivered = tuple[NodeAssignment, list[int]]
 class Assignments(AgentCore):
     """Consumes and admits the NodeAssignments of this agent's nodes."""
 
-    async def _assignment_loop(self, subscription: JetStreamContext.PullSubscription) -> None:
+    async def _assignment_loop(self, subscription: PullConsumer) -> None:
         while not self.stopping.is_set():
             began = time.monotonic()
             messages = await self.fetch(subscription, self.options.batch, self.options.fetch_timeout)

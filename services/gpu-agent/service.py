@@ -108,6 +108,7 @@ class AgentService(Registration, Resync, Finishing):
             durable, subject = agent_consumer(node), node_pods(node)
         subscription = self.intake(
             await ensure_pull_consumer(
+                self.nc,
                 self.js,
                 NODES_STREAM.name,
                 durable,

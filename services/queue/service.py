@@ -93,6 +93,7 @@ class QueueService(Intake, Serving, Janitor, NodeLifecycle, QueueBase):
         )
         self._pods_sub = self.intake(
             await ensure_pull_consumer(
+                self.nc,
                 self.js,
                 PODS_STREAM.name,
                 self.options.durable,

@@ -1,7 +1,8 @@
 """The message bus: every subject and stream of kubus, and the NATS helpers every service uses.
 
 `kubus.bus.subjects` names things (no I/O); `kubus.bus.connection` connects, ensures the
-streams and publishes durably; `kubus.bus.consumers` makes the durable pull consumers services share.
+streams and publishes durably; `kubus.bus.consumers` makes the durable pull consumers services
+share, and `kubus.bus.pull` fetches batches from them.
 """
 
 from kubus.bus.connection import (
@@ -23,6 +24,7 @@ from kubus.bus.consumers import (
     ensure_pull_consumer,
     redelivery_delay,
 )
+from kubus.bus.pull import PullConsumer
 from kubus.bus.subjects import (
     BIND_ALL,
     BIND_STREAM,
@@ -76,6 +78,7 @@ __all__ = [
     "ConsumerConflictError",
     "EventKind",
     "Publication",
+    "PullConsumer",
     "Retention",
     "StreamConfigError",
     "StreamSpec",

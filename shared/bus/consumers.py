@@ -2,7 +2,7 @@
 
 A service that takes work from a stream calls `ensure_pull_consumer` at start: it creates the
 durable consumer with kubus' settings (explicit acks, bounded redeliveries) or brings an
-existing one up to them, and returns a pull subscription bound to it. Every replica of the
+existing one up to them, and returns a `kubus.bus.pull.PullConsumer` bound to it. Every replica of the
 service does the same with the same name and shares the consumer (each message goes to one).
 """
 
@@ -12,9 +12,11 @@ import re
 from typing import Any
 
 import nats.js.errors
+from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
+from kubus.bus.pull import PullConsumer
 from kubus.errors import KubusError
 
 __all__ = ["ConsumerConflictError", "consumer_name", "deliveries", "ensure_pull_consumer", "redelivery_delay"]
@@ -43,6 +45,7 @@ def agent_consumer(node: str | None) -> str:
 
 
 async def ensure_pull_consumer(
+    nc: NATS,
     js: JetStreamContext,
     stream: str,
     durable: str,
@@ -52,9 +55,9 @@ async def ensure_pull_consumer(
     max_deliver: int = 5,
     max_ack_pending: int = 10_000,
     description: str = "",
-) -> JetStreamContext.PullSubscription:
+) -> PullConsumer:
     """Create (or update to these settings) the durable pull consumer ``durable`` on ``stream``
-    and return a pull subscription bound to it.
+    and return a `PullConsumer` of it, subscribed (on ``nc``, the connection of ``js``).
 
     Idempotent, and safe from several replicas at once: creating an identical consumer is a
     no-op for JetStream, and a differing one is updated (ack_wait, max_deliver, max_ack_pending
@@ -83,7 +86,7 @@ async def ensure_pull_consumer(
             f"filter, and {stream} is a work queue ({exc.description}); list the consumers with "
             f"`nats consumer ls {stream}` and delete the one that no longer runs"
         ) from exc
-    return await js.pull_subscribe_bind(durable=durable, stream=stream)
+    return await PullConsumer(nc, stream, durable).subscribe()
 
 
 def redelivery_delay(num_delivered: int, *, base: float = 0.5, cap: float = 15.0) -> float:

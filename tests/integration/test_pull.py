@@ -1,0 +1,116 @@
+"""`kubus.bus.pull.PullConsumer` against a real NATS server: batches as nats-py's fetch gives them
+(what is at hand at once, else the first message to come), each message once, acks and naks
+working on what it returns."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from nats.aio.client import Client as NATS
+from nats.js import JetStreamContext
+from nats.js.errors import APIError
+
+from kubus.bus import (
+    BIND_STREAM,
+    Publication,
+    PullConsumer,
+    bind,
+    ensure_pull_consumer,
+    ensure_streams,
+    publish_durable_many,
+)
+
+DURABLE = "test-binder"
+
+
+async def _consumer(nats: NATS, js: JetStreamContext) -> PullConsumer:
+    await ensure_streams(js, [BIND_STREAM])
+    return await ensure_pull_consumer(nats, js, BIND_STREAM.name, DURABLE, BIND_STREAM.subjects[0], ack_wait=5)
+
+
+async def _publish(js: JetStreamContext, *names: str) -> None:
+    await publish_durable_many(js, [Publication(bind("p"), name.encode(), f"id/{name}") for name in names])
+
+
+async def test_a_fetch_takes_what_is_at_hand_at_once_and_each_message_once(nats: NATS, js: JetStreamContext) -> None:
+    consumer = await _consumer(nats, js)
+    await _publish(js, *(f"m{i}" for i in range(5)))
+    began = time.monotonic()
+    first = await consumer.fetch(3, timeout=5)
+    rest = await consumer.fetch(10, timeout=5)  # 2 at hand: not a wait for 10
+    assert time.monotonic() - began < 2.5
+    assert [m.data for m in first + rest] == [f"m{i}".encode() for i in range(5)]
+    for msg in first + rest:
+        assert msg.metadata.num_delivered == 1
+        await msg.ack()
+    with pytest.raises(TimeoutError):
+        await consumer.fetch(10, timeout=0.3)
+    await nats.flush()
+    assert (await js.stream_info(BIND_STREAM.name)).state.messages == 0  # a work queue: acked is gone
+    await consumer.unsubscribe()
+
+
+async def test_a_fetch_waits_for_the_first_message_to_come(nats: NATS, js: JetStreamContext) -> None:
+    consumer = await _consumer(nats, js)
+
+    async def later() -> None:
+        await asyncio.sleep(0.3)
+        await _publish(js, "late")
+
+    publishing = asyncio.create_task(later())
+    began = time.monotonic()
+    [msg] = await consumer.fetch(8, timeout=5)
+    waited = time.monotonic() - began
+    await publishing
+    assert msg.data == b"late" and 0.25 < waited < 2.5
+    await msg.ack()
+    await consumer.unsubscribe()
+
+
+async def test_a_nak_brings_the_message_back_with_its_deliveries_counted(nats: NATS, js: JetStreamContext) -> None:
+    consumer = await _consumer(nats, js)
+    await _publish(js, "again")
+    [msg] = await consumer.fetch(4, timeout=5)
+    await msg.nak()
+    [again] = await consumer.fetch(4, timeout=5)
+    assert again.data == b"again" and again.metadata.num_delivered == 2
+    await again.ack()
+    await consumer.unsubscribe()
+
+
+async def test_after_unsubscribe_a_fetch_times_out_and_nothing_is_taken(nats: NATS, js: JetStreamContext) -> None:
+    consumer = await _consumer(nats, js)
+    await consumer.unsubscribe()
+    await consumer.unsubscribe()  # idempotent
+    await _publish(js, "kept")
+    with pytest.raises(TimeoutError):
+        await consumer.fetch(4, timeout=0.2)
+    other = await PullConsumer(nats, BIND_STREAM.name, DURABLE).subscribe()
+    [msg] = await other.fetch(4, timeout=5)  # still there for another replica
+    assert msg.data == b"kept"
+    await msg.ack()
+    await other.unsubscribe()
+
+
+async def test_a_fetch_from_a_consumer_that_does_not_exist_is_an_error(nats: NATS, js: JetStreamContext) -> None:
+    await ensure_streams(js, [BIND_STREAM])
+    consumer = await PullConsumer(nats, BIND_STREAM.name, "nobody").subscribe()
+    with pytest.raises(APIError):
+        await consumer.fetch(4, timeout=2)
+    await consumer.unsubscribe()
+
+
+async def test_bad_arguments_are_refused(nats: NATS) -> None:
+    consumer = PullConsumer(nats, BIND_STREAM.name, DURABLE)
+    with pytest.raises(RuntimeError, match="before subscribe"):
+        await consumer.fetch(1, timeout=1)
+    await consumer.subscribe()
+    with pytest.raises(ValueError, match="batch"):
+        await consumer.fetch(0, timeout=1)
+    with pytest.raises(ValueError, match="timeout"):
+        await consumer.fetch(1, timeout=0)
+    await consumer.unsubscribe()
+    with pytest.raises(RuntimeError, match="after unsubscribe"):
+        await consumer.subscribe()
