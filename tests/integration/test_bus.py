@@ -179,6 +179,31 @@ async def test_publish_durable_many_puts_a_rejected_message_in_its_place_and_sto
         await publish_durable_many(js, messages[1:2])
 
 
+async def test_a_refused_message_fails_at_once_not_after_the_ack_timeout(js: JetStreamContext) -> None:
+    await ensure_streams(js, [dataclasses.replace(PODS_STREAM, max_msg_size=64)])
+    began = asyncio.get_running_loop().time()
+    [refused] = await publish_durable_many(
+        js, [Publication(PODS_SUBMIT, b"x" * 100, "big/1")], timeout=30, return_exceptions=True
+    )
+    assert isinstance(refused, APIError)
+    assert asyncio.get_running_loop().time() - began < 15  # the stream's answer, not the 30 s wait
+
+
+async def test_publishers_sharing_a_connection_from_its_first_publish_each_get_their_acks(
+    nats_url: str, js: JetStreamContext
+) -> None:
+    await ensure_streams(js, [PODS_STREAM])
+    fresh, fresh_js = await connect_bus(ConnectionSettings(nats_url=nats_url), "fresh")
+    try:
+        batches = [[Publication(PODS_SUBMIT, f"{t}-{i}".encode(), f"{t}/{i}") for i in range(40)] for t in range(4)]
+        acks = await asyncio.gather(*(publish_durable_many(fresh_js, b) for b in batches))
+        seqs = [a.seq for batch in acks for a in batch if not isinstance(a, Exception)]
+        assert len(seqs) == 160 and len(set(seqs)) == 160
+        assert (await js.stream_info(PODS_STREAM.name)).state.messages == 160
+    finally:
+        await fresh.close()
+
+
 async def test_work_queue_removes_acked_messages(js: JetStreamContext) -> None:
     await ensure_streams(js)
     await publish_durable(js, bind("gpu"), b"reserved", "uid-1/1")
