@@ -313,10 +313,12 @@ async def publish_durable_many(
     # One wait for every ack (not a wait_for per message: a timer each, which showed in profiles).
     futures = [f for f in pending if f is not None]
     if futures:
-        await asyncio.wait(futures, timeout=timeout)
-        for reply, awaited in zip(replies, futures, strict=True):
-            if not awaited.done():
-                stream_acks.forget(reply)
+        try:
+            await asyncio.wait(futures, timeout=timeout)
+        finally:  # the acks that did not come (or are no longer awaited) are not kept for
+            for reply, awaited in zip(replies, futures, strict=True):
+                if not awaited.done():
+                    stream_acks.forget(reply)
     acks: list[PubAck | Exception] = []
     for m, future in zip(messages, pending, strict=True):
         if future is not None:
