@@ -81,10 +81,10 @@ class PullConsumer:
 
     async def fetch(self, batch: int = 1, timeout: float = 5.0) -> list[Msg]:
         """Up to ``batch`` messages: waits at most ``timeout`` seconds for the first, then takes
-        what the server has at once. Raises TimeoutError when none came (at once after
-        `unsubscribe`: as nats-py's, such a fetch waits its timeout out), nats'
-        ConnectionClosedError when the connection is closed, and nats.js.errors.APIError for a
-        status the server replied that is not the end of a request."""
+        what the server has at once. Raises TimeoutError when none came (after `unsubscribe`,
+        always, once the timeout is out, as nats-py's would), nats' ConnectionClosedError when
+        the connection is closed, and nats.js.errors.APIError for a status the server replied
+        that is not the end of a request (ServiceUnavailableError: no consumer answers)."""
         if batch < 1:
             raise ValueError(f"batch must be at least 1, got {batch}")
         if not timeout > 0:
@@ -112,7 +112,7 @@ class PullConsumer:
                         error, self._error = self._error, None
                         if out:
                             return out
-                        raise nats.js.errors.APIError.from_msg(error)
+                        raise _status_error(error)
                     if self._ended != ended:
                         if out:
                             return out
@@ -163,3 +163,14 @@ class PullConsumer:
         wake = self._wake
         if wake is not None and not wake.done():
             wake.set_result(None)
+
+
+def _status_error(msg: Msg) -> nats.js.errors.APIError:
+    """The error a status reply stands for (nats-py's ``APIError.from_msg``, which fails on a
+    status without a description)."""
+    headers = msg.headers or {}
+    status = headers.get(_STATUS, "")
+    description = headers.get("Description", "")
+    if status == "503":
+        return nats.js.errors.ServiceUnavailableError(code=503, description=description or "no responders")
+    return nats.js.errors.APIError(code=int(status) if status.isdigit() else None, description=description)

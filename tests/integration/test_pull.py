@@ -9,8 +9,9 @@ import time
 
 import pytest
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.errors import APIError
+from nats.js.errors import APIError, ServiceUnavailableError
 
 from kubus.bus import (
     BIND_STREAM,
@@ -21,6 +22,7 @@ from kubus.bus import (
     ensure_streams,
     publish_durable_many,
 )
+from kubus.bus.pull import _status_error
 
 DURABLE = "test-binder"
 
@@ -97,7 +99,7 @@ async def test_after_unsubscribe_a_fetch_times_out_and_nothing_is_taken(nats: NA
 async def test_a_fetch_from_a_consumer_that_does_not_exist_is_an_error(nats: NATS, js: JetStreamContext) -> None:
     await ensure_streams(js, [BIND_STREAM])
     consumer = await PullConsumer(nats, BIND_STREAM.name, "nobody").subscribe()
-    with pytest.raises(APIError):
+    with pytest.raises(ServiceUnavailableError):  # no responders
         await consumer.fetch(4, timeout=2)
     await consumer.unsubscribe()
 
@@ -114,3 +116,17 @@ async def test_bad_arguments_are_refused(nats: NATS) -> None:
     await consumer.unsubscribe()
     with pytest.raises(RuntimeError, match="after unsubscribe"):
         await consumer.subscribe()
+
+
+@pytest.mark.parametrize(
+    ("headers", "kind", "code"),
+    [
+        ({"Status": "400", "Description": "Bad Request"}, APIError, 400),
+        ({"Status": "400"}, APIError, 400),  # no description: nats-py's from_msg fails with KeyError
+        ({"Status": "503"}, ServiceUnavailableError, 503),
+        ({"Status": "odd"}, APIError, None),
+    ],
+)
+def test_a_status_reply_becomes_an_api_error(headers: dict[str, str], kind: type[APIError], code: int | None) -> None:
+    error = _status_error(Msg(None, subject="_INBOX.x", headers=headers))  # type: ignore[arg-type]
+    assert type(error) is kind and error.code == code
