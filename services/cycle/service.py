@@ -827,6 +827,18 @@ class CycleService(Service):
             gpu_pick=self._gpu_pick if uid not in batch.victims else "",
         )
 
+    def _not_reserved(self, batch: _Batch, result: ScheduleResult, exc: Exception) -> None:
+        """Reserving failed before the pod was Reserved in Redis: Unreserve and the table undone,
+        the error its outcome."""
+        self._unreserve(result.pod, result.node or "", result.state)
+        batch.error(_uid(result.pod), f"reserving on node {result.node} failed: {exc!r}")
+
+    def _attempt_failed(self, batch: _Batch, result: ScheduleResult, attempt: int, exc: Exception) -> Awaitable[None]:
+        """Reserving failed after the pod was Reserved in Redis at ``attempt``: `_not_reserved`,
+        and the attempt given back in the store (the awaitable returned)."""
+        self._not_reserved(batch, result, exc)
+        return self._give_back_in_store(result.pod, result.node or "", attempt)
+
     def _not_pending(self, batch: _Batch, result: ScheduleResult, write: PodWrite) -> None:
         """Someone else moved the pod (deleted, or reserved by another attempt): not ours."""
         pod, node, uid = result.pod, result.node or "", _uid(result.pod)
@@ -846,14 +858,12 @@ class CycleService(Service):
             try:
                 holds.append((result, self._reservation(batch, result, pod_info, "")))
             except ValueError as exc:
-                self._unreserve(result.pod, result.node or "", result.state)
-                batch.error(_uid(result.pod), f"reserving on node {result.node} failed: {exc!r}")
+                self._not_reserved(batch, result, exc)
         try:
             answers = await self._store().reserve_attempts(self.profile, [r for _, r in holds])
         except TRANSIENT_ERRORS as exc:
             for result, _ in holds:  # each step was atomic: any that ran is the janitor's
-                self._unreserve(result.pod, result.node or "", result.state)
-                batch.error(_uid(result.pod), f"reserving on node {result.node} failed: {exc!r}")
+                self._not_reserved(batch, result, exc)
             return []
         out: list[_Attempted] = []
         for (result, reservation), answer in zip(holds, answers, strict=True):
@@ -887,8 +897,7 @@ class CycleService(Service):
             writes = await self._store().transition_many(moves)
         except TRANSIENT_ERRORS as exc:
             for r, _ in wanted:
-                self._unreserve(r.pod, r.node or "", r.state)
-                batch.error(_uid(r.pod), f"reserving on node {r.node} failed: {exc!r}")
+                self._not_reserved(batch, r, exc)
             return []
         holds: list[tuple[ScheduleResult, int, Reservation]] = []
         undo: list[Awaitable[None]] = []
@@ -899,14 +908,11 @@ class CycleService(Service):
             try:
                 holds.append((result, write.version, self._reservation(batch, result, pod_info, str(write.version))))
             except ValueError as exc:
-                undo.append(self._give_back(result.pod, result.node or "", write.version, result.state))
-                batch.error(_uid(result.pod), f"reserving on node {result.node} failed: {exc!r}")
+                undo.append(self._attempt_failed(batch, result, write.version, exc))
         try:
             answers = await self._preempt(batch, holds)
         except TRANSIENT_ERRORS as exc:
-            for result, attempt, _ in holds:
-                undo.append(self._give_back(result.pod, result.node or "", attempt, result.state))
-                batch.error(_uid(result.pod), f"reserving on node {result.node} failed: {exc!r}")
+            undo += (self._attempt_failed(batch, result, attempt, exc) for result, attempt, _ in holds)
             answers = []
         await asyncio.gather(*undo)
         return [(r, a, h, answer, True) for (r, a, h), answer in zip(holds, answers, strict=False)]
