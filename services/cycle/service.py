@@ -648,10 +648,12 @@ class CycleService(Service):
                 await self._refresh({r.node for r in refused})
                 retried = await self._schedule(batch, [r.result.pod for r in refused])
                 for again in await self._reserve_round(batch, retried):
+                    # Refused twice: the queue retries it (at once, once), the table now knowing more.
                     batch.decide(
                         Outcome(
                             uid=_uid(again.result.pod),
-                            kind=OutcomeKind.UNSCHEDULABLE,
+                            kind=OutcomeKind.REFUSED,
+                            node=again.node,
                             message=f"reservation on node {again.node} refused by Redis: {again.reason}",
                         )
                     )
@@ -1189,6 +1191,7 @@ class CycleService(Service):
         labels = {
             OutcomeKind.RESERVED: "scheduled",
             OutcomeKind.UNSCHEDULABLE: "unschedulable",
+            OutcomeKind.REFUSED: "unschedulable",  # found a node, but lost it to another profile
             OutcomeKind.ERROR: "error",
         }
         elapsed: dict[str, list[float]] = {}
@@ -1205,6 +1208,7 @@ class CycleService(Service):
             pods=len(batch.queued),
             reserved=batch.count(OutcomeKind.RESERVED),
             unschedulable=batch.count(OutcomeKind.UNSCHEDULABLE),
+            refused=batch.count(OutcomeKind.REFUSED),
             errors=batch.count(OutcomeKind.ERROR),
             conflicts=batch.conflicts,
             skipped=len(batch.skipped),

@@ -130,6 +130,8 @@ class Serving(QueueBase):
             await self._reserved(profile, outcome.uid)
         elif outcome.kind is OutcomeKind.BIND_FAILED:
             await self._hand_back(outcome)
+        elif outcome.kind is OutcomeKind.REFUSED and self.queues[profile].retry_refused(outcome.uid) is not None:
+            self.log.debug("reservation refused; retried at once", profile=profile, uid=outcome.uid, node=outcome.node)
         else:
             await self._failed(profile, outcome)
 
@@ -146,7 +148,8 @@ class Serving(QueueBase):
             queue.delete(uid)
 
     async def _failed(self, profile: str, outcome: Outcome) -> None:
-        """An attempt found no node (UNSCHEDULABLE) or failed (ERROR): record why, then back off."""
+        """An attempt found no node (UNSCHEDULABLE), was refused by Redis once more (REFUSED) or
+        failed (ERROR): record why, then back off."""
         state = self._cluster()
         queue = self.queues[profile]
         uid = outcome.uid
@@ -156,7 +159,8 @@ class Serving(QueueBase):
             # the deadline or a restart put it back. Counting it again would count one attempt twice.
             self.log.debug("outcome for a pod already queued ignored", profile=profile, uid=uid, queue=str(where))
             return
-        unschedulable = outcome.kind is OutcomeKind.UNSCHEDULABLE
+        # A pod refused again (`retry_refused`) failed to fit where it was placed: Unschedulable.
+        unschedulable = outcome.kind in (OutcomeKind.UNSCHEDULABLE, OutcomeKind.REFUSED)
         reason = "Unschedulable" if unschedulable else "SchedulerError"
         message = outcome.message or ("no node fits the pod" if unschedulable else "scheduling failed")
         w = await state.transition(

@@ -47,6 +47,12 @@ class OutcomeKind(StrEnum):
     """Scheduling failed for a reason other than fit (a plugin error, a Redis failure)."""
     BIND_FAILED = "bind_failed"
     """The binder could not bind; the reservation was released."""
+    REFUSED = "refused"
+    """The pod was placed, but Redis refused its reservation twice in the batch (another
+    profile's cycle reserved the room first, or the node went away: the cycle's table was
+    stale); `node` and `message` say where and why. The pod is still Pending, its attempt not
+    counted there: nothing about the pod made it fail, so the queue retries it at once, once
+    (`SchedulingQueue.retry_refused`)."""
 
 
 @dataclass(frozen=True, slots=True)

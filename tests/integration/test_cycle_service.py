@@ -452,7 +452,9 @@ async def test_two_profiles_racing_for_nearly_full_nodes_never_overcommit(
         usage = [await state.node_usage(f"node-{i}") for i in range(4)]
         assert all(u is not None and u.requested.get("cpu", 0) <= 4000 for u in usage)
         assert len(reserved) == sum(u.pods for u in usage if u) - 4 <= 8
-        assert {o.kind for o in outcomes} <= {OutcomeKind.RESERVED, OutcomeKind.UNSCHEDULABLE}
+        # Refused twice in the batch (REFUSED): the queue retries it; no node left (UNSCHEDULABLE).
+        assert {o.kind for o in outcomes} <= {OutcomeKind.RESERVED, OutcomeKind.UNSCHEDULABLE, OutcomeKind.REFUSED}
+        assert all(o.node and "refused by Redis" in o.message for o in outcomes if o.kind is OutcomeKind.REFUSED)
         conflicts = sum(sample(c, "kubus_reserve_conflicts_total", profile=c.profile) for c in (alpha, beta))
         assert conflicts >= 1
         for profile, service in (("alpha", alpha), ("beta", beta)):

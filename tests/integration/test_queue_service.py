@@ -50,6 +50,7 @@ from kubus.kernels.nodeinfo import PodInfo
 from kubus.plugins import in_tree_registry
 from kubus.queue import ERROR_HEADER, QueueName, QueueOptions, QueueService, read_submission
 from kubus.queue.__main__ import main as queue_main
+from kubus.queue.queueing import REFUSED_RETRIES
 from kubus.queue.submission import Rejected, identify
 from kubus.service import ServiceState
 from kubus.settings import ConnectionSettings
@@ -399,6 +400,36 @@ async def test_a_reserved_gang_member_brings_its_unschedulable_sibling_back_at_o
     assert queue.queues[DEFAULT].where(uid_of(second)) is QueueName.ACTIVE
     [again] = (await pop(nats, wait_ms=3000)).pods
     assert (again.uid, again.attempts) == (uid_of(second), 1)
+
+
+async def test_a_refused_reservation_is_popped_again_at_once_until_refused_too_often(
+    start_queue: QueueFactory, nats: NATS, js: JetStreamContext, redis: aioredis.Redis
+) -> None:
+    queue = await start_queue()
+    state = ClusterState(redis)
+    data = pod_manifest("raced")
+    uid = uid_of(data)
+    await submit(js, data)
+    [popped] = (await pop(nats, wait_ms=5000)).pods
+    lost = Outcome(uid, OutcomeKind.REFUSED, node="n1", message="reservation on node n1 refused by Redis: gpu 0 busy")
+    await done(nats, DEFAULT, lost)
+    await done(nats, DEFAULT, lost)  # the cycle retried its report: still one retry
+    for attempts in range(1, REFUSED_RETRIES + 1):
+        # No backoff, no record written, no event: the pod found a node, the cycle's table was stale.
+        [again] = (await pop(nats)).pods
+        assert (again.uid, again.attempts) == (popped.uid, attempts)
+        if attempts < REFUSED_RETRIES:
+            await done(nats, DEFAULT, lost)
+    record = await state.get_pod(uid)
+    assert record is not None and (record.phase, record.reason, record.attempts) == (PodPhase.PENDING, "", 0)
+    assert await state.events(uid) == []
+
+    await done(nats, DEFAULT, lost)  # refused once too often: a failed attempt, with backoff
+    record = await state.get_pod(uid)
+    assert record is not None and (record.reason, record.message, record.attempts) == ("Unschedulable", lost.message, 1)
+    assert [e.reason for e in await state.events(uid)] == ["FailedScheduling"]
+    assert queue.queues[DEFAULT].where(uid) is QueueName.BACKOFF
+    assert (await pop(nats)).pods == ()
 
 
 async def test_a_failed_bind_hands_the_pod_back_to_pending(

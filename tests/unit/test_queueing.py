@@ -16,7 +16,7 @@ from kubus.queue import (
     backoff_duration,
     read_submission,
 )
-from kubus.queue.queueing import ClusterChange, QueueEntry
+from kubus.queue.queueing import REFUSED_RETRIES, ClusterChange, QueueEntry
 
 
 class FakeClock:
@@ -86,6 +86,34 @@ def test_a_failed_pod_backs_off_from_the_time_its_attempt_came_back() -> None:
 
     assert fail(queue, "a") is QueueName.BACKOFF  # second attempt: 2 s
     assert queue.get("uid-a").backoff_expiry == clock.now + 2.0  # type: ignore[union-attr]
+
+
+def test_a_refused_reservation_is_retried_at_once_in_its_place_then_backs_off_if_refused_too_often() -> None:
+    clock = FakeClock()
+    queue = make_queue(clock)
+    add(queue, "a")
+    clock.advance(1)
+    add(queue, "b")
+    [a] = queue.pop(1)
+    assert queue.retry_refused(a.uid) is QueueName.ACTIVE  # no backoff
+    assert [e.key for e in queue.pop(2)] == ["default/a", "default/b"]  # ahead of b, as before
+    for _ in range(REFUSED_RETRIES - 1):
+        assert queue.retry_refused(a.uid) is QueueName.ACTIVE
+        assert queue.pop(1) == [a]
+    assert a.attempts == REFUSED_RETRIES + 1
+
+    assert queue.retry_refused(a.uid) is None  # refused too often in a row: the caller fails the attempt
+    assert queue.where(a.uid) is QueueName.IN_FLIGHT
+    assert queue.add_unschedulable(a.uid) is QueueName.BACKOFF
+    assert queue.get(a.uid).backoff_expiry == clock.now + queue.backoff_duration(a.attempts)  # type: ignore[union-attr]
+
+    clock.advance(10)
+    queue.flush_backoff()
+    [again] = queue.pop(1)
+    assert again is a and queue.retry_refused(a.uid) is QueueName.ACTIVE  # a failed attempt in between
+    assert queue.retry_refused("uid-unknown") is None
+    assert queue.retry_refused(a.uid) is None  # not in flight: a repeated report changes nothing
+    assert queue.where(a.uid) is QueueName.ACTIVE
 
 
 def test_a_gang_member_leaving_backoff_brings_its_siblings() -> None:
