@@ -648,7 +648,7 @@ class CycleService(Service):
                 await self._refresh({r.node for r in refused})
                 retried = await self._schedule(batch, [r.result.pod for r in refused])
                 for again in await self._reserve_round(batch, retried):
-                    # Refused twice: the queue retries it (at once, once), the table now knowing more.
+                    # Refused twice: the queue retries it at once (`retry_refused`), the table now knowing more.
                     batch.decide(
                         Outcome(
                             uid=_uid(again.result.pod),

@@ -51,8 +51,8 @@ class OutcomeKind(StrEnum):
     """The pod was placed, but Redis refused its reservation twice in the batch (another
     profile's cycle reserved the room first, or the node went away: the cycle's table was
     stale); `node` and `message` say where and why. The pod is still Pending, its attempt not
-    counted there: nothing about the pod made it fail, so the queue retries it at once, once
-    (`SchedulingQueue.retry_refused`)."""
+    counted there: nothing about the pod made it fail, so the queue retries it at once, a few
+    attempts in a row (`SchedulingQueue.retry_refused`), then as an unschedulable one."""
 
 
 @dataclass(frozen=True, slots=True)
