@@ -59,6 +59,10 @@ profiles:
       enabled: [{name: GPUFit}]
 - schedulerName: alpha
 - schedulerName: beta
+- schedulerName: no-pod-affinity
+  plugins:
+    multiPoint:
+      disabled: [{name: InterPodAffinity}]
 """
 FAST = CycleOptions(
     lease_ttl=1.0, renew_interval=0.1, pop_wait_ms=50, request_timeout=1.0, done_attempts=3, backend="numpy"
@@ -428,6 +432,64 @@ async def test_unschedulable_pods_get_kubes_message_and_bad_ones_an_error(
         assert await check_invariants(state) == []
         assert sample(service, "scheduler_schedule_attempts_total", result="unschedulable", profile=PROFILE) == 1
         assert sample(service, "scheduler_schedule_attempts_total", result="error", profile=PROFILE) == 1
+
+
+async def test_a_pod_redis_refuses_twice_is_reported_refused_with_the_node_and_why(
+    settings: ConnectionSettings, state: ClusterState, nats: NATS
+) -> None:
+    """Redis keeps an existing pod's required hostname anti-affinity whatever the profile: one
+    without InterPodAffinity places the pod there, and reading the node again does not change
+    its mind. Refused in both rounds of the batch, the pod is REFUSED, not UNSCHEDULABLE (the
+    queue retries it at once, a few times: `SchedulingQueue.retry_refused`)."""
+    profile = "no-pod-affinity"
+    await add_node(state, "n1", "4")
+    guard_doc = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "guard", "namespace": "default", "uid": "uid-guard"},
+        "spec": {
+            "schedulerName": PROFILE,
+            "containers": [{"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "1"}}}],
+            "affinity": {
+                "podAntiAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": [
+                        {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}
+                    ]
+                }
+            },
+        },
+    }
+    guard = parse_pod(guard_doc)
+    assert await state.put_pod(PodRecord.of(guard, codec.dumps(guard_doc), now=state.clock()))
+    await reserve_directly(
+        state, QueuedPod(uid="uid-guard", key=guard.key, manifest=codec.dumps(guard_doc)), "n1", PROFILE
+    )
+    web_doc = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "web", "namespace": "default", "uid": "uid-web", "labels": {"app": "web"}},
+        "spec": {
+            "schedulerName": profile,
+            "containers": [{"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "1"}}}],
+        },
+    }
+    web = parse_pod(web_doc)
+    assert await state.put_pod(PodRecord.of(web, codec.dumps(web_doc), now=state.clock()))
+    queue = await FakeQueue(nats, profile).start()
+    service = cycle(settings, profile)
+    async with running(service):
+        await loaded(service, 1)
+        queue.offer(QueuedPod(uid="uid-web", key=web.key, manifest=codec.dumps(web_doc)))
+        [outcome] = await queue.decided(QueuedPod(uid="uid-web", key=web.key, manifest=b""))
+
+        assert (outcome.kind, outcome.node) == (OutcomeKind.REFUSED, "n1")
+        assert outcome.message.startswith("reservation on node n1 refused by Redis: ")
+        assert "anti-affinity" in outcome.message
+        assert sample(service, "kubus_reserve_conflicts_total", profile=profile) == 2
+        record = await state.get_pod("uid-web")
+        assert record is not None and (record.phase, record.attempts) == (PodPhase.PENDING, 0)
+        assert await state.reservation("n1", "uid-web") is None
+        assert await check_invariants(state) == []
 
 
 async def test_two_profiles_racing_for_nearly_full_nodes_never_overcommit(
