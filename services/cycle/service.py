@@ -84,6 +84,7 @@ from kubus.bus import (
 )
 from kubus.bus import reserved as reserved_subject
 from kubus.bus.messages import (
+    ERROR_HEADER,
     BindRequest,
     ClusterEvent,
     MessageError,
@@ -1172,15 +1173,27 @@ class CycleService(Service):
         delay = 0.1
         for attempt in range(1, self.options.done_attempts + 1):
             try:
-                await self._nats().request(subject, data, timeout=self.options.request_timeout)
-                return
+                reply = await self._nats().request(subject, data, timeout=self.options.request_timeout)
             except (nats.errors.NoRespondersError, nats.errors.TimeoutError) as exc:
                 if attempt < self.options.done_attempts:
                     self.log.warning("outcome report failed; retrying", attempt=attempt, error=repr(exc))
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 2.0)
+                continue
             except nats.errors.ConnectionClosedError:
                 break
+            refusal = (reply.headers or {}).get(ERROR_HEADER)
+            if not refusal:
+                return
+            # The same report would be refused again (e.g. a queue older than this cycle that
+            # does not know an outcome kind): said once, left to the in-flight deadline.
+            self.log.error(
+                "outcomes refused by the queue; its in-flight deadline will requeue the pods",
+                subject=subject,
+                pods=len(outcomes),
+                reason=refusal,
+            )
+            return
         self.log.error(
             "outcomes not delivered; the queue's in-flight deadline will requeue the pods",
             subject=subject,

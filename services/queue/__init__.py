@@ -17,12 +17,11 @@ from kubus.queue.queueing import (
     SchedulingQueue,
     backoff_duration,
 )
-from kubus.queue.service import ERROR_HEADER, QueueOptions, QueueService
+from kubus.queue.service import QueueOptions, QueueService
 from kubus.queue.submission import Rejected, Submission, read_submission
 
 __all__ = [
     "CLUSTER_EVENTS",
-    "ERROR_HEADER",
     "ClusterChange",
     "QueueEntry",
     "QueueName",

@@ -44,8 +44,6 @@ from kubus.store import (
     PodRecord,
 )
 
-ERROR_HEADER = "Kubus-Error"
-
 RESERVED_PODS_KEPT = 50_000
 """Parsed pods the queue keeps of those reserved lately (QueueBase._reserved_pods): a few
 batches' worth of bind and finish events find their pod there."""

@@ -48,7 +48,7 @@ from kubus.bus.messages import (
     decode,
 )
 from kubus.framework.queueing_hints import NODE_ADDED, NODE_DELETED, POD_BOUND, POD_FREED, WILDCARD, EventObject
-from kubus.queue._base import ERROR_HEADER, QueueBase
+from kubus.queue._base import QueueBase
 from kubus.queue.intake import Intake
 from kubus.queue.janitor import Janitor
 from kubus.queue.node_lifecycle import NodeLifecycle
@@ -61,7 +61,7 @@ from kubus.store import (
     NodeRecord,
 )
 
-__all__ = ["ERROR_HEADER", "QueueOptions", "QueueService"]
+__all__ = ["QueueOptions", "QueueService"]
 
 
 class QueueService(Intake, Serving, Janitor, NodeLifecycle, QueueBase):

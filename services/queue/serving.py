@@ -9,6 +9,7 @@ from nats.aio.msg import Msg
 
 from kubus.api.podgroups import pod_group_key
 from kubus.bus.messages import (
+    ERROR_HEADER,
     MessageError,
     Outcome,
     OutcomeKind,
@@ -19,7 +20,7 @@ from kubus.bus.messages import (
     decode,
     encode,
 )
-from kubus.queue._base import ERROR_HEADER, QueueBase
+from kubus.queue._base import QueueBase
 from kubus.queue.queueing import QueueName
 from kubus.store import (
     EventType,

@@ -11,6 +11,8 @@ Flow (see `kubus.bus.subjects`):
     client  -> kubus.pods.delete        PodDeletion
     cycle   -> kubus.queue.<p>.pop      PopRequest  -> PopReply(QueuedPod...)
     cycle   -> kubus.queue.<p>.done     Outcomes    -> empty reply (ack)
+A request the responder refuses (not its message) gets an empty reply whose `ERROR_HEADER`
+says why.
     cycle   -> kubus.bind.<p>           BindRequest (JetStream, msg id = uid)
     cycle   -> kubus.reserved.<p>       ReservedPods (to the other profiles' cycles)
     binder  -> kubus.pods.requeue       Outcomes (a failed bind hands the pod back)
@@ -32,6 +34,10 @@ from kubus.bus.subjects import EventKind
 from kubus.errors import KubusError
 
 T = TypeVar("T")
+
+
+ERROR_HEADER = "Kubus-Error"
+"""The header of a reply that refuses a request: its value says why, in one line."""
 
 
 class MessageError(KubusError, ValueError):
@@ -378,6 +384,7 @@ def _converter(hint: Any) -> _Convert:
 
 
 __all__ = [
+    "ERROR_HEADER",
     "BindRequest",
     "ClusterEvent",
     "EventData",

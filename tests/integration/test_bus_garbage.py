@@ -50,6 +50,7 @@ from kubus.bus import (
 )
 from kubus.bus import reserved as reserved_subject
 from kubus.bus.messages import (
+    ERROR_HEADER,
     BindRequest,
     ClusterEvent,
     NodeAssignment,
@@ -68,7 +69,7 @@ from kubus.framework.runtime import Framework
 from kubus.gpu_agent import AgentOptions, AgentService
 from kubus.kernels.nodeinfo import PodInfo
 from kubus.plugins import in_tree_registry
-from kubus.queue import ERROR_HEADER, QueueOptions, QueueService
+from kubus.queue import QueueOptions, QueueService
 from kubus.queue.submission import identify
 from kubus.service import Service, ServiceState
 from kubus.settings import ConnectionSettings

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import dataclasses
 import itertools
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -26,6 +27,7 @@ from kubus import codec
 from kubus.api.manifests import parse_node, parse_pod
 from kubus.bus import BIND_STREAM, RESERVED_ALL, EventKind, bind, event_subject, queue_done, queue_pop, settle
 from kubus.bus.messages import (
+    ERROR_HEADER,
     BindRequest,
     ClusterEvent,
     NodeChange,
@@ -92,10 +94,12 @@ class FakeQueue:
     and records every pop and outcome.
     """
 
-    def __init__(self, nc: NATS, profile: str = PROFILE, *, fence: bool = True) -> None:
+    def __init__(self, nc: NATS, profile: str = PROFILE, *, fence: bool = True, refuse: str = "") -> None:
         self.nc = nc
         self.profile = profile
         self.fence = fence
+        self.refuse = refuse
+        """When set, every outcome report is refused with this reason (`ERROR_HEADER`)."""
         self.offered: list[QueuedPod] = []
         self.pops: list[PopRequest] = []
         self.handed: list[tuple[str, int, tuple[str, ...]]] = []
@@ -146,6 +150,9 @@ class FakeQueue:
         self.reports.append(outcomes)
         for outcome in outcomes:
             self.outcomes[outcome.uid] = outcome
+        if self.refuse:
+            await self.nc.publish(msg.reply, b"", headers={ERROR_HEADER: self.refuse})
+            return
         await msg.respond(b"")
 
     async def decided(self, *pods: QueuedPod, timeout: float = 10.0) -> list[Outcome]:
@@ -490,6 +497,30 @@ async def test_a_pod_redis_refuses_twice_is_reported_refused_with_the_node_and_w
         assert record is not None and (record.phase, record.attempts) == (PodPhase.PENDING, 0)
         assert await state.reservation("n1", "uid-web") is None
         assert await check_invariants(state) == []
+
+
+async def test_outcomes_the_queue_refuses_are_said_once_not_retried(
+    settings: ConnectionSettings, state: ClusterState, nats: NATS, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A queue that cannot read the report (an older queue, an outcome kind it does not know)
+    answers with ERROR_HEADER: the cycle says so, once, and leaves the pods to the queue's
+    in-flight deadline; resending the same report would be refused again."""
+    await add_node(state, "n1", "4")
+    queue = await FakeQueue(nats, refuse="bad outcomes: kind: 'refused' is not one of ...").start()
+    pod = await submit(state, "web")
+    caplog.set_level(logging.WARNING, logger="kubus.cycle")
+    async with running(cycle(settings)):
+        queue.offer(pod)
+        await queue.decided(pod)
+
+        async def said() -> None:
+            refused = [r for r in caplog.records if "outcomes refused by the queue" in r.getMessage()]
+            assert len(refused) == 1 and "is not one of" in refused[0].getMessage()
+
+        await eventually(said)
+        await asyncio.sleep(0.3)  # what a retry would have taken
+        assert len(queue.reports) == 1
+        assert not [r for r in caplog.records if "outcome report failed" in r.getMessage()]
 
 
 async def test_two_profiles_racing_for_nearly_full_nodes_never_overcommit(

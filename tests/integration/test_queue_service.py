@@ -32,6 +32,7 @@ from kubus.bus import (
     queue_pop,
 )
 from kubus.bus.messages import (
+    ERROR_HEADER,
     ClusterEvent,
     NodeAssignment,
     NodeChange,
@@ -48,7 +49,7 @@ from kubus.bus.messages import (
 from kubus.framework.config import SchedulerConfiguration, load_config
 from kubus.kernels.nodeinfo import PodInfo
 from kubus.plugins import in_tree_registry
-from kubus.queue import ERROR_HEADER, QueueName, QueueOptions, QueueService, read_submission
+from kubus.queue import QueueName, QueueOptions, QueueService, read_submission
 from kubus.queue.__main__ import main as queue_main
 from kubus.queue.queueing import REFUSED_RETRIES
 from kubus.queue.submission import Rejected, identify
