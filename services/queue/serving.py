@@ -149,8 +149,9 @@ class Serving(QueueBase):
             queue.delete(uid)
 
     async def _failed(self, profile: str, outcome: Outcome) -> None:
-        """An attempt found no node (UNSCHEDULABLE), was refused by Redis once more (REFUSED) or
-        failed (ERROR): record why, then back off."""
+        """An attempt found no node (UNSCHEDULABLE), had its reservation refused by Redis too
+        many attempts in a row (REFUSED: `retry_refused` said no) or failed (ERROR): record
+        why, then back off."""
         state = self._cluster()
         queue = self.queues[profile]
         uid = outcome.uid
@@ -160,7 +161,7 @@ class Serving(QueueBase):
             # the deadline or a restart put it back. Counting it again would count one attempt twice.
             self.log.debug("outcome for a pod already queued ignored", profile=profile, uid=uid, queue=str(where))
             return
-        # A pod refused again (`retry_refused`) failed to fit where it was placed: Unschedulable.
+        # A pod refused too often (`retry_refused`) failed to fit where it was placed: Unschedulable.
         unschedulable = outcome.kind in (OutcomeKind.UNSCHEDULABLE, OutcomeKind.REFUSED)
         reason = "Unschedulable" if unschedulable else "SchedulerError"
         message = outcome.message or ("no node fits the pod" if unschedulable else "scheduling failed")
