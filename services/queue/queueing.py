@@ -475,21 +475,18 @@ class SchedulingQueue:
         return self._activate_members(wanted, (self._backoff, self._unschedulable), "ForceActivate")
 
     def retry_refused(self, uid: str) -> QueueName | None:
-        """The in-flight pod was placed but Redis refused its reservation: another profile's
-        cycle reserved the room first (or the node went away), so the cycle's table, not the
-        pod, was wrong, and the cycle has read the refusing node again. It goes back to the
-        activeQ at once, keeping its place: no backoff, which at the end of a backlog made every
-        lost race cost a second or two. At most `REFUSED_RETRIES` attempts in a row: after
-        that the pod is left in flight and None returned, and the caller fails the attempt
-        (`add_unschedulable`: backoff), so a refusal that reading the node again does not cure
-        cannot loop."""
+        """The in-flight pod was placed but Redis refused its reservation (the cycle's table was
+        stale, not the pod unschedulable): back to the activeQ at once, keeping its place, as an
+        in-flight pod past its deadline is (`done`, then `restore`). At most `REFUSED_RETRIES`
+        attempts in a row: after that it stays in flight and None is returned, for the caller
+        to fail the attempt (`add_unschedulable`: backoff), so a refusal that reading the node
+        again does not cure cannot loop."""
         flight = self._in_flight.get(uid)
         if flight is None or flight.entry.refused >= REFUSED_RETRIES:
             return None
-        del self._in_flight[uid]
-        self._forget_events()
+        self.done(uid)
         flight.entry.refused += 1
-        return self._admit(flight.entry, "ReservationRefused")
+        return self.restore(flight.entry, "ReservationRefused")
 
     def add_unschedulable(
         self,

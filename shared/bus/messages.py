@@ -11,13 +11,13 @@ Flow (see `kubus.bus.subjects`):
     client  -> kubus.pods.delete        PodDeletion
     cycle   -> kubus.queue.<p>.pop      PopRequest  -> PopReply(QueuedPod...)
     cycle   -> kubus.queue.<p>.done     Outcomes    -> empty reply (ack)
-A request the responder refuses (not its message) gets an empty reply whose `ERROR_HEADER`
-says why.
     cycle   -> kubus.bind.<p>           BindRequest (JetStream, msg id = uid)
     cycle   -> kubus.reserved.<p>       ReservedPods (to the other profiles' cycles)
     binder  -> kubus.pods.requeue       Outcomes (a failed bind hands the pod back)
     binder  -> kubus.node.<n>.pods      NodeAssignment (JetStream, msg id = uid)
     anyone  -> kubus.events.<kind>...   ClusterEvent
+A request the responder refuses (not its message) gets an empty reply whose `ERROR_HEADER`
+says why.
 """
 
 from __future__ import annotations
