@@ -167,7 +167,9 @@ def run_service(
 PROFILE_DIR_ENV = "KUBUS_PROFILE_DIR"
 """Where to find the CPU: set it (`kubus up` and `kubus bench` pass their environment on) and every
 service runs under cProfile and writes ``<dir>/<service>-<pid>.prof`` when it stops; read one with
-``python -m pstats FILE`` (``sort tottime``, ``stats 30``). Costs the service about a third more CPU."""
+``python -m pstats FILE`` (``sort tottime``, ``stats 30``). Costs the service about a third more CPU.
+Times are wall time: on a machine with every core busy, a socket write that wakes its reader is
+charged the wait for a core that follows (bench/README.md, "Where the CPU goes")."""
 
 
 @contextlib.contextmanager

@@ -1,0 +1,191 @@
+"""Redis's CPU per pod for each store step of a pod's life, in isolation: the queue's intake
+(`put_pods`), the cycle's attempt (`reserve_attempts`), the binder's bind (`bind_many`) and the
+agent's start (`admission_views`, `start_pods`), on an embedded Valkey with nothing else running.
+
+    python bench/store_steps.py                     # 5,000 nodes, 10,240 pods, 3 runs
+    python bench/store_steps.py --nodes 1000 --pods 4096 --runs 5
+
+The pods are `kubus bench`'s mixed workload on its simulated nodes, placed in process by
+`Scheduler.schedule` (kube's default profile plus GPUFit, as `bench/cycle_batches.py`), then
+driven through the store in batches of 256, as the services drive them. Per step it reports the
+server's CPU per pod (from /proc: the scripts, and the commands' reading, parsing and replies
+around them), the time Redis counts inside the scripts (INFO commandstats, EVALSHA), and the
+client's CPU per pod (this process: redis-py packing the commands and reading the replies).
+
+Under `kubus bench` the same scripts take two to four times as long in SLOWLOG
+(`bench/redis_scripts.py`): the server is descheduled on a busy machine. This is the steady
+number to compare two versions of a script with.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import redis.asyncio as aioredis
+import yaml
+
+from kubus import codec
+from kubus.api.manifests import parse_node, parse_pod
+from kubus.cli.bench import cpu_seconds
+from kubus.cli.workload import NODE_TEMPLATE, gpu_scheduler_config, mixed_workload
+from kubus.embedded import EmbeddedServers
+from kubus.framework.config.loading import load_config
+from kubus.framework.runtime import Framework
+from kubus.framework.scheduling import Scheduler, ScheduleResult
+from kubus.kernels.backend import select_backend
+from kubus.kernels.node_table import NodeTable
+from kubus.plugins import in_tree_registry
+from kubus.plugins.gpu_fit import GPUFit
+from kubus.store import ClusterState, PodStart
+from kubus.store.cluster_state import Binding
+from kubus.store.records import EventType, PodEvent, PodRecord, Reservation
+
+BATCH = 256
+PROFILE = "default-scheduler"
+
+
+def _placements(node_count: int, pod_count: int) -> tuple[list[Any], list[tuple[ScheduleResult, bytes]], str]:
+    """The nodes, the pods placed on them (every one: the workload fits) with their manifests,
+    and GPUFit's mode."""
+    template = yaml.safe_load(NODE_TEMPLATE)
+    nodes = []
+    for i in range(node_count):
+        manifest = copy.deepcopy(template)
+        manifest["metadata"]["name"] = f"sim-{i:05d}"
+        manifest["metadata"]["labels"]["kubernetes.io/hostname"] = f"sim-{i:05d}"
+        nodes.append(parse_node(manifest))
+    registry = in_tree_registry()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "config.yaml"
+        path.write_text(gpu_scheduler_config())
+        config = load_config(str(path), registry=registry)
+    table = NodeTable(select_backend("numpy"), seed=1, capacity=len(nodes))
+    table.add_nodes(nodes)
+    framework = Framework.from_profile(
+        config.profiles[0], registry, percentage_of_nodes_to_score=config.percentage_of_nodes_to_score
+    )
+    scheduler = Scheduler(framework, table, seed=1)
+    pods, manifests = [], {}
+    for i, manifest in enumerate(mixed_workload(pod_count)):
+        manifest["metadata"]["uid"] = f"uid-{i}"
+        pods.append(parse_pod(manifest))
+        manifests[f"uid-{i}"] = codec.dumps(manifest)
+    results = [r for start in range(0, len(pods), BATCH) for r in scheduler.schedule(pods[start : start + BATCH])]
+    if any(r.node is None for r in results):
+        raise SystemExit("the workload did not fit the nodes: use more nodes or fewer pods")
+    gpu_fit = next((p for p in framework.filter if isinstance(p, GPUFit)), None)
+    return nodes, [(r, manifests[r.pod.metadata.uid]) for r in results], gpu_fit.mode if gpu_fit is not None else ""
+
+
+class _Meter:
+    """CPU of the server and of this process, and Redis's EVALSHA time, over one step."""
+
+    def __init__(self, redis: aioredis.Redis, server_pid: int, pods: int) -> None:
+        self.redis, self.server_pid, self.pods = redis, server_pid, pods
+        self.steps: dict[str, tuple[float, float, float]] = {}
+        """Per step: server CPU, Redis script time and client CPU, microseconds per pod."""
+
+    async def step(
+        self, name: str, items: Sequence[Any], call: Callable[[Sequence[Any]], Awaitable[Sequence[Any]]]
+    ) -> list[Any]:
+        """``call`` over ``items`` in batches, as the services call the store; its results."""
+        await self.redis.config_resetstat()
+        server, client = cpu_seconds(self.server_pid) or 0.0, time.process_time()
+        out: list[Any] = []
+        for start in range(0, len(items), BATCH):
+            out += await call(items[start : start + BATCH])
+        client = time.process_time() - client
+        server = (cpu_seconds(self.server_pid) or 0.0) - server
+        stats = await self.redis.info("commandstats")
+        scripts = stats.get("cmdstat_evalsha", {}).get("usec", 0) / 1e6
+        self.steps[name] = (server / self.pods * 1e6, scripts / self.pods * 1e6, client / self.pods * 1e6)
+        return out
+
+
+async def _run(
+    url: str, server_pid: int, nodes: list[Any], placed: list[tuple[ScheduleResult, bytes]], gpu_pick: str
+) -> dict[str, tuple[float, float, float]]:
+    redis = aioredis.from_url(url)
+    try:
+        await redis.flushall()
+        state = ClusterState(redis)
+        for node in nodes:
+            await state.put_node(node)
+        meter = _Meter(redis, server_pid, len(placed))
+        now = time.time()
+        event = PodEvent(now, EventType.NORMAL, "Scheduled", "bench", "bench")
+        pods = [(r.pod_info, r.node or "", manifest) for r, manifest in placed if r.pod_info is not None]
+
+        records = [PodRecord.of(info.pod, manifest, now=now) for info, _, manifest in pods]
+        stored = await meter.step("put_pods (queue)", records, state.put_pods)
+
+        reservations = [
+            Reservation.of(info, node, profile=PROFILE, attempt="", gpu_pick=gpu_pick) for info, node, _ in pods
+        ]
+        attempts = await meter.step(
+            "reserve_attempts (cycle)", reservations, lambda chunk: state.reserve_attempts(PROFILE, chunk)
+        )
+
+        bindings = [
+            Binding(info.pod.metadata.uid, node, attempt.write.version, info.gpu_devices, PROFILE, event)
+            for (info, node, _), attempt in zip(pods, attempts, strict=True)
+        ]
+        bound = await meter.step("bind_many (binder)", bindings, state.bind_many)
+
+        async def admit(chunk: Sequence[Binding]) -> list[Any]:
+            await state.admission_views([(b.node, b.uid) for b in chunk])
+            return await state.start_pods([PodStart(b.uid, b.node, str(b.attempt), event, now + 60) for b in chunk])
+
+        started = await meter.step("admission_views + start_pods (agent)", bindings, admit)
+        # The numbers are of pods that went all the way.
+        if not (
+            all(stored)
+            and all(a.ok for a in attempts)
+            and all(b.write is not None and b.write.ok for b in bound)
+            and all(s.started for s in started)
+        ):
+            raise SystemExit("a step refused pods: the numbers would not be of the full path")
+        return meter.steps
+    finally:
+        await redis.aclose()
+
+
+async def _main(args: argparse.Namespace) -> int:
+    nodes, placed, gpu_pick = _placements(args.nodes, args.pods)
+    runs: list[dict[str, tuple[float, float, float]]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        servers = EmbeddedServers(Path(tmp))
+        await servers.start()
+        try:
+            pid = servers.pids()["valkey-server"]
+            for _ in range(args.runs):
+                runs.append(await _run(servers.redis_url, pid, nodes, placed, gpu_pick))
+        finally:
+            await servers.stop()
+    print(f"{args.nodes} nodes, {len(placed)} pods, median of {args.runs} runs, microseconds per pod")
+    print(f"{'step':<40} {'server CPU':>10} {'in scripts':>10} {'client CPU':>10}")
+    for step in runs[0]:
+        server, scripts, client = (statistics.median(run[step][i] for run in runs) for i in range(3))
+        print(f"{step:<40} {server:>10.1f} {scripts:>10.1f} {client:>10.1f}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=5000)
+    parser.add_argument("--pods", type=int, default=10240)
+    parser.add_argument("--runs", type=int, default=3)
+    return asyncio.run(_main(parser.parse_args(argv)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
