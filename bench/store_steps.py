@@ -4,6 +4,7 @@ agent's start (`admission_views`, `start_pods`), on an embedded Valkey with noth
 
     python bench/store_steps.py                     # 5,000 nodes, 10,240 pods, 3 runs
     python bench/store_steps.py --nodes 1000 --pods 4096 --runs 5
+    python bench/store_steps.py --instructions --nodes 1000 --pods 2048 --runs 1
 
 The pods are `kubus bench`'s mixed workload on its simulated nodes, placed in process by
 `Scheduler.schedule` (kube's default profile plus GPUFit, as `bench/cycle_batches.py`), then
@@ -13,8 +14,11 @@ around them), the time Redis counts inside the scripts (INFO commandstats, EVALS
 client's CPU per pod (this process: redis-py packing the commands and reading the replies).
 
 Under `kubus bench` the same scripts take two to four times as long in SLOWLOG
-(`bench/redis_scripts.py`): the server is descheduled on a busy machine. This is the steady
-number to compare two versions of a script with.
+(`bench/redis_scripts.py`): the server is descheduled on a busy machine. Even alone, the CPU
+times here move by a quarter from run to run on a shared machine. ``--instructions`` runs the
+server under valgrind's callgrind instead and counts the instructions it executes per pod in
+each step (about 50 times slower): the same from run to run, whatever else the machine does,
+so two versions of a script compare in one run each.
 """
 
 from __future__ import annotations
@@ -22,7 +26,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
+import os
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -37,7 +44,7 @@ from kubus import codec
 from kubus.api.manifests import parse_node, parse_pod
 from kubus.cli.bench import cpu_seconds
 from kubus.cli.workload import NODE_TEMPLATE, gpu_scheduler_config, mixed_workload
-from kubus.embedded import EmbeddedServers
+from kubus.embedded import EmbeddedServers, free_port, valkey_server_binary
 from kubus.framework.config.loading import load_config
 from kubus.framework.runtime import Framework
 from kubus.framework.scheduling import Scheduler, ScheduleResult
@@ -86,33 +93,98 @@ def _placements(node_count: int, pod_count: int) -> tuple[list[Any], list[tuple[
     return nodes, [(r, manifests[r.pod.metadata.uid]) for r in results], gpu_fit.mode if gpu_fit is not None else ""
 
 
-class _Meter:
-    """CPU of the server and of this process, and Redis's EVALSHA time, over one step."""
+class _Callgrind:
+    """A Valkey under valgrind's callgrind, set up as the embedded one (append-only file,
+    fsync every second), counting the instructions it executes between `begin` and `end`."""
 
-    def __init__(self, redis: aioredis.Redis, server_pid: int, pods: int) -> None:
-        self.redis, self.server_pid, self.pods = redis, server_pid, pods
+    def __init__(self, directory: Path) -> None:
+        if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+            raise SystemExit("--instructions needs valgrind (Debian: apt install valgrind)")
+        self.directory = directory
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={directory}/cg.out",
+             str(valkey_server_binary()), "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(directory),
+             "--appendonly", "yes", "--appendfsync", "everysec", "--save", ""],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}"
+
+    async def wait_ready(self) -> None:
+        client = aioredis.from_url(self.url)
+        try:
+            for _ in range(300):  # valgrind takes seconds to start the server
+                try:
+                    await client.ping()
+                    return
+                except (ConnectionError, OSError, aioredis.ConnectionError):
+                    await asyncio.sleep(0.2)
+            raise SystemExit("valkey-server under valgrind did not answer within 60 s")
+        finally:
+            await client.aclose()
+
+    def _control(self, *args: str) -> None:
+        subprocess.run(["callgrind_control", *args, str(self.proc.pid)], check=True, capture_output=True)
+
+    def begin(self) -> None:
+        self._control("-z")
+        self._control("-i", "on")
+
+    def end(self) -> int:
+        """Instructions executed since `begin`."""
+        self._control("-i", "off")
+        self._control("-d")
+        dumps = [f for f in os.listdir(self.directory) if f.startswith("cg.out.")]
+        newest = max(dumps, key=lambda f: int(f.rsplit(".", 1)[1]))
+        with open(self.directory / newest) as dump:
+            return next(int(line.split()[1]) for line in dump if line.startswith("totals:"))
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait()
+
+
+class _Meter:
+    """Per step: the server's CPU (or instructions, under callgrind), Redis's EVALSHA time and
+    this process's CPU."""
+
+    def __init__(self, redis: aioredis.Redis, server_pid: int, pods: int, callgrind: _Callgrind | None) -> None:
+        self.redis, self.server_pid, self.pods, self.callgrind = redis, server_pid, pods, callgrind
         self.steps: dict[str, tuple[float, float, float]] = {}
-        """Per step: server CPU, Redis script time and client CPU, microseconds per pod."""
+        """Per step, per pod: server CPU (µs; thousands of instructions under callgrind), Redis
+        script time (µs) and client CPU (µs)."""
 
     async def step(
         self, name: str, items: Sequence[Any], call: Callable[[Sequence[Any]], Awaitable[Sequence[Any]]]
     ) -> list[Any]:
         """``call`` over ``items`` in batches, as the services call the store; its results."""
         await self.redis.config_resetstat()
+        if self.callgrind is not None:
+            self.callgrind.begin()
         server, client = cpu_seconds(self.server_pid) or 0.0, time.process_time()
         out: list[Any] = []
         for start in range(0, len(items), BATCH):
             out += await call(items[start : start + BATCH])
         client = time.process_time() - client
-        server = (cpu_seconds(self.server_pid) or 0.0) - server
+        server = ((cpu_seconds(self.server_pid) or 0.0) - server) * 1e6
+        if self.callgrind is not None:
+            server = self.callgrind.end() / 1000
         stats = await self.redis.info("commandstats")
         scripts = stats.get("cmdstat_evalsha", {}).get("usec", 0) / 1e6
-        self.steps[name] = (server / self.pods * 1e6, scripts / self.pods * 1e6, client / self.pods * 1e6)
+        self.steps[name] = (server / self.pods, scripts / self.pods * 1e6, client / self.pods * 1e6)
         return out
 
 
 async def _run(
-    url: str, server_pid: int, nodes: list[Any], placed: list[tuple[ScheduleResult, bytes]], gpu_pick: str
+    url: str,
+    server_pid: int,
+    nodes: list[Any],
+    placed: list[tuple[ScheduleResult, bytes]],
+    gpu_pick: str,
+    callgrind: _Callgrind | None = None,
 ) -> dict[str, tuple[float, float, float]]:
     redis = aioredis.from_url(url)
     try:
@@ -120,7 +192,7 @@ async def _run(
         state = ClusterState(redis)
         for node in nodes:
             await state.put_node(node)
-        meter = _Meter(redis, server_pid, len(placed))
+        meter = _Meter(redis, server_pid, len(placed), callgrind)
         now = time.time()
         event = PodEvent(now, EventType.NORMAL, "Scheduled", "bench", "bench")
         pods = [(r.pod_info, r.node or "", manifest) for r, manifest in placed if r.pod_info is not None]
@@ -163,19 +235,33 @@ async def _main(args: argparse.Namespace) -> int:
     nodes, placed, gpu_pick = _placements(args.nodes, args.pods)
     runs: list[dict[str, tuple[float, float, float]]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        servers = EmbeddedServers(Path(tmp))
-        await servers.start()
-        try:
-            pid = servers.pids()["valkey-server"]
-            for _ in range(args.runs):
-                runs.append(await _run(servers.redis_url, pid, nodes, placed, gpu_pick))
-        finally:
-            await servers.stop()
-    print(f"{args.nodes} nodes, {len(placed)} pods, median of {args.runs} runs, microseconds per pod")
-    print(f"{'step':<40} {'server CPU':>10} {'in scripts':>10} {'client CPU':>10}")
+        if args.instructions:
+            callgrind = _Callgrind(Path(tmp))
+            try:
+                await callgrind.wait_ready()
+                for _ in range(args.runs):
+                    runs.append(await _run(callgrind.url, callgrind.proc.pid, nodes, placed, gpu_pick, callgrind))
+            finally:
+                callgrind.stop()
+        else:
+            servers = EmbeddedServers(Path(tmp))
+            await servers.start()
+            try:
+                pid = servers.pids()["valkey-server"]
+                for _ in range(args.runs):
+                    runs.append(await _run(servers.redis_url, pid, nodes, placed, gpu_pick))
+            finally:
+                await servers.stop()
+    print(f"{args.nodes} nodes, {len(placed)} pods, median of {args.runs} runs, per pod")
+    if args.instructions:
+        print(f"{'step':<40} {'server, thousands of instructions':>34}")
+        for step in runs[0]:
+            print(f"{step:<40} {statistics.median(run[step][0] for run in runs):>34.1f}")
+        return 0
+    print(f"{'step':<40} {'server CPU µs':>14} {'in scripts µs':>14} {'client CPU µs':>14}")
     for step in runs[0]:
         server, scripts, client = (statistics.median(run[step][i] for run in runs) for i in range(3))
-        print(f"{step:<40} {server:>10.1f} {scripts:>10.1f} {client:>10.1f}")
+        print(f"{step:<40} {server:>14.1f} {scripts:>14.1f} {client:>14.1f}")
     return 0
 
 
@@ -184,6 +270,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--pods", type=int, default=10240)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--instructions", action="store_true", help="count the server's instructions under callgrind (needs valgrind)"
+    )
     return asyncio.run(_main(parser.parse_args(argv)))
 
 
