@@ -149,15 +149,12 @@ class PodStore(StoreCore):
         for start in range(0, len(records), _BATCH):
             chunk = records[start : start + _BATCH]
             keys, args = list(head), []
-            try:
-                for record in chunk:
-                    keys += [self.keys.pod_record(record.uid), self.keys.pending_index(record.profile)]
-                    fields = {k: v.decode() if isinstance(v, bytes) else v for k, v in record.to_fields().items()}
-                    fields["version"] = "1"  # a stored record starts at version 1
-                    args += [record.uid, record.key, record.profile, codec.dumps(fields)]
-            except UnicodeDecodeError:  # a manifest that is not UTF-8 text: one call per pod
-                out += [await self.put_pod(record) for record in chunk]
-                continue
+            for record in chunk:
+                keys += [self.keys.pod_record(record.uid), self.keys.pending_index(record.profile)]
+                fields = record.to_fields()
+                manifest = fields.pop("manifest")
+                fields["version"] = "1"  # a stored record starts at version 1
+                args += [record.uid, record.key, record.profile, codec.dumps(fields), manifest]
             for record, reply in zip(chunk, await self.scripts.put_pods(keys=keys, args=args), strict=True):
                 reply = list(reply)
                 self._remember_profile(record.uid, text(reply[3]))

@@ -1030,6 +1030,39 @@ async def test_reserve_attempts_reserve_the_room_and_make_the_attempt_in_one_ste
         await state.reserve_attempts("default-scheduler", [reservation(pods[2][0], "", attempt="")])
 
 
+async def test_the_attempt_checked_is_the_reservations_own_not_a_label_named_attempt(redis: aioredis.Redis) -> None:
+    """The scripts read a stored reservation's attempt without decoding its JSON (the first
+    "attempt" key): a pod labelled attempt=<another attempt> must not pass for that attempt."""
+    from kubus.store import PodStart
+    from kubus.store.cluster_state import Binding
+
+    state = ClusterState(redis)
+    await state.put_node(make_node("n1"))
+    pod, manifest = make_pod("labelled")
+    pod = replace(pod, metadata=replace(pod.metadata, labels={"attempt": "99", "app": "x"}))
+    await submit(state, pod, manifest)
+    [attempt] = await state.reserve_attempts("default-scheduler", [reservation(pod, "n1", attempt="")])
+    assert attempt.ok
+    own = attempt.write.version
+    held = await state.reservation("n1", "uid-labelled")
+    assert held is not None and held.attempt == str(own) and held.labels["attempt"] == "99"
+
+    assert await state.mark_bound("n1", "uid-labelled", "99") is StoreCode.CONFLICT
+    event = PodEvent(1.0, EventType.NORMAL, "Scheduled", "bound", "test")
+    [wrong] = await state.bind_many([Binding("uid-labelled", "n1", 99, (), "default-scheduler", event)])
+    assert (wrong.marked, wrong.bound) == (StoreCode.CONFLICT, False)
+    [right] = await state.bind_many([Binding("uid-labelled", "n1", own, (), "default-scheduler", event)])
+    assert (right.marked, right.bound) == (StoreCode.OK, True)
+
+    [refused] = await state.start_pods([PodStart("uid-labelled", "n1", "99")])
+    assert (refused.code, refused.reason) == (StoreCode.CONFLICT, "the reservation is another attempt's")
+    [started] = await state.start_pods([PodStart("uid-labelled", "n1", str(own))])
+    assert started.code is StoreCode.OK and started.version == own + 2  # bound, then running
+    record = await state.get_pod("uid-labelled")
+    assert record is not None and (record.phase, record.version, record.attempts) == (PodPhase.RUNNING, own + 2, 1)
+    assert await check_invariants(state) == []
+
+
 async def test_admission_views_and_start_pods(redis: aioredis.Redis) -> None:
     from kubus.store import PodStart
 
@@ -1145,6 +1178,13 @@ async def test_put_pods_is_put_pod_for_many_in_one_round_trip(state: ClusterStat
 
     raw = await state.redis.hgetall(state.keys.pod_record(odd.uid))
     assert text(raw) == text({**odd.to_fields(), "version": "1"})
+
+    # A manifest that is not UTF-8 text goes in the batch as it is, byte for byte.
+    binary, _ = make_pod("binary")
+    raw_record = PodRecord.of(binary, b'\xff\xfe{"x": 1}', now=13.0)
+    assert await state.put_pods([raw_record]) == [True]
+    stored = await state.get_pod(raw_record.uid)
+    assert stored is not None and stored.manifest == b'\xff\xfe{"x": 1}' and stored.version == 1
 
 
 async def test_heartbeats_index_follows_heartbeats_and_deletes(state: ClusterState) -> None:
