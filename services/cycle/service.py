@@ -179,8 +179,10 @@ class CycleOptions:
     """Nodes re-read before one batch: a full re-read of a larger cluster is spread over several
     batches (at 50,000 nodes a full one stalled the cycle for seconds)."""
     resync_budget: float = 0.1
-    """At most this share of the cycle's time goes to full re-reads: one that took longer than
-    budget × resync_interval puts the next one off (at 50,000 nodes a re-read takes seconds)."""
+    """At most this share of the cycle's time goes to full re-reads, while pods wait: a slice
+    goes before a batch only once the last one's cost is this share of the time since it began
+    (an idle cycle reads the next slice at once), and a re-read that took longer than budget ×
+    resync_interval puts the next one off (at 50,000 nodes a re-read takes seconds)."""
     reserve_concurrency: int = 64
     """Redis calls in flight at once while reserving a batch."""
     presence_interval: float = 2.0
@@ -324,6 +326,10 @@ class CycleService(Service):
         """When the current re-read began (the event loop's clock)."""
         self._resync_cost = 0.0
         """Seconds the current re-read's slices have taken so far."""
+        self._next_slice = 0.0
+        """When the current re-read's next slice may go before a batch (the event loop's clock)."""
+        self._idle = True
+        """The last pop brought no pods: nothing waits on a slice read now."""
         self._timers: dict[tuple[ExtensionPoint, str], Any] = {}
         """The extension-point and plugin duration series, by (point, plugin)."""
         self._decoded = DecodedRecords()
@@ -425,6 +431,7 @@ class CycleService(Service):
                         queued = await popping
                     else:
                         queued, popped_with = await self._pop(token), token
+                    self._idle = not queued
                     if queued:
                         if not self.stopping.is_set():
                             ahead, ahead_token = asyncio.create_task(self._pop(token), name="pop ahead"), token
@@ -488,7 +495,7 @@ class CycleService(Service):
         leadership = self._leadership()
         if self.snapshot is None or self._term != leadership.term:
             await self._load()
-        elif self._resync_left or asyncio.get_running_loop().time() >= self._next_resync:
+        elif self._resync_due():
             await self._resync_slice()
         await self._refresh()
         self._snapshot().table.namespaces = await self._store().namespaces()
@@ -529,6 +536,14 @@ class CycleService(Service):
         self.metrics.nodes.labels(state="unreachable").set(unreachable)
         return unreachable
 
+    def _resync_due(self) -> bool:
+        """A full re-read starts every resync_interval (or later: resync_budget); its next slice
+        is due at once while the cycle is idle, and within resync_budget while pods wait."""
+        now = asyncio.get_running_loop().time()
+        if not self._resync_left:
+            return now >= self._next_resync
+        return self._idle or now >= self._next_slice
+
     async def _resync_slice(self) -> None:
         """Re-read the next `resync_slice` nodes of the current full re-read (starting one when
         due: every node Redis lists or the table holds, so a node added or removed behind a
@@ -545,10 +560,12 @@ class CycleService(Service):
         )
         stats = self._resync_stats
         snapshot.sync_nodes(names, await self._store().load_snapshot(names, decoded=self._decoded), stats)
-        self._resync_cost += time.perf_counter() - began
+        cost = time.perf_counter() - began
+        self._resync_cost += cost
+        options = self.options
+        self._next_slice = asyncio.get_running_loop().time() + cost * (1 / options.resync_budget - 1)
         if self._resync_left:
             return
-        options = self.options
         wait = max(options.resync_interval, self._resync_cost / options.resync_budget)
         self._next_resync = self._resync_started + wait
         unreachable = self._count_nodes(snapshot)

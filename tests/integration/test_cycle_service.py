@@ -868,6 +868,25 @@ async def test_a_resync_heals_a_missed_event(
         assert service.table is not None and "silent" in service.table
 
 
+async def test_a_resync_slice_keeps_to_its_budget_only_while_pods_wait(settings: ConnectionSettings) -> None:
+    """At 50,000 nodes a slice of a re-read takes about half a second: read before every batch,
+    the slices of one re-read cut the throughput to a quarter for seconds. While pods wait, the
+    next slice goes once the last one's cost is resync_budget of the time since it began; while
+    the cycle is idle, at once."""
+    service = cycle(settings, resync_budget=0.25)
+    now = asyncio.get_running_loop().time()
+    service._resync_left = ["n1", "n2"]  # a re-read under way
+    service._next_slice = now + 60
+    service._idle = False
+    assert not service._resync_due()
+    service._idle = True
+    assert service._resync_due()
+    service._idle, service._next_slice = False, now - 1
+    assert service._resync_due()
+    service._resync_left, service._next_resync = [], now + 60  # none under way: the next starts when due
+    assert not service._resync_due()
+
+
 def _assert_kind(queue: FakeQueue, pod: QueuedPod, kind: OutcomeKind) -> None:
     outcome = queue.outcomes.get(pod.uid)
     assert outcome is not None and outcome.kind is kind, outcome
