@@ -19,10 +19,11 @@ PUT_NODE     ARGV: name, record JSON, manifest ('' = none), shape JSON {alloc, g
              changed: generation not bumped).
 DELETE_NODE  ARGV: name. Drops the node, its usage and its reservations (and its entry in the
              heartbeats index). -> OK json... (the reservations it dropped) | NOOP (no such node).
-HEARTBEAT    ARGV: time [, name]. A node marked unreachable is reachable again (generation + 1).
-             With the index keys, the time is also the node's score in the heartbeats index.
-             -> OK 'recorded' generation | OK 'revived' generation | NOT_FOUND (a heartbeat
-             never creates a node).
+HEARTBEAT    Many nodes (an agent simulating thousands beats them all each interval): KEYS =
+             the heartbeats index, then each node's info. ARGV: time, then each node's name. Per
+             node: the time recorded, and its score in the heartbeats index; a node marked
+             unreachable is reachable again (generation + 1). -> per node: OK 'recorded'
+             generation | OK 'revived' generation | NOT_FOUND (a heartbeat never creates a node).
 MARK_UNREACHABLE ARGV: '1' or '0'. -> OK generation | NOOP generation | NOT_FOUND.
 RESERVE      ARGV: pod uid, reservation JSON (`Reservation.encode`). Checks, for a new
              reservation, against the node's allocatable and usage: one more pod fits
@@ -425,15 +426,28 @@ return out
 HEARTBEAT = (
     _LIB
     + r"""
-if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOT_FOUND'} end
-redis.call('HSET', KEYS[1], 'heartbeat', ARGV[1])
-redis.call('ZADD', KEYS[7], ARGV[1], ARGV[2])
-local gen = num(redis.call('HGET', KEYS[1], 'generation'))
-if redis.call('HGET', KEYS[1], 'unreachable') == '1' then
-  redis.call('HSET', KEYS[1], 'unreachable', '0', 'generation', int(gen + 1))
-  return {'OK', 'revived', int(gen + 1)}
+local at, out, beats = ARGV[1], {}, {}
+for i = 2, #KEYS do
+  local info = KEYS[i]
+  local cur = redis.call('HMGET', info, 'generation', 'unreachable')
+  if not cur[1] then  -- no node: PUT_NODE writes a node's generation with the rest of it
+    out[i - 1] = {'NOT_FOUND'}
+  else
+    local gen = num(cur[1])
+    if cur[2] == '1' then
+      gen = gen + 1
+      redis.call('HSET', info, 'heartbeat', at, 'unreachable', '0', 'generation', int(gen))
+      out[i - 1] = {'OK', 'revived', int(gen)}
+    else
+      redis.call('HSET', info, 'heartbeat', at)
+      out[i - 1] = {'OK', 'recorded', int(gen)}
+    end
+    beats[#beats + 1] = at
+    beats[#beats + 1] = ARGV[i]
+  end
 end
-return {'OK', 'recorded', int(gen)}
+if #beats > 0 then redis.call('ZADD', KEYS[1], unpack(beats)) end
+return out
 """
 )
 
@@ -1046,31 +1060,6 @@ if redis.call('HGET', KEYS[1], 'holder') == ARGV[1] then
 end
 return 0
 """
-
-SOURCES: dict[str, str] = {
-    "put_node": PUT_NODE,
-    "delete_node": DELETE_NODE,
-    "heartbeat": HEARTBEAT,
-    "mark_unreachable": MARK_UNREACHABLE,
-    "reserve": RESERVE,
-    "preempt": PREEMPT,
-    "unreserve": UNRESERVE,
-    "mark_bound": MARK_BOUND,
-    "release": RELEASE,
-    "put_pod": PUT_POD,
-    "transition": TRANSITION,
-    "bind_pod": BIND_POD,
-    "give_back": GIVE_BACK,
-    "bind_many": BIND_MANY,
-    "acquire_lease": ACQUIRE_LEASE,
-    "release_lease": RELEASE_LEASE,
-    "start_pod": START_POD,
-    "put_pod_group": PUT_POD_GROUP,
-    "permit_allow": PERMIT_ALLOW,
-    "permit_reject": PERMIT_REJECT,
-    "admission_view": ADMISSION_VIEW,
-}
-"""Script name -> Lua source."""
 
 
 class Scripts:

@@ -1215,6 +1215,28 @@ async def test_heartbeats_index_follows_heartbeats_and_deletes(state: ClusterSta
     assert await state.node_count() == 2
 
 
+async def test_heartbeat_many_beats_every_node_of_a_batch_past_one_script_call(state: ClusterState) -> None:
+    """More nodes than one HEARTBEAT call takes (500): each answered in order, the lost one
+    revived (its generation one more), the unknown ones left out of Redis and the index."""
+    names = [f"n{i:03d}" for i in range(501)]
+    for name in names:
+        await state.put_node(make_node(name))
+    assert await state.mark_unreachable("n499")  # generation 2
+    batch = ["ghost-a", *names, "ghost-b"]
+    results = await state.heartbeat_many(batch, 100.0)
+    assert [r.found for r in results] == [False, *[True] * 501, False]
+    assert results[500] == HeartbeatResult(found=True, revived=True, generation=3)  # n499
+    assert {r.generation for i, r in enumerate(results[1:-1]) if i != 499} == {1}
+    assert not any(r.revived for i, r in enumerate(results[1:-1]) if i != 499)
+    node = await state.get_node("n499")
+    assert node is not None and not node.unreachable and node.heartbeat == 100.0
+    assert await state.silent_nodes(100.0) == sorted(names)
+    assert await state.get_node("ghost-a") is None
+    again = await state.heartbeat_many(names, 200.0)
+    assert again[499] == HeartbeatResult(found=True, revived=False, generation=3)
+    assert await state.silent_nodes(150.0) == []
+
+
 # ---- pod anti-affinity between the pods of one node ----------------------------------------------
 
 
