@@ -18,7 +18,7 @@ import redis.asyncio as aioredis
 import yaml
 
 from kubus.errors import KubusError
-from kubus.redis_packing import fast_packing
+from kubus.redis_connection import fast_connection
 
 __all__ = [
     "ENV_PREFIX",
@@ -223,5 +223,5 @@ def redis_client(settings: ConnectionSettings, **kwargs: Any) -> aioredis.Redis:
     options.setdefault("timeout", REDIS_POOL_WAIT)
     options.update(kwargs)
     pool = aioredis.BlockingConnectionPool.from_url(settings.redis_url, **options)
-    pool.connection_class = fast_packing(pool.connection_class)
+    pool.connection_class = fast_connection(pool.connection_class)
     return aioredis.Redis.from_pool(pool)
