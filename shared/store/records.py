@@ -500,7 +500,11 @@ class Reservation:
         return codec.dumps(self.to_json())
 
     def to_json(self) -> dict[str, Any]:
-        """`encode`'s object, before it is serialized (a cycle's notice carries several)."""
+        """`encode`'s object, before it is serialized (a cycle's notice carries several).
+
+        Keep "gpu_devices" and "attempt" before "labels" and "affinity" (the only objects whose
+        keys a pod chooses): the Lua scripts find the first of each in the JSON text without
+        decoding it (RESERVE's new devices, `attempt_of`)."""
         return {
             "pod_uid": self.pod_uid,
             "pod_key": self.pod_key,
