@@ -17,6 +17,7 @@ from kubus.store.records import (
     NodeRecord,
     Reservation,
     ReservationState,
+    hash_fields,
 )
 from kubus.store.scripts import StoreCode
 
@@ -106,7 +107,7 @@ class NodeStore(StoreCore):
         return PutNodeResult(changed=_code(reply[0]) is StoreCode.OK, generation=int(text(reply[1])))
 
     async def get_node(self, name: str) -> NodeRecord | None:
-        raw = await self.redis.hgetall(self.keys.node_info(name))
+        raw = hash_fields(await self.redis.hmget(self.keys.node_info(name), NodeRecord.HASH_FIELDS))
         return NodeRecord.from_hash(raw) if raw else None
 
     async def node_names(self) -> list[str]:
@@ -120,8 +121,8 @@ class NodeStore(StoreCore):
         for start in range(0, len(names), _BATCH):
             pipe = self._pipeline()
             for name in names[start : start + _BATCH]:
-                pipe.hgetall(self.keys.node_info(name))
-            out += [NodeRecord.from_hash(raw) for raw in await pipe.execute() if raw]
+                pipe.hmget(self.keys.node_info(name), NodeRecord.HASH_FIELDS)
+            out += [NodeRecord.from_hash(raw) for raw in map(hash_fields, await pipe.execute()) if raw]
         return out
 
     async def delete_node(self, name: str) -> list[Reservation]:
@@ -210,11 +211,12 @@ class NodeStore(StoreCore):
         """What the node's reservations hold, per resource, GPU and host port; None for an
         unknown node."""
         pipe = self._pipeline()
-        pipe.hgetall(self.keys.node_info(name))
+        pipe.hmget(self.keys.node_info(name), NodeRecord.HASH_FIELDS)
         pipe.hgetall(self.keys.node_usage(name))
         pipe.hvals(self.keys.node_reservations(name))
         pipe.smembers(self.keys.node_bound(name))
-        info, usage, values, bound = await pipe.execute()
+        fields, usage, values, bound = await pipe.execute()
+        info = hash_fields(fields)
         if not info:
             return None
         record = NodeRecord.from_hash(info)
@@ -235,12 +237,13 @@ class NodeStore(StoreCore):
             chunk = names[start : start + _BATCH]
             pipe = self._pipeline()
             for name in chunk:
-                pipe.hgetall(self.keys.node_info(name))
+                pipe.hmget(self.keys.node_info(name), NodeRecord.HASH_FIELDS)
                 pipe.hvals(self.keys.node_reservations(name))
                 pipe.smembers(self.keys.node_bound(name))
             replies = await pipe.execute()
             for i, name in enumerate(chunk):
-                info, values, bound = replies[3 * i : 3 * i + 3]
+                fields, values, bound = replies[3 * i : 3 * i + 3]
+                info = hash_fields(fields)
                 if info:
                     out.append(decoded.node(name, info, values, bound))
                 else:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, ClassVar
 
 from kubus import codec
 from kubus.api.gpus import GPURequest, format_gpu_devices
@@ -203,9 +203,14 @@ class NodeRecord:
             }
         )
 
+    HASH_FIELDS: ClassVar[tuple[str, ...]] = ("record", "generation", "heartbeat", "unreachable", "manifest")
+    """The fields of a node's info hash `from_hash` reads; the rest (allocatable and GPU fields,
+    tens of them on a GPU node) are the Lua scripts'. Read these, not the whole hash."""
+
     @classmethod
     def from_hash(cls, raw: Mapping[Any, Any]) -> NodeRecord:
-        """Decode a node info hash (HGETALL). Raises KeyError/ValueError when malformed."""
+        """Decode a node info hash (HGETALL, or HMGET of `HASH_FIELDS` as `hash_fields` makes
+        it). Raises KeyError/ValueError when malformed."""
         h = _str_dict(raw)
         d = codec.loads(h["record"])
         heartbeat = text(h.get("heartbeat"))
@@ -227,6 +232,12 @@ class NodeRecord:
             unreachable=text(h.get("unreachable")) == "1",
             manifest=_blob(h.get("manifest")),
         )
+
+
+def hash_fields(values: Sequence[Any]) -> dict[str, Any]:
+    """The reply of HMGET of `NodeRecord.HASH_FIELDS` as the mapping `from_hash` reads ({}:
+    no such node)."""
+    return {field: v for field, v in zip(NodeRecord.HASH_FIELDS, values, strict=True) if v is not None}
 
 
 def node_from_record(record: NodeRecord) -> Node:
