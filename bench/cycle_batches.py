@@ -40,7 +40,8 @@ from kubus.plugins import in_tree_registry
 BATCH = 256
 
 
-def _scheduler(nodes: list, backend: str) -> Scheduler:
+def bench_scheduler(nodes: list, backend: str) -> Scheduler:
+    """A Scheduler of `kubus bench`'s profile (kube's default plus GPUFit) over ``nodes``."""
     registry = in_tree_registry()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "config.yaml"
@@ -56,7 +57,7 @@ def _scheduler(nodes: list, backend: str) -> Scheduler:
 
 def _run(nodes: list, pods: list, backend: str, profiles: int) -> tuple[float, int, str]:
     """CPU seconds per pod, pods placed, and the placements' digest of one run on fresh tables."""
-    schedulers = [_scheduler(nodes, backend) for _ in range(profiles)]
+    schedulers = [bench_scheduler(nodes, backend) for _ in range(profiles)]
     dealt = [pods[i::profiles] for i in range(profiles)]
     news: list[list[tuple[PodInfo, str]]] = [[] for _ in range(profiles)]
     """Per scheduler: the others' placements it has yet to take in."""

@@ -7,7 +7,7 @@ agent's start (`admission_views`, `start_pods`), on an embedded Valkey with noth
     python bench/store_steps.py --instructions --nodes 1000 --pods 2048 --runs 1
 
 The pods are `kubus bench`'s mixed workload on its simulated nodes, placed in process by
-`Scheduler.schedule` (kube's default profile plus GPUFit, as `bench/cycle_batches.py`), then
+`Scheduler.schedule` (kube's default profile plus GPUFit: `bench/cycle_batches.py`'s), then
 driven through the store in batches of 256, as the services drive them. Per step it reports the
 server's CPU per pod (from /proc: the scripts, and the commands' reading, parsing and replies
 around them), the time Redis counts inside the scripts (INFO commandstats, EVALSHA), and the
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import copy
 import os
 import shutil
 import statistics
@@ -39,18 +38,15 @@ from typing import Any
 
 import redis.asyncio as aioredis
 import yaml
+from cycle_batches import bench_scheduler  # this folder's: run as `python bench/store_steps.py`
 
 from kubus import codec
 from kubus.api.manifests import parse_node, parse_pod
 from kubus.cli.bench import cpu_seconds
-from kubus.cli.workload import NODE_TEMPLATE, gpu_scheduler_config, mixed_workload
+from kubus.cli.workload import NODE_TEMPLATE, mixed_workload
 from kubus.embedded import EmbeddedServers, free_port, valkey_server_binary
-from kubus.framework.config.loading import load_config
-from kubus.framework.runtime import Framework
-from kubus.framework.scheduling import Scheduler, ScheduleResult
-from kubus.kernels.backend import select_backend
-from kubus.kernels.node_table import NodeTable
-from kubus.plugins import in_tree_registry
+from kubus.framework.scheduling import ScheduleResult
+from kubus.gpu_agent.simulation import simulated_nodes
 from kubus.plugins.gpu_fit import GPUFit
 from kubus.store import ClusterState, PodStart
 from kubus.store.cluster_state import Binding
@@ -63,24 +59,8 @@ PROFILE = "default-scheduler"
 def _placements(node_count: int, pod_count: int) -> tuple[list[Any], list[tuple[ScheduleResult, bytes]], str]:
     """The nodes, the pods placed on them (every one: the workload fits) with their manifests,
     and GPUFit's mode."""
-    template = yaml.safe_load(NODE_TEMPLATE)
-    nodes = []
-    for i in range(node_count):
-        manifest = copy.deepcopy(template)
-        manifest["metadata"]["name"] = f"sim-{i:05d}"
-        manifest["metadata"]["labels"]["kubernetes.io/hostname"] = f"sim-{i:05d}"
-        nodes.append(parse_node(manifest))
-    registry = in_tree_registry()
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "config.yaml"
-        path.write_text(gpu_scheduler_config())
-        config = load_config(str(path), registry=registry)
-    table = NodeTable(select_backend("numpy"), seed=1, capacity=len(nodes))
-    table.add_nodes(nodes)
-    framework = Framework.from_profile(
-        config.profiles[0], registry, percentage_of_nodes_to_score=config.percentage_of_nodes_to_score
-    )
-    scheduler = Scheduler(framework, table, seed=1)
+    nodes = simulated_nodes(parse_node(yaml.safe_load(NODE_TEMPLATE)), node_count)
+    scheduler = bench_scheduler(nodes, "numpy")
     pods, manifests = [], {}
     for i, manifest in enumerate(mixed_workload(pod_count)):
         manifest["metadata"]["uid"] = f"uid-{i}"
@@ -89,7 +69,7 @@ def _placements(node_count: int, pod_count: int) -> tuple[list[Any], list[tuple[
     results = [r for start in range(0, len(pods), BATCH) for r in scheduler.schedule(pods[start : start + BATCH])]
     if any(r.node is None for r in results):
         raise SystemExit("the workload did not fit the nodes: use more nodes or fewer pods")
-    gpu_fit = next((p for p in framework.filter if isinstance(p, GPUFit)), None)
+    gpu_fit = next((p for p in scheduler.framework.filter if isinstance(p, GPUFit)), None)
     return nodes, [(r, manifests[r.pod.metadata.uid]) for r in results], gpu_fit.mode if gpu_fit is not None else ""
 
 
