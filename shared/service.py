@@ -24,9 +24,11 @@ import contextlib
 import enum
 import json
 import logging
+import math
 import signal
 import sys
-from collections.abc import Callable, Coroutine
+import time
+from collections.abc import Awaitable, Callable, Coroutine
 from types import TracebackType
 from typing import Any, Protocol, Self, TextIO, TypeVar
 
@@ -40,16 +42,20 @@ from nats.js import JetStreamContext
 from kubus.bus.connection import connect_bus, ensure_streams, settle
 from kubus.errors import KubusError
 from kubus.metrics import Metrics
+from kubus.redis_connection import DiskError
 from kubus.settings import ConnectionSettings, redis_client
 
 __all__ = [
     "TRANSIENT_ERRORS",
+    "Outage",
     "Service",
     "ServiceError",
     "ServiceState",
     "StructuredLogger",
+    "Throttle",
     "configure_logging",
     "install_signal_handlers",
+    "is_transient",
     "logger",
 ]
 
@@ -58,6 +64,10 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
     redis.exceptions.TimeoutError,
     redis.exceptions.BusyLoadingError,
     redis.exceptions.TryAgainError,
+    redis.exceptions.ReadOnlyError,  # a replica, during a failover
+    redis.exceptions.OutOfMemoryError,  # maxmemory reached: room comes back as keys expire or go
+    redis.exceptions.ClusterDownError,  # MASTERDOWN among them
+    DiskError,  # MISCONF: a full or read-only disk; writes come back with the room
     nats.errors.TimeoutError,
     nats.errors.ConnectionClosedError,
     nats.errors.NoRespondersError,
@@ -69,8 +79,14 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
     TimeoutError,
     OSError,  # ConnectionError among them
 )
-"""Errors of a server that is down, slow or restarting: a step that meets one is retried (or
-left to the repair that retries it), never a reason to crash."""
+"""Errors of a server that is down, slow, restarting or out of room (memory, disk): a step that
+meets one is retried (or left to the repair that retries it), never a reason to crash, and never
+counted against a message's deliveries (`is_transient`)."""
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether ``exc`` says a server is away for now (retry later), not that the work is wrong."""
+    return isinstance(exc, TRANSIENT_ERRORS)
 
 # -- structured logging --------------------------------------------------------------------------
 
@@ -129,6 +145,30 @@ class StructuredLogger:
         )
 
 
+class Throttle:
+    """Lets one of a run of like log lines through every ``interval`` seconds and counts the
+    others, so that a flood (a forged request repeated in a loop) costs one line per interval."""
+
+    __slots__ = ("_clock", "_next", "_suppressed", "interval")
+
+    def __init__(self, interval: float = 10.0, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval = interval
+        self._clock = clock
+        self._next = -math.inf
+        self._suppressed = 0
+
+    def allow(self) -> int | None:
+        """None to drop this line; else how many lines were dropped since the last one let
+        through (say it in the line)."""
+        now = self._clock()
+        if now < self._next:
+            self._suppressed += 1
+            return None
+        self._next = now + self.interval
+        dropped, self._suppressed = self._suppressed, 0
+        return dropped
+
+
 def logger(name: str) -> StructuredLogger:
     """The structured logger of ``name`` (a standard logger name such as ``"kubus.binder"``)."""
     return StructuredLogger(logging.getLogger(name))
@@ -156,6 +196,79 @@ async def _bounded(task: asyncio.Task[Any], timeout: float) -> bool:
     error; True when it ended."""
     done, _ = await asyncio.wait((task,), timeout=timeout)
     return bool(done)
+
+
+class Outage:
+    """Pauses a service's intake while a server it needs is away (down, restarting, LOADING, a
+    full disk, out of memory), so that the messages it would take meanwhile are not failed one by
+    one, and says so once when it starts and once when it ends.
+
+    A handler that meets a transient error (`is_transient`) calls `note`; every consumer loop
+    calls `pause` before it takes work: it waits out a backoff (``first`` seconds, doubling with
+    each outage noted within ``forget_after`` seconds of the last, at most ``cap``), then asks
+    ``probe`` (None: the servers answer; else why not) until they answer. The messages in hand
+    were nak'd by their handlers and come back by redelivery; none is counted as failed.
+    """
+
+    __slots__ = ("_cap", "_clock", "_first", "_forget_after", "_last_noted", "_log", "_probe", "_resume_at",
+                 "_since", "_streak", "reason")  # fmt: skip
+
+    def __init__(
+        self,
+        log: StructuredLogger,
+        probe: Callable[[], Awaitable[str | None]],
+        *,
+        first: float = 0.5,
+        cap: float = 30.0,
+        forget_after: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._log = log
+        self._probe = probe
+        self._first = first
+        self._cap = cap
+        self._forget_after = forget_after
+        self._clock = clock
+        self._streak = 0
+        self._last_noted = -math.inf
+        self._resume_at = 0.0
+        self._since = 0.0
+        self.reason: str | None = None
+        """Why intake is paused (one line), or None while it is not."""
+
+    def note(self, exc: BaseException) -> None:
+        """A step failed because a server is away: pause intake (logged once per outage)."""
+        now = self._clock()
+        if now - self._last_noted > self._forget_after:
+            self._streak = 0
+        self._last_noted = now
+        self._streak += 1
+        self._resume_at = max(self._resume_at, now + min(self._cap, self._first * 2 ** (self._streak - 1)))
+        if self.reason is None:
+            self._since = now
+            self._log.warning("a server is unavailable: intake paused until it answers", error=_one_line(exc))
+        self.reason = _one_line(exc)
+
+    async def pause(self, stopping: asyncio.Event) -> None:
+        """Return at once when no outage is noted; else once the backoff is over and the servers
+        answer, or ``stopping`` is set. Never raises (but for cancellation)."""
+        while self.reason is not None and not stopping.is_set():
+            delay = self._resume_at - self._clock()
+            if delay > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stopping.wait(), delay)
+                continue
+            why = await self._probe()
+            if why is None:
+                self._log.info("servers answer again: intake resumed", paused=round(self._clock() - self._since, 1))
+                self.reason = None
+                return
+            self.reason = why
+            self._resume_at = self._clock() + min(self._cap, self._first * 2 ** max(0, self._streak - 1))
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(f"{type(exc).__name__}: {exc}".split())[:500]
 
 
 class ServiceState(enum.Enum):
@@ -228,6 +341,8 @@ class Service:
         self._intake: list[_Unsubscribable] = []
         self.abandoned: tuple[str, ...] = ()
         """What the last stop() could not do (empty after a clean stop): one phrase each."""
+        self.outage = Outage(self.log, self._servers_problem)
+        """Intake paused while a server is away: handlers `note` what they met, `fetch` waits."""
 
     # -- what subclasses implement ---------------------------------------------------------------
 
@@ -257,7 +372,10 @@ class Service:
     async def fetch(self, subscription: Any, batch: int, timeout: float) -> list[Any]:
         """The next batch of up to ``batch`` messages from a JetStream pull ``subscription``;
         [] after ``timeout`` seconds with none, on a passing NATS error (logged, after a short
-        pause) or as soon as the service stops."""
+        pause) or as soon as the service stops. Waits first while an `outage` is noted."""
+        await self.outage.pause(self.stopping)
+        if self.stopping.is_set():
+            return []
         fetch = asyncio.ensure_future(subscription.fetch(batch, timeout=timeout))
         stop = asyncio.ensure_future(self.stopping.wait())
         try:
@@ -323,6 +441,14 @@ class Service:
             return reason
         if self._state is not ServiceState.RUNNING:
             return f"service {self._state.value}"
+        if self.outage.reason is not None:
+            return f"intake paused: {self.outage.reason}"
+        return await self._servers_problem(timeout)
+
+    async def _servers_problem(self, timeout: float = 1.0) -> str | None:
+        """Why NATS or Redis cannot serve this service now (one line), or None: NATS is
+        connected and Redis answers PING (which a Redis that cannot write to its disk refuses)
+        within ``timeout`` seconds. None without settings. Never raises."""
         if self.settings is None:
             return None
         if self.nc is None or not self.nc.is_connected:

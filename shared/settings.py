@@ -18,7 +18,7 @@ import redis.asyncio as aioredis
 import yaml
 
 from kubus.errors import KubusError
-from kubus.redis_connection import fast_connection
+from kubus.redis_connection import KubusRedis, fast_connection
 
 __all__ = [
     "ENV_PREFIX",
@@ -224,4 +224,4 @@ def redis_client(settings: ConnectionSettings, **kwargs: Any) -> aioredis.Redis:
     options.update(kwargs)
     pool = aioredis.BlockingConnectionPool.from_url(settings.redis_url, **options)
     pool.connection_class = fast_connection(pool.connection_class)
-    return aioredis.Redis.from_pool(pool)
+    return KubusRedis.from_pool(pool)

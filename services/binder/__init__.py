@@ -4,6 +4,6 @@ Run it with ``python -m kubus.binder``; any number of replicas share the work. T
 follows is in `kubus.binder.service` and docs/services.md (step 5).
 """
 
-from kubus.binder.service import AllowAll, BinderOptions, BinderService, BindResult, PermitGate, is_transient
+from kubus.binder.service import AllowAll, BinderOptions, BinderService, BindResult, PermitGate
 
-__all__ = ["AllowAll", "BindResult", "BinderOptions", "BinderService", "PermitGate", "is_transient"]
+__all__ = ["AllowAll", "BindResult", "BinderOptions", "BinderService", "PermitGate"]

@@ -38,11 +38,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help=f"longest WaitOnPermit before the pod is handed back (default {defaults.permit_timeout:g})",
     )
     p.add_argument(
-        "--max-deliver",
+        "--max-failures",
         type=int,
-        default=defaults.max_deliver,
+        default=defaults.max_failures,
         metavar="N",
-        help=f"deliveries of a request at most; the last failing one hands the pod back ({defaults.max_deliver})",
+        help=f"failed tries of a request at most (a server outage not counted); the last hands the pod back "
+        f"({defaults.max_failures})",
     )
     p.add_argument(
         "--batch", type=int, default=defaults.batch, metavar="N", help=f"requests at once ({defaults.batch})"
@@ -53,7 +54,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def build(args: argparse.Namespace) -> BinderService:
     """The binder the flags describe. Raises ValueError (SettingsError, ConfigError and
     RegistryError included) for bad input."""
-    options = BinderOptions(permit_timeout=args.permit_timeout, max_deliver=args.max_deliver, batch=args.batch)
+    options = BinderOptions(permit_timeout=args.permit_timeout, max_failures=args.max_failures, batch=args.batch)
     registry = in_tree_registry(entry_points=True)
     config = load_config(args.config, registry=registry) if args.config else default_config(registry)
     frameworks = {

@@ -34,8 +34,10 @@ release once marked bound; both on the attempt), a ``pod.unreserved`` event, the
 ``requeue/<uid>/<attempt>``), then ack. The queue moves the pod back to Pending with a
 compare-and-set on that attempt, so a stale hand-back changes nothing.
 
-Transient errors (Redis or NATS away): ``nak`` with a growing delay; on the last allowed
-delivery (``max_deliver``) the pod is handed back instead. Garbage on the subject is
+Transient errors (Redis or NATS away, `kubus.service.is_transient`): ``nak`` with a growing
+delay and intake paused until the servers answer (`kubus.service.Outage`), as long as it takes.
+Other failures are counted per request (`kubus.bus.MessageFaults`); the last allowed one
+(``max_failures``) hands the pod back instead. Garbage on the subject is
 terminated with a log line and ``kubus_rejected_messages_total``, never a crash.
 """
 
@@ -62,6 +64,7 @@ from kubus.bus import (
     BIND_STREAM,
     PODS_REQUEUE,
     EventKind,
+    MessageFaults,
     Publication,
     PullConsumer,
     announcements,
@@ -88,12 +91,12 @@ from kubus.framework.registry import ExtensionPoint
 from kubus.framework.runtime import MAX_PERMIT_TIMEOUT, Framework
 from kubus.framework.status import Code, Status
 from kubus.metrics import Metrics
-from kubus.service import TRANSIENT_ERRORS, Service, StructuredLogger
+from kubus.service import TRANSIENT_ERRORS, Service, StructuredLogger, is_transient
 from kubus.settings import ConnectionSettings
 from kubus.store import ClusterState, EventType, PermitState, PodEvent, PodPhase, StoreCode
 from kubus.store.cluster_state import Binding, BindingResult
 
-__all__ = ["AllowAll", "BindResult", "BinderOptions", "BinderService", "PermitGate", "PermitWatcher", "is_transient"]
+__all__ = ["AllowAll", "BindResult", "BinderOptions", "BinderService", "PermitGate", "PermitWatcher"]
 
 
 _log = logging.getLogger("kubus.binder")
@@ -194,11 +197,6 @@ class BindResult(StrEnum):
     """A transient error: nak'ed, to be delivered again."""
 
 
-def is_transient(exc: BaseException) -> bool:
-    """Whether ``exc`` means Redis or NATS is briefly unreachable (retry later), not a bug."""
-    return isinstance(exc, TRANSIENT_ERRORS)
-
-
 @dataclass(frozen=True, slots=True)
 class BinderOptions:
     """How a binder replica works. Every replica of a deployment should use the same values."""
@@ -208,8 +206,9 @@ class BinderOptions:
     them at 15 minutes)."""
     permit_poll: float = 0.05
     """Seconds between two reads of the waits on Permit (one pipelined read for all of them)."""
-    max_deliver: int = 5
-    """Deliveries of one BindRequest at most; the last one that fails hands the pod back."""
+    max_failures: int = 5
+    """Failed tries of one BindRequest at most; the last hands the pod back. A try that failed
+    because NATS or Redis was away is not counted: the request waits out the outage."""
     ack_wait: float = 30.0
     """Seconds JetStream waits for an ack before redelivering; a long handler (a permit wait)
     reports progress every third of it."""
@@ -226,8 +225,8 @@ class BinderOptions:
         for name in ("permit_timeout", "ack_wait", "fetch_timeout"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}: must be a positive number of seconds, got {getattr(self, name)!r}")
-        if self.max_deliver < 1:
-            raise ValueError(f"max_deliver: must be at least 1, got {self.max_deliver}")
+        if self.max_failures < 1:
+            raise ValueError(f"max_failures: must be at least 1, got {self.max_failures}")
         if self.batch < 1 or self.batches_in_flight < 1:
             raise ValueError(
                 f"batch, batches_in_flight: must be at least 1, got {self.batch}, {self.batches_in_flight}"
@@ -266,6 +265,7 @@ class BinderService(Service):
         self.cluster: ClusterState | None = None
         self._loop: asyncio.Task[None] | None = None
         self._consumed = asyncio.Event()
+        self._faults = MessageFaults(self.options.max_failures)
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -281,7 +281,6 @@ class BinderService(Service):
                 consumer_name(self.options.durable),
                 BIND_STREAM.subjects[0],
                 ack_wait=self.options.ack_wait,
-                max_deliver=self.options.max_deliver,
                 description="Binders: every replica takes reserved pods to bind from here.",
             )
         )
@@ -589,20 +588,24 @@ class BinderService(Service):
         return await publish_durable_many(self.jetstream(), publications, return_exceptions=True)
 
     async def _failed(self, request: BindRequest, msg: Msg, exc: Exception, log: StructuredLogger) -> BindResult:
-        """A step raised: retry later (nak), or on the last delivery hand the pod back."""
+        """A step raised: retry later (nak), or after its last allowed failure hand the pod back.
+        A server that is away pauses intake and is waited out, however long (`Outage`)."""
         delivered = deliveries(msg)
-        transient = is_transient(exc)
-        if delivered < self.options.max_deliver:
-            delay = redelivery_delay(delivered)
-            if transient:
-                log.warning("bind failed, will retry", error=repr(exc), delivery=delivered, delay=delay)
-            else:
-                log.log(logging.ERROR, "bind failed, will retry", exc_info=exc, error=repr(exc), delivery=delivered)
+        delay = redelivery_delay(delivered)
+        if is_transient(exc):
+            self.outage.note(exc)
+            log.warning("bind failed, will retry", error=repr(exc), delivery=delivered, delay=delay)
             with contextlib.suppress(Exception):  # unacked, it comes back after ack_wait anyway
                 await msg.nak(delay=delay)
             return BindResult.RETRY
-        reason = f"binding failed {delivered} times, last: {exc!r}"
-        log.error("bind failed on the last delivery, handing the pod back", error=repr(exc))
+        failures = self._faults.failed(msg)
+        if failures < self.options.max_failures:
+            log.log(logging.ERROR, "bind failed, will retry", exc_info=exc, error=repr(exc), failures=failures)
+            with contextlib.suppress(Exception):
+                await msg.nak(delay=delay)
+            return BindResult.RETRY
+        reason = f"binding failed {failures} times, last: {exc!r}"
+        log.error("bind failed for the last time, handing the pod back", error=repr(exc))
         try:
             handed = await self.hand_back(request, reason, msg)
         except Exception as again:

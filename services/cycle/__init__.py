@@ -5,8 +5,8 @@ follows is in `kubus.cycle.service` and docs/services.md (steps 3 and 4); the no
 keeps equal to Redis in `kubus.cycle.snapshot`; its lease in `kubus.cycle.leadership`.
 """
 
-from kubus.cycle.leadership import Leadership, lease_name
+from kubus.cycle.leadership import Leadership
 from kubus.cycle.service import CycleOptions, CycleService
 from kubus.cycle.snapshot import NodeSnapshot, PlacedPod, SyncStats
 
-__all__ = ["CycleOptions", "CycleService", "Leadership", "NodeSnapshot", "PlacedPod", "SyncStats", "lease_name"]
+__all__ = ["CycleOptions", "CycleService", "Leadership", "NodeSnapshot", "PlacedPod", "SyncStats"]

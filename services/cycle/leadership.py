@@ -12,19 +12,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-import redis.exceptions
-
-from kubus.service import StructuredLogger
+from kubus.service import TRANSIENT_ERRORS, StructuredLogger
 from kubus.store import ClusterState
 
-__all__ = ["Leadership", "lease_name"]
-
-_REDIS_DOWN = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, ConnectionError, OSError)
-
-
-def lease_name(profile: str) -> str:
-    """The lease of a profile's active cycle."""
-    return f"cycle/{profile}"
+__all__ = ["Leadership"]
 
 
 class Leadership:
@@ -78,7 +69,7 @@ class Leadership:
             started = self._clock()
             try:
                 token = await self.cluster.acquire_lease(self.name, self.holder, ttl_ms)
-            except _REDIS_DOWN as exc:
+            except TRANSIENT_ERRORS as exc:
                 self.log.warning("lease renewal failed", error=repr(exc), leading=self.leading)
             else:
                 if token is None:
@@ -113,7 +104,7 @@ class Leadership:
         self._token = None
         try:
             released = await self.cluster.release_lease(self.name, self.holder)
-        except _REDIS_DOWN as exc:
+        except TRANSIENT_ERRORS as exc:
             self.log.warning("lease release failed; it lapses by itself", error=repr(exc))
             return
         if released:

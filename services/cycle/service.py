@@ -99,7 +99,7 @@ from kubus.bus.messages import (
     decode,
     encode,
 )
-from kubus.cycle.leadership import Leadership, lease_name
+from kubus.cycle.leadership import Leadership
 from kubus.cycle.snapshot import NodeSnapshot, SyncStats
 from kubus.framework.cycle_state import GPU_DEVICES_STATE_KEY, CycleState
 from kubus.framework.registry import ExtensionPoint
@@ -111,7 +111,7 @@ from kubus.kernels import NodeTable, select_backend
 from kubus.kernels.nodeinfo import PodInfo
 from kubus.plugins.gpu_fit import GPUFit
 from kubus.plugins.node_resources_fit import NodeResourcesFit
-from kubus.service import TRANSIENT_ERRORS, Service
+from kubus.service import TRANSIENT_ERRORS, Service, Throttle
 from kubus.settings import ConnectionSettings
 from kubus.store import (
     ClusterState,
@@ -125,6 +125,7 @@ from kubus.store import (
     Reservation,
     ReserveResult,
     StoreCode,
+    cycle_lease,
 )
 
 __all__ = ["CycleOptions", "CycleService"]
@@ -343,6 +344,8 @@ class CycleService(Service):
         """Held while a batch is scheduled in the worker thread: a hand-over that gives a pod back
         (a table change) waits for it."""
         self._queue_answering = True
+        self._refused_pops = Throttle()
+        """The throttle of the "the queue refused a pop" lines (one per interval, with a count)."""
         self._own_reserved = reserved_subject(self.profile)
         self._heard_others_at = -math.inf
         """When another profile's cycle was last heard on kubus.reserved.* (the loop's clock)."""
@@ -381,7 +384,7 @@ class CycleService(Service):
         self.cluster = ClusterState(self.redis)
         self.leadership = Leadership(
             self.cluster,
-            lease_name(self.profile),
+            cycle_lease(self.profile),
             self.holder,
             ttl=self.options.lease_ttl,
             renew_interval=self.options.renew_interval,
@@ -639,6 +642,14 @@ class CycleService(Service):
         if not self._queue_answering:
             self.log.info("the queue answers pops again", subject=subject)
             self._queue_answering = True
+        refusal = (msg.headers or {}).get(ERROR_HEADER)
+        if refusal:
+            # Fenced (the lease in Redis names another token: the lease loop finds out) or a
+            # queue that cannot read the lease now: either way, ask again in a moment.
+            if (dropped := self._refused_pops.allow()) is not None:
+                self.log.warning("the queue refused a pop; retrying", reason=refusal, refused_before_unlogged=dropped)
+            await self._pause(0.5)
+            return []
         try:
             return list(decode(PopReply, msg.data).pods)
         except MessageError as exc:
@@ -1355,7 +1366,7 @@ def _uid(pod: Pod) -> str:
 
 
 def _lost_lease_message(profile: str) -> str:
-    return f"the scheduling cycle lost its lease {lease_name(profile)!r} before the pod was handed to the binders"
+    return f"the scheduling cycle lost its lease {cycle_lease(profile)!r} before the pod was handed to the binders"
 
 
 def _notices(profile: str, reservations: list[dict[str, Any]], limit: int) -> Iterator[bytes]:

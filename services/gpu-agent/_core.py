@@ -12,12 +12,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from kubus.api.objects import Node
-from kubus.bus import EventKind, Publication, announcements, publish_durable
+from kubus.bus import EventKind, MessageFaults, Publication, announcements, publish_durable
 from kubus.gpu_agent.inventory import NodeInventory
 from kubus.gpu_agent.options import AgentOptions
 from kubus.gpu_agent.running import RunningPod, RunningPods
 from kubus.gpu_agent.simulation import pod_duration
-from kubus.service import TRANSIENT_ERRORS, Service, StructuredLogger
+from kubus.service import TRANSIENT_ERRORS, Service, StructuredLogger, Throttle
 from kubus.settings import ConnectionSettings
 from kubus.store import ClusterState, PodPhase
 
@@ -64,6 +64,10 @@ class AgentCore(Service):
         self._names = list(self.nodes)
         self._loops: list[asyncio.Task[None]] = []
         """The root tasks that finish the work in hand when the agent stops."""
+        self._faults = MessageFaults(self.options.max_failures)
+        """Failed tries of each assignment that were its own fault (not an outage's)."""
+        self._unbacked_deletions = Throttle()
+        """The throttle of "pod.deleted event ignored" lines (a forged event in a loop)."""
 
     # -- events ----------------------------------------------------------------------------------
 

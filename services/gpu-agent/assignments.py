@@ -17,7 +17,7 @@ from kubus.bus.messages import MessageError, NodeAssignment, decode
 from kubus.gpu_agent._core import AgentCore
 from kubus.gpu_agent.admission import Verdict, admit
 from kubus.gpu_agent.running import RunningPod
-from kubus.service import StructuredLogger
+from kubus.service import StructuredLogger, is_transient
 from kubus.store import EventType, PodEvent, PodPhase, PodStart, Reservation, StoreCode
 
 __all__ = ["AdmissionResult", "Assignments"]
@@ -102,6 +102,13 @@ class Assignments(AgentCore):
         except asyncio.CancelledError:
             raise
         except Exception as exc:
+            if is_transient(exc):  # a server away: every assignment waits for it, none fails alone
+                self.outage.note(exc)
+                self._log_failure("admission failed, will retry when the servers answer", exc, pods=len(group))
+                for _, where in group:
+                    for i in where:
+                        results[i] = await self._give_back(messages[i], exc, self.log)
+                return
             if len(group) > 1:
                 self._log_failure("batch admission failed, admitting one by one", exc, pods=len(group))
                 await self._each(group, lambda one: self._settle([one], messages, results))
@@ -118,15 +125,17 @@ class Assignments(AgentCore):
                     await messages[i].ack()
 
     async def _give_back(self, msg: Msg, exc: Exception, log: StructuredLogger) -> AdmissionResult:
-        """Admission failed: nak ``msg`` to have it delivered again, or terminate it on its last
-        delivery (the pod is left Bound: the resync adopts it)."""
+        """Admission failed: nak ``msg`` to have it delivered again, or terminate it after its
+        last allowed failure (the pod is left Bound: the resync adopts it). A server that is
+        away is waited out, however long: it is not the assignment's failure."""
         delivered = deliveries(msg)
-        if delivered < self.options.max_deliver:
-            self._log_failure("admission failed, will retry", exc, log=log, delivery=delivered)
+        if is_transient(exc) or self._faults.failed(msg) < self.options.max_failures:
+            if not is_transient(exc):
+                self._log_failure("admission failed, will retry", exc, log=log, delivery=delivered)
             with contextlib.suppress(Exception):
                 await msg.nak(delay=redelivery_delay(delivered))
             return AdmissionResult.RETRY
-        self._log_failure("admission failed on the last delivery; pod left Bound", exc, log=log)
+        self._log_failure("admission failed for the last time; pod left Bound", exc, log=log)
         with contextlib.suppress(Exception):
             await msg.term()
         return AdmissionResult.DROPPED

@@ -60,8 +60,10 @@ class Finishing(AgentCore):
         self.running.untrack(pod.uid)
 
     async def _on_deleted(self, msg: Msg) -> None:
-        """A ``pod.deleted`` event: stop the pod if it runs here (the queue released its room
-        already; releasing again is idempotent)."""
+        """A ``pod.deleted`` event: stop the pod if it runs here and the store agrees it does not
+        run any more (the queue released its room already; releasing again is idempotent). The
+        event is a claim: one the store does not back (a forged or stale event about a pod still
+        Running here) stops nothing and frees no room."""
         try:
             event = decode(ClusterEvent, msg.data)
         except MessageError as exc:
@@ -71,11 +73,24 @@ class Finishing(AgentCore):
         uid = event.data.uid if isinstance(event.data, PodChange) else ""
         if not uid:  # no uid in the event: the pod of that name
             uid = self.running.uid_of(event.name)
-        pod = self.running.untrack(uid) if uid else None
+        pod = self.running.get(uid) if uid else None
         if pod is None:
             return
+        try:
+            stopped = await self._store().not_running_here([(pod.node, pod.uid)])
+        except Exception as exc:  # the resync finds a pod that really stopped
+            self._log_failure("pod.deleted event not checked: the store did not answer", exc, pod=pod.key)
+            return
+        if pod.uid not in stopped:
+            if (dropped := self._unbacked_deletions.allow()) is not None:
+                self.log.warning("pod.deleted event ignored: the store has the pod running here", pod=pod.key,
+                                 uid=pod.uid, node=pod.node, ignored_before_unlogged=dropped)  # fmt: skip
+            return
+        if self.running.get(pod.uid) is not pod:
+            return  # finished or stopped meanwhile
+        self.running.untrack(pod.uid)
         try:
             await self._store().release(pod.node, pod.uid)
         except Exception as exc:
             self._log_failure("release after deletion failed (the queue releases too)", exc, pod=pod.key)
-        self.log.info("pod stopped: deleted", pod=pod.key, uid=pod.uid, node=pod.node)
+        self.log.info("pod stopped: deleted", pod=pod.key, uid=pod.uid, node=pod.node, phase=str(stopped[pod.uid]))

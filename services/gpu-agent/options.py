@@ -27,8 +27,9 @@ class AgentOptions:
     cost of at most this much added start latency. 0 = fetch again at once."""
     ack_wait: float = 30.0
     """Seconds JetStream waits for an ack before delivering an assignment again."""
-    max_deliver: int = 5
-    """Deliveries of one assignment at most (transient errors are retried until then)."""
+    max_failures: int = 5
+    """Failed tries of one assignment at most; after the last, the pod is left Bound for the
+    resync to adopt. A try that failed because NATS or Redis was away is not counted."""
     fetch_timeout: float = 1.0
     """Seconds one fetch waits for assignments (how quickly an idle agent notices stop)."""
     resync_interval: float = 30.0
@@ -48,6 +49,6 @@ class AgentOptions:
             raise ValueError(f"pod_duration: must be 0 (forever) or more seconds, got {self.pod_duration}")
         if not 0.0 <= self.pod_duration_jitter <= 1.0:
             raise ValueError(f"pod_duration_jitter: must be a fraction in [0, 1], got {self.pod_duration_jitter}")
-        for name in ("batch", "max_deliver", "concurrency"):
+        for name in ("batch", "max_failures", "concurrency"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be at least 1, got {getattr(self, name)}")

@@ -1,6 +1,7 @@
-"""Resync with Redis: the Running pods of this agent's nodes taken over after a restart, pods
-no longer Running forgotten (a missed deletion), and Bound pods whose assignment never came
-adopted (a binder that bound but could not publish). Reads the phase indexes, not every pod."""
+"""Resync with Redis: the Running pods of this agent's nodes taken over after a restart (and any
+it does not run, found by its nodes' bound reservations), pods no longer Running forgotten (a
+missed deletion), and Bound pods whose assignment never came adopted (a binder that bound but
+could not publish). Reads the phase indexes and its nodes' bound marks, not every pod."""
 
 from __future__ import annotations
 
@@ -40,6 +41,23 @@ class Resync(Assignments):
                 await state.release(pod.node, pod.uid)
                 phase = stopped[pod.uid]
                 self.log.info("pod forgotten: not running any more", pod=pod.key, phase=str(phase or "-"))
+
+    async def _adopt_untracked(self) -> None:
+        """Take over the pods Running on this agent's nodes in Redis, with their room held there,
+        that it does not run: ones it stopped on a claim the store did not back, or whose room the
+        janitor held again (`ClusterState.repair_placements`). The store is the truth."""
+        state = self._store()
+        marks = await state.bound_here(self._names)
+        untracked = [(node, uid) for node, uids in marks.items() for uid in uids if uid not in self.running]
+        if not untracked:
+            return
+        records = await state.get_pods(uid for _, uid in untracked)
+        for (node, uid), record in zip(untracked, records, strict=True):
+            if record is None or record.phase is not PodPhase.RUNNING or record.node != node or uid in self.running:
+                continue  # Bound ones are _adopt_orphans'; the rest moved on
+            reservation = await state.reservation(node, uid)
+            self.running.track(uid, record.key, node, reservation, started_at=record.updated_at, confirmed=True)
+            self.log.warning("running pod taken over: Redis has it running here", pod=record.key, uid=uid, node=node)
 
     async def _adopt_orphans(self) -> None:
         """Run the pods Bound to this agent's nodes whose assignment never came (a binder that
@@ -92,6 +110,7 @@ class Resync(Assignments):
         while not await self._sleep(self.options.resync_interval):
             try:
                 await self._resync()
+                await self._adopt_untracked()
                 await self._adopt_orphans()
             except Exception as exc:
                 self._log_failure("resync failed", exc)

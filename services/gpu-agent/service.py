@@ -34,9 +34,12 @@ One agent runs one real node (``--node``), or simulates many (``--simulate N``) 
   heap) serves every pod. On restart the agent rescans Redis for the Running pods on its
   nodes and finishes them on time (their start is the record's last update).
 - **Deletion.** A ``pod.deleted`` event (its ``data.uid``, else the pod key) stops a pod this
-  agent runs; the queue released its room already, the agent releases again (idempotent).
+  agent runs once Redis agrees it does not run there any more (an event is a claim: a forged or
+  stale one stops nothing); the queue released its room already, the agent releases again
+  (idempotent).
 - **Resync** every ``resync_interval`` (30 s): pods no longer Running in Redis are forgotten
-  (a deletion event missed), and pods Bound to these nodes for longer than that without an
+  (a deletion event missed), pods Running on these nodes with their room held that the agent
+  does not run are taken over, and pods Bound to these nodes for longer than that without an
   assignment (a binder that bound but could not publish) are admitted as if assigned. Both
   read the phase indexes (one query per 5,000 running pods, one for the Bound pods), not
   every pod or node. A pod that runs until deleted costs nothing periodic beyond that.
@@ -114,7 +117,6 @@ class AgentService(Registration, Resync, Finishing):
                 durable,
                 subject,
                 ack_wait=self.options.ack_wait,
-                max_deliver=self.options.max_deliver,
                 description="gpu-agent: the pods bound to its node(s).",
             )
         )

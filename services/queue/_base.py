@@ -19,6 +19,7 @@ from kubus.bus import (
     PODS_STREAM,
     PODS_SUBMIT,
     EventKind,
+    MessageFaults,
     Publication,
     announcements,
     publish_durable,
@@ -34,7 +35,7 @@ from kubus.framework.waiting import WaitingPods
 from kubus.plugins import in_tree_registry
 from kubus.queue.options import QueueOptions
 from kubus.queue.queueing import QueueName, SchedulingQueue
-from kubus.service import Service
+from kubus.service import Service, Throttle
 from kubus.settings import ConnectionSettings
 from kubus.store import (
     ClusterState,
@@ -85,10 +86,15 @@ class QueueBase(Service):
         self.store: ClusterState | None = None
         self._ready = {profile: asyncio.Event() for profile in self.queues}
         self._tokens: dict[str, int] = {}
+        """Profile -> the newest fencing token a pop carried that the lease in Redis confirmed."""
+        self._refused_pops: dict[str, Throttle] = {}
+        """Profile -> the throttle of its 'pop refused' lines."""
         self._lost_nodes: set[str] | None = None
         self._next_node_scan = 0.0
         """When _check_nodes next reads every node's heartbeat (not only the silent ones)."""
         self._pods_sub: Any = None
+        self._faults = MessageFaults(self.options.max_failures)
+        """Failed tries of each KUBUS_PODS message that were its own fault (not an outage's)."""
         self._consumer_idle = asyncio.Event()
         self._consumer_idle.set()
         self._redis_slots = asyncio.Semaphore(32)

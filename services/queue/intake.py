@@ -44,6 +44,7 @@ from kubus.plugins.gpu_fit import pick_devices
 from kubus.queue._base import QueueBase, Retry
 from kubus.queue.queueing import QueueName
 from kubus.queue.submission import Rejected, Submission, identify, read_submission
+from kubus.service import is_transient
 from kubus.store import (
     EventType,
     PodEvent,
@@ -283,18 +284,29 @@ class Intake(NodePlacement):
         await self._settle(msg.ack())
 
     async def _failed_message(self, msg: Msg, exc: Exception) -> None:
-        """A message whose handling failed (not bad input): nak'd to be retried after a delay,
-        rejected after its last delivery. Called while ``exc`` is being handled. Never raises."""
+        """A message whose handling failed (not bad input): nak'd to be retried after a delay.
+        A server that is away (`is_transient`) pauses intake and is waited out, however long:
+        an acknowledged submission is never dropped for it. Any other failure is counted, and
+        the message rejected after ``max_failures`` of them. Called while ``exc`` is being
+        handled. Never raises."""
         delivered = deliveries(msg)
-        if delivered >= self.options.max_deliver:
-            self.log.exception("giving up on a message", subject=msg.subject, deliveries=delivered)
+        delay = redelivery_delay(delivered)
+        if is_transient(exc):
+            self.outage.note(exc)
+            self.log.info("message will be retried when the servers answer", subject=msg.subject,
+                          deliveries=delivered, delay=delay, error=repr(exc))  # fmt: skip
+            await self._settle(msg.nak(delay=delay))
+            return
+        failures = self._faults.failed(msg)
+        if failures >= self.options.max_failures:
+            self.log.exception("giving up on a message", subject=msg.subject, failures=failures)
             await self._reject(
-                msg, Rejected(f"{msg.subject}: gave up after {delivered} deliveries: {exc!r}", reason="Failed")
+                msg, Rejected(f"{msg.subject}: gave up after {failures} failed tries: {exc!r}", reason="Failed")
             )
+            await self._settle(msg.term())
         else:
-            delay = redelivery_delay(delivered)
             self.log.warning(
-                "message will be retried", subject=msg.subject, deliveries=delivered, delay=delay, error=repr(exc)
+                "message will be retried", subject=msg.subject, failures=failures, delay=delay, error=repr(exc)
             )
             await self._settle(msg.nak(delay=delay))
 
@@ -351,8 +363,9 @@ class Intake(NodePlacement):
                 if (group := pod_group_key(sub.pod)) is not None
             )
         except Exception as exc:
-            if len(read) == 1:
-                await self._failed_message(read[0][0], exc)
+            if len(read) == 1 or is_transient(exc):  # a server away: every message waits for it
+                for msg, _ in read:
+                    await self._failed_message(msg, exc)
                 return
             # One message at a time (as before batching), so that whatever failed fails alone.
             self.log.warning("storing a batch failed; one message at a time", messages=len(read), error=repr(exc))

@@ -129,6 +129,34 @@ class Janitor(NodePlacement):
             self.log.warning("placing a pod on its node failed; retried at the next resync", pod=record.key,
                              uid=record.uid, node=pod.spec.node_name, error=repr(exc))  # fmt: skip
 
+    async def _repair_placements(self) -> None:
+        """Bound and Running pods whose room is not held as bind left it
+        (`ClusterState.repair_placements`): held again; a pod whose node has no room for it any
+        more is failed (Evicted, as kubelet fails a pod it cannot keep) and announced finished,
+        so that its agent stops it and no node is overcommitted."""
+        state = self._cluster()
+        fixes, lost = await state.repair_placements()
+        for fix in fixes:
+            self.log.warning("repair", fix=fix)
+        announce: list[Publication] = []
+        for room in lost:
+            pod = room.pod
+            message = (
+                f"its room on node {pod.node} was given back while it was {pod.phase} there, and the node "
+                f"has no room for it now: {', '.join(room.reasons)}"
+            )
+            w = await state.transition(
+                pod.uid, PodPhase.FAILED, expected_version=pod.version, expected_phases={pod.phase},
+                reason="Evicted", message=message,
+            )  # fmt: skip
+            if not w.ok:
+                continue  # it moved on meanwhile
+            self.log.warning("pod failed: its room is lost", pod=pod.key, uid=pod.uid, node=pod.node, message=message)
+            await self._pod_event(pod.uid, EventType.WARNING, "Evicted", message, "queue")
+            announce.append(self._pod_announcement(EventKind.POD_FINISHED, pod, reason="Evicted", message=message))
+        if announce:
+            await publish_durable_many(self.jetstream(), announce)
+
     async def _reconcile(self) -> None:
         fixes = await self._cluster().reconcile(grace_s=self.options.reconcile_grace)
         for fix in fixes:

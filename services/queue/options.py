@@ -44,8 +44,10 @@ class QueueOptions:
     fetch_batch: int = 256
     """Messages fetched from KUBUS_PODS at a time (the submits among them are stored with one
     Redis round trip and announced with one JetStream round trip)."""
-    max_deliver: int = 5
-    """Deliveries of one KUBUS_PODS message at most; the last failure rejects it."""
+    max_failures: int = 5
+    """Failed tries of one KUBUS_PODS message at most; the last rejects it. A try that failed
+    because NATS or Redis was away (`kubus.service.is_transient`) is not counted: an
+    acknowledged submission waits out any outage (`kubus.bus.MessageFaults`)."""
     ack_wait: float = 30.0
     """Seconds JetStream waits for an ack before redelivering."""
     durable: str = "kubus-queue"
@@ -75,5 +77,7 @@ class QueueOptions:
             if not getattr(self, name) > 0:
                 value = getattr(self, name)
                 raise ValueError(f"queue option {name}: must be a positive number of seconds, got {value!r}")
-        if self.fetch_batch < 1 or self.max_deliver < 1 or self.max_pop < 1 or self.max_manifest_bytes < 1024:
-            raise ValueError("queue options fetch_batch, max_deliver, max_pop must be >= 1, max_manifest_bytes >= 1024")
+        if self.fetch_batch < 1 or self.max_failures < 1 or self.max_pop < 1 or self.max_manifest_bytes < 1024:
+            raise ValueError(
+                "queue options fetch_batch, max_failures, max_pop must be >= 1, max_manifest_bytes >= 1024"
+            )

@@ -99,7 +99,6 @@ class QueueService(Intake, Serving, Janitor, NodeLifecycle, QueueBase):
                 self.options.durable,
                 f"{PODS_STREAM.subjects[0]}",
                 ack_wait=self.options.ack_wait,
-                max_deliver=self.options.max_deliver,
                 description="the queue service: submitted, deleted and handed-back pods",
             )
         )
@@ -114,6 +113,8 @@ class QueueService(Intake, Serving, Janitor, NodeLifecycle, QueueBase):
         self.spawn("in-flight deadlines", self._every, o.in_flight_interval, self._expire_in_flight)
         # A cycle or binder that died mid-attempt leaves pods Reserved: give them back or finish the bind.
         self.spawn("janitor", self._every, o.janitor_interval, self._repair_reserved)
+        # Bound and Running pods whose room was given back (a release that should not have happened).
+        self.spawn("repair placements", self._every, o.resync, self._repair_placements)
         # Everything else a crash between two protocol steps leaves (ClusterState.reconcile).
         self.spawn("reconcile", self._every, o.reconcile_interval, self._reconcile)
         # Nodes that stopped heartbeating are marked lost, and found again when they come back.

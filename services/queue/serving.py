@@ -10,6 +10,7 @@ from nats.aio.msg import Msg
 from kubus.api.podgroups import pod_group_key
 from kubus.bus.messages import (
     ERROR_HEADER,
+    FENCED,
     MessageError,
     Outcome,
     OutcomeKind,
@@ -22,9 +23,11 @@ from kubus.bus.messages import (
 )
 from kubus.queue._base import QueueBase
 from kubus.queue.queueing import QueueName
+from kubus.service import TRANSIENT_ERRORS, Throttle
 from kubus.store import (
     EventType,
     PodPhase,
+    cycle_lease,
 )
 
 
@@ -45,12 +48,14 @@ class Serving(QueueBase):
             return
         queue = self.queues[profile]
         token = request.fencing_token
-        newest = self._tokens.get(profile, 0)
-        if token and token < newest:
-            self.log.warning("pop from a deposed cycle refused", profile=profile, holder=request.holder, token=token)
-            await msg.respond(encode(PopReply()))
+        refusal = await self._fencing_refusal(profile, token)
+        if refusal is not None:
+            if (dropped := self._refused_pops.setdefault(profile, Throttle()).allow()) is not None:
+                self.log.warning("pop refused", profile=profile, holder=request.holder, token=token, reason=refusal,
+                                 refused_before_unlogged=dropped)  # fmt: skip
+            await self._reply_error(msg, f"{FENCED}: {refusal}")
             return
-        if token > newest:
+        if token > self._tokens.get(profile, 0):
             self._tokens[profile] = token
             if back := queue.fence(token):
                 self.log.info(
@@ -77,6 +82,22 @@ class Serving(QueueBase):
         if entries:
             self.log.debug("pods popped", profile=profile, holder=request.holder, pods=len(entries))
             self._after_change()
+
+    async def _fencing_refusal(self, profile: str, token: int) -> str | None:
+        """Why a pop with fencing ``token`` is refused, or None: the token must be the one of
+        the profile's cycle lease as Redis has it now, never taken on the asker's word (a
+        forged token refused is refused alone, and remembered by nobody). Token 0 (no lease)
+        passes while no cycle holds the lease: tools and tests that pop by hand."""
+        name = cycle_lease(profile)
+        try:
+            lease = await self._cluster().get_lease(name)
+        except TRANSIENT_ERRORS as exc:
+            return f"the lease {name} cannot be read: {exc!r}"
+        if lease is None:
+            return None if token == 0 else f"token {token}: no cycle holds the lease {name}"
+        if token != lease.token:
+            return f"token {token} is not the lease's: {lease.holder} holds {name} with token {lease.token}"
+        return None
 
     def _pop_budget(self) -> int:
         """Manifest bytes one pop reply may carry: escaping may double them inside the JSON."""

@@ -14,7 +14,7 @@ from typing import Any
 
 from kubus import codec
 from kubus.api.errors import ManifestError
-from kubus.api.manifests import parse_manifests, parse_pod, read_documents
+from kubus.api.manifests import json_document, parse_manifests, parse_pod, read_documents
 from kubus.api.objects import Pod
 from kubus.errors import KubusError
 
@@ -87,11 +87,12 @@ def read_submission(data: bytes, *, source: str, max_manifest_bytes: int) -> lis
 
 def _json_pod(data: bytes) -> dict[str, Any] | None:
     """The Pod of a message that is exactly one JSON object of kind Pod, else None (the general
-    path reads it: YAML, lists, a byte order mark, leading blanks, bad JSON, bad UTF-8)."""
+    path reads it: YAML, lists, a byte order mark, leading blanks, bad JSON, bad UTF-8, and an
+    object that may give a key twice, which it refuses)."""
     if data[:1] != b"{":
         return None
     try:
-        doc = codec.loads(data)
+        doc = json_document(data)
     except codec.DecodeError:
         return None
     return doc if isinstance(doc, dict) and doc.get("kind") == "Pod" else None
@@ -137,8 +138,8 @@ def _submission(
     return Submission(parsed, manifest)
 
 
-def _documents(data: bytes) -> list[Any]:
-    return list(read_documents(data.decode("utf-8-sig")))
+def _documents(data: bytes, *, refuse_duplicates: bool = True) -> list[Any]:
+    return list(read_documents(data.decode("utf-8-sig"), refuse_duplicates=refuse_duplicates))
 
 
 def _raw_pods(data: bytes) -> list[dict[str, Any]]:
@@ -164,7 +165,7 @@ def identify(data: bytes) -> tuple[str, str]:
     """Best effort for a message that failed validation: the (``namespace/name``, uid) of the
     first pod it names (the uid the API would give it, when the manifest has none), or ("", "")."""
     try:
-        docs = _documents(data)
+        docs = _documents(data, refuse_duplicates=False)  # a key given twice: the last one names it
     except Exception:  # garbage: no identity, and no second error
         return "", ""
     for doc in docs:

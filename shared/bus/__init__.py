@@ -18,6 +18,7 @@ from kubus.bus.connection import (
 )
 from kubus.bus.consumers import (
     ConsumerConflictError,
+    MessageFaults,
     agent_consumer,
     consumer_name,
     deliveries,
@@ -77,6 +78,7 @@ __all__ = [
     "STREAMS",
     "ConsumerConflictError",
     "EventKind",
+    "MessageFaults",
     "Publication",
     "PullConsumer",
     "Retention",

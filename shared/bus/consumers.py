@@ -9,6 +9,7 @@ service does the same with the same name and shares the consumer (each message g
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
 from typing import Any
 
 import nats.js.errors
@@ -19,7 +20,14 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from kubus.bus.pull import PullConsumer
 from kubus.errors import KubusError
 
-__all__ = ["ConsumerConflictError", "consumer_name", "deliveries", "ensure_pull_consumer", "redelivery_delay"]
+__all__ = [
+    "ConsumerConflictError",
+    "MessageFaults",
+    "consumer_name",
+    "deliveries",
+    "ensure_pull_consumer",
+    "redelivery_delay",
+]
 
 _NOT_UNIQUE_ON_WORK_QUEUE = 10100  # JetStream err_code: filtered consumer not unique on workqueue stream
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_-]")
@@ -52,12 +60,16 @@ async def ensure_pull_consumer(
     filter_subject: str,
     *,
     ack_wait: float = 30.0,
-    max_deliver: int = 5,
+    max_deliver: int = -1,
     max_ack_pending: int = 10_000,
     description: str = "",
 ) -> PullConsumer:
     """Create (or update to these settings) the durable pull consumer ``durable`` on ``stream``
     and return a `PullConsumer` of it, subscribed (on ``nc``, the connection of ``js``).
+
+    ``max_deliver`` -1 (the default): JetStream delivers a message until it is acked or
+    terminated. Its delivery count also counts the deliveries a server outage failed, so the
+    service decides when to give up on a message itself (`MessageFaults`), not the server.
 
     Idempotent, and safe from several replicas at once: creating an identical consumer is a
     no-op for JetStream, and a differing one is updated (ack_wait, max_deliver, max_ack_pending
@@ -101,3 +113,49 @@ def deliveries(msg: Any) -> int:
         return int(msg.metadata.num_delivered) or 1
     except Exception:
         return 1
+
+
+class MessageFaults:
+    """When to give up on a message: after ``limit`` failures of its own handling (a bug, a
+    state that does not come right), counted per message (its stream sequence). Failures
+    because a server is away are not the message's fault and are not counted: JetStream's
+    delivery count, which counts them too, would give up on acknowledged work during an outage.
+
+    In memory, at most ``size`` messages (the oldest forgotten): a restarted service counts
+    again from zero, so a message gets more tries, never fewer."""
+
+    __slots__ = ("_counts", "limit", "size")
+
+    def __init__(self, limit: int, *, size: int = 100_000) -> None:
+        if limit < 1:
+            raise ValueError(f"a message is tried at least once, not {limit} times")
+        self.limit = limit
+        self.size = size
+        self._counts: OrderedDict[int, int] = OrderedDict()
+
+    def failed(self, msg: Any) -> int:
+        """Count one failure of ``msg``; how many it has had (this one included)."""
+        key = _sequence(msg)
+        if key is None:  # not a JetStream message: its deliveries are all there is
+            return deliveries(msg)
+        count = self._counts.pop(key, 0) + 1
+        self._counts[key] = count
+        while len(self._counts) > self.size:
+            self._counts.popitem(last=False)
+        return count
+
+    def exhausted(self, msg: Any) -> bool:
+        """Count one failure of ``msg``; True when that was its last try (it is forgotten)."""
+        if self.failed(msg) < self.limit:
+            return False
+        key = _sequence(msg)
+        if key is not None:
+            self._counts.pop(key, None)
+        return True
+
+
+def _sequence(msg: Any) -> int | None:
+    try:
+        return int(msg.metadata.sequence.stream)
+    except Exception:
+        return None

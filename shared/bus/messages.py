@@ -39,6 +39,10 @@ T = TypeVar("T")
 ERROR_HEADER = "Kubus-Error"
 """The header of a reply that refuses a request: its value says why, in one line."""
 
+FENCED = "fenced"
+"""How an `ERROR_HEADER` begins when the queue refused a pop whose fencing token is not the
+lease's in Redis (``fenced: <why>``): the asker does not lead, whatever it believes."""
+
 
 class MessageError(KubusError, ValueError):
     """A message that is not what its subject carries; str() says what is wrong in one line."""
@@ -385,6 +389,7 @@ def _converter(hint: Any) -> _Convert:
 
 __all__ = [
     "ERROR_HEADER",
+    "FENCED",
     "BindRequest",
     "ClusterEvent",
     "EventData",

@@ -34,17 +34,12 @@ from kubus.cli.progress import sleep_or
 from kubus.cli.workload import NODE_TEMPLATE, gpu_scheduler_config
 from kubus.embedded import EmbeddedServers, ServerStartError
 from kubus.settings import ConnectionSettings, load_settings
-from kubus.store.cluster_state import ClusterState
+from kubus.store import ClusterState, cycle_lease
 
-__all__ = ["Cluster", "cycle_lease", "run_up", "start_cluster", "wait_ready"]
+__all__ = ["Cluster", "run_up", "start_cluster", "wait_ready"]
 
 RESTARTS_PER_MINUTE = 5
 """A service that exits more often than this is not restarted again: kubus up stops."""
-
-
-def cycle_lease(profile: str) -> str:
-    """The lease a profile's active cycle holds (docs/services.md)."""
-    return f"cycle/{profile}"
 
 
 def _err(text: str) -> None:

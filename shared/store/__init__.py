@@ -33,10 +33,12 @@ from kubus.store.cluster_state import (
     PreemptResult,
     PutNodeResult,
     ReserveResult,
+    RoomLost,
     node_info_of,
 )
 from kubus.store.invariants import check_invariants
 from kubus.store.keys import DEFAULT_PREFIX, Keys
+from kubus.store.leases import cycle_lease
 from kubus.store.records import (
     UNREACHABLE_TAINT_KEY,
     EventType,
@@ -83,9 +85,11 @@ __all__ = [
     "Reservation",
     "ReservationState",
     "ReserveResult",
+    "RoomLost",
     "Scripts",
     "StoreCode",
     "check_invariants",
+    "cycle_lease",
     "node_from_record",
     "node_info_of",
 ]

@@ -176,6 +176,19 @@ class AgentStore(StoreCore):
                 out.append(_start_result(list(reply)))
         return out
 
+    async def bound_here(self, nodes: Sequence[str]) -> dict[str, set[str]]:
+        """The uids of the pods whose reservation on each of ``nodes`` is marked bound (the pods
+        Bound or Running there, as the node's keys have them). One SMEMBERS per node, pipelined."""
+        out: dict[str, set[str]] = {}
+        for start in range(0, len(nodes), _BATCH):
+            chunk = nodes[start : start + _BATCH]
+            pipe = self.redis.pipeline(transaction=False)
+            for node in chunk:
+                pipe.smembers(self.keys.node_bound(node))
+            for node, uids in zip(chunk, await pipe.execute(), strict=True):
+                out[node] = {text(u) for u in uids}
+        return out
+
     async def not_running_here(self, pods: Sequence[tuple[str, str]]) -> dict[str, PodPhase | None]:
         """Which of these (node, uid) pods, each one an agent saw Running on that node, are not
         Running there any more: their uids, each with its phase now (None: no such pod).

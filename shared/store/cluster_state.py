@@ -50,7 +50,7 @@ from kubus.store.permits import PermitState
 from kubus.store.podgroups import PodGroupStore
 from kubus.store.pods import Binding, BindingResult, GiveBack, Move, PodWrite
 from kubus.store.preemption import Eviction, PreemptionStore, PreemptResult
-from kubus.store.recovery import Expiry, ExpiryKind, Recovery
+from kubus.store.recovery import Expiry, ExpiryKind, Recovery, RoomLost
 from kubus.store.reservations import AttemptResult, ReserveResult
 
 __all__ = [
@@ -79,6 +79,7 @@ __all__ = [
     "PreemptResult",
     "PutNodeResult",
     "ReserveResult",
+    "RoomLost",
     "node_info_of",
 ]
 

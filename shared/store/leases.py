@@ -8,6 +8,11 @@ from kubus.codec import text
 from kubus.store._core import StoreCore
 
 
+def cycle_lease(profile: str) -> str:
+    """The lease of a profile's active cycle: its token fences the cycle's pops and reservations."""
+    return f"cycle/{profile}"
+
+
 @dataclass(frozen=True, slots=True)
 class Lease:
     name: str

@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from kubus.codec import text
+from kubus.api.errors import ManifestError
+from kubus.codec import DecodeError, text
+from kubus.kernels.nodeinfo import PodInfo
 from kubus.store._core import _BATCH
 from kubus.store.keys import PHASES
 from kubus.store.nodes import NodeStore
@@ -48,6 +50,16 @@ class Expiry:
     """BOUND: the GPU devices it was bound with."""
 
 
+@dataclass(frozen=True, slots=True)
+class RoomLost:
+    """A Bound or Running pod that held no room on its node and could not get it back
+    (`ClusterState.repair_placements`): the node has no room for it any more, or is gone."""
+
+    pod: PodRecord
+    reasons: tuple[str, ...]
+    """Why not (RESERVE's refusal: "Insufficient cpu", "node not found", ...)."""
+
+
 def _attempt(text: str) -> int:
     return int(text) if text.isdigit() else 0
 
@@ -82,6 +94,78 @@ class Recovery(PodStore, ReservationStore, NodeStore, PermitStore):
                 if code is StoreCode.OK:
                     fixes.append(f"node {name}: gave back the reservation of {r.pod_key} ({r.pod_uid}): {why}")
         return fixes
+
+    async def repair_placements(self) -> tuple[list[str], list[RoomLost]]:
+        """Bound and Running pods whose room on their node is not held as bind left it,
+        repaired; returns one line per fix, and the pods whose room could not be held again.
+
+        - A pod holding no reservation on its node (a release that should not have happened,
+          say a forged deletion acted on) gets it back, marked bound, when the node has room for
+          it next to what is reserved there now (RESTORE_ROOM, atomic with a check that the pod
+          is still there); else it is returned, for the caller to fail it (it cannot stay there
+          without overcommitting the node).
+        - A reservation of a Bound or Running pod on its node not marked bound is marked.
+        - A bound mark without a reservation is dropped.
+
+        Reads the Bound and Running indexes and every node's reservation uids and bound marks
+        (not the reservations themselves), then the records of the few pods found wanting. Each
+        repair re-checks the pod in its script, so one that moved on meanwhile is left alone."""
+        placed = await self.pod_uids_in_phase(PodPhase.BOUND) | await self.pod_uids_in_phase(PodPhase.RUNNING)
+        names = await self.node_names()
+        held: dict[str, str] = {}
+        unmarked: list[tuple[str, str]] = []
+        stray: list[tuple[str, str]] = []
+        for start in range(0, len(names), _BATCH):
+            chunk = names[start : start + _BATCH]
+            pipe = self.redis.pipeline(transaction=False)
+            for name in chunk:
+                pipe.hkeys(self.keys.node_reservations(name))
+                pipe.smembers(self.keys.node_bound(name))
+            replies = await pipe.execute()
+            for i, name in enumerate(chunk):
+                reserved = {text(u) for u in replies[2 * i]}
+                marked = {text(u) for u in replies[2 * i + 1]}
+                for uid in reserved:
+                    held.setdefault(uid, name)
+                unmarked += [(name, uid) for uid in sorted((reserved & placed) - marked)]
+                stray += [(name, uid) for uid in sorted(marked - reserved)]
+        fixes: list[str] = []
+        for name, uid in stray:
+            if await self.release(name, uid) is StoreCode.NOOP:  # no reservation: drops the mark alone
+                fixes.append(f"node {name}: dropped the bound mark of pod {uid}, which holds no reservation")
+        records = {r.uid: r for r in await self.get_pods(uid for _, uid in unmarked) if r is not None}
+        for name, uid in unmarked:
+            record = records.get(uid)
+            if record is None or record.node != name or record.phase not in (PodPhase.BOUND, PodPhase.RUNNING):
+                continue  # another node's, or moved on: reconcile's
+            if await self.mark_bound(name, uid) is StoreCode.OK:
+                fixes.append(f"node {name}: marked bound the reservation of {record.key} ({uid}), {record.phase}")
+        lost: list[RoomLost] = []
+        for record in await self.get_pods(sorted(placed - held.keys())):
+            if record is None or record.phase not in (PodPhase.BOUND, PodPhase.RUNNING) or not record.node:
+                continue
+            code, reasons = await self.restore_room(record)
+            if code is StoreCode.OK:
+                fixes.append(f"node {record.node}: held again the room of {record.key} ({record.uid}), {record.phase}")
+            elif code in (StoreCode.CONFLICT, StoreCode.NODE_GONE):
+                lost.append(RoomLost(record, reasons))
+        return fixes, lost
+
+    async def restore_room(self, record: PodRecord) -> tuple[StoreCode, tuple[str, ...]]:
+        """Hold again, marked bound, the room of ``record`` (Bound or Running) on its node:
+        RESTORE_ROOM's code (OK; ALREADY; NOOP: it moved on; CONFLICT: no room; NODE_GONE) and
+        its reasons. A manifest that does not parse is CONFLICT with the parse error."""
+        try:
+            info = PodInfo.of(record.pod(), record.gpu_devices)
+            reservation = Reservation.of(info, record.node, attempt=str(record.version), now=self.clock())
+        except (ManifestError, DecodeError, ValueError) as exc:
+            return StoreCode.CONFLICT, (f"its manifest cannot be read: {exc}",)
+        reply = await self._run(
+            self.scripts.restore_room,
+            [self.keys.pod_record(record.uid), *self.keys.node_keys(record.node)],
+            [record.uid, reservation.encode()],
+        )
+        return StoreCode(text(reply[0])), tuple(text(r) for r in reply[1:])
 
     async def expire_reserved(self, *, timeout_s: float, lost_after_s: float, source: str = "janitor") -> list[Expiry]:
         """The janitor: Reserved pods a crashed cycle or binder left behind, repaired; one

@@ -103,6 +103,10 @@ def admissions(agent: AgentService) -> dict[str, float]:
     return out
 
 
+async def _assert_running(state: ClusterState, uid: str) -> None:
+    assert await phase(state, uid) is PodPhase.RUNNING
+
+
 async def assert_released(state: ClusterState, node: str, uid: str) -> None:
     assert await state.reservation(node, uid) is None
     usage = await state.node_usage(node)
@@ -371,9 +375,17 @@ async def test_a_redelivered_batch_admits_nothing_twice(
     assert await check_invariants(state) == []
 
 
-async def test_a_batch_that_fails_halfway_is_admitted_again_one_by_one(
-    settings: ConnectionSettings, state: ClusterState, js: JetStreamContext, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("outage", [False, True], ids=["a bug", "a server away"])
+async def test_a_batch_that_fails_halfway_is_admitted_again(
+    settings: ConnectionSettings,
+    state: ClusterState,
+    js: JetStreamContext,
+    monkeypatch: pytest.MonkeyPatch,
+    outage: bool,
 ) -> None:
+    """A batch that fails after its pods started in Redis is admitted again: one by one when
+    the failure may be one pod's (a bug), whole after a pause when a server was away (every
+    pod would meet it: none is tried alone, none counts a failure)."""
     import kubus.gpu_agent.assignments as assignments
 
     await put_nodes(state, js, template(), 1)
@@ -384,22 +396,25 @@ async def test_a_batch_that_fails_halfway_is_admitted_again_one_by_one(
     publish = assignments.publish_durable_many
     calls: list[int] = []
 
-    async def unavailable_once(*args: Any, **kw: Any) -> Any:  # after the pods started in Redis
+    async def fails_once(*args: Any, **kw: Any) -> Any:  # after the pods started in Redis
         calls.append(len(args[1]))
         if len(calls) == 1:
-            raise TimeoutError("JetStream did not answer")
+            raise TimeoutError("JetStream did not answer") if outage else RuntimeError("a bug")
         return await publish(*args, **kw)
 
-    monkeypatch.setattr(assignments, "publish_durable_many", unavailable_once)
+    monkeypatch.setattr(assignments, "publish_durable_many", fails_once)
     async with AgentService.simulating(settings, template(), 1, options(pod_duration=0)) as agent:
 
         async def settled() -> None:
-            assert admissions(agent) == {"admitted": 3.0}
+            assert admissions(agent) == ({"admitted": 3.0, "retry": 3.0} if outage else {"admitted": 3.0})
             await stream_drained(js)
 
         await eventually(settled)
         assert set(agent.running) == {a.uid for a in pods}
-    assert calls == [3, 1, 1, 1]  # the batch, then each pod alone through the same code
+    if outage:
+        assert calls[0] == 3 and sum(calls[1:]) == 3, calls  # redelivered, not split up
+    else:
+        assert calls == [3, 1, 1, 1]  # the batch, then each pod alone through the same code
     for a in pods:
         assert await phase(state, a.uid) is PodPhase.RUNNING
         assert [e.reason for e in await state.events(a.uid)] == ["Started"]
@@ -447,6 +462,49 @@ async def test_a_deleted_pod_stops(settings: ConnectionSettings, state: ClusterS
 
         await eventually(lambda: _assert(agent.running == {} and agent.metrics.pods_running._value.get() == 0))
     await assert_released(state, "sim-00000", assignment.uid)
+    assert await check_invariants(state) == []
+
+
+@pytest.mark.parametrize("by_uid", [True, False], ids=["by uid", "by name"])
+async def test_a_pod_deleted_event_the_store_does_not_back_stops_nothing(
+    settings: ConnectionSettings, state: ClusterState, js: JetStreamContext, by_uid: bool
+) -> None:
+    """A pod.deleted event for a pod Redis still has Running here (forged, or stale) is a claim
+    the store does not back: the pod keeps running and holding its room."""
+    async with AgentService.simulating(settings, template(), 1, options(pod_duration=0)) as agent:
+        assignment = await bound_pod(state, "web", "sim-00000")
+        await assign(js, assignment)
+        await eventually(lambda: _assert(assignment.uid in agent.running))
+        await eventually(lambda: _assert_running(state, assignment.uid))
+        event = ClusterEvent(kind="pod.deleted", name=assignment.key, data=PodChange(assignment.uid if by_uid else ""))
+        for _ in range(3):
+            await js.publish(event_subject("pod.deleted", assignment.key), encode(event))
+        # A later, real deletion of another pod is acted on: the forged ones were read before it.
+        other = await bound_pod(state, "other", "sim-00000")
+        await assign(js, other)
+        await eventually(lambda: _assert(other.uid in agent.running))
+        assert (await state.transition(other.uid, PodPhase.DELETED)).ok
+        deleted = ClusterEvent(kind="pod.deleted", name=other.key, data=PodChange(other.uid))
+        await js.publish(event_subject("pod.deleted", other.key), encode(deleted))
+        await eventually(lambda: _assert(set(agent.running) == {assignment.uid}))
+    assert await phase(state, assignment.uid) is PodPhase.RUNNING
+    held = await state.reservation("sim-00000", assignment.uid)
+    assert held is not None
+    assert await check_invariants(state) == []
+
+
+async def test_a_running_pod_the_agent_does_not_run_is_taken_over_by_the_resync(
+    settings: ConnectionSettings, state: ClusterState, js: JetStreamContext
+) -> None:
+    """Redis has a pod Running on the agent's node with its room held, and the agent does not run
+    it (it stopped it on a claim, or the janitor held its room again): the resync takes it over."""
+    async with AgentService.simulating(settings, template(), 1, options(pod_duration=0, resync_interval=0.2)) as agent:
+        assignment = await bound_pod(state, "web", "sim-00000")
+        await assign(js, assignment)
+        await eventually(lambda: _assert(assignment.uid in agent.running))
+        agent.running.untrack(assignment.uid)  # as the old agent did on a forged pod.deleted
+        await eventually(lambda: _assert(assignment.uid in agent.running))
+    assert await phase(state, assignment.uid) is PodPhase.RUNNING
     assert await check_invariants(state) == []
 
 

@@ -32,6 +32,7 @@ from kubus.bus import (
 from kubus.bus.messages import BindRequest, NodeAssignment, OutcomeKind, Outcomes, decode, encode
 from kubus.framework.status import Status
 from kubus.kernels.nodeinfo import PodInfo
+from kubus.redis_connection import DiskError
 from kubus.service import ServiceState
 from kubus.settings import ConnectionSettings
 from kubus.store import ClusterState, PodPhase, PodRecord, Reservation, ReservationState, check_invariants
@@ -325,34 +326,42 @@ async def test_a_permit_wait_times_out(settings: ConnectionSettings, state: Clus
     await assert_handed_back(state, js, request, "timeout after waiting 0.2s")
 
 
-async def test_transient_errors_are_retried_then_the_pod_is_handed_back(
+async def test_a_server_outage_is_waited_out_and_only_other_failures_hand_the_pod_back(
     settings: ConnectionSettings, state: ClusterState, js: JetStreamContext
 ) -> None:
+    """Failures because Redis or NATS is away (down, a full disk) never use up a request's
+    tries, however many; failures of the request's own (a bug) do, and the last hands it back."""
     await add_node(state)
     await add_node(state, "node-b")
     lucky = await reserve_pod(state, "lucky")
     unlucky = await reserve_pod(state, "unlucky", "node-b")
-    async with BinderService(settings, options(max_deliver=2), permit=Gate(Status.success())) as binder:
+    async with BinderService(settings, options(max_failures=2), permit=Gate(Status.success())) as binder:
         assert isinstance(binder.permit, Gate)
-        binder.permit.errors = [ConnectionError("redis went away")]
-        await send(js, lucky)  # fails once, bound on the redelivery
+        binder.permit.errors = [
+            ConnectionError("redis went away"),
+            DiskError("Errors writing to the AOF file: No space left on device"),
+            ConnectionError("still down"),
+        ]
+        await send(js, lucky)  # more outages than max_failures: still bound once they end
 
         async def bound() -> None:
             pod = await state.get_pod(lucky.uid)
             assert pod is not None and pod.phase is PodPhase.BOUND
 
-        await eventually(bound)
-        binder.permit.errors = [ConnectionError("down"), ConnectionError("still down")]
-        await send(js, unlucky)  # fails on both deliveries: handed back on the last
-        await eventually(lambda: handled(js, binder, {"retry": 2.0, "bound": 1.0, "handed_back": 1.0}))
-    await assert_handed_back(state, js, unlucky, "still down")
+        await eventually(bound, timeout=30)
+        assert binder.outage.reason is None
+        binder.permit.errors = [RuntimeError("a bug"), RuntimeError("the same bug")]
+        await send(js, unlucky)  # fails on both tries: handed back on the last
+        await eventually(lambda: handled(js, binder, {"retry": 4.0, "bound": 1.0, "handed_back": 1.0}), timeout=30)
+    await assert_handed_back(state, js, unlucky, "the same bug")
 
 
 class NodeUnreachableBinder(BinderService):
-    """A binder whose announcement to the node always fails (NATS trouble after bind_pod)."""
+    """A binder whose announcement to the node always fails after bind_pod, and not because
+    NATS is away (that would be waited out): the stream refuses it."""
 
     async def _publish(self, publications: Sequence[Publication]) -> list[PubAck | Exception]:
-        raise ConnectionError("nats went away")
+        raise RuntimeError("the stream refuses the announcement")
 
 
 async def test_a_bound_pod_stays_bound_when_its_node_cannot_be_told(
@@ -360,7 +369,7 @@ async def test_a_bound_pod_stays_bound_when_its_node_cannot_be_told(
 ) -> None:
     await add_node(state)
     request = await reserve_pod(state, "web")
-    async with NodeUnreachableBinder(settings, options(max_deliver=1)) as binder:
+    async with NodeUnreachableBinder(settings, options(max_failures=1)) as binder:
         await send(js, request)
         await eventually(lambda: handled(js, binder, {"bound": 1.0}))
     pod = await state.get_pod(request.uid)
@@ -404,12 +413,12 @@ def test_bind_results_are_the_metric_labels() -> None:
 def test_options_and_command_line() -> None:
     from kubus.binder.__main__ import parse_args
 
-    args = parse_args(["--permit-timeout", "5", "--max-deliver", "3", "--nats", "nats://x:4222"])
-    assert (args.permit_timeout, args.max_deliver, args.batch, args.nats) == (5.0, 3, 64, "nats://x:4222")
+    args = parse_args(["--permit-timeout", "5", "--max-failures", "3", "--nats", "nats://x:4222"])
+    assert (args.permit_timeout, args.max_failures, args.batch, args.nats) == (5.0, 3, 64, "nats://x:4222")
     with pytest.raises(ValueError, match="permit_timeout"):
         BinderOptions(permit_timeout=0)
-    with pytest.raises(ValueError, match="max_deliver"):
-        BinderOptions(max_deliver=0)
+    with pytest.raises(ValueError, match="max_failures"):
+        BinderOptions(max_failures=0)
 
 
 def _assert(condition: bool) -> None:

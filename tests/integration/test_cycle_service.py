@@ -42,13 +42,13 @@ from kubus.bus.messages import (
     decode,
     encode,
 )
-from kubus.cycle import CycleOptions, CycleService, lease_name
+from kubus.cycle import CycleOptions, CycleService
 from kubus.framework.config import load_config
 from kubus.framework.runtime import Framework
 from kubus.kernels.nodeinfo import PodInfo
 from kubus.plugins import in_tree_registry
 from kubus.settings import ConnectionSettings
-from kubus.store import ClusterState, PodPhase, PodRecord, Reservation, check_invariants
+from kubus.store import ClusterState, PodPhase, PodRecord, Reservation, check_invariants, cycle_lease
 
 PROFILE = "default-scheduler"
 CONFIG = """
@@ -650,7 +650,7 @@ async def test_redis_gives_other_free_devices_when_the_picked_ones_were_taken(
 async def steal_lease(state: ClusterState, profile: str, thief: str = "thief") -> int:
     """Take the profile's lease away from its holder at once, as a lapse followed by a new holder
     does: one transaction, so the holder cannot renew in between."""
-    name = lease_name(profile)
+    name = cycle_lease(profile)
     keys = [state.keys.lease_holder(name), state.keys.lease_fence(name)]
     pipe = state.redis.pipeline(transaction=True)
     pipe.delete(keys[0])

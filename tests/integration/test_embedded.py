@@ -5,12 +5,15 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import socket
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
+import redis.exceptions
 from nats import connect as nats_connect
 from nats.aio.client import Client as NATS
 from nats.js.api import StorageType, StreamConfig
@@ -18,7 +21,7 @@ from support import eventually
 
 from kubus.bus import PODS_STREAM, PODS_SUBMIT, connect_bus, ensure_streams, publish_durable
 from kubus.embedded import EmbeddedServers, ServerStartError, nats_server_binary, valkey_server_binary
-from kubus.settings import ConnectionSettings
+from kubus.settings import ConnectionSettings, redis_client
 
 pytestmark = pytest.mark.integration
 
@@ -134,6 +137,36 @@ async def test_a_bus_client_reconnects_after_a_restart(tmp_path: Path) -> None:
         assert (await publish_durable(js, PODS_SUBMIT, b"before", "uid-1/1")).duplicate  # so did the dedup window
     finally:
         await nc.close()
+        await servers.stop()
+
+
+async def test_a_redis_client_gets_every_connection_back_after_redis_is_killed_under_scripts(
+    tmp_path: Path,
+) -> None:
+    """Pipelines of scripts running while Redis dies leave no connection out of the pool: with
+    redis-py's own pipeline each one leaked a connection (SCRIPT EXISTS fails before the try that
+    releases it), and once the pool was empty Redis was out of reach for good."""
+    servers = EmbeddedServers(tmp_path)
+    await servers.start()
+    client = redis_client(ConnectionSettings(redis_url=servers.redis_url), max_connections=2, timeout=1)
+    script = client.register_script("return redis.call('INCR', KEYS[1])")
+
+    async def incr() -> Any:
+        pipe = client.pipeline(transaction=False)
+        await script(keys=["n"], args=[], client=pipe)
+        return (await pipe.execute())[0]
+
+    try:
+        assert await incr() == 1
+        os.kill(servers.pids()["valkey-server"], signal.SIGKILL)
+        for _ in range(6):  # three times the pool: each would leak one
+            with pytest.raises(redis.exceptions.ConnectionError):
+                await incr()
+        await servers.restart("valkey-server")
+        assert await incr() >= 1  # the script is loaded again on the new server
+        assert len(client.connection_pool._in_use_connections) == 0  # type: ignore[attr-defined]
+    finally:
+        await client.aclose()
         await servers.stop()
 
 

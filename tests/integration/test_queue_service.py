@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ from kubus.bus import (
 )
 from kubus.bus.messages import (
     ERROR_HEADER,
+    FENCED,
     ClusterEvent,
     NodeAssignment,
     NodeChange,
@@ -55,7 +57,16 @@ from kubus.queue.queueing import REFUSED_RETRIES
 from kubus.queue.submission import Rejected, identify
 from kubus.service import ServiceState
 from kubus.settings import ConnectionSettings
-from kubus.store import ClusterState, EventType, PodPhase, PodRecord, Reservation, check_invariants
+from kubus.store import (
+    ClusterState,
+    EventType,
+    PodPhase,
+    PodRecord,
+    Reservation,
+    StoreCode,
+    check_invariants,
+    cycle_lease,
+)
 
 DEFAULT = "default-scheduler"
 GPU = "gpu-scheduler"
@@ -696,16 +707,53 @@ async def test_an_in_flight_pod_is_handed_out_again_after_its_deadline_unless_it
     assert (await pop(nats, wait_ms=600)).pods == ()  # the reserved one was dropped, not handed out
 
 
-async def test_pops_from_a_deposed_cycle_get_nothing(
-    start_queue: QueueFactory, nats: NATS, js: JetStreamContext
+async def refused_pop(nats: NATS, token: int) -> str:
+    """The queue's refusal of a pop with ``token`` (its error header); fails if it was answered."""
+    request = PopRequest(max_pods=50, wait_ms=0, holder="test", fencing_token=token)
+    reply = await nats.request(queue_pop(DEFAULT), encode(request), timeout=5)
+    refusal = (reply.headers or {}).get(ERROR_HEADER, "")
+    assert reply.data == b"" and refusal.startswith(FENCED), (reply.data, refusal)
+    return refusal
+
+
+async def test_pops_are_fenced_by_the_lease_in_redis_not_by_the_tokens_seen(
+    start_queue: QueueFactory, nats: NATS, js: JetStreamContext, state: ClusterState
 ) -> None:
     queue = await start_queue()
     for name in ("a", "b"):
         await submit(js, pod_manifest(name))
     await eventually(lambda: _assert(len(queue.queues[DEFAULT]) == 2))
-    assert await pop_names(nats, max_pods=1, token=1) == ["a"]
-    assert await pop_names(nats, max_pods=5, token=2) == ["a", "b"]  # the new leader gets a back at once
-    assert (await pop(nats, token=1)).pods == ()
+    lease = cycle_lease(DEFAULT)
+    first = await state.acquire_lease(lease, "cycle-1", 60_000)
+    assert first is not None
+    assert await pop_names(nats, max_pods=1, token=first) == ["a"]
+    assert await state.release_lease(lease, "cycle-1")  # a new cycle takes over
+    second = await state.acquire_lease(lease, "cycle-2", 60_000)
+    assert second is not None and second > first
+    assert await pop_names(nats, max_pods=5, token=second) == ["a", "b"]  # the new leader gets a back at once
+    assert "cycle-2 holds" in await refused_pop(nats, first)  # the deposed cycle gets nothing
+    assert "cycle-2 holds" in await refused_pop(nats, 0)  # nor a pop without a token while a cycle leads
+
+
+async def test_a_forged_token_is_refused_alone_and_the_leader_still_pops(
+    start_queue: QueueFactory, nats: NATS, js: JetStreamContext, state: ClusterState
+) -> None:
+    """A pop with a token far above the lease's (sent with the cycle role's rights) is refused,
+    and refused every time, without blocking the real leader's pops; nor do tokens count with no
+    lease at all (the cycle is gone)."""
+    queue = await start_queue()
+    await submit(js, pod_manifest("a"))
+    await eventually(lambda: _assert(len(queue.queues[DEFAULT]) == 1))
+    assert "no cycle holds the lease" in await refused_pop(nats, 7)
+    token = await state.acquire_lease(cycle_lease(DEFAULT), "cycle-1", 60_000)
+    assert token is not None
+    for _ in range(3):
+        assert "cycle-1 holds" in await refused_pop(nats, 2**62)
+    assert await pop_names(nats, token=token) == ["a"]
+    await submit(js, pod_manifest("b"))
+    await eventually(lambda: _assert(queue.queues[DEFAULT].where(uid_of(pod_manifest("b"))) is QueueName.ACTIVE))
+    assert "cycle-1 holds" in await refused_pop(nats, 2**62)
+    assert await pop_names(nats, token=token) == ["b"]
 
 
 # -- the janitor -------------------------------------------------------------------------------------
@@ -752,6 +800,39 @@ async def test_the_janitor_finishes_a_bind_a_binder_left_half_done(
     msg = await assignments.next_msg(timeout=5)
     assignment = decode(NodeAssignment, msg.data)
     assert (assignment.uid, assignment.node, assignment.attempt) == (uid, "n1", attempt)
+    assert await check_invariants(state) == []
+
+
+async def test_the_janitor_fails_a_running_pod_whose_room_was_taken_and_holds_it_again_where_it_is_free(
+    start_queue: QueueFactory, redis: aioredis.Redis, events: EventLog
+) -> None:
+    """Running pods whose reservations were released behind their backs (a deletion acted on
+    that the store did not back): one gets its room again, the other, whose room another pod
+    took, is failed (Evicted) and announced finished, so no node is overcommitted."""
+    state = ClusterState(redis)
+    await state.put_node(_node("n1"))  # 8 cpu
+    uids = {}
+    for name, cpu in (("keeps", "2"), ("evicted", "6"), ("thief", "6")):
+        [sub] = read_submission(pod_manifest(name, cpu=cpu), source="test", max_manifest_bytes=1 << 20)
+        uids[name] = sub.pod.metadata.uid
+        assert await state.put_pod(PodRecord.of(sub.pod, sub.manifest, now=state.clock()))
+        if name == "thief":
+            continue
+        attempt = await _reserve(state, sub.manifest, "n1")
+        assert await state.mark_bound("n1", uids[name], str(attempt)) is StoreCode.OK
+        assert (await state.bind_pod(uids[name], "n1", (), expected_version=attempt)).ok
+        assert (await state.transition(uids[name], PodPhase.RUNNING)).ok
+        assert await state.release("n1", uids[name]) is StoreCode.OK
+    await _reserve(state, pod_manifest("thief", cpu="6"), "n1")
+
+    await start_queue(replace(FAST, resync=0.2))
+    record = await stored(state, uids["evicted"], PodPhase.FAILED)
+    assert record.reason == "Evicted" and "Insufficient cpu" in record.message, record
+    assert [e.reason for e in await state.events(uids["evicted"])][-1] == "Evicted"
+    assert (await state.get_pod(uids["keeps"])) is not None
+    assert await state.reservation("n1", uids["keeps"]) is not None
+    finished = await eventually(lambda: _at_least(events.of("pod.finished"), 1))
+    assert [e.name for e in finished] == ["default/evicted"]
     assert await check_invariants(state) == []
 
 

@@ -498,6 +498,49 @@ async def test_reconcile_cleans_up_after_crashes(redis: aioredis.Redis) -> None:
     assert await check_invariants(state) == []
 
 
+async def test_repair_placements_holds_lost_room_again_or_names_the_pods_that_lost_it(state: ClusterState) -> None:
+    """A Bound or Running pod whose room was released behind its back gets it again when the
+    node still has room, and is named when another pod took it; reservations not marked bound
+    and bound marks without a reservation are mended. Each finding is what check_invariants
+    reports before, and nothing is left to report after."""
+    await state.put_node(make_node("n1", cpu="4"))
+    await state.put_node(make_node("n2", cpu="4"))
+    pods = {name: make_pod(name, cpu="2", whole_gpus=0) for name in ("running", "bound", "crowded", "thief", "fine")}
+    for pod, manifest in pods.values():
+        await submit(state, pod, manifest)
+    for name, node in (("running", "n1"), ("bound", "n1"), ("crowded", "n2"), ("fine", "n2")):
+        await place(state, pods[name][0], node)
+    assert (await state.transition("uid-running", PodPhase.RUNNING)).ok
+    # Released behind their pods' backs (a forged deletion acted on)...
+    for uid, node in (("uid-running", "n1"), ("uid-bound", "n1"), ("uid-crowded", "n2")):
+        assert await state.release(node, uid) is StoreCode.OK
+    # ... and on n2 another pod took the room meanwhile.
+    await place(state, pods["thief"][0], "n2")
+    # A reservation of a Bound pod not marked bound, and a bound mark with no reservation.
+    await state.redis.srem(state.keys.node_bound("n2"), "uid-fine")
+    await state.redis.sadd(state.keys.node_bound("n1"), "uid-nobody")
+    assert await check_invariants(state) == [
+        "node n1: pod uid-nobody marked bound without a reservation",
+        "node n2: pod default/fine is Bound but its reservation is not marked bound",
+        "pod default/bound (uid-bound): Bound on node n1 without a reservation there",
+        "pod default/crowded (uid-crowded): Bound on node n2 without a reservation there",
+        "pod default/running (uid-running): Running on node n1 without a reservation there",
+    ]
+
+    fixes, lost = await state.repair_placements()
+    assert sorted(fixes) == [
+        "node n1: dropped the bound mark of pod uid-nobody, which holds no reservation",
+        "node n1: held again the room of default/bound (uid-bound), Bound",
+        "node n1: held again the room of default/running (uid-running), Running",
+        "node n2: marked bound the reservation of default/fine (uid-fine), Bound",
+    ]
+    assert [(room.pod.uid, room.reasons) for room in lost] == [("uid-crowded", ("Insufficient cpu",))]
+    assert await state.repair_placements() == ([], lost)  # the same one, again: it has no room
+    assert (await state.transition("uid-crowded", PodPhase.FAILED)).ok  # what the janitor does with it
+    assert await state.repair_placements() == ([], [])
+    assert await check_invariants(state) == []
+
+
 async def test_give_back_is_one_step_conditional_on_the_attempt(state: ClusterState) -> None:
     await state.put_node(make_node("n1"))
     pod, manifest = make_pod("p")
