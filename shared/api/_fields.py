@@ -19,7 +19,7 @@ from kubus.api.objects import (
     EPHEMERAL_STORAGE,
     MEMORY,
 )
-from kubus.api.quantity import MAX_INT64, milli_value, parse_quantity, value
+from kubus.api.quantity import MAX_INT64, resource_quantity
 from kubus.api.resource_names import is_extended_resource_name
 
 _POD_RESOURCES = frozenset({CPU, MEMORY, EPHEMERAL_STORAGE})
@@ -72,19 +72,14 @@ def _enum_values(cls: type[Enum]) -> str:
 
 
 @lru_cache(maxsize=4096, typed=True)
-def _resource_quantity(kind: str, raw: str | int | float) -> tuple[int, Fraction]:
-    """(base units, exact value) of a quantity; `kind` is "cpu" (milli-CPU), the name of an
-    extended resource (whole numbers only), or "" (anything else). Cached: a cluster file
-    repeats the same few quantities thousands of times."""
-    shown = raw.strip() if isinstance(raw, str) else repr(raw)
-    exact = parse_quantity(shown if isinstance(raw, str) else raw)
-    if exact < 0:
-        raise ValueError(f"quantity {quote(shown)} must not be negative")
-    if kind and kind != CPU and exact.denominator != 1:
-        raise ValueError(f"quantity {quote(shown)} must be a whole number for {kind}")
-    base = milli_value(exact) if kind == CPU else value(exact)
-    if base > MAX_INT64:
-        raise ValueError(f"quantity {quote(shown)} is too large")
+def _resource_quantity(name: str, raw: str | int | float) -> tuple[int, Fraction]:
+    """(base units, exact value) of a quantity of resource `name` (`resource_quantity`: at most
+    2**63-1 in base units, whatever the resource), a whole number for an extended resource.
+    Cached: a cluster file repeats the same few quantities thousands of times."""
+    base, exact = resource_quantity(name, raw)
+    if exact.denominator != 1 and is_extended_resource_name(name):
+        shown = raw.strip() if isinstance(raw, str) else repr(raw)
+        raise ValueError(f"quantity {quote(shown)} must be a whole number for {name}")
     return base, exact
 
 
@@ -210,9 +205,8 @@ class Reader:
         """(base units, exact value) of one resource quantity; rejects negatives and > int64."""
         if raw is None or isinstance(raw, bool) or not isinstance(raw, str | int | float):
             self.fail(path, f"expected a quantity (string or number), got {describe(raw)}")
-        kind = name if name == CPU or is_extended_resource_name(name) else ""
         try:
-            return _resource_quantity(kind, raw)
+            return _resource_quantity(name, raw)
         except ValueError as e:
             self.fail(path, str(e))
 

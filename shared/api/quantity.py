@@ -14,18 +14,25 @@ Arithmetic is exact (`fractions.Fraction`, never floats). As in kube:
 
 - a value is kept down to nano (1e-9); a finer non-zero value is rounded away from zero
   ("0.9n" is 1n, "0.5e-9" is 1n);
-- a quantity with a binary suffix is capped, silently, at 2**63-1 ("9Ei" is 2**63-1);
+- `parse_quantity` caps a quantity with a binary suffix, silently, at 2**63-1 ("9Ei" is
+  2**63-1);
 - `value()` and `milli_value()` round up, away from zero, like `Quantity.Value()` and
   `Quantity.MilliValue()` ("1.5" is 2 and 1500m; "0.1m" is 1m);
 - leading and trailing whitespace is rejected by `parse_quantity` (as by `ParseQuantity`) but
   trimmed by `to_base_units` (as kube's JSON/YAML decoding does before parsing).
 
-One deliberate difference: kube accepts a quantity with no digit at all ("k", "Mi", ".", "-",
-"e3") and reads it as 0 (kubernetes/apimachinery#165); kubus rejects it as the typo it is.
+Two deliberate differences:
 
-`to_base_units` is what manifests use: milli-CPU for `cpu`, the value rounded up for everything
-else (memory and storage in bytes, pods, extended resources such as `nvidia.com/gpu`,
-`hugepages-*`), refusing negative values and values past int64.
+- kube accepts a quantity with no digit at all ("k", "Mi", ".", "-", "e3") and reads it as 0
+  (kubernetes/apimachinery#165); kubus rejects it as the typo it is.
+- kube's ParseQuantity reads "1000000000000000000000000000000Ei" as 2**63-1 (the cap above) and
+  leaves "1e1000" uncapped (its `MilliValue()` then overflows int64); kubus refuses both: every
+  resource's quantity is at most 2**63-1 in base units (`resource_quantity`, `MAX_INT64`).
+
+`resource_quantity` (and `to_base_units`) is what manifests use: milli-CPU for `cpu`, the value
+rounded up for everything else (memory and storage in bytes, pods, extended resources such as
+`nvidia.com/gpu`, `hugepages-*`), refusing negative values and values past 2**63-1, the exact
+value read without the cap (`exact_quantity`).
 """
 
 from __future__ import annotations
@@ -59,6 +66,8 @@ _BINARY_SUFFIXES: dict[str, int] = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi"
 _MAX_EXPONENT = 10_000
 _NANO = 10**9
 _MAX_DIGITS = 4000  # Python's int() refuses strings of more than 4300 digits by default
+_BYTE_RESOURCES = frozenset({"memory", "ephemeral-storage", "storage"})
+"""Resources counted in bytes, besides `hugepages-<size>`."""
 
 
 def _invalid(text: str, detail: str = "") -> ValueError:
@@ -107,11 +116,12 @@ def _scan(text: str) -> tuple[bool, str, str, str]:
 
 
 @lru_cache(maxsize=8192)
-def _parse_text(text: str) -> Fraction:
+def _parse_text(text: str) -> tuple[Fraction, bool]:
+    """(the exact value, whether its suffix is binary): ParseQuantity less the cap."""
     if not text:
         raise _invalid(text, "it is empty")
     if text == "0":
-        return Fraction(0)
+        return Fraction(0), False
     positive, num, denom, suffix = _scan(text)
     if len(num) + len(denom) > _MAX_DIGITS:
         raise _invalid(text, "too many digits")
@@ -132,9 +142,7 @@ def _parse_text(text: str) -> Fraction:
     if amount.denominator != 1 and (amount * _NANO).denominator != 1:
         # Round a non-zero value finer than nano up to the next nano (away from zero).
         amount = Fraction(math.ceil(amount * _NANO), _NANO)
-    if binary and amount > MAX_INT64:
-        amount = Fraction(MAX_INT64)
-    return amount if positive else -amount
+    return (amount if positive else -amount), binary
 
 
 def _is_signed_integer(text: str) -> bool:
@@ -143,16 +151,31 @@ def _is_signed_integer(text: str) -> bool:
 
 
 def parse_quantity(value: str | int | float) -> Fraction:
-    """Parse a Kubernetes quantity exactly; raise ValueError with a one-line reason if invalid.
+    """Parse a Kubernetes quantity as kube's `ParseQuantity` does; raise ValueError with a
+    one-line reason if invalid.
 
-    Strings follow kube's `ParseQuantity` (see the module docstring). Integers are taken as they
-    are. Floats (YAML and JSON numbers such as `0.5`) are read through their shortest repr, so
-    0.1 stays 1/10. Booleans, NaN and infinities are refused. Negative values parse.
+    Strings follow kube's grammar (see the module docstring), a binary-suffixed value capped at
+    2**63-1 ("9Ei" is 2**63-1, "-9Ei" is -(2**63-1)). Integers are taken as they are. Floats
+    (YAML and JSON numbers such as `0.5`) are read through their shortest repr, so 0.1 stays
+    1/10. Booleans, NaN and infinities are refused. Negative values parse.
     """
+    amount, binary = _parse(value)
+    if binary and abs(amount) > MAX_INT64:
+        return Fraction(MAX_INT64 if amount > 0 else -MAX_INT64)
+    return amount
+
+
+def exact_quantity(value: str | int | float) -> Fraction:
+    """`parse_quantity` without kube's cap: "9Ei" is 9 * 2**60. What base units are checked
+    against, so that "1000000000000000000000000000000Ei" is too large as "1e1000" is."""
+    return _parse(value)[0]
+
+
+def _parse(value: str | int | float) -> tuple[Fraction, bool]:
     if isinstance(value, bool):
         raise ValueError(f"quantity must be a string or a number, got {str(value).lower()}")
     if isinstance(value, int):
-        return Fraction(value)
+        return Fraction(value), False
     if isinstance(value, float):
         if not math.isfinite(value):
             raise _invalid(repr(value))
@@ -172,22 +195,38 @@ def milli_value(q: Fraction) -> int:
     return value(q * 1000)
 
 
-def to_base_units(resource_name: str, raw: str | int | float) -> int:
-    """The integer kubus stores for `raw` of `resource_name`: milli-CPU for "cpu", else Value().
+def resource_quantity(resource_name: str, raw: str | int | float) -> tuple[int, Fraction]:
+    """(base units, exact value) of `raw` of `resource_name`: the integer kubus stores, milli-CPU
+    for "cpu", else Value() (bytes for memory and storage, a count for the rest).
 
     Whitespace around a string is trimmed (kube's JSON decoding does the same). Raises
-    ValueError for an invalid quantity, a negative one, or one past 2**63-1 in base units.
+    ValueError for an invalid quantity, a negative one, or one past 2**63-1 in base units, the
+    same bound for every resource: `quantity "8Ei" is too large (more than 2^63-1 bytes)`.
     """
     if isinstance(raw, str):
         raw = raw.strip()
-    q = parse_quantity(raw)
+    exact = exact_quantity(raw)
     shown = raw if isinstance(raw, str) else repr(raw)
-    if q < 0:
+    if exact < 0:
         raise ValueError(f"quantity {_quote(shown)} must not be negative")
-    result = milli_value(q) if resource_name == "cpu" else value(q)
+    result = milli_value(exact) if resource_name == "cpu" else value(exact)
     if result > MAX_INT64:
-        raise ValueError(f"quantity {_quote(shown)} is too large")
-    return result
+        raise ValueError(f"quantity {_quote(shown)} is too large (more than 2^63-1{_unit(resource_name)})")
+    return result, exact
+
+
+def to_base_units(resource_name: str, raw: str | int | float) -> int:
+    """`resource_quantity`'s base units: the integer kubus stores for `raw` of `resource_name`."""
+    return resource_quantity(resource_name, raw)[0]
+
+
+def _unit(resource_name: str) -> str:
+    """The base unit of a resource, with its leading space; "" for a count."""
+    if resource_name == "cpu":
+        return " millicores"
+    if resource_name in _BYTE_RESOURCES or resource_name.startswith("hugepages-"):
+        return " bytes"
+    return ""
 
 
 def format_cpu(milli: int) -> str:

@@ -55,7 +55,8 @@ from kubus.api import (
     pod_gpu_request,
     pod_requests,
 )
-from kubus.api.manifests import wire_pod
+from kubus.api.manifests import json_document, read_documents, wire_pod
+from kubus.queue.submission import Rejected, read_submission
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "examples"
 Gi, Mi = 2**30, 2**20
@@ -871,7 +872,11 @@ POD_ERRORS = [
         with_resources({"cpu": None}),
         P + f"{C0}.resources.requests.cpu: expected a quantity (string or number), got null",
     ),
-    ("too large", with_resources({"cpu": "10E"}), P + f'{C0}.resources.requests.cpu: quantity "10E" is too large'),
+    (
+        "too large",
+        with_resources({"cpu": "10E"}),
+        P + f'{C0}.resources.requests.cpu: quantity "10E" is too large (more than 2^63-1 millicores)',
+    ),
     (
         "unknown resource",
         with_resources({"cpus": "1"}),
@@ -1548,6 +1553,281 @@ def test_every_bad_object_is_reported_once() -> None:
         "all.yaml: Pod default/e: spec.containers[0].ports[0].containerPort: must be between 1 and 65535, inclusive",
     ]
     assert len(info.value.errors) == 4
+
+
+# --- a key given twice: refused as kube's strict decoding refuses it, never "the last one wins" ---
+
+TWICE = [
+    (
+        "top level",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: c}]}\nspec: {}\n",
+        'm.yaml: Pod default/a: spec: duplicate field "spec" at line 5 (first at line 4)',
+    ),
+    (
+        "metadata",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: a\n  namespace: x\n  name: b\nspec: {containers: [{name: c}]}\n",
+        'm.yaml: Pod x/b: metadata.name: duplicate field "name" at line 6 (first at line 4)',
+    ),
+    (
+        "container",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: web-1}\nspec:\n  containers:\n  - name: c\n"
+        "    resources:\n      requests: {cpu: 1}\n    image: x\n    resources:\n      limits: {cpu: 2}\n",
+        'm.yaml: Pod default/web-1: spec.containers[0].resources: duplicate field "resources" at line 10 '
+        "(first at line 7)",
+    ),
+    (
+        "flow mapping",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: a, labels: {app: x, app: y}}\nspec: {containers: [{name: c}]}\n",
+        'm.yaml: Pod default/a: metadata.labels.app: duplicate field "app" at line 3, column 38 (first at column 30)',
+    ),
+    (
+        "list item",
+        "apiVersion: v1\nkind: List\nitems:\n- kind: Node\n  metadata: {name: n1}\n- kind: Pod\n"
+        "  metadata: {name: p}\n  spec:\n    containers: [{name: c}]\n    nodeSelector: {zone: a}\n"
+        "    nodeSelector: {zone: b}\n",
+        'm.yaml: Pod default/p: spec.nodeSelector: duplicate field "nodeSelector" at line 11 (first at line 10)',
+    ),
+    (
+        "list itself",
+        "apiVersion: v1\nkind: List\nitems: []\nitems:\n- {kind: Node, metadata: {name: n1}}\n",
+        'm.yaml: document 1: items: duplicate field "items" at line 4 (first at line 3)',
+    ),
+    (
+        "node",
+        "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\nstatus:\n  allocatable: {cpu: '1', cpu: '64'}\n",
+        'm.yaml: Node n1: status.allocatable.cpu: duplicate field "cpu" at line 5, column 27 (first at column 17)',
+    ),
+    (
+        "extended resource key",
+        "kind: Pod\nmetadata: {name: a}\nspec:\n  containers:\n  - name: c\n    resources:\n      limits:\n"
+        "        nvidia.com/gpu: 1\n        nvidia.com/gpu: 8\n",
+        'm.yaml: Pod default/a: spec.containers[0].resources.limits[nvidia.com/gpu]: duplicate field "nvidia.com/gpu" '
+        "at line 9 (first at line 8)",
+    ),
+    (
+        "json",
+        '{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a"}, "spec": {"containers": '
+        '[{"name": "c", "resources": {"requests": {"cpu": "1"}}, "resources": {}}]}}',
+        'm.yaml: Pod default/a: spec.containers[0].resources: duplicate field "resources"',
+    ),
+    (
+        "json list item",
+        '{"kind": "PodList", "items": [{"metadata": {"name": "a"}, "spec": {"containers": [{"name": "c"}]}}, '
+        '{"metadata": {"name": "b", "name": "c"}, "spec": {"containers": [{"name": "c"}]}}]}',
+        'm.yaml: Pod default/c: metadata.name: duplicate field "name"',
+    ),
+    (
+        "json with a blank before a colon",
+        '{"kind" : "Pod", "metadata" : {"name" : "a"}, "spec" : {"containers" : [{"name" : "c"}]}, "kind" : "Pod"}',
+        'm.yaml: Pod default/a: kind: duplicate field "kind"',
+    ),
+    (
+        "json with a colon spelled as an escape",  # its colon makes up, in orjson's output, for the one dropped
+        '{"kind": "Pod", "metadata": {"name": "a"}, "spec": {"containers": [{"name": "c"}]}, "kind": "Pod", '
+        '"note": "\\u003a"}',
+        'm.yaml: Pod default/a: kind: duplicate field "kind"',
+    ),
+    (
+        "json with a key spelled with escapes",  # "k\u0069nd" is "kind": only the decoded keys count
+        '{"kind": "Pod", "metadata": {"name": "a"}, "spec": {"containers": [{"name": "c"}]}, "k\\u0069nd": "Pod", '
+        '"note": "\\u0022:"}',
+        'm.yaml: Pod default/a: kind: duplicate field "kind"',
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "message"), [pytest.param(t, m, id=i) for i, t, m in TWICE])
+def test_a_key_given_twice_is_refused(text: str, message: str) -> None:
+    assert load_error(text) == message
+    path_and_reason = message.split(": ", 2)[2]
+    if "List" not in text and "items" not in text:
+        with pytest.raises(yaml.YAMLError, match="duplicate field") as info:
+            list(read_documents(text))
+        assert str(info.value) == path_and_reason
+
+
+def test_every_object_with_a_key_given_twice_is_reported() -> None:
+    twice = POD_A.replace("{name: c}", "{name: c, name: d}")
+    text = "\n---\n".join([twice, POD_A.replace("name: a", "name: b"), NODE_N, twice.replace("name: a", "name: e")])
+    with pytest.raises(ManifestErrors) as info:
+        load_manifests(text, source="all.yaml")
+    assert str(info.value).splitlines() == [
+        'all.yaml: Pod default/a: spec.containers[0].name: duplicate field "name" at line 4, column 31 '
+        "(first at column 22)",
+        'all.yaml: Pod default/e: spec.containers[0].name: duplicate field "name" at line 21, column 31 '
+        "(first at column 22)",
+    ]
+
+
+def test_merge_keys_may_be_overridden_but_not_given_twice() -> None:
+    base = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: a\n  labels: &common {app: web, tier: x}\nspec:\n"
+    overridden = base + "  nodeSelector: {<<: *common, tier: y}\n  containers: [{name: c}]\n"
+    assert load_manifests(overridden).pods[0].spec.node_selector == {"app": "web", "tier": "y"}
+    twice = base + "  nodeSelector: {<<: *common, tier: y, tier: z}\n  containers: [{name: c}]\n"
+    assert load_error(twice) == (
+        'm.yaml: Pod default/a: spec.nodeSelector.tier: duplicate field "tier" at line 7, column 40 '
+        "(first at column 31)"
+    )
+
+
+def test_a_key_given_twice_in_another_kind_is_left_to_the_kind_error() -> None:
+    assert load_error("kind: Deployment\nmetadata: {name: a}\nspec: {}\nspec: {}\n") == (
+        'm.yaml: document 1: kind: "Deployment" is not supported; kubus reads Pod, Node and List (PodList, NodeList)'
+    )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # Colons, quotes and escapes inside strings, blanks before colons.
+        '{"kind": "Pod", "metadata": {"name": "a", "annotations": {"x": "{\\"k\\": 1, \\"k\\" : 2}"}}, '
+        '"spec": {"containers": [{"name": "c"}]}}',
+        '{"kind": "Pod", "metadata": {"name": "a", "annotations": {"x": "\\u0022:", "y": "\\u003a\\u003A"}}, '
+        '"spec": {"containers": [{"name": "c"}]}}',
+        '{"kind" : "Pod", "metadata": {"name": "a"}, "spec": {"containers": [{"name": "c"}]}}',
+        '{"kind": "Pod", "metadata": {"name": "a", "labels": {"a": "1", "b": "1"}}, '
+        '"spec": {"containers": [{"name": "c"}]}}',
+    ],
+)
+def test_json_whose_keys_are_all_different_is_read(text: str) -> None:
+    assert [p.name for p in load_manifests(text).pods] == ["a"]
+    assert json_document(text) == json.loads(text)
+    assert json_document(text.encode()) == json.loads(text)
+
+
+def test_json_nested_deeper_than_orjson_writes_is_checked_the_slow_way() -> None:
+    deep = "[" * 300 + "]" * 300  # orjson reads 1024 levels, writes 254
+    pod = '{"kind": "Pod", "metadata": {"name": "a"}, "spec": {"containers": [{"name": "c"}]}, "x": %s%s}'
+    assert [p.name for p in load_manifests(pod % (deep, "")).pods] == ["a"]
+    assert load_error(pod % (deep, ', "kind": "Pod"')) == 'm.yaml: Pod default/a: kind: duplicate field "kind"'
+
+
+def test_json_document_refuses_what_may_give_a_key_twice() -> None:
+    with pytest.raises(orjson.JSONDecodeError):
+        json_document(b'{"a": 1, "b": {"c": 1, "c": 2}}')
+    with pytest.raises(orjson.JSONDecodeError):
+        json_document(b"{")
+    assert json_document(b'{"a": 1, "b": {"c": 1, "d": [{"c": 2}]}}') == {"a": 1, "b": {"c": 1, "d": [{"c": 2}]}}
+
+
+def _submitted(data: bytes) -> Rejected:
+    with pytest.raises(Rejected) as info:
+        read_submission(data, source="bus", max_manifest_bytes=1 << 20)
+    return info.value
+
+
+@pytest.mark.parametrize(
+    ("pod", "message"),
+    [
+        (
+            b'{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web-1","namespace":"ns"},"spec":{"containers":'
+            b'[{"name":"c","resources":{"limits":{"cpu":"1"}},"resources":{}}]}}',
+            'bus: Pod ns/web-1: spec.containers[0].resources: duplicate field "resources"',
+        ),
+        (
+            b'{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web-1","namespace":"ns","namespace":"ns"},'
+            b'"spec":{"containers":[{"name":"c"}]}}',
+            'bus: Pod ns/web-1: metadata.namespace: duplicate field "namespace"',
+        ),
+        (
+            b'{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web-1","namespace":"ns"},"spec":{"containers":'
+            b'[{"name":"c"}],"priority":1,"priority":2}}',
+            'bus: Pod ns/web-1: spec.priority: duplicate field "priority"',
+        ),
+        (
+            b"apiVersion: v1\nkind: Pod\nmetadata: {name: web-1, namespace: ns}\nspec:\n  containers: [{name: c}]\n"
+            b"  containers: [{name: d}]\n",
+            'bus: Pod ns/web-1: spec.containers: duplicate field "containers" at line 6 (first at line 5)',
+        ),
+    ],
+)
+def test_the_queue_refuses_a_pod_that_gives_a_key_twice(pod: bytes, message: str) -> None:
+    rejected = _submitted(pod)
+    assert str(rejected) == message
+    assert (rejected.reason, rejected.key) == ("Invalid", "ns/web-1")  # still named, for its events
+
+
+# --- quantities: at most 2**63-1 in base units, whatever the resource and wherever it is written ----
+
+HUGE_EI = "1000000000000000000000000000000Ei"
+INT64 = 2**63 - 1
+
+QUANTITY_BOUNDS = [
+    # resource, the most it takes, one base unit more, its unit in the message
+    ("cpu", "9223372036854775807m", "9223372036854775808m", " millicores"),
+    ("memory", "9223372036854775807", "9223372036854775808", " bytes"),
+    ("memory", "9223372036854775807", "8Ei", " bytes"),
+    ("ephemeral-storage", "9223372036854775807", "9223372036854775808", " bytes"),
+    ("example.com/foo", "9223372036854775807", "9223372036854775808", ""),
+]
+
+
+@pytest.mark.parametrize(("resource", "most", "more", "unit"), QUANTITY_BOUNDS)
+@pytest.mark.parametrize("where", ["requests", "limits"])
+def test_pod_quantities_are_bounded(resource: str, most: str, more: str, unit: str, where: str) -> None:
+    pod = parse_pod(with_resources(**{where: {resource: most}}))
+    assert pod.spec.containers[0].requests[resource] == INT64
+    path = f"{C0}.resources.{where}" + (f"[{resource}]" if "/" in resource else f".{resource}")
+    assert pod_error(with_resources(**{where: {resource: more}})) == (
+        P + f'{path}: quantity "{more}" is too large (more than 2^63-1{unit})'
+    )
+
+
+@pytest.mark.parametrize(("resource", "most", "more", "unit"), QUANTITY_BOUNDS)
+def test_node_quantities_are_bounded(resource: str, most: str, more: str, unit: str) -> None:
+    node = parse_node(a_node(allocatable={resource: most}, capacity={resource: most}))
+    assert node.status.allocatable[resource] == node.status.capacity[resource] == INT64
+    path = "status.allocatable" + (f"[{resource}]" if "/" in resource else f".{resource}")
+    assert node_error(a_node(allocatable={resource: more})) == (
+        N + f'{path}: quantity "{more}" is too large (more than 2^63-1{unit})'
+    )
+
+
+@pytest.mark.parametrize(
+    ("obj", "message"),
+    [
+        (
+            with_resources({"memory": HUGE_EI}),
+            P + f'{C0}.resources.requests.memory: quantity "{HUGE_EI}" is too large (more than 2^63-1 bytes)',
+        ),
+        (
+            with_resources(limits={"memory": HUGE_EI}),
+            P + f'{C0}.resources.limits.memory: quantity "{HUGE_EI}" is too large (more than 2^63-1 bytes)',
+        ),
+        (
+            with_resources({"cpu": "1e1000"}),
+            P + f'{C0}.resources.requests.cpu: quantity "1e1000" is too large (more than 2^63-1 millicores)',
+        ),
+        (
+            a_pod(overhead={"memory": "9Ei"}),
+            P + 'spec.overhead.memory: quantity "9Ei" is too large (more than 2^63-1 bytes)',
+        ),
+        (
+            a_pod(initContainers=[{"name": "i", "resources": {"limits": {"hugepages-2Mi": "8Ei"}}}]),
+            P + 'spec.initContainers[0].resources.limits.hugepages-2Mi: quantity "8Ei" is too large (more than '
+            "2^63-1 bytes)",
+        ),
+    ],
+)
+def test_huge_pod_quantities_are_too_large(obj: dict[str, Any], message: str) -> None:
+    assert pod_error(obj) == message
+
+
+def test_huge_quantities_are_too_large_in_every_kind_and_annotation() -> None:
+    assert node_error(a_node(capacity={"memory": HUGE_EI})) == (
+        N + f'status.capacity.memory: quantity "{HUGE_EI}" is too large (more than 2^63-1 bytes)'
+    )
+    gpus = json.dumps([{"index": 0, "model": "H100", "memory": "9Ei"}])
+    node = a_node()
+    node["metadata"]["annotations"] = {"kubus.io/gpus": gpus}
+    assert node_error(node) == (
+        N + 'metadata.annotations[kubus.io/gpus]: [0].memory: quantity "9Ei" is too large (more than 2^63-1 bytes)'
+    )
+    group = "apiVersion: scheduling.x-k8s.io/v1alpha1\nkind: PodGroup\nmetadata: {name: g}\n"
+    assert load_error(group + f"spec: {{minMember: 1, minResources: {{memory: {HUGE_EI}}}}}\n") == (
+        f'm.yaml: PodGroup default/g: spec.minResources.memory: quantity "{HUGE_EI}" is too large (more than '
+        "2^63-1 bytes)"
+    )
 
 
 # --- fuzz: bad input never escapes as anything but ManifestError --------------------------------

@@ -8,7 +8,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kubus.api.quantity import MAX_INT64, milli_value, parse_quantity, to_base_units, value
+from kubus.api.quantity import (
+    MAX_INT64,
+    exact_quantity,
+    milli_value,
+    parse_quantity,
+    resource_quantity,
+    to_base_units,
+    value,
+)
 
 NANO = F(1, 10**9)
 Ki, Mi, Gi, Ti, Pi, Ei = (2**e for e in (10, 20, 30, 40, 50, 60))
@@ -258,7 +266,10 @@ def test_value_and_milli_value_round_up(text: str, expected_value: int, expected
         ("memory", "129M", 129_000_000),
         ("memory", "123Mi", 123 * Mi),
         ("memory", "0.5", 1),
-        ("memory", "8Ei", MAX_INT64),  # binary quantities are capped by kube
+        ("memory", "9223372036854775807", MAX_INT64),
+        ("memory", "7.999999999999999999Ei", MAX_INT64),  # 2**63 - 1.15: rounded up
+        ("cpu", "9223372036854775807m", MAX_INT64),
+        ("cpu", "9223372036854775.807", MAX_INT64),
         ("memory", 0, 0),
         ("pods", "110", 110),
         ("nvidia.com/gpu", 8, 8),
@@ -277,8 +288,8 @@ def test_to_base_units(resource: str, raw: str | int | float, expected: int) -> 
         ("cpu", "-1", 'quantity "-1" must not be negative'),
         ("memory", "-1Gi", 'quantity "-1Gi" must not be negative'),
         ("memory", -5, 'quantity "-5" must not be negative'),
-        ("cpu", "9223372036854775807", 'quantity "9223372036854775807" is too large'),
-        ("memory", "10E", 'quantity "10E" is too large'),
+        ("cpu", "9223372036854775807", 'quantity "9223372036854775807" is too large (more than 2^63-1 millicores)'),
+        ("memory", "10E", 'quantity "10E" is too large (more than 2^63-1 bytes)'),
         ("cpu", "abc", 'quantity "abc" is not valid'),
         ("cpu", "", 'quantity "" is not valid: it is empty'),
         ("cpu", True, "quantity must be a string or a number, got true"),
@@ -287,6 +298,62 @@ def test_to_base_units(resource: str, raw: str | int | float, expected: int) -> 
 def test_to_base_units_errors(resource: str, raw: object, message: str) -> None:
     with pytest.raises(ValueError) as info:
         to_base_units(resource, raw)  # type: ignore[arg-type]
+    assert str(info.value) == message
+
+
+HUGE_EI = "1000000000000000000000000000000Ei"
+
+
+def test_exact_quantity_is_parse_quantity_without_kubes_cap() -> None:
+    assert parse_quantity("9Ei") == MAX_INT64  # kube's ParseQuantity caps a binary suffix
+    assert parse_quantity("-9Ei") == -MAX_INT64
+    assert exact_quantity("9Ei") == 9 * Ei
+    assert exact_quantity("-9Ei") == -9 * Ei
+    assert exact_quantity(HUGE_EI) == 10**30 * Ei
+    assert exact_quantity("1e1000") == 10**1000
+    assert exact_quantity("100.035Ki") == parse_quantity("100.035Ki")
+
+
+# Every resource is bounded alike: at most 2**63-1 in base units (milli-CPU for cpu), one more is
+# too large. A binary suffix, which kube caps at 2**63-1, is no way around it.
+BOUNDS = [
+    # resource, the most it takes, one base unit more, its unit in the message
+    ("cpu", "9223372036854775807m", "9223372036854775808m", " millicores"),
+    ("cpu", "9223372036854775.807", "9223372036854775.808", " millicores"),
+    ("memory", "9223372036854775807", "9223372036854775808", " bytes"),
+    ("memory", "9223372036854775807", "8Ei", " bytes"),
+    ("ephemeral-storage", "9223372036854775807", "9223372036854775808", " bytes"),
+    ("hugepages-2Mi", "9223372036854775807", "8Ei", " bytes"),
+    ("nvidia.com/gpu", "9223372036854775807", "9223372036854775808", ""),
+    ("example.com/foo", "9223372036854775807", "9223372036854775808", ""),
+    ("pods", "9223372036854775807", "9223372036854775808", ""),
+]
+
+
+@pytest.mark.parametrize(("resource", "most", "more", "unit"), BOUNDS)
+def test_every_resource_is_bounded_at_int64_in_base_units(resource: str, most: str, more: str, unit: str) -> None:
+    assert to_base_units(resource, most) == MAX_INT64
+    assert resource_quantity(resource, most) == (MAX_INT64, exact_quantity(most))
+    with pytest.raises(ValueError) as info:
+        to_base_units(resource, more)
+    assert str(info.value) == f'quantity "{more}" is too large (more than 2^63-1{unit})'
+
+
+@pytest.mark.parametrize(
+    ("resource", "raw", "message"),
+    [
+        ("memory", HUGE_EI, f'quantity "{HUGE_EI}" is too large (more than 2^63-1 bytes)'),
+        ("cpu", HUGE_EI, f'quantity "{HUGE_EI}" is too large (more than 2^63-1 millicores)'),
+        ("memory", "1e1000", 'quantity "1e1000" is too large (more than 2^63-1 bytes)'),
+        ("cpu", "1e1000", 'quantity "1e1000" is too large (more than 2^63-1 millicores)'),
+        ("ephemeral-storage", "9Ei", 'quantity "9Ei" is too large (more than 2^63-1 bytes)'),
+        ("nvidia.com/gpu", 2**63, 'quantity "9223372036854775808" is too large (more than 2^63-1)'),
+        ("memory", 1e19, 'quantity "1e+19" is too large (more than 2^63-1 bytes)'),
+    ],
+)
+def test_too_large(resource: str, raw: str | int | float, message: str) -> None:
+    with pytest.raises(ValueError) as info:
+        to_base_units(resource, raw)
     assert str(info.value) == message
 
 
