@@ -6,8 +6,12 @@ and Redis-compatible servers (unless external URLs are given) → record the URL
 → wait until every simulated node heartbeats and every profile's cycle holds its lease → run
 (or, with --demo, run the sample workload) → on Ctrl-C/SIGTERM stop the services in order, then
 the servers. A service that exits on its own is reported with the tail of its log and started
-again (five times a minute at most; then kubus up gives up and stops everything, exit 1); so
-is an embedded server that dies, on the same port and data directory.
+again, after a backoff (`RestartBackoff`: 0.5 s, doubling with each exit that comes soon after
+its start, at most 30 s), for as long as it takes: a full disk or a store that is away for
+minutes degrades the cluster, never stops it. So is an embedded server that dies, on the same
+port and data directory. kubus up gives up (and stops everything, exit 1) only on a process that
+cannot start at all: a service that refuses its flags or configuration (exit 2), a server
+binary that is missing; it says which and why.
 """
 
 from __future__ import annotations
@@ -33,13 +37,29 @@ from kubus.cli.processes import SERVICE_STOP_WAIT, ServiceGroup, ServiceProcess,
 from kubus.cli.progress import sleep_or
 from kubus.cli.workload import NODE_TEMPLATE, gpu_scheduler_config
 from kubus.embedded import EmbeddedServers, ServerStartError
+from kubus.entrypoint import EXIT_USAGE
 from kubus.settings import ConnectionSettings, load_settings
 from kubus.store import ClusterState, cycle_lease
 
-__all__ = ["Cluster", "run_up", "start_cluster", "wait_ready"]
+__all__ = ["Cluster", "RestartBackoff", "run_up", "start_cluster", "wait_ready"]
 
-RESTARTS_PER_MINUTE = 5
-"""A service that exits more often than this is not restarted again: kubus up stops."""
+
+@dataclass(slots=True)
+class RestartBackoff:
+    """How long to wait before starting a process that exited on its own again: ``first``
+    seconds, doubling with each exit that came less than ``steady`` seconds after its start (a
+    process that ran that long starts over from ``first``), at most ``cap``."""
+
+    first: float = 0.5
+    cap: float = 30.0
+    steady: float = 60.0
+    failures: int = 0
+    """Exits in a row, each soon after its start."""
+
+    def delay(self, ran_for: float) -> float:
+        """Count an exit after ``ran_for`` seconds of running; the seconds to wait before the restart."""
+        self.failures = 1 if ran_for >= self.steady else self.failures + 1
+        return min(self.cap, self.first * 2 ** (self.failures - 1))
 
 
 def _err(text: str) -> None:
@@ -212,10 +232,10 @@ async def wait_ready(
         await asyncio.sleep(0.25)
 
 
-def report_exit(service: ServiceProcess, *, restarting: bool) -> None:
+def report_exit(service: ServiceProcess, *, restarting: bool, after: float = 0.0) -> None:
     code = service.returncode()
     what = f"exited with code {code}" if code is not None and code >= 0 else f"was killed by signal {-(code or 0)}"
-    then = "; starting it again" if restarting else ""
+    then = f"; starting it again in {after:g}s" if restarting else ""
     tail = service.log_tail() or "(its log is empty)"
     indented = "\n".join("    " + line for line in tail.splitlines())
     _err(f"kubus up: service {service.name} {what}{then}. Last lines of {service.log_path}:\n{indented}")
@@ -223,33 +243,51 @@ def report_exit(service: ServiceProcess, *, restarting: bool) -> None:
 
 async def supervise(cluster: Cluster, stop: asyncio.Event) -> int:
     """Run until ``stop`` is set (0), restarting the embedded servers and the services that
-    exit; 1 when one keeps failing."""
-    server_exits: dict[str, list[float]] = {}
-    while not await sleep_or(stop, 0.5):
+    exit, each after its `RestartBackoff`, however often; 1 when one cannot start at all (a
+    service that exits with the usage status 2, a server binary that is missing)."""
+    backoffs: dict[str, RestartBackoff] = {}
+    due: dict[str, float] = {}
+    """Process name -> when to start it again (monotonic)."""
+    server_since: dict[str, float] = {}
+    """Server name -> when it was last started (monotonic)."""
+    started = time.monotonic()
+    while not await sleep_or(stop, 0.25):
+        now = time.monotonic()
         if cluster.servers is not None:
             for name, code in cluster.servers.exited().items():
-                exits = server_exits.setdefault(name, [])
-                exits.append(time.monotonic())
-                if len([t for t in exits if time.monotonic() - t < 60]) > RESTARTS_PER_MINUTE:
-                    _err(f"kubus up: {name} exited {len(exits)} times within a minute; giving up")
-                    return 1
+                if name in due:
+                    continue
                 how = f"exited with code {code}" if code >= 0 else f"was killed by signal {-code}"
-                _err(f"kubus up: {name} {how}; starting it again on the same port and data dir")
+                wait = backoffs.setdefault(name, RestartBackoff()).delay(now - server_since.get(name, started))
+                _err(f"kubus up: {name} {how}; starting it again on the same port and data dir in {wait:g}s")
+                due[name] = now + wait
+            for name in [n for n in ("nats-server", "valkey-server") if n in due and due[n] <= now]:
+                del due[name]
                 try:
                     await cluster.servers.restart(name)
-                except ServerStartError as exc:
-                    _err(f"kubus up: {name} did not start again: {exc}")
+                except FileNotFoundError as exc:
+                    _err(f"kubus up: {name} cannot start: {exc}; giving up")
                     return 1
+                except ServerStartError as exc:
+                    wait = backoffs.setdefault(name, RestartBackoff()).delay(0.0)
+                    _err(f"kubus up: {name} did not start again ({exc}); trying again in {wait:g}s")
+                    due[name] = time.monotonic() + wait
+                    continue
+                server_since[name] = time.monotonic()
                 _say(f"kubus up: {name} is back")
         for service in cluster.group.failed():
-            recent = [t for t in service.exits if time.monotonic() - t < 60]
-            if len(recent) > RESTARTS_PER_MINUTE:
+            if service.returncode() == EXIT_USAGE:  # refused its flags or configuration: it never will start
                 report_exit(service, restarting=False)
-                _err(f"kubus up: {service.name} exited {len(recent)} times within a minute; giving up")
+                _err(f"kubus up: {service.name} cannot start as configured (exit {EXIT_USAGE}); giving up")
                 return 1
-            report_exit(service, restarting=True)
-            service.restarts += 1
-            service.start()
+            wait = backoffs.setdefault(service.name, RestartBackoff()).delay(now - service.started_at)
+            report_exit(service, restarting=True, after=wait)
+            due[service.name] = now + wait
+        for service in cluster.group.services.values():
+            if service.name in due and due[service.name] <= now and not service.running:
+                del due[service.name]
+                service.restarts += 1
+                service.start()
     return 0
 
 
