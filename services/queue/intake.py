@@ -7,17 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
 from dataclasses import replace
 
 from nats.aio.msg import Msg
 
-from kubus import codec
 from kubus.api.errors import ManifestError
 from kubus.api.gpus import pod_gpu_devices, pod_gpu_request
 from kubus.api.objects import Pod
 from kubus.api.podgroups import pod_group_key
-from kubus.api.priority import PriorityClass, PriorityError, resolve_priority
+from kubus.api.submission import Rejected, Submission, admit_priority, identify, read_submission
 from kubus.bus import (
     MSG_ID_HEADER,
     PODS_DELETE,
@@ -43,7 +41,6 @@ from kubus.kernels.nodeinfo import PodInfo
 from kubus.plugins.gpu_fit import pick_devices
 from kubus.queue._base import QueueBase, Retry
 from kubus.queue.queueing import QueueName
-from kubus.queue.submission import Rejected, Submission, identify, read_submission
 from kubus.service import is_transient
 from kubus.store import (
     EventType,
@@ -78,27 +75,6 @@ def _lane(msg: Msg) -> str:
     except MessageError:  # bad input: read again, and rejected, in its turn
         return "?"
     return "?"
-
-
-def _with_priority(sub: Submission, classes: Mapping[str, PriorityClass]) -> Submission:
-    """The submission as kube's Priority admission lets it in (`resolve_priority`): the pod with
-    its class's priority, preemptionPolicy and name, in its manifest too (every hop parses the
-    same pod). Raises Rejected (reason Forbidden) with kube's message."""
-    pod = sub.pod
-    try:
-        resolved = resolve_priority(pod, classes)
-    except PriorityError as exc:
-        raise Rejected(
-            f"{PODS_SUBMIT}: Pod {pod.key}: {exc.field}: {exc}", reason="Forbidden", key=pod.key, uid=pod.metadata.uid
-        ) from None
-    if resolved is pod:
-        return sub
-    doc = codec.loads(sub.manifest)
-    spec = doc["spec"]  # there is one: the pod was read from this manifest
-    spec["priorityClassName"] = resolved.spec.priority_class_name
-    spec["priority"] = resolved.spec.priority
-    spec["preemptionPolicy"] = resolved.spec.preemption_policy.value
-    return Submission(resolved, codec.dumps(doc))
 
 
 def _refusal(node: str, result: ReserveResult) -> tuple[str, str]:
@@ -395,7 +371,7 @@ class Intake(NodePlacement):
             await self._settle(msg.ack())
 
     async def _admit(self, read: list[tuple[Msg, list[Submission]]]) -> list[tuple[Msg, list[Submission]]]:
-        """kube's Priority admission of the messages' pods (`_with_priority`), against the
+        """kube's Priority admission of the messages' pods (`admit_priority`), against the
         PriorityClasses as the store has them now: one GET while they do not change, so a class
         stored before its pods were published is always seen. A message with a pod refused (no
         such class, a priority or preemptionPolicy not its class's) is rejected whole, as bad
@@ -412,7 +388,7 @@ class Intake(NodePlacement):
         admitted: list[tuple[Msg, list[Submission]]] = []
         for msg, subs in read:
             try:
-                admitted.append((msg, [_with_priority(sub, classes) for sub in subs]))
+                admitted.append((msg, [admit_priority(sub, classes, source=PODS_SUBMIT) for sub in subs]))
             except Rejected as exc:
                 await self._reject(msg, exc)
                 await self._settle(msg.ack())

@@ -28,6 +28,7 @@ from support import eventually
 
 from kubus import codec
 from kubus.api.manifests import parse_node, parse_pod
+from kubus.api.submission import identify
 from kubus.binder import BinderOptions, BinderService
 from kubus.bus import (
     BIND_ALL,
@@ -70,7 +71,6 @@ from kubus.gpu_agent import AgentOptions, AgentService
 from kubus.kernels.nodeinfo import PodInfo
 from kubus.plugins import in_tree_registry
 from kubus.queue import QueueOptions, QueueService
-from kubus.queue.submission import identify
 from kubus.service import Service, ServiceState
 from kubus.settings import ConnectionSettings
 from kubus.store import ClusterState, EventType, PodPhase, PodRecord, Reservation, StoreCode, check_invariants

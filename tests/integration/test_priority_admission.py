@@ -20,6 +20,7 @@ from support import eventually
 from kubus import codec
 from kubus.api.objects import Pod, PreemptionPolicy
 from kubus.api.priority import PriorityClass
+from kubus.api.submission import identify
 from kubus.bus import PODS_SUBMIT, publish_durable, queue_pop
 from kubus.bus.messages import ClusterEvent, PopReply, PopRequest, decode, encode
 from kubus.cli.cluster import apply
@@ -27,7 +28,6 @@ from kubus.cli.connect import UsageError
 from kubus.framework.config import load_config
 from kubus.plugins import in_tree_registry
 from kubus.queue import QueueOptions, QueueService
-from kubus.queue.submission import identify
 from kubus.settings import ConnectionSettings
 from kubus.store import ClusterState, EventType
 

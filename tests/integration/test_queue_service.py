@@ -18,6 +18,7 @@ from support import eventually
 from kubus import codec
 from kubus.api.manifests import parse_node
 from kubus.api.requests import pod_requests
+from kubus.api.submission import Rejected, identify, read_submission
 from kubus.bus import (
     PODS_DELETE,
     PODS_REQUEUE,
@@ -51,10 +52,9 @@ from kubus.bus.messages import (
 from kubus.framework.config import SchedulerConfiguration, load_config
 from kubus.kernels.nodeinfo import PodInfo
 from kubus.plugins import in_tree_registry
-from kubus.queue import QueueName, QueueOptions, QueueService, read_submission
+from kubus.queue import QueueName, QueueOptions, QueueService
 from kubus.queue.__main__ import main as queue_main
 from kubus.queue.queueing import REFUSED_RETRIES
-from kubus.queue.submission import Rejected, identify
 from kubus.service import ServiceState
 from kubus.settings import ConnectionSettings
 from kubus.store import (

@@ -56,7 +56,7 @@ from kubus.api import (
     pod_requests,
 )
 from kubus.api.manifests import json_document, read_documents, wire_pod
-from kubus.queue.submission import Rejected, read_submission
+from kubus.api.submission import Rejected, read_submission
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "examples"
 Gi, Mi = 2**30, 2**20

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from kubus import codec
 from kubus.api.errors import ManifestError
 from kubus.api.manifests import parse_manifests, wire_pod
+from kubus.api.submission import Rejected, Submission, identify, read_submission
 from kubus.bus import EventKind, messages
 from kubus.bus.messages import (
     BindRequest,
@@ -43,7 +44,6 @@ from kubus.bus.messages import (
     event_data_type,
 )
 from kubus.kernels.nodeinfo import PodInfo
-from kubus.queue.submission import Rejected, Submission, identify, read_submission
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 MAX_MANIFEST = 1 << 20

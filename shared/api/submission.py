@@ -4,21 +4,26 @@
 Pods, or a PodList) into `Submission`s: the Pod as `kubus.api.manifests` validates it and its
 manifest as the JSON the rest of kubus reads (uid and namespace filled in, so every hop parses
 the same pod). Anything else raises `Rejected`, whose ``str()`` is one line naming the object,
-the field and the problem.
+the field and the problem. `admit_priority` is kube's Priority admission of a submission.
+
+The queue stores exactly ``admit_priority(read_submission(data)[i], classes).manifest``; `kubus
+apply` computes the same to tell created, configured and unchanged pods apart from the store.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from kubus import codec
-from kubus.api.errors import ManifestError
+from kubus.api.errors import ManifestError, ManifestErrors
 from kubus.api.manifests import json_document, parse_manifests, parse_pod, read_documents
 from kubus.api.objects import Pod
+from kubus.api.priority import PriorityClass, PriorityError, resolve_priority
 from kubus.errors import KubusError
 
-__all__ = ["Rejected", "Submission", "identify", "read_submission"]
+__all__ = ["Rejected", "Submission", "admit_priority", "identify", "read_submission"]
 
 _MAX_LINE = 1000
 """A rejection message longer than this is cut (it travels in events and logs)."""
@@ -85,6 +90,28 @@ def read_submission(data: bytes, *, source: str, max_manifest_bytes: int) -> lis
     return out
 
 
+def admit_priority(sub: Submission, classes: Mapping[str, PriorityClass], *, source: str) -> Submission:
+    """The submission as kube's Priority admission lets it in (`resolve_priority`): the pod with
+    its class's priority, preemptionPolicy and name, in its manifest too (every hop parses the
+    same pod). ``source`` names the input in errors. Raises Rejected (reason Forbidden) with
+    kube's message."""
+    pod = sub.pod
+    try:
+        resolved = resolve_priority(pod, classes)
+    except PriorityError as exc:
+        raise Rejected(
+            f"{source}: Pod {pod.key}: {exc.field}: {exc}", reason="Forbidden", key=pod.key, uid=pod.metadata.uid
+        ) from None
+    if resolved is pod:
+        return sub
+    doc = codec.loads(sub.manifest)
+    spec = doc["spec"]  # there is one: the pod was read from this manifest
+    spec["priorityClassName"] = resolved.spec.priority_class_name
+    spec["priority"] = resolved.spec.priority
+    spec["preemptionPolicy"] = resolved.spec.preemption_policy.value
+    return Submission(resolved, codec.dumps(doc))
+
+
 def _json_pod(data: bytes) -> dict[str, Any] | None:
     """The Pod of a message that is exactly one JSON object of kind Pod, else None (the general
     path reads it: YAML, lists, a byte order mark, leading blanks, bad JSON, bad UTF-8, and an
@@ -99,7 +126,7 @@ def _json_pod(data: bytes) -> dict[str, Any] | None:
 
 
 def _rejected(exc: ManifestError, data: bytes) -> Rejected:
-    errors = list(exc) if hasattr(exc, "errors") else [exc]
+    errors = list(exc) if isinstance(exc, ManifestErrors) else [exc]
     first = errors[0]
     key, uid = identify(data)
     reason = "WrongKind" if first.field == "kind" else "Invalid"
