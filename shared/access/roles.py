@@ -5,9 +5,11 @@ nats-server ``authorization`` block and a Valkey/Redis ACL file, and docs/securi
 Least privilege, with the reason for each grant in docs/security.md:
 
 - **queue**: owns pods (submits, deletions, requeues, the pop/done requests it answers) and the
-  node lifecycle; publishes any event.
+  node lifecycle; publishes any event, and the assignment of a pod it binds itself (one naming its
+  node) or whose bind it finishes.
 - **cycle**: asks its queue for pods, reserves them in Redis, hands them to the binders
-  (``kubus.bind.*``), preempts (``pod.deleted`` events of its victims, requeues).
+  (``kubus.bind.*``), tells the other profiles' cycles (``kubus.reserved.*``), preempts
+  (``pod.deleted`` events of its victims); what becomes of a pod it reports to the queue.
 - **binder**: binds what the cycles reserved, hands bound pods to node agents
   (``kubus.node.*.pods``), requeues what it could not bind.
 - **gpu-agent**: an agent simulating many nodes (``kubus up``, the bench): the agent rights on
@@ -16,11 +18,18 @@ Least privilege, with the reason for each grant in docs/security.md:
   (through a consumer filtered on it), its node's events, its node's Redis keys. It cannot publish
   a bind request, a submission or another node's event, and cannot write another node's record.
 - **client**: ``kubus apply/get/delete/describe``: submits and deletes pods through the queue,
-  stores cluster objects (nodes, namespaces, priority classes, PDBs, pod groups), reads the rest.
+  stores cluster objects (namespaces, priority classes, PDBs, pod groups), reads the rest; follows
+  pod events (``get pods -w``) through an ordered consumer it cannot turn into a durable one.
 - **admin**: ``kubus up`` and the test fixtures: everything (creates the streams, wipes a test DB).
 
-Control-plane roles may create and update the KUBUS_* streams (any of them may start first);
-agents and clients may not: an agent waits for the streams the control plane made.
+Every role may create the KUBUS_* streams (every service and the CLI run `ensure_streams` at start:
+whichever comes first makes them, and creating one that exists as kubus wants it changes nothing);
+only the control plane may update them (bring a drifted stream to kubus' spec). Consumers: each
+role creates only its own, through the subject that names the consumer and its filter (nats-server
+refuses a request whose name or filter is not the subject's), except the ordered consumers of
+KUBUS_EVENTS (the queue's, `kubus get pods -w`), which go through the subject of ephemeral ones. No
+role but admin deletes a consumer or a stream: ephemeral consumers go when their subscriber does
+(the server's inactive threshold).
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ from dataclasses import dataclass
 
 from kubus.bus.consumers import agent_consumer
 from kubus.bus.subjects import (
+    BIND_ALL,
     BIND_STREAM,
     EVENTS,
     EVENTS_STREAM,
@@ -42,6 +52,7 @@ from kubus.bus.subjects import (
     RESERVED_ALL,
     STREAMS,
     EventKind,
+    StreamSpec,
     node_pods,
     token,
 )
@@ -96,26 +107,47 @@ _API = "$JS.API"
 _ALL_STREAMS = tuple(s.name for s in STREAMS)
 
 
+def _create_streams() -> tuple[str, ...]:
+    """Create the KUBUS_* streams: what `ensure_streams` does first at start (a no-op for a stream
+    that exists as kubus wants it)."""
+    return tuple(f"{_API}.STREAM.CREATE.{name}" for name in _ALL_STREAMS)
+
+
 def _manage_streams() -> tuple[str, ...]:
-    """Create, update and read the KUBUS_* streams (what `ensure_streams` does at start)."""
+    """Create and update the KUBUS_* streams (`ensure_streams` brings a drifted stream to kubus' spec)."""
+    return (*_create_streams(), *(f"{_API}.STREAM.UPDATE.{name}" for name in _ALL_STREAMS))
+
+
+def _pull(stream: StreamSpec, durable: str = "*", filter_subject: str | None = None) -> tuple[str, ...]:
+    """Create (or update) the durable pull consumer ``durable`` on ``stream``, filtered on
+    ``filter_subject`` (default: the stream's subjects), fetch from it and ack its messages: what
+    `ensure_pull_consumer` and `PullConsumer` send.
+
+    Only the subject that names the consumer and its filter: nats-server refuses a request whose
+    name, durable name or filter is not the subject's. Not the subject of ephemeral consumers
+    (``CONSUMER.CREATE.<stream>``): a config named like an existing durable sent there updates that
+    durable. Not the legacy ``CONSUMER.DURABLE.CREATE``: nats-py uses it only with servers older
+    than 2.9."""
+    filter_subject = filter_subject or stream.subjects[0]
     return (
-        f"{_API}.INFO",
-        *(f"{_API}.STREAM.{verb}.{name}" for name in _ALL_STREAMS for verb in ("CREATE", "UPDATE", "INFO")),
+        f"{_API}.CONSUMER.CREATE.{stream.name}.{durable}.{filter_subject}",
+        f"{_API}.CONSUMER.MSG.NEXT.{stream.name}.{durable}",
+        f"$JS.ACK.{stream.name}.{durable}.>",
     )
 
 
-def _consume(stream: str, durable: str = "*") -> tuple[str, ...]:
-    """Create/read a durable consumer on ``stream``, pull from it and ack its messages."""
-    return (
-        f"{_API}.STREAM.INFO.{stream}",
-        f"{_API}.CONSUMER.CREATE.{stream}",
-        f"{_API}.CONSUMER.CREATE.{stream}.{durable}",
-        f"{_API}.CONSUMER.CREATE.{stream}.{durable}.>",
-        f"{_API}.CONSUMER.DURABLE.CREATE.{stream}.{durable}",
-        f"{_API}.CONSUMER.INFO.{stream}.{durable}",
-        f"{_API}.CONSUMER.MSG.NEXT.{stream}.{durable}",
-        f"$JS.ACK.{stream}.{durable}.>",
-    )
+def _ordered(stream: StreamSpec) -> str:
+    """Create an ephemeral consumer on ``stream`` (nats-py's ordered consumer, created again after a
+    gap). nats-server refuses a durable name on this subject, but a request naming an existing
+    consumer updates it (a durable's whole config, an ephemeral's filter): so it is granted only on
+    KUBUS_EVENTS, where no role may make a durable (`_pull` is never granted on it) and the
+    ephemeral consumers have names the server drew, which no role but admin can list. No delete:
+    the server removes an ephemeral consumer once nobody listens on its delivery subject (its
+    inactive threshold, 5 s by default)."""
+    return f"{_API}.CONSUMER.CREATE.{stream.name}"
+
+
+_QUEUE_POP, _QUEUE_DONE = f"{PREFIX}.queue.*.pop", f"{PREFIX}.queue.*.done"
 
 
 def _events(*kinds: EventKind) -> tuple[str, ...]:
@@ -137,29 +169,25 @@ def _agent(name: str, purpose: str, node: str | None) -> Role:
         pods, node_keys, node_token = NODE_PODS_ALL, "{node:*}:*", "*"
     else:
         pods, node_keys, node_token = node_pods(node), "{node:" + escape(node) + "}:*", token(node)
-    durable = agent_consumer(node)
     return Role(
         name=name,
         purpose=purpose,
         publish=(
-            *(f"{PREFIX}.events.{kind.value}.{node_token}" for kind in (
-                EventKind.NODE_ADDED, EventKind.NODE_UPDATED, EventKind.NODE_DELETED)),
+            # Registration and heartbeats (a lost node comes back as node.updated).
+            *(f"{PREFIX}.events.{kind.value}.{node_token}" for kind in (EventKind.NODE_ADDED, EventKind.NODE_UPDATED)),
             # Pod events carry the pod's name, not the node's: an agent may announce any pod's
             # start and end (the Redis scripts it runs only move pods reserved on its nodes).
-            *_events(EventKind.POD_RUNNING, EventKind.POD_FINISHED, EventKind.POD_REJECTED),
+            *_events(EventKind.POD_RUNNING, EventKind.POD_FINISHED),
             # Creating a stream that exists as kubus wants it changes nothing; an agent that starts
             # first makes them. Updating one (what a changed spec needs) is the control plane's.
-            *(f"{_API}.STREAM.CREATE.{name}" for name in _ALL_STREAMS),
-            f"{_API}.STREAM.INFO.{NODES_STREAM.name}",
-            f"{_API}.CONSUMER.CREATE.{NODES_STREAM.name}.{durable}.{pods}",
-            f"{_API}.CONSUMER.INFO.{NODES_STREAM.name}.{durable}",
-            f"{_API}.CONSUMER.MSG.NEXT.{NODES_STREAM.name}.{durable}",
-            f"$JS.ACK.{NODES_STREAM.name}.{durable}.>",
+            *_create_streams(),
+            # Its consumer, by its name and on its node's subject alone.
+            *_pull(NODES_STREAM, agent_consumer(node), pods),
         ),
         subscribe=_events(EventKind.POD_DELETED),
         redis_read=_EVERY_KEY,
         redis_write=(node_keys, *_POD_KEYS, *_PHASE_INDEXES, *_NODE_INDEXES),
-    )  # fmt: skip
+    )
 
 
 def node_agent_role(node: str) -> Role:
@@ -177,6 +205,10 @@ ADMIN = Role(
     admin=True,
 )
 
+# Subscriptions to events are granted as a whole (``kubus.events.>``) to the roles that subscribe to
+# some: an event tells nothing that Redis, which every role reads, does not; and a refused
+# subscription fails in silence (a kind added in code would leave a table stale), where a refused
+# publish fails the publisher.
 ROLES: dict[str, Role] = {
     r.name: r
     for r in (
@@ -185,11 +217,16 @@ ROLES: dict[str, Role] = {
             purpose="the queue service: pods in, pods out to the cycles, the node lifecycle",
             publish=(
                 *_manage_streams(),
-                *_consume(PODS_STREAM.name),
-                *_consume(EVENTS_STREAM.name),
+                # Submissions, deletions and requeues: its durable consumer (`QueueOptions.durable`).
+                *_pull(PODS_STREAM),
+                # The events its plugins registered: an ordered consumer (delivered to its inbox).
+                _ordered(EVENTS_STREAM),
+                # Acceptances, rejections, node.lost and more: it owns pods and the node lifecycle.
                 EVENTS,
+                # The assignment of a pod it binds itself (spec.nodeName) or whose bind it finishes.
+                NODE_PODS_ALL,
             ),
-            subscribe=(f"{PREFIX}.queue.*.pop", f"{PREFIX}.queue.*.done", EVENTS),
+            subscribe=(_QUEUE_POP, _QUEUE_DONE),
             redis_read=_EVERY_KEY,
             redis_write=_EVERY_KEY,
         ),
@@ -198,12 +235,12 @@ ROLES: dict[str, Role] = {
             purpose="a profile's scheduling cycle: pops, filters, scores, reserves, preempts",
             publish=(
                 *_manage_streams(),
-                f"{PREFIX}.queue.*.pop",
-                f"{PREFIX}.queue.*.done",
-                f"{PREFIX}.bind.*",
+                _QUEUE_POP,
+                _QUEUE_DONE,
+                BIND_ALL,
                 RESERVED_ALL,
-                PODS_REQUEUE,
-                *_events(EventKind.POD_DELETED, EventKind.POD_UNRESERVED, EventKind.POD_UNSCHEDULABLE),
+                # Its preemption victims (what a deletion announces).
+                *_events(EventKind.POD_DELETED),
             ),
             subscribe=(EVENTS, RESERVED_ALL),
             redis_read=_EVERY_KEY,
@@ -216,12 +253,13 @@ ROLES: dict[str, Role] = {
             purpose="a binder: waits on Permit, binds, hands pods to their node's agent",
             publish=(
                 *_manage_streams(),
-                *_consume(BIND_STREAM.name),
-                f"{PREFIX}.node.*.pods",
+                # The bind requests: the durable consumer every replica shares (`BinderOptions.durable`).
+                *_pull(BIND_STREAM),
+                NODE_PODS_ALL,
                 PODS_REQUEUE,
                 *_events(EventKind.POD_BOUND, EventKind.POD_UNRESERVED),
             ),
-            subscribe=(EVENTS,),
+            subscribe=(),
             redis_read=_EVERY_KEY,
             redis_write=("{node:*}:*", *_POD_KEYS, *_PHASE_INDEXES),
         ),
@@ -232,11 +270,12 @@ ROLES: dict[str, Role] = {
             publish=(
                 PODS_SUBMIT,
                 PODS_DELETE,
-                *(f"{_API}.STREAM.CREATE.{name}" for name in _ALL_STREAMS),
-                # `get pods -w`: an ordered (ephemeral) consumer on the events stream.
-                f"{_API}.CONSUMER.CREATE.{EVENTS_STREAM.name}",
-                f"{_API}.CONSUMER.DELETE.{EVENTS_STREAM.name}.*",
+                # What it publishes waits in them for services that have not started yet.
+                *_create_streams(),
+                # `get pods -w`: an ordered (ephemeral) consumer on the events stream; no delete.
+                _ordered(EVENTS_STREAM),
             ),
+            # The bench's and the demo's trackers (`get pods -w` is delivered to its inbox).
             subscribe=(EVENTS,),
             redis_read=_EVERY_KEY,
             redis_write=(

@@ -10,7 +10,8 @@ import pytest
 from kubus import codec
 from kubus.access import ADMIN, ROLES, ensure_credentials, inbox_prefix, node_agent_role, role
 from kubus.access.servers import redis_acl_line
-from kubus.bus.subjects import bind, event_subject, node_pods
+from kubus.bus.consumers import agent_consumer
+from kubus.bus.subjects import NODE_PODS_ALL, STREAMS, bind, event_subject, node_pods
 from kubus.embedded import nats_server_binary
 
 
@@ -52,10 +53,80 @@ def may_publish(user: str, subject: str) -> bool:
         ("agent-n1", "$JS.API.CONSUMER.CREATE.KUBUS_NODES.kubus-agent-n1.kubus.node.n2.pods", False),
         ("agent-n1", f"{inbox_prefix('queue')}.x", False),
         ("admin", "$JS.API.STREAM.DELETE.KUBUS_PODS", True),
+        # What each role's code publishes, and no more.
+        ("queue", node_pods("n1"), True),  # the assignment of a pod naming its node
+        ("cycle", "kubus.pods.requeue", False),
+        ("cycle", event_subject("pod.unreserved", "default/p"), False),
+        ("cycle", event_subject("pod.deleted", "default/p"), True),
+        ("binder", "kubus.queue.default-scheduler.pop", False),
+        ("agent-n1", event_subject("node.deleted", "n1"), False),
+        ("agent-n1", event_subject("pod.rejected", "default/p"), False),
+        ("client", "$JS.API.CONSUMER.DELETE.KUBUS_EVENTS.x", False),
+        ("client", "$JS.API.CONSUMER.CREATE.KUBUS_EVENTS", True),
+        ("client", "$JS.API.STREAM.UPDATE.KUBUS_EVENTS", False),
+        ("agent-n1", "$JS.API.CONSUMER.INFO.KUBUS_NODES.kubus-agent-n1", False),
     ],
 )
 def test_who_may_publish_what(user: str, subject: str, allowed: bool) -> None:
     assert may_publish(user, subject) is allowed
+
+
+_USERS = [*(r for r in ROLES if r != "admin"), "agent-n1"]
+"""Every user but admin (one node agent standing for all)."""
+
+
+def test_only_admin_deletes_or_purges() -> None:
+    for user in _USERS:
+        for stream in STREAMS:
+            for subject in (
+                f"$JS.API.STREAM.DELETE.{stream.name}",
+                f"$JS.API.STREAM.PURGE.{stream.name}",
+                f"$JS.API.STREAM.MSG.DELETE.{stream.name}",
+                f"$JS.API.CONSUMER.DELETE.{stream.name}.kubus-queue",
+                f"$JS.API.CONSUMER.DELETE.{stream.name}.kubus-binder",
+                f"$JS.API.CONSUMER.DELETE.{stream.name}.{agent_consumer('n1')}",
+                f"$JS.API.CONSUMER.DURABLE.CREATE.{stream.name}.kubus-queue",
+            ):
+                assert not may_publish(user, subject), (user, subject)
+
+
+def test_every_role_creates_the_streams_and_only_the_control_plane_updates_them() -> None:
+    for user in _USERS:
+        for stream in STREAMS:
+            assert may_publish(user, f"$JS.API.STREAM.CREATE.{stream.name}")
+            assert may_publish(user, f"$JS.API.STREAM.UPDATE.{stream.name}") is (user in ("queue", "cycle", "binder"))
+
+
+@pytest.mark.parametrize(
+    ("stream", "durable", "filter_subject", "owner"),
+    [
+        ("KUBUS_PODS", "kubus-queue", "kubus.pods.>", "queue"),
+        ("KUBUS_BIND", "kubus-binder", "kubus.bind.>", "binder"),
+        ("KUBUS_NODES", agent_consumer("n1"), node_pods("n1"), "agent-n1"),
+        ("KUBUS_NODES", agent_consumer(None), NODE_PODS_ALL, "gpu-agent"),
+    ],
+)
+def test_a_durable_consumer_is_made_by_its_owner_alone(
+    stream: str, durable: str, filter_subject: str, owner: str
+) -> None:
+    """Through the subject that names it (nats-server refuses a request naming another): only its
+    owner; through the subject of ephemeral consumers (where a request naming a durable updates
+    it): nobody, on its stream."""
+    named = f"$JS.API.CONSUMER.CREATE.{stream}.{durable}.{filter_subject}"
+    assert {u for u in _USERS if may_publish(u, named)} == {owner}
+    assert not any(may_publish(u, f"$JS.API.CONSUMER.CREATE.{stream}") for u in _USERS)
+    assert {u for u in _USERS if may_publish(u, f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{durable}")} == {owner}
+
+
+def test_no_durable_consumer_on_the_events_stream() -> None:
+    """The queue and the CLI make ephemeral (ordered) consumers on KUBUS_EVENTS through the subject
+    that lets a request name an existing durable and update it: so nobody may make one there."""
+    ephemeral = "$JS.API.CONSUMER.CREATE.KUBUS_EVENTS"
+    assert {u for u in _USERS if may_publish(u, ephemeral)} == {"queue", "client"}
+    for user in _USERS:
+        assert not may_publish(user, f"{ephemeral}.spy"), user
+        assert not may_publish(user, f"{ephemeral}.spy.kubus.events.>"), user
+        assert not may_publish(user, f"{ephemeral}.spy.kubus.events.pod.bound.default.p"), user
 
 
 def test_roles_are_named_and_unknown_ones_refused() -> None:
