@@ -12,13 +12,12 @@ import asyncio
 import contextlib
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from cluster_support import run_kubus, service_logs
+from cluster_support import KubusUp, descendants, process_stat, run_kubus, service_logs, still_alive
 from support import eventually
 
 from kubus import codec
@@ -35,52 +34,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(not sys.platform.startswith("
 
 STOP_BOUND = DEFAULT_STOP_TIMEOUT + EXIT_GRACE
 """What `kubus.entrypoint` promises: a service is gone this many seconds after SIGTERM."""
-
-
-# -- processes, read from /proc -------------------------------------------------------------------
-
-
-def _stat(pid: int) -> tuple[int, str, int] | None:
-    """(parent pid, state letter, start time in ticks) of a live process; None if it is gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rindex(")") + 2 :].split()
-    return int(fields[1]), fields[0], int(fields[19])
-
-
-def _cmdline(pid: int) -> str:
-    with contextlib.suppress(OSError):
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    return ""
-
-
-def descendants(root: int) -> dict[int, tuple[int, str]]:
-    """Every live process below ``root`` (zombies are not): pid → (start time, command line)."""
-    parents: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and (stat := _stat(int(entry))) is not None:
-            parents.setdefault(stat[0], []).append(int(entry))
-    out: dict[int, tuple[int, str]] = {}
-    todo = [root]
-    while todo:
-        for child in parents.get(todo.pop(), []):
-            stat = _stat(child)
-            if stat is not None and stat[1] != "Z":
-                out[child] = (stat[2], _cmdline(child))
-                todo.append(child)
-    return out
-
-
-def still_alive(processes: dict[int, tuple[int, str]]) -> list[str]:
-    """Those of ``processes`` that still run (the same process: same start time; zombies are dead)."""
-    alive = []
-    for pid, (started, cmdline) in processes.items():
-        stat = _stat(pid)
-        if stat is not None and stat[2] == started and stat[1] != "Z":
-            alive.append(f"{pid} ({stat[1]}) {cmdline}")
-    return alive
 
 
 # -- services, when a server dies under load --------------------------------------------------------
@@ -145,53 +98,11 @@ async def test_every_service_stops_in_time_after_a_server_is_killed_under_load(t
 # -- kubus up leaves nothing behind -----------------------------------------------------------------
 
 
-class _KubusUp:
-    """`kubus up` as a child of the test, with its output in a file."""
-
-    def __init__(self, directory: Path) -> None:
-        self.output = directory / "up.out"
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "kubus.cli", "up", "--nodes", "10", "--fresh", "--data-dir", str(directory)],
-            stdin=subprocess.DEVNULL,
-            stdout=self.output.open("wb"),
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "KUBUS_HOME": str(directory)},
-        )
-
-    def text(self) -> str:
-        return self.output.read_text(errors="replace")
-
-    async def ready(self) -> None:
-        def check() -> None:
-            assert self.proc.poll() is None, self.text()
-            assert "ready in" in self.text(), self.text()
-
-        await eventually(check, timeout=90, interval=0.2)
-
-    def child(self, needle: str) -> int:
-        """The one live child whose command line has ``needle`` (AssertionError: none or several)."""
-        found = [pid for pid, (_, cmdline) in descendants(self.proc.pid).items() if needle in cmdline]
-        assert len(found) == 1, found
-        return found[0]
-
-    async def exited(self, timeout: float) -> int:
-        deadline = time.monotonic() + timeout
-        while self.proc.poll() is None and time.monotonic() < deadline:
-            await asyncio.sleep(0.1)
-        assert self.proc.returncode is not None, f"kubus up still running after {timeout:g}s\n{self.text()}"
-        return self.proc.returncode
-
-    def kill(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            self.proc.kill()
-        self.proc.wait()
-
-
 @pytest.mark.parametrize("impatient", [False, True], ids=["waited-for", "kill-9-while-stopping"])
 async def test_kubus_up_stopped_after_its_servers_died_leaves_no_process(tmp_path: Path, impatient: bool) -> None:
     """SIGTERM to `kubus up` once its NATS and Redis are dead; then either wait for it, or (an
     impatient user, a supervisor's kill timeout) SIGKILL it two seconds into its stop."""
-    up = _KubusUp(tmp_path)
+    up = KubusUp(tmp_path)
     children: dict[int, tuple[int, str]] = {}
     try:
         await up.ready()
@@ -215,7 +126,7 @@ async def test_kubus_up_stopped_after_its_servers_died_leaves_no_process(tmp_pat
 
 
 async def test_kill_9_of_kubus_up_after_a_restart_leaves_no_process(tmp_path: Path) -> None:
-    up = _KubusUp(tmp_path)
+    up = KubusUp(tmp_path)
     children: dict[int, tuple[int, str]] = {}
     try:
         await up.ready()
@@ -247,7 +158,7 @@ def _none_alive(children: dict[int, tuple[int, str]]) -> None:
 def _kill(children: dict[int, tuple[int, str]]) -> None:
     """Clean up after a failed test (nothing to do after a passing one)."""
     for pid in children:
-        if _stat(pid) is not None:
+        if process_stat(pid) is not None:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
 
@@ -261,7 +172,7 @@ def _pods_yaml(prefix: str, count: int) -> str:
 
 
 async def test_kubus_up_restarts_a_dead_server_and_loses_no_acknowledged_pod(tmp_path: Path) -> None:
-    up = _KubusUp(tmp_path)
+    up = KubusUp(tmp_path)
     env = {"KUBUS_HOME": str(tmp_path)}
     children: dict[int, tuple[int, str]] = {}
     try:
