@@ -84,6 +84,14 @@ meets one is retried (or left to the repair that retries it), never a reason to 
 counted against a message's deliveries (`is_transient`)."""
 
 
+_ANSWERING_BUT_REFUSING = (
+    DiskError,
+    redis.exceptions.ReadOnlyError,
+    redis.exceptions.OutOfMemoryError,
+)
+"""A Redis that answers but refuses writes (or PING) for now: a service starts anyway, paused."""
+
+
 def is_transient(exc: BaseException) -> bool:
     """Whether ``exc`` says a server is away for now (retry later), not that the work is wrong."""
     return isinstance(exc, TRANSIENT_ERRORS)
@@ -204,14 +212,17 @@ class Outage:
     one, and says so once when it starts and once when it ends.
 
     A handler that meets a transient error (`is_transient`) calls `note`; every consumer loop
-    calls `pause` before it takes work: it waits out a backoff (``first`` seconds, doubling with
-    each outage noted within ``forget_after`` seconds of the last, at most ``cap``), then asks
-    ``probe`` (None: the servers answer; else why not) until they answer. The messages in hand
-    were nak'd by their handlers and come back by redelivery; none is counted as failed.
+    calls `pause` before it takes work. An outage is one run of notes until the servers answer
+    again, however many messages met it. `pause` waits ``first`` seconds (doubled for each
+    outage that began within ``forget_after`` seconds of the end of the one before: a server
+    that answers PING but refuses writes, out of memory say), then asks ``probe`` (None: the
+    servers answer; else why not), again after a wait that doubles each time, at most ``cap``
+    seconds, until they answer. The messages in hand were nak'd by their handlers and come back
+    by redelivery; none is counted as failed.
     """
 
-    __slots__ = ("_cap", "_clock", "_first", "_forget_after", "_last_noted", "_log", "_probe", "_resume_at",
-                 "_since", "_streak", "reason")  # fmt: skip
+    __slots__ = ("_cap", "_clock", "_ended", "_first", "_forget_after", "_log", "_probe", "_resume_at", "_since",
+                 "_streak", "_wait", "reason")  # fmt: skip
 
     def __init__(
         self,
@@ -219,7 +230,7 @@ class Outage:
         probe: Callable[[], Awaitable[str | None]],
         *,
         first: float = 0.5,
-        cap: float = 30.0,
+        cap: float = 5.0,
         forget_after: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -230,7 +241,10 @@ class Outage:
         self._forget_after = forget_after
         self._clock = clock
         self._streak = 0
-        self._last_noted = -math.inf
+        """Outages in a row, each begun soon after the one before ended."""
+        self._ended = -math.inf
+        self._wait = first
+        """The wait before the next probe."""
         self._resume_at = 0.0
         self._since = 0.0
         self.reason: str | None = None
@@ -238,20 +252,19 @@ class Outage:
 
     def note(self, exc: BaseException) -> None:
         """A step failed because a server is away: pause intake (logged once per outage)."""
+        self.reason, begins = _one_line(exc), self.reason is None
+        if not begins:
+            return
         now = self._clock()
-        if now - self._last_noted > self._forget_after:
-            self._streak = 0
-        self._last_noted = now
-        self._streak += 1
-        self._resume_at = max(self._resume_at, now + min(self._cap, self._first * 2 ** (self._streak - 1)))
-        if self.reason is None:
-            self._since = now
-            self._log.warning("a server is unavailable: intake paused until it answers", error=_one_line(exc))
-        self.reason = _one_line(exc)
+        self._streak = self._streak + 1 if now - self._ended <= self._forget_after else 1
+        self._wait = min(self._cap, self._first * 2 ** (self._streak - 1))
+        self._resume_at = now + self._wait
+        self._since = now
+        self._log.warning("a server is unavailable: intake paused until it answers", error=self.reason)
 
     async def pause(self, stopping: asyncio.Event) -> None:
-        """Return at once when no outage is noted; else once the backoff is over and the servers
-        answer, or ``stopping`` is set. Never raises (but for cancellation)."""
+        """Return at once when no outage is noted; else once the servers answer after the
+        waits, or ``stopping`` is set. Never raises (but for cancellation)."""
         while self.reason is not None and not stopping.is_set():
             delay = self._resume_at - self._clock()
             if delay > 0:
@@ -259,12 +272,14 @@ class Outage:
                     await asyncio.wait_for(stopping.wait(), delay)
                 continue
             why = await self._probe()
+            now = self._clock()
             if why is None:
-                self._log.info("servers answer again: intake resumed", paused=round(self._clock() - self._since, 1))
-                self.reason = None
+                self._log.info("servers answer again: intake resumed", paused=round(now - self._since, 1))
+                self.reason, self._ended = None, now
                 return
             self.reason = why
-            self._resume_at = self._clock() + min(self._cap, self._first * 2 ** max(0, self._streak - 1))
+            self._wait = min(self._cap, self._wait * 2)
+            self._resume_at = now + self._wait
 
 
 def _one_line(exc: BaseException) -> str:
@@ -499,7 +514,10 @@ class Service:
             if self._ensure_streams:
                 await ensure_streams(self.js)
             self.redis = redis_client(self.settings)
-            await self.redis.ping()
+            try:
+                await self.redis.ping()
+            except _ANSWERING_BUT_REFUSING as exc:  # it is there: start, and wait out the outage
+                self.outage.note(exc)
         group_ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._supervisor = asyncio.create_task(self._supervise(group_ready), name=f"{self.name}: supervisor")
         await group_ready

@@ -593,8 +593,8 @@ class BinderService(Service):
         delivered = deliveries(msg)
         delay = redelivery_delay(delivered)
         if is_transient(exc):
-            self.outage.note(exc)
-            log.warning("bind failed, will retry", error=repr(exc), delivery=delivered, delay=delay)
+            self.outage.note(exc)  # says so once per outage; each request only at debug level
+            log.debug("bind failed, will retry", error=repr(exc), delivery=delivered, delay=delay)
             with contextlib.suppress(Exception):  # unacked, it comes back after ack_wait anyway
                 await msg.nak(delay=delay)
             return BindResult.RETRY

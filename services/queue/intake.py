@@ -268,8 +268,8 @@ class Intake(NodePlacement):
         delivered = deliveries(msg)
         delay = redelivery_delay(delivered)
         if is_transient(exc):
-            self.outage.note(exc)
-            self.log.info("message will be retried when the servers answer", subject=msg.subject,
+            self.outage.note(exc)  # says so once per outage; each message only at debug level
+            self.log.debug("message will be retried when the servers answer", subject=msg.subject,
                           deliveries=delivered, delay=delay, error=repr(exc))  # fmt: skip
             await self._settle(msg.nak(delay=delay))
             return

@@ -14,6 +14,7 @@ import redis.asyncio as aioredis
 from nats.aio.client import Client as NATS
 from support import eventually, http_get
 
+from kubus.embedded import EmbeddedServers
 from kubus.metrics import serve_metrics
 from kubus.service import Service
 from kubus.settings import ConnectionSettings
@@ -48,6 +49,42 @@ async def test_readiness_needs_nats_connected_and_redis_answering(
         await service.stop()
         server.shutdown()
         thread.join(5)
+
+
+async def test_a_service_starts_against_a_redis_that_refuses_writes_and_says_it_is_not_ready(
+    tmp_path: Path, nats_url: str
+) -> None:
+    """Valkey whose last snapshot failed refuses writes and PING (MISCONF, as on a full disk):
+    a service starts anyway, paused and not ready; once Valkey writes again it resumes."""
+    servers = EmbeddedServers(tmp_path)
+    await servers.start()
+    admin = aioredis.Redis.from_url(servers.redis_url)
+    service = Service("paused", ConnectionSettings(nats_url=nats_url, redis_url=servers.redis_url), streams=False)
+    try:
+        # A directory where the snapshot goes: its rename fails, and Valkey stops taking writes.
+        (tmp_path / "redis" / "dump.rdb").mkdir()
+        await admin.config_set("save", "3600 1")  # refused writes need a save point configured
+        await admin.execute_command("BGSAVE")
+
+        async def refusing() -> None:
+            assert (await admin.info("persistence"))["rdb_last_bgsave_status"] == "err"
+
+        await eventually(refusing, timeout=10)
+        await service.start()
+        why = await service.readiness()
+        assert why is not None and why.startswith("intake paused: DiskError: "), why
+        (tmp_path / "redis" / "dump.rdb").rmdir()
+        await admin.execute_command("BGSAVE")
+
+        async def resumed() -> None:
+            await service.outage.pause(service.stopping)
+            assert await service.readiness() is None
+
+        await eventually(resumed, timeout=20)
+    finally:
+        await service.stop()
+        await admin.aclose()
+        await servers.stop()
 
 
 def _free_port() -> int:
