@@ -9,6 +9,7 @@ PodDeletion and waits until the queue has recorded it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import os
 import sys
@@ -23,25 +24,28 @@ from nats.js.api import DeliverPolicy
 from kubus import codec
 from kubus.api.disruption import PodDisruptionBudget
 from kubus.api.errors import ManifestError
-from kubus.api.manifests import Manifests, parse_manifests, parse_pod, read_documents
+from kubus.api.manifests import Manifests, parse_manifests, parse_pod, read_documents, wire_pod
 from kubus.api.namespaces import Namespace
 from kubus.api.objects import LabelSelector
 from kubus.api.pod_affinity import selector_matches
 from kubus.api.podgroups import PodGroup
 from kubus.api.priority import PriorityClass, PriorityError, check_priority_class
 from kubus.api.quantity import format_bytes, format_cpu
+from kubus.api.submission import Rejected, admit_priority, read_submission
 from kubus.bus import msgids
 from kubus.bus.connection import Publication, publish_durable, publish_durable_many, settle
 from kubus.bus.messages import ClusterEvent, PodDeletion, decode, encode
 from kubus.bus.subjects import EVENTS_STREAM, MAX_MANIFEST_SIZE, POD_EVENTS, PODS_DELETE, PODS_SUBMIT, EventKind
 from kubus.cli.connect import UsageError, open_bus, open_state
 from kubus.kernels.nodeinfo import NodeInfo
+from kubus.service import TRANSIENT_ERRORS
 from kubus.settings import ConnectionSettings
 from kubus.store.cluster_state import ClusterState, node_info_of
 from kubus.store.permits import PermitState
 from kubus.store.records import NodeRecord, PodPhase, PodRecord
 
 __all__ = [
+    "APPLY_TIMEOUT",
     "ApplyObjects",
     "SubmitManifest",
     "apply",
@@ -282,10 +286,127 @@ async def _store_objects(state: ClusterState, objects: ApplyObjects, out: TextIO
         out.write(f"{kind}/{name} {'configured' if changed else 'unchanged'}\n")
 
 
-async def apply(settings: ConnectionSettings, paths: Sequence[str], out: TextIO, *, quiet: bool = False) -> int:
+APPLY_TIMEOUT = 30.0
+"""Seconds `kubus apply` waits, by default, for the queue to confirm its pods are stored."""
+
+
+@dataclass(slots=True)
+class _Applied:
+    """One pod of an apply: what the queue will store for it and what became of it."""
+
+    pod: SubmitManifest
+    expected: bytes | None = None
+    """The manifest the queue stores for it (`read_submission` + `admit_priority`); None until
+    the priority classes could be read."""
+    verdict: str = ""
+    """created, configured or unchanged; "" while not known (the store was not readable)."""
+    error: str = ""
+    """Why it was refused (one line), or ""."""
+    stored: bool = False
+
+
+def _expected(pod: SubmitManifest, classes: Mapping[str, PriorityClass]) -> bytes:
+    """The manifest the queue will store for ``pod``: what it reads (`read_submission`) as kube's
+    Priority admission lets it in. Raises Rejected as the queue would reject it."""
+    [submission] = read_submission(pod.data, source=PODS_SUBMIT, max_manifest_bytes=MAX_MANIFEST_SIZE)
+    return admit_priority(submission, classes, source=PODS_SUBMIT).manifest
+
+
+def _verdict(item: _Applied, existing: PodRecord | None) -> None:
+    """Classify ``item`` against the pod the store has under its uid, as the queue will treat
+    it: created, configured (a Pending pod changed), unchanged, or refused (a changed pod that
+    is not Pending any more, a changed scheduler), with kube's wording."""
+    assert item.expected is not None
+    name = item.pod.name
+    if existing is None:
+        item.verdict = "created"
+    elif existing.manifest == item.expected:
+        item.verdict = "unchanged"
+    elif existing.phase is not PodPhase.PENDING:
+        where = f" on node {existing.node}" if existing.node else ""
+        item.error = (
+            f'The Pod "{name}" is invalid: spec: Forbidden: a pod changes only while it is Pending; '
+            f"it is {existing.phase}{where}"
+        )
+    elif existing.profile != wire_pod(item.expected, item.pod.uid, item.pod.key).spec.scheduler_name:
+        item.error = (
+            f'The Pod "{name}" is invalid: spec.schedulerName: Forbidden: cannot change from "{existing.profile}"'
+        )
+    else:
+        item.verdict = "configured"
+
+
+async def _read_store(state: ClusterState, items: Sequence[_Applied]) -> None:
+    """Fill in each item's expected manifest and verdict from the store. Raises Redis' errors
+    (nothing is filled in then)."""
+    classes = await state.priority_classes()
+    records = await state.get_pods(item.pod.uid for item in items)
+    for item, existing in zip(items, records, strict=True):
+        if item.expected is None:
+            try:
+                item.expected = _expected(item.pod, classes)
+            except Rejected as exc:
+                item.error = str(exc)
+                continue
+        if not item.verdict and not item.error:
+            _verdict(item, existing)
+
+
+async def _wait_stored(
+    state: ClusterState, items: Sequence[_Applied], *, since: float, timeout: float
+) -> str | None:
+    """Wait until the queue has stored every published item's manifest (or refused it: its
+    Rejected pod event), at most ``timeout`` seconds; None when all are, else why not (one
+    line, the store's error when it did not answer)."""
+    deadline = time.monotonic() + timeout
+    why: str | None = None
+    while True:
+        waiting = [i for i in items if not i.stored and not i.error]
+        if not waiting:
+            return None
+        try:
+            if any(i.expected is None for i in waiting):
+                await _read_store(state, [i for i in waiting if i.expected is None])
+            records = await state.get_pods(i.pod.uid for i in waiting)
+            for item, record in zip(waiting, records, strict=True):
+                if record is not None and record.manifest == item.expected:
+                    item.stored = True
+                    if not item.verdict:
+                        item.verdict = "created" if record.version <= 1 else "configured"
+                elif time.monotonic() - since > 1.0:
+                    rejected = [e for e in await state.events(item.pod.uid) if e.reason == "Rejected" and e.at >= since]
+                    if rejected:
+                        item.error = rejected[-1].message
+            why = "the queue has not stored them yet (is the queue service running?)"
+        except TRANSIENT_ERRORS as exc:
+            why = f"the store does not answer: {' '.join(str(exc).split()) or type(exc).__name__}"
+        if time.monotonic() >= deadline:
+            return why
+        await asyncio.sleep(0.2)
+
+
+async def apply(
+    settings: ConnectionSettings,
+    paths: Sequence[str],
+    out: TextIO,
+    *,
+    quiet: bool = False,
+    timeout: float | None = APPLY_TIMEOUT,
+    err: TextIO | None = None,
+) -> int:
     """`kubus apply -f ...`: validate everything, store the other objects in Redis before the
     pods (a pod's PriorityClass must be there when the queue admits it, a gang's group before
-    its members are scheduled), then submit the pods. Exit status 0."""
+    its members are scheduled), then submit the pods that are new or changed.
+
+    Each pod is compared with the store first, as the queue will treat it: ``created``,
+    ``configured`` (a Pending pod changed), ``unchanged`` (not sent again: the store already
+    has it, so a duplicate is told apart across restarts of NATS, Redis and the queue), or
+    refused at once with kube's wording (a pod changes only while Pending). Then, unless
+    ``timeout`` is None, it waits up to ``timeout`` seconds for the queue to confirm each pod
+    is stored: accepted by the bus is not stored. Exit status 0 when every pod is stored
+    (or accepted, without waiting), 1 when one was refused or is not confirmed stored (each
+    named on ``err``, stderr by default)."""
+    err = err or sys.stderr
     objects = read_apply_manifests(paths)
     pods = objects.pods
     if not pods and not objects.stored:
@@ -295,14 +416,38 @@ async def apply(settings: ConnectionSettings, paths: Sequence[str], out: TextIO,
             await _store_objects(state, objects, out, quiet=quiet)
     if not pods:
         return 0
-    async with open_bus(settings) as (_, js):
-        new = await submit(js, pods)
-    for pod, fresh in zip(pods, new, strict=True):
-        if not quiet:
-            out.write(f"pod/{pod.name} {'submitted' if fresh else 'unchanged'}\n")
+    items = [_Applied(pod) for pod in pods]
+    async with open_state(settings, check=False) as state:
+        with contextlib.suppress(*TRANSIENT_ERRORS):  # unreadable now: everything is sent, and confirmed later
+            await _read_store(state, items)
+        send = [i for i in items if not i.error and i.verdict != "unchanged"]
+        since = time.time()
+        if send:
+            async with open_bus(settings) as (_, js):
+                await submit(js, [i.pod for i in send])
+        for item in items:
+            item.stored = item.verdict == "unchanged"
+        why = None if timeout is None else await _wait_stored(state, send, since=since, timeout=timeout)
+    done: list[str] = []
+    """What became of each pod that was not refused, nor is still waiting to be stored."""
+    failed = 0
+    for item in items:
+        if item.error:
+            failed += 1
+            err.write(f"error: pod/{item.pod.name}: {item.error}\n")
+        elif not item.stored and timeout is not None:
+            failed += 1
+            err.write(f"error: pod/{item.pod.name}: accepted by the bus, not stored within {timeout:g}s: {why}\n")
+        else:
+            # Not waited for: "accepted" is all that is known (unless the store said unchanged).
+            done.append(item.verdict if item.stored or item.verdict == "unchanged" else "accepted")
+            if not quiet:
+                out.write(f"pod/{item.pod.name} {done[-1]}\n")
     if quiet:
-        out.write(f"{len(pods)} pods submitted ({sum(new)} new)\n")
-    return 0
+        kinds = ("created", "configured", "unchanged", "accepted")
+        counts = [f"{n} {kind}" for kind in kinds if (n := done.count(kind))] + ([f"{failed} failed"] if failed else [])
+        out.write(f"{len(items)} pods: {', '.join(counts)}\n")
+    return 1 if failed else 0
 
 
 # ---- get ---------------------------------------------------------------------------------------

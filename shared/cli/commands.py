@@ -20,6 +20,7 @@ import redis.exceptions
 
 from kubus.api.label_selectors import LabelSelectorSyntaxError, parse_label_selector
 from kubus.api.objects import LabelSelector
+from kubus.cli.cluster import APPLY_TIMEOUT
 from kubus.cli.connect import Unreachable, UsageError
 from kubus.cli.endpoints import DEFAULT_DATA_DIR, HOME_ENV, Endpoints, cluster_settings, data_dir, read_endpoints
 from kubus.cli.workload import BENCH_WORKLOADS
@@ -139,6 +140,19 @@ def add_cluster_commands(sub: Any) -> None:
         help="manifests (YAML or JSON, multi-document, List); '-' reads stdin; repeatable",
     )
     apply.add_argument("-q", "--quiet", action="store_true", help="one summary line instead of one line per pod")
+    apply.add_argument(
+        "--timeout",
+        type=float,
+        default=APPLY_TIMEOUT,
+        metavar="S",
+        help="seconds to wait for the queue to confirm the pods are stored; not stored by then: exit 1, "
+        f"naming them (default: {APPLY_TIMEOUT:g})",
+    )
+    apply.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="return once the bus has accepted the pods, without waiting for the queue to store them",
+    )
     add_connection_options(apply)
 
     get = sub.add_parser(
@@ -326,7 +340,10 @@ async def _run(args: argparse.Namespace) -> int:
     if args.command == "apply":
         from kubus.cli.cluster import apply
 
-        return await apply(settings, args.filename, out, quiet=args.quiet)
+        if not args.timeout > 0:
+            raise UsageError(f"--timeout: expected a positive number of seconds, got {args.timeout:g}")
+        timeout = None if args.no_wait else args.timeout
+        return await apply(settings, args.filename, out, quiet=args.quiet, timeout=timeout)
     if args.command == "get":
         from kubus.cli.cluster import get_events, get_nodes, get_pods, watch_pods
 

@@ -43,14 +43,16 @@ def safe_url(url: str) -> str:
 
 
 @contextlib.asynccontextmanager
-async def open_state(settings: ConnectionSettings) -> AsyncIterator[ClusterState]:
-    """A ClusterState on the settings' Redis, checked with PING. Raises Unreachable."""
+async def open_state(settings: ConnectionSettings, *, check: bool = True) -> AsyncIterator[ClusterState]:
+    """A ClusterState on the settings' Redis, checked with PING unless ``check`` is False (a
+    caller that copes with a Redis that is away). Raises Unreachable."""
     client = redis_client(settings)
     try:
-        try:
-            await client.ping()
-        except (OSError, redis.exceptions.RedisError) as exc:
-            raise Unreachable(f"cannot reach Redis at {safe_url(settings.redis_url)}: {_short(exc)}") from None
+        if check:
+            try:
+                await client.ping()
+            except (OSError, redis.exceptions.RedisError) as exc:
+                raise Unreachable(f"cannot reach Redis at {safe_url(settings.redis_url)}: {_short(exc)}") from None
         yield ClusterState(client)
     finally:
         with contextlib.suppress(Exception):

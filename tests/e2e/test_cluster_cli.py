@@ -204,13 +204,14 @@ async def test_apply_refuses_what_it_cannot_submit(
 
 
 async def test_apply_publishes_one_message_per_pod_with_its_msg_id(kubus: Any, js: JetStreamContext) -> None:
-    result = await kubus("apply", "-f", "-", stdin=GOOD.encode())
+    result = await kubus("apply", "-f", "-", "--no-wait", stdin=GOOD.encode())
     assert result.code == 0, result.err
-    assert result.out.splitlines() == ["pod/web submitted", "pod/train submitted", "pod/infer submitted"]
+    assert result.out.splitlines() == ["pod/web accepted", "pod/train accepted", "pod/infer accepted"]
     assert await stream_messages(js) == 3
-    # The same manifests again within the duplicate window: stored once.
-    again = await kubus("apply", "-f", "-", stdin=GOOD.encode())
-    assert again.code == 0 and again.out.splitlines()[0] == "pod/web unchanged"
+    # The same manifests again within the duplicate window: published once (no queue has stored
+    # them yet, so the store cannot say they are unchanged).
+    again = await kubus("apply", "-f", "-", "--no-wait", stdin=GOOD.encode())
+    assert again.code == 0 and again.out.splitlines()[0] == "pod/web accepted"
     assert await stream_messages(js) == 3
     sub = await js.pull_subscribe("kubus.pods.submit", durable="cli-test")
     msgs = await sub.fetch(3, timeout=5)
@@ -319,6 +320,54 @@ async def test_apply_get_describe_delete(
     gone = await kubus("delete", "pod", "nope")
     assert gone.code == 2 and "not found" in one_error_line(gone)
     assert await check_invariants_settled(state) == []
+
+
+async def test_apply_says_what_the_store_has_and_refuses_at_once_what_the_queue_would(
+    services: StartServices, kubus: Any, js: JetStreamContext, redis: aioredis.Redis, tmp_path: Path
+) -> None:
+    """created (confirmed stored), unchanged (the store has it: nothing sent again, whatever the
+    bus's duplicate window), configured (a Pending pod changed); a changed spec of a pod that is
+    not Pending any more is refused at once, in kube's words, exit 1, and nothing is sent."""
+    await services(nodes=5)
+    pods = tmp_path / "pods.yaml"
+    pods.write_text(GOOD + "---\n" + IMPOSSIBLE)
+    first = await kubus("apply", "-f", str(pods))
+    assert first.code == 0, first.err
+    assert first.out.splitlines() == ["pod/web created", "pod/train created", "pod/infer created", "pod/huge created"]
+    sent = await stream_messages(js)
+    again = await kubus("apply", "-f", str(pods))
+    assert again.code == 0, again.err
+    assert again.out.splitlines() == [f"pod/{n} unchanged" for n in ("web", "train", "infer", "huge")]
+    assert await stream_messages(js) == sent  # unchanged pods are not sent again
+
+    state = ClusterState(redis)
+
+    async def web_placed() -> None:
+        web = await state.find_pod("shop", "web")
+        assert web is not None and web.phase in (PodPhase.BOUND, PodPhase.RUNNING), web
+
+    await eventually(web_placed, timeout=60)
+    changed = tmp_path / "changed.yaml"
+    changed.write_text(GOOD.replace("image: nginx", "image: nginx:2") + "---\n" + IMPOSSIBLE.replace('"16"', '"15"'))
+    refused = await kubus("apply", "-f", str(changed))
+    assert refused.code == 1, refused
+    assert 'error: pod/web: The Pod "web" is invalid: spec: Forbidden: a pod changes only while it is Pending' in (
+        refused.err
+    ), refused.err
+    assert "pod/huge configured" in refused.out.splitlines()  # the Pending one changes
+    assert "pod/web" not in refused.out
+
+
+async def test_apply_without_a_queue_says_the_pods_are_not_stored_and_exits_1(
+    kubus: Any, redis: aioredis.Redis, js: JetStreamContext
+) -> None:
+    """Accepted by the bus is not stored: with no queue to store them (the fixtures wiped the
+    servers), apply waits its timeout, names every pod not stored and exits 1."""
+    result = await kubus("apply", "-f", "-", "--timeout", "1", stdin=GOOD.encode())
+    assert result.code == 1, result
+    lines = result.err.splitlines()
+    assert len(lines) == 3 and all("accepted by the bus, not stored within 1s" in line for line in lines), lines
+    assert lines[0].startswith("error: pod/web: ") and "is the queue service running?" in lines[0]
 
 
 async def test_get_pods_watch_follows_changes_and_events_tell_a_pod_s_story(
@@ -497,7 +546,7 @@ async def test_kubus_up_schedules_2000_pods_on_200_nodes(tmp_path: Path) -> None
         workload.write_text(to_yaml(mixed_workload(2000, seed=7, namespace="e2e")))
         applied = await run_kubus("apply", "-f", str(workload), "-q", env=env, timeout=300)
         assert applied.code == 0, applied.err
-        assert applied.out.strip() == "2000 pods submitted (2000 new)"
+        assert applied.out.strip() == "2000 pods: 2000 created"
 
         # The embedded servers admit only kubus' users: not an anonymous client, not a wrong
         # password; the CLI above logged in as `client` from <home>/access on its own.

@@ -104,8 +104,8 @@ async def test_apply_stores_the_groups_then_submits_the_pods(
     assert await apply(settings, [str(path)], out) == 0
     assert out.getvalue().splitlines() == [
         "podgroup/train configured",
-        "pod/w0 submitted",
-        "pod/w1 submitted",
+        "pod/w0 created",
+        "pod/w1 created",
     ]
     state = ClusterState(redis)
     assert await state.get_pod_group("ml/train") == PodGroup("ml", "train", 2, {"cpu": 200}, 5)

@@ -142,8 +142,8 @@ async def test_a_class_applied_with_its_pods_is_seen_by_the_queue(
     assert out.getvalue().splitlines() == [
         "priorityclass/urgent configured",
         "priorityclass/batch configured",
-        "pod/late-urgent submitted",
-        "pod/plain submitted",
+        "pod/late-urgent created",
+        "pod/plain created",
     ]
     assert await state.priority_classes() == {
         "urgent": PriorityClass("urgent", 100000, preemption_policy=PreemptionPolicy.NEVER),

@@ -8,13 +8,12 @@ import pytest
 
 from kubus import codec
 from kubus.api.objects import ObjectMeta, Pod, PodSpec
+from kubus.api.submission import Rejected, read_submission
 from kubus.queue import (
     CLUSTER_EVENTS,
     QueueName,
-    Rejected,
     SchedulingQueue,
     backoff_duration,
-    read_submission,
 )
 from kubus.queue.queueing import REFUSED_RETRIES, ClusterChange, QueueEntry
 
