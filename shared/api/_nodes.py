@@ -15,6 +15,7 @@ from kubus.api._fields import (
 from kubus.api._metadata import STDIN, read_object
 from kubus.api.gpus import (
     GPUS_ANNOTATION,
+    gfd_gpus,
     parse_node_gpus,
 )
 from kubus.api.names import label_value_error, qualified_name_error
@@ -117,6 +118,11 @@ def read_node(obj: Any, source: str, where: str) -> Node:
         taints=_taints(r, spec.get("taints"), "spec.taints"),
     )
     status = _node_status(r, obj.get("status"), gpus_total, gpus_healthy)
+    if annotation is None and status.capacity.get(NVIDIA_GPU, 0) > 0:
+        try:  # no gpu-agent's annotation: the device plugin's count and GPU feature discovery's labels
+            gpus = gfd_gpus(metadata.labels, status.capacity[NVIDIA_GPU], status.allocatable.get(NVIDIA_GPU, 0))
+        except ValueError as e:
+            r.fail("metadata.labels", str(e))
     return Node(metadata=metadata, spec=node_spec, status=status, gpus=gpus)
 
 

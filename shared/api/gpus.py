@@ -23,6 +23,13 @@ A node with this annotation and no `nvidia.com/gpu` in its status gets `nvidia.c
 number of GPUs in capacity and the number of healthy GPUs in allocatable, as the NVIDIA device
 plugin reports them.
 
+A node without the annotation (a real cluster's node, where no gpu-agent runs) has its GPUs
+read from what the NVIDIA device plugin and GPU feature discovery publish (`gfd_gpus`):
+`nvidia.com/gpu` in status.capacity is the number of devices, of which as many as
+status.allocatable has are healthy; the labels `nvidia.com/gpu.product` and
+`nvidia.com/gpu.memory` (MiB) give every device its model and memory. Without the memory label
+the devices have no memory known (0): requests for whole GPUs fit, memory slices do not.
+
 Pods
 ----
 - Whole GPUs: the extended resource `nvidia.com/gpu: K` in a container's requests or limits
@@ -64,6 +71,11 @@ GPU_COUNT_ANNOTATION = "kubus.io/gpu-count"
 GPU_DEVICES_ANNOTATION = "kubus.io/gpu-devices"
 
 _DEVICE_KEYS = ("index", "uuid", "model", "memory", "healthy")
+
+GFD_PRODUCT_LABEL = "nvidia.com/gpu.product"
+"""GPU feature discovery: the devices' product name (the same spelling `kubus.io/gpu-model` uses)."""
+GFD_MEMORY_LABEL = "nvidia.com/gpu.memory"
+"""GPU feature discovery: each device's memory in MiB."""
 
 # GPUFit's contract, shared by the production plugin (kubus.plugins.gpu_fit) and the reference
 # (kubus.reference.gpu_fit), which implement it independently: the scoring modes, and the reasons
@@ -141,6 +153,19 @@ def _describe(value: object) -> str:
     if isinstance(value, str):
         return f"string {_quote(value)}"
     return _type_name(value)
+
+
+def gfd_gpus(labels: Mapping[str, str], capacity: int, allocatable: int) -> tuple[GPUDevice, ...]:
+    """A node's devices as the NVIDIA device plugin (``capacity``/``allocatable`` of
+    `nvidia.com/gpu`) and GPU feature discovery (``labels``) describe them: ``capacity``
+    devices, the first ``allocatable`` of them healthy (the plugin does not say which failed),
+    each of the labelled model and memory. Raises ValueError for a memory label that is not a
+    whole number of MiB."""
+    memory_mib = labels.get(GFD_MEMORY_LABEL, "0") or "0"
+    if not memory_mib.isdigit():
+        raise ValueError(f"{GFD_MEMORY_LABEL}: {_quote(memory_mib)} is not a whole number of MiB")
+    model, memory = labels.get(GFD_PRODUCT_LABEL, ""), int(memory_mib) * 2**20
+    return tuple(GPUDevice(i, "", model, memory, healthy=i < allocatable) for i in range(capacity))
 
 
 @lru_cache(maxsize=1024)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from kubus.api.errors import ManifestError
 from kubus.api.gpus import (
     GPU_COUNT_ANNOTATION,
     GPU_DEVICES_ANNOTATION,
@@ -21,7 +23,8 @@ from kubus.api.gpus import (
     pod_gpu_devices,
     pod_gpu_request,
 )
-from kubus.api.objects import Container, GPUDevice, ObjectMeta, Pod, PodSpec
+from kubus.api.manifests import parse_node
+from kubus.api.objects import Container, GPUDevice, Node, ObjectMeta, Pod, PodSpec
 
 Gi = 2**30
 H100 = "NVIDIA-H100-80GB-HBM3"
@@ -325,3 +328,40 @@ def test_fuzzed_gpu_annotations_raise_only_value_errors(items: list[dict[str, ob
     else:
         assert [d.index for d in parsed] == list(range(len(parsed)))
         assert all(d.memory > 0 and d.model for d in parsed)
+
+
+def _api_node(labels: dict[str, str], capacity: str, allocatable: str | None = None) -> Node:
+    status: dict[str, Any] = {"capacity": {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": capacity}}
+    if allocatable is not None:
+        status["allocatable"] = {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": allocatable}
+    return parse_node({"kind": "Node", "metadata": {"name": "g", "labels": labels}, "status": status})
+
+
+def test_a_real_clusters_node_has_the_gpus_the_device_plugin_and_gpu_feature_discovery_publish() -> None:
+    node = _api_node({"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.memory": "81559"}, "8", "7")
+    assert len(node.gpus) == 8
+    assert {(g.model, g.memory) for g in node.gpus} == {("NVIDIA-H100-80GB-HBM3", 81559 * 2**20)}
+    assert [g.healthy for g in node.gpus] == [True] * 7 + [False]  # allocatable says one is not usable
+    assert node.status.allocatable["nvidia.com/gpu"] == 7
+
+
+def test_without_the_labels_the_devices_have_no_model_or_memory_and_a_bad_memory_label_is_one_line() -> None:
+    bare = _api_node({}, "2")
+    assert [(g.index, g.model, g.memory, g.healthy) for g in bare.gpus] == [(0, "", 0, True), (1, "", 0, True)]
+    with pytest.raises(ManifestError, match=r"metadata.labels: nvidia.com/gpu.memory: \"80Gi\" is not a whole number"):
+        _api_node({"nvidia.com/gpu.memory": "80Gi"}, "2")
+
+
+GFD_PRODUCT = "nvidia.com/gpu.product"
+
+
+def test_the_gpus_annotation_wins_over_the_device_plugins_count() -> None:
+    devices = '[{"index": 0, "model": "A100", "memory": "40Gi"}]'
+    node = parse_node(
+        {
+            "kind": "Node",
+            "metadata": {"name": "g", "annotations": {"kubus.io/gpus": devices}, "labels": {GFD_PRODUCT: "X"}},
+            "status": {"capacity": {"cpu": "8", "nvidia.com/gpu": "1"}},
+        }
+    )
+    assert [(g.model, g.memory) for g in node.gpus] == [("A100", 40 * 2**30)]
