@@ -12,13 +12,27 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 from cluster_support import StartServices, service_logs
+from nats import connect as nats_connect
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
-from support import eventually
+from support import ServerEndpoints, eventually
 
 from kubus import codec
+from kubus.access import inbox_prefix
 from kubus.bus.connection import publish_durable
-from kubus.bus.messages import BindRequest, NodeAssignment, Outcome, OutcomeKind, Outcomes, PodDeletion, encode
+from kubus.bus.messages import (
+    ERROR_HEADER,
+    BindRequest,
+    ClusterEvent,
+    NodeAssignment,
+    Outcome,
+    OutcomeKind,
+    Outcomes,
+    PodChange,
+    PodDeletion,
+    PopRequest,
+    encode,
+)
 from kubus.bus.subjects import (
     PODS_DELETE,
     PODS_REQUEUE,
@@ -292,5 +306,44 @@ async def test_kill_9_of_the_cycle_during_preemption(
         assert sum(1 for e in await state.events(p.uid) if e.reason == "Preempted") == 1, p.key
     pods = await phases(state, high_uids)
     assert all(p.bindings == 1 for p in pods.values())
+    assert await check_invariants_settled(state) == []
+    alive(cluster)
+
+
+async def test_a_forged_pop_and_a_forged_deletion_sent_with_the_roles_allowed_to_send_them_change_nothing(
+    services: StartServices, servers: ServerEndpoints, redis: aioredis.Redis, js: JetStreamContext
+) -> None:
+    """A PopRequest with fencing token 2^62, sent as the cycle role, and a pod.deleted event for a
+    Running pod, by name and by uid, sent as the cycle role too (it may publish pod.deleted for its
+    preemption victims): the real cycle keeps popping, new pods are scheduled, the Running pod
+    keeps running and holding its room, and every invariant holds."""
+    cluster = await services(nodes=5, pod_duration=0)
+    state = ClusterState(redis)
+    first = pod_manifests(mixed_workload(10, seed=3, namespace="forged"))
+    await submit(js, first)
+
+    async def placed(pods: list[Any], phases: tuple[PodPhase, ...] = (PodPhase.RUNNING,)) -> None:
+        records = await state.get_pods(p.uid for p in pods)
+        assert all(r is not None and r.phase in phases for r in records), [r and r.phase for r in records]
+
+    await eventually(lambda: placed(first), timeout=60)
+    victim = first[0]
+    as_cycle = await nats_connect(servers.login(servers.nats_url, "cycle"), inbox_prefix=inbox_prefix("cycle"))
+    try:
+        forged_pop = PopRequest(max_pods=64, wait_ms=0, holder="forger", fencing_token=2**62)
+        reply = await as_cycle.request(queue_pop("default-scheduler"), encode(forged_pop), timeout=5)
+        assert (reply.headers or {}).get(ERROR_HEADER, "").startswith("fenced:"), reply
+        for data in (PodChange(victim.uid), PodChange("")):
+            event = ClusterEvent(kind="pod.deleted", name=victim.key, data=data)
+            await as_cycle.publish(event_subject("pod.deleted", victim.key), encode(event))
+        await as_cycle.flush()
+    finally:
+        await as_cycle.close()
+    later = pod_manifests(mixed_workload(20, seed=4, namespace="forged-later"))
+    await submit(js, later)
+    await eventually(lambda: placed(later), timeout=60)
+    record = await state.get_pod(victim.uid)
+    assert record is not None and record.phase is PodPhase.RUNNING
+    assert await state.reservation(record.node, victim.uid) is not None
     assert await check_invariants_settled(state) == []
     alive(cluster)
