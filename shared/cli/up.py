@@ -241,10 +241,26 @@ def report_exit(service: ServiceProcess, *, restarting: bool, after: float = 0.0
     _err(f"kubus up: service {service.name} {what}{then}. Last lines of {service.log_path}:\n{indented}")
 
 
-async def supervise(cluster: Cluster, stop: asyncio.Event) -> int:
+async def _redis_problem(state: ClusterState) -> str | None:
+    """Why Redis cannot serve the services now (down, LOADING, refusing writes for a full disk:
+    its PING is refused then), one line; None when it answers."""
+    try:
+        async with asyncio.timeout(2.0):
+            await state.redis.ping()
+    except Exception as exc:
+        return " ".join(f"{type(exc).__name__}: {exc}".split()) or type(exc).__name__
+    return None
+
+
+async def supervise(cluster: Cluster, stop: asyncio.Event, state: ClusterState | None = None) -> int:
     """Run until ``stop`` is set (0), restarting the embedded servers and the services that
     exit, each after its `RestartBackoff`, however often; 1 when one cannot start at all (a
-    service that exits with the usage status 2, a server binary that is missing)."""
+    service that exits with the usage status 2, a server binary that is missing). With
+    ``state``, Redis is asked every few seconds, and a Redis that cannot serve (down, a full
+    disk) is said once, and once more when it serves again: the services wait meanwhile, not
+    ready, and lose nothing."""
+    redis_down: str | None = None
+    next_redis_check = 0.0
     backoffs: dict[str, RestartBackoff] = {}
     due: dict[str, float] = {}
     """Process name -> when to start it again (monotonic)."""
@@ -253,6 +269,14 @@ async def supervise(cluster: Cluster, stop: asyncio.Event) -> int:
     started = time.monotonic()
     while not await sleep_or(stop, 0.25):
         now = time.monotonic()
+        if state is not None and now >= next_redis_check:
+            next_redis_check = now + 3.0
+            problem = await _redis_problem(state)
+            if problem is not None and redis_down is None:
+                _err(f"kubus up: Redis cannot serve the services ({problem}); they wait, not ready, and lose nothing")
+            elif problem is None and redis_down is not None:
+                _say("kubus up: Redis serves again; the services go on")
+            redis_down = problem
         if cluster.servers is not None:
             for name, code in cluster.servers.exited().items():
                 if name in due:
@@ -382,7 +406,7 @@ async def run_up(args: argparse.Namespace) -> int:
 
                 return await run_demo(cluster, state, stop, pods=args.demo_pods)
             _print_try(directory, args)
-            return await supervise(cluster, stop)
+            return await supervise(cluster, stop, state)
     except Unreachable as exc:
         _err(f"kubus up: {exc}")
         return 1
