@@ -16,6 +16,11 @@ Fixtures: ``servers`` (the endpoints), ``nats_url``, ``redis_url`` (strings), an
 every JetStream stream deleted first, drained after), ``js`` (its JetStream context), ``settings``
 (ConnectionSettings for services on those emptied servers) and ``state`` (a ClusterState on them). Tests
 using any of them are marked ``integration`` automatically.
+
+Cluster mode: ``kube_apiserver`` (session: a real etcd + kube-apiserver from ../shared/kube,
+tests/kube_support.py) and per test ``kube`` (a fresh namespace, an admin KubeClient, Nodes
+deleted after). No binaries: skipped, saying how to point the tests at some; under ``CI=true``
+a failure.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import socket
 import sys
 from collections.abc import AsyncIterator, Generator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 import pytest
@@ -43,6 +48,9 @@ from kubus.access import ACCESS_DIR, ensure_credentials
 from kubus.embedded import EmbeddedServers
 from kubus.settings import ConnectionSettings
 from kubus.store import ClusterState
+
+if TYPE_CHECKING:  # imported by the kube fixtures only when used: kubus.kubeapi needs aiohttp
+    from kube_support import KubeApiServer, KubeTest
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
@@ -196,6 +204,33 @@ def state(redis: aioredis.Redis) -> ClusterState:
 def js(nats: NATS) -> JetStreamContext:
     """The JetStream context of the ``nats`` fixture's client."""
     return nats.jetstream()
+
+
+@pytest.fixture(scope="session")
+def kube_apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeApiServer]:
+    """A real etcd + kube-apiserver for the session (`kube_support.KubeApiServer`: url, kubeconfig,
+    token, ca_file, config(), client(), restart_apiserver(), compact_etcd()); about 3 s to start.
+    No binaries: a skip saying how to point the tests at some (a failure under CI=true)."""
+    from kube_support import KubeApiServer, KubeUnavailable, kube_binaries
+
+    try:
+        binaries = kube_binaries()
+    except KubeUnavailable as exc:
+        if IN_CI:
+            pytest.fail(f"no kube-apiserver (CI=true makes this a failure): {exc}", pytrace=False)
+        pytest.skip(f"no kube-apiserver: {exc}")
+    with KubeApiServer(binaries, tmp_path_factory.mktemp("kube-apiserver")) as server:
+        yield server
+
+
+@pytest.fixture
+async def kube(kube_apiserver: KubeApiServer, request: pytest.FixtureRequest) -> AsyncIterator[KubeTest]:
+    """The test's share of ``kube_apiserver`` (`kube_support.KubeTest`): a fresh namespace, an admin
+    KubeClient, and make_nodes() whose Nodes are deleted after the test."""
+    from kube_support import KubeTest
+
+    async with KubeTest(kube_apiserver, request.node.name) as test:
+        yield test
 
 
 _SERVER_FIXTURES = frozenset({"servers", "nats_url", "redis_url", "nats", "redis", "js"})
