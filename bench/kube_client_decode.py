@@ -173,7 +173,7 @@ def _renamed(obj: dict[str, Any], copy: int) -> dict[str, Any]:
 def decoders(library: str, kind: str) -> tuple[Callable[[bytes], int], Callable[[list[bytes]], int]]:
     """(decode a LIST body, decode WATCH lines) as ``library`` does, each returning a count."""
     if library == "thin":
-        watch = Watch(None, PODS, None, {}, None)  # type: ignore[arg-type]  # only its decoding is used
+        watch = Watch(None, server="", resource=PODS)  # type: ignore[arg-type]  # only its decoding is used
 
         def thin_list(body: bytes) -> int:
             return len(codec.loads(body)["items"])

@@ -4,13 +4,14 @@
   KUBECONFIG, ~/.kube/config, the in-cluster service account), as kubectl and client-go find it.
 - `kubus.kubeapi.client`: `KubeClient` (get, list, watch, create, update, patch, delete, bind)
   over aiohttp, objects as plain dicts decoded by `kubus.codec`.
+- `kubus.kubeapi.watch`: `Watch`, the stream of `WatchEvent`s that `KubeClient.watch` opens.
 - `kubus.kubeapi.resources`: `Resource` and the resources kubus uses (`PODS`, `NODES`, ...).
 - `kubus.kubeapi.reflector`: `Reflector`, list + watch kept going through 410s and outages.
 - `kubus.kubeapi.errors`: `KubeAPIError` (the apiserver's Status), `KubeUnreachable`.
 - `kubus.kubeapi.ratelimit`: `TokenBucket`, the client's qps/burst.
 """
 
-from kubus.kubeapi.client import EventType, KubeClient, KubeObject, ObjectList, PatchType, Watch, WatchEvent
+from kubus.kubeapi.client import KubeClient, ObjectList, PatchType
 from kubus.kubeapi.config import KubeConfig, KubeConfigError, load_config, load_in_cluster, load_kubeconfig
 from kubus.kubeapi.errors import KubeAPIError, KubeError, KubeUnreachable
 from kubus.kubeapi.ratelimit import TokenBucket
@@ -33,8 +34,10 @@ from kubus.kubeapi.resources import (
     SERVICE_ACCOUNTS,
     SERVICES,
     STATEFUL_SETS,
+    KubeObject,
     Resource,
 )
+from kubus.kubeapi.watch import EventType, Watch, WatchEvent
 
 __all__ = [
     "BINDINGS",

@@ -3,11 +3,15 @@ Status), or could not be reached at all (`KubeUnreachable`). Both are `KubeError
 
 from __future__ import annotations
 
+import asyncio
+import ssl
 from typing import Any
+
+import aiohttp
 
 from kubus.errors import KubusError
 
-__all__ = ["KubeAPIError", "KubeError", "KubeUnreachable"]
+__all__ = ["KubeAPIError", "KubeError", "KubeUnreachable", "describe_failure"]
 
 
 class KubeError(KubusError):
@@ -125,3 +129,17 @@ class KubeAPIError(KubeError):
             what = f"{what}: retry after {self.retry_after:g} s"
         message = " ".join(self.message.split())
         return f"{target}: {what}: {message}" if message else f"{target}: {what}"
+
+
+def describe_failure(error: BaseException, timeout: float | None) -> str:
+    """Why a request got no answer, in a few words for `KubeUnreachable`: refused, TLS (an
+    untrusted certificate says to check certificate-authority), no answer within ``timeout``."""
+    if isinstance(error, TimeoutError | asyncio.TimeoutError):
+        return f"no answer within {timeout:g} s" if timeout else "timed out"
+    if isinstance(error, aiohttp.ClientConnectorCertificateError):
+        return f"TLS: the server's certificate is not trusted ({error.certificate_error}): check certificate-authority"
+    if isinstance(error, aiohttp.ClientSSLError | ssl.SSLError):
+        return f"TLS handshake failed: {error}"
+    if isinstance(error, aiohttp.ClientConnectorError):
+        return f"{error.os_error.strerror or error.os_error}" if error.os_error else str(error)
+    return str(error) or type(error).__name__

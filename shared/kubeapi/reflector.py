@@ -40,9 +40,10 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Self
 
-from kubus.kubeapi.client import KubeClient, KubeObject, WatchEvent
+from kubus.kubeapi.client import KubeClient
 from kubus.kubeapi.errors import KubeAPIError, KubeUnreachable
-from kubus.kubeapi.resources import Resource
+from kubus.kubeapi.resources import KubeObject, Resource
+from kubus.kubeapi.watch import WatchEvent
 from kubus.service import logger
 
 __all__ = ["Backoff", "Reflector", "ReflectorEvent", "Replaced"]

@@ -1,9 +1,11 @@
-"""What the client talks about: a Kubernetes resource named by group, version and plural, and the
-resources kubus reads and writes (`PODS`, `NODES`, `BINDINGS`, ...)."""
+"""What the client talks about: a Kubernetes resource named by group, version and plural, the
+resources kubus reads and writes (`PODS`, `NODES`, `BINDINGS`, ...), and their objects
+(`KubeObject`: plain dicts)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import quote
 
 __all__ = [
@@ -24,8 +26,12 @@ __all__ = [
     "SERVICES",
     "SERVICE_ACCOUNTS",
     "STATEFUL_SETS",
+    "KubeObject",
     "Resource",
 ]
+
+KubeObject = dict[str, Any]
+"""An object of the API as decoded JSON, a plain dict (Any: JSON values are of any type)."""
 
 
 @dataclass(frozen=True, slots=True)
