@@ -46,6 +46,7 @@ from kubus.redis_connection import DiskError
 from kubus.settings import ConnectionSettings, redis_client
 
 __all__ = [
+    "RUNNING_EVENT",
     "TRANSIENT_ERRORS",
     "Outage",
     "Service",
@@ -194,6 +195,10 @@ def configure_logging(level: int | str = logging.INFO, *, stream: TextIO | None 
 
 # -- the service lifecycle ----------------------------------------------------------------------
 
+
+RUNNING_EVENT = "service running"
+"""The event a service logs once it runs (its root tasks spawned, its subscriptions made):
+what a supervisor reading its log waits for (`kubus.cli.processes.ServiceProcess.started`)."""
 
 _CLOSE_GRACE = 2.0
 """Seconds a connection close may take after stop()'s deadline (a socket that died under it)."""
@@ -528,7 +533,7 @@ class Service:
             await settle(self.nc)
         if self._state is ServiceState.STARTING:
             self._state = ServiceState.RUNNING
-            self.log.info("service running", root_tasks=",".join(self._tasks) or "-")
+            self.log.info(RUNNING_EVENT, root_tasks=",".join(self._tasks) or "-")
 
     async def run(self) -> None:
         """Start if needed and wait until the service has stopped.

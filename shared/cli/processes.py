@@ -22,6 +22,7 @@ from pathlib import Path
 
 from kubus.embedded import forget_child, log_tail, spawn_child
 from kubus.entrypoint import DEFAULT_STOP_TIMEOUT, EXIT_GRACE
+from kubus.service import RUNNING_EVENT
 
 __all__ = [
     "GROUP_STOP_WAIT",
@@ -34,6 +35,8 @@ __all__ = [
 ]
 
 _POLL = 0.05
+_RUNNING_MARK = f'event="{RUNNING_EVENT}"'.encode()
+"""How `kubus.service.RUNNING_EVENT` reads in a service's log (its value has a space: quoted)."""
 _TAIL_LINES = 20
 
 SERVICE_STOP_WAIT = DEFAULT_STOP_TIMEOUT + EXIT_GRACE
@@ -132,6 +135,8 @@ class ServiceProcess:
     expected_exit: bool = False
     """Set while we stop or kill it on purpose: its exit is not a failure."""
     _log_offset: int = 0
+    _started_at_offset: int = -1
+    """The log offset of the run that said it runs (-1: none yet)."""
     exits: list[float] = field(default_factory=list)
     """When it exited unexpectedly (monotonic seconds), for restart throttling."""
 
@@ -168,6 +173,21 @@ class ServiceProcess:
     def log_tail(self, lines: int = _TAIL_LINES) -> str:
         """The last lines this run of the process wrote."""
         return log_tail(self.log_path, self._log_offset, lines)
+
+    def started(self) -> bool:
+        """Whether this run of the service has said it runs (`kubus.service.RUNNING_EVENT` in its
+        log): connected, its work subscribed. Reads the log until it has."""
+        if self._started_at_offset == self._log_offset:
+            return True
+        try:
+            with open(self.log_path, "rb") as log:
+                log.seek(self._log_offset)
+                said = _RUNNING_MARK in log.read()
+        except OSError:
+            return False
+        if said:
+            self._started_at_offset = self._log_offset
+        return said
 
     def kill(self) -> None:
         """SIGKILL, as a crash would (`kill -9`); the exit is expected. Does not wait."""

@@ -201,9 +201,10 @@ async def start_cluster(
 async def wait_ready(
     cluster: Cluster, state: ClusterState, *, timeout: float, since: float, stop: asyncio.Event | None = None
 ) -> list[ServiceProcess]:
-    """Wait until ``cluster.nodes`` nodes have heartbeaten since ``since`` (wall clock) and every
-    profile's cycle holds its lease. Returns [] when ready, the services that exited meanwhile
-    otherwise. Raises TimeoutError after ``timeout`` seconds (the message says what is missing)."""
+    """Wait until every service says it runs (`ServiceProcess.started`), ``cluster.nodes`` nodes
+    have heartbeaten since ``since`` (wall clock) and every profile's cycle holds its lease.
+    Returns [] when ready, the services that exited meanwhile otherwise. Raises TimeoutError
+    after ``timeout`` seconds (the message says what is missing)."""
     deadline = time.monotonic() + timeout
     missing = ""
     while True:
@@ -222,11 +223,14 @@ async def wait_ready(
             else 0
         )
         leaderless = [p for p in cluster.profiles if await state.get_lease(cycle_lease(p)) is None]
-        if fresh >= cluster.nodes and not leaderless:
+        starting = [s.name for s in cluster.group if not s.started()]
+        if fresh >= cluster.nodes and not leaderless and not starting:
             return []
         missing = f"{fresh}/{cluster.nodes} nodes heartbeating"
         if leaderless:
             missing += f", no active cycle for {', '.join(leaderless)}"
+        if starting:
+            missing += f", not running yet: {', '.join(starting)}"
         if time.monotonic() > deadline:
             raise TimeoutError(f"not ready after {timeout:g}s: {missing}")
         await asyncio.sleep(0.25)
