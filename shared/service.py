@@ -94,8 +94,10 @@ _ANSWERING_BUT_REFUSING = (
 
 
 def is_transient(exc: BaseException) -> bool:
-    """Whether ``exc`` says a server is away for now (retry later), not that the work is wrong."""
-    return isinstance(exc, TRANSIENT_ERRORS)
+    """Whether ``exc`` says a server is away for now (retry later), not that the work is wrong:
+    one of `TRANSIENT_ERRORS`, or an error that says so itself (a ``transient`` attribute that
+    is True: the Kubernetes API's 5xx and 429, an apiserver out of reach)."""
+    return isinstance(exc, TRANSIENT_ERRORS) or getattr(exc, "transient", False) is True
 
 # -- structured logging --------------------------------------------------------------------------
 

@@ -59,6 +59,7 @@ from nats.js.api import PubAck
 from kubus.api.errors import ManifestError
 from kubus.api.manifests import wire_pod
 from kubus.api.objects import Pod
+from kubus.binder.apiserver import ApiBinding, ApiBindResult
 from kubus.bus import (
     BIND_ALL,
     BIND_STREAM,
@@ -72,6 +73,7 @@ from kubus.bus import (
     deliveries,
     ensure_pull_consumer,
     msgids,
+    node_pods,
     publish_durable,
     publish_durable_many,
     redelivery_delay,
@@ -247,10 +249,14 @@ class BinderService(Service):
         *,
         frameworks: Mapping[str, Framework] | None = None,
         permit: PermitGate | None = None,
+        apiserver: ApiBinding | None = None,
         clock: Callable[[], float] = time.time,
         name: str = "binder",
     ) -> None:
         super().__init__(name, settings)
+        self.apiserver = apiserver
+        """Cluster mode: bind in the kube-apiserver first (`kubus.binder.apiserver`); None: the
+        bus mode, where the store's bind is the binding and the node's agent is told."""
         self.options = options or BinderOptions()
         self.frameworks: Mapping[str, Framework] = dict(frameworks or {})
         """Each profile's framework (its PreBind, Bind, PostBind, Reserve plugins), from the
@@ -270,7 +276,7 @@ class BinderService(Service):
     # -- lifecycle -------------------------------------------------------------------------------
 
     async def on_start(self) -> None:
-        assert self.js is not None and self.redis is not None
+        assert self.nc is not None and self.js is not None and self.redis is not None
         self.cluster = ClusterState(self.redis, clock=self.clock)
         # intake: stop() unsubscribes it first, so no new request is fetched while stopping.
         subscription = self.intake(
@@ -373,7 +379,9 @@ class BinderService(Service):
             works = [w for w in works if self.permit.waits(w.request, states.get(w.request.uid))]
             if not works:
                 return
-        tasks = {asyncio.ensure_future(self._wait_on_permit(w.request)): (i, w) for i, w in enumerate(works)}
+        tasks: dict[asyncio.Future[Status], tuple[int, _Work]] = {
+            asyncio.ensure_future(self._wait_on_permit(w.request)): (i, w) for i, w in enumerate(works)
+        }
         pending: set[asyncio.Future[Status]] = set(tasks)
         try:
             while pending:
@@ -381,9 +389,10 @@ class BinderService(Service):
                 group: list[_Work] = []
                 for task in sorted(done, key=lambda t: tasks[t][0]):  # in the order delivered
                     work = tasks[task][1]
-                    exc = task.exception()
-                    if exc is not None:
-                        self._finish(work, await self._failed(work.request, work.msg, exc, self._log(work.request)))
+                    error = task.exception()
+                    if error is not None:
+                        assert isinstance(error, Exception)
+                        self._finish(work, await self._failed(work.request, work.msg, error, self._log(work.request)))
                     elif not task.result().is_success:
                         status = task.result()
                         await self._hand_back_now(work, f"Permit: {status.message() or status.code.name}")
@@ -423,6 +432,8 @@ class BinderService(Service):
             (plain if self._framework(work.request).binds_plainly else plugged).append(work)
         if plugged:
             works = plain + [w for w in await asyncio.gather(*map(self._bind_plugins, plugged)) if w is not None]
+        if works and self.apiserver is not None:
+            works = await self._bind_in_apiserver(self.apiserver, works)
         if not works:
             return
         await self._store_bind(works)
@@ -430,6 +441,33 @@ class BinderService(Service):
             if work.result is BindResult.BOUND and work.pod is not None:
                 fw = self._framework(work.request)
                 await fw.run_post_bind(work.cycle_state, work.pod, work.request.node, self._time_plugin)
+
+    async def _bind_in_apiserver(self, apiserver: ApiBinding, works: list[_Work]) -> list[_Work]:
+        """Bind in the apiserver (cluster mode); the works it bound, for the store's bind. The
+        others are finished here: retried (an error), or this attempt given up (the pod bound
+        elsewhere, or gone: its room given back, the message acked)."""
+        bound: list[_Work] = []
+        for work, result in zip(works, await apiserver.bind_all([w.request for w in works]), strict=True):
+            if result is ApiBindResult.BOUND:
+                bound.append(work)
+            elif isinstance(result, Exception):
+                self._finish(work, await self._failed(work.request, work.msg, result, self._log(work.request)))
+            else:
+                try:
+                    await self._unreserve_plugins(work.request)
+                    await self._store().unreserve(work.request.node, work.request.uid, str(work.request.attempt))
+                    await work.msg.ack()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    self._finish(work, await self._failed(work.request, work.msg, exc, self._log(work.request)))
+                    continue
+                elsewhere = result is ApiBindResult.ELSEWHERE
+                self._log(work.request).info(
+                    "bind given up: the apiserver has the pod " + ("bound elsewhere" if elsewhere else "no more")
+                )
+                self._finish(work, BindResult.CONFLICT if elsewhere else BindResult.DELETED)
+        return bound
 
     async def _bind_plugins(self, work: _Work) -> _Work | None:
         """PreBind, then Bind plugins until one does not Skip, for one request; the work to
@@ -513,8 +551,8 @@ class BinderService(Service):
                 if isinstance(ack, Exception):
                     failures.setdefault(owner, ack)
         for i, work in enumerate(works):
-            exc = failures.get(i)
-            if exc is None:
+            failure = failures.get(i)
+            if failure is None:
                 try:
                     await work.msg.ack()
                     self._finish(work, outcomes[i])
@@ -522,8 +560,8 @@ class BinderService(Service):
                 except asyncio.CancelledError:
                     raise
                 except Exception as ack_exc:
-                    exc = ack_exc
-            self._finish(work, await self._failed(work.request, work.msg, exc, self._log(work.request)))
+                    failure = ack_exc
+            self._finish(work, await self._failed(work.request, work.msg, failure, self._log(work.request)))
 
     def _after_bind(self, request: BindRequest, result: BindingResult) -> tuple[BindResult, list[Publication]]:
         """What one pod's Bind step means, and the messages that tell everyone (published before
@@ -557,6 +595,8 @@ class BinderService(Service):
                 attempt=attempt,
             )
             pubs = announcements.bound(assignment, request.profile, at=self.clock())
+            if self.apiserver is not None:  # no agents: the kubelet runs it, told by the apiserver
+                pubs = [p for p in pubs if p.subject != node_pods(request.node)]
             if write.ok and result.created_at:
                 latency = max(0.0, self.clock() - result.created_at)
                 self.metrics.pod_scheduling_sli_duration.labels(attempts=str(result.attempts)).observe(latency)

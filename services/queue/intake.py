@@ -523,7 +523,12 @@ class Intake(NodePlacement):
         deletion = decode(PodDeletion, msg.data)
         state = self._cluster()
         key = f"{deletion.namespace}/{deletion.name}"
-        record = await state.find_pod(deletion.namespace, deletion.name)
+        if deletion.uid:
+            record = await state.get_pod(deletion.uid)
+            if record is not None and record.key != key:
+                raise Rejected(f"{PODS_DELETE}: Pod {key}: uid {deletion.uid} is pod {record.key}", key=key)
+        else:
+            record = await state.find_pod(deletion.namespace, deletion.name)
         if record is None:
             raise Rejected(f"{PODS_DELETE}: Pod {key}: not found", reason="NotFound", key=key)
         w = await state.transition(record.uid, PodPhase.DELETED)

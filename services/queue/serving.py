@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 from nats.aio.msg import Msg
 
 from kubus.api.podgroups import pod_group_key
+from kubus.bus import EventKind, announcements
 from kubus.bus.messages import (
     ERROR_HEADER,
     FENCED,
@@ -221,12 +223,22 @@ class Serving(QueueBase):
                     uid, plugins, pod=pod, manifest=record.manifest, attempts=max(record.attempts, 1)
                 )
         entry = queue.get(uid)
+        key = entry.key if entry else uid
         self.log.info(
             "pod unschedulable" if unschedulable else "scheduling failed",
-            pod=entry.key if entry else uid,
+            pod=key,
             uid=uid,
             profile=profile,
             queue=str(where or queue.where(uid) or "-"),
             plugins=",".join(plugins) or "-",
             message=message,
         )
+        if entry is not None:  # for whoever reports it outside kubus (the watcher: FailedScheduling)
+            event = announcements.pod_event(
+                EventKind.POD_UNSCHEDULABLE, key, uid, at=time.time(), attempt=w.version, profile=profile,
+                reason=reason, message=message,
+            )  # fmt: skip
+            try:
+                await self._publish(event)
+            except TRANSIENT_ERRORS as exc:  # an announcement: the store has the reason
+                self.log.warning("could not announce an unschedulable pod", pod=key, error=repr(exc))

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kubus.bus.consumers import agent_consumer
+from kubus.bus.consumers import WATCHER_CONSUMER, agent_consumer
 from kubus.bus.subjects import (
     BIND_ALL,
     BIND_STREAM,
@@ -264,6 +264,37 @@ ROLES: dict[str, Role] = {
             redis_write=("{node:*}:*", *_POD_KEYS, *_PHASE_INDEXES),
         ),
         _agent("gpu-agent", "a gpu-agent simulating many nodes (kubus up, the bench)", None),
+        Role(
+            name="watcher",
+            purpose="cluster mode's bridge to a kube-apiserver: its nodes, pods and objects into kubus",
+            publish=(
+                *_manage_streams(),
+                # The apiserver's pending pods of kubus's profiles, and its deletions: the queue's.
+                PODS_SUBMIT,
+                PODS_DELETE,
+                # Its nodes and the placements, phases and ends of pods the apiserver reports.
+                *_events(EventKind.NODE_ADDED, EventKind.NODE_UPDATED, EventKind.NODE_DELETED),
+                *_events(EventKind.POD_BOUND, EventKind.POD_RUNNING, EventKind.POD_FINISHED),
+                # What it reports back to the apiserver: its own durable on KUBUS_EVENTS, by name
+                # (several filters: the subject names no filter), and no other consumer there.
+                f"{_API}.CONSUMER.CREATE.{EVENTS_STREAM.name}.{WATCHER_CONSUMER}",
+                f"{_API}.CONSUMER.MSG.NEXT.{EVENTS_STREAM.name}.{WATCHER_CONSUMER}",
+                f"$JS.ACK.{EVENTS_STREAM.name}.{WATCHER_CONSUMER}.>",
+            ),
+            subscribe=(),
+            redis_read=_EVERY_KEY,
+            redis_write=(
+                "{node:*}:*",
+                *_POD_KEYS,
+                *_PHASE_INDEXES,
+                *_NODE_INDEXES,
+                "{idx}:namespaces*",
+                "{idx}:priority-classes*",
+                "{idx}:pdbs*",
+                "{idx}:pod-groups",
+                "{pg:*}:*",
+            ),
+        ),
         Role(
             name="client",
             purpose="the kubus CLI: apply, get, delete, describe, watch",

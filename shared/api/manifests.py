@@ -109,11 +109,13 @@ __all__ = [
     "DEFAULT_MAX_PODS",
     "DEFAULT_SCHEDULER_NAME",
     "HOSTNAME_LABEL",
+    "KubeObject",
     "Manifests",
     "json_document",
     "load_manifests",
     "parse_manifests",
     "parse_node",
+    "parse_object",
     "parse_pod",
     "parse_pod_group",
     "read_documents",
@@ -599,6 +601,31 @@ def parse_manifests(text: str | bytes, *, source: str = STDIN) -> Manifests:
     collector.result.priority_classes = tuple(collector.priority_classes)
     collector.result.disruption_budgets = tuple(collector.budgets)
     return collector.result
+
+
+KubeObject = Pod | Node | PodGroup | Namespace | PriorityClass | PodDisruptionBudget
+"""An object of a kind kubus reads."""
+
+
+def parse_object(obj: Mapping[str, Any], *, source: str = STDIN) -> KubeObject:
+    """One decoded object of a kind kubus reads (its ``kind``: Pod, Node, PodGroup, Namespace,
+    PriorityClass, PodDisruptionBudget), as `parse_manifests` reads it; what an apiserver's
+    watch delivers, for instance. ``source`` labels errors. Raises ManifestError (the kind
+    among them)."""
+    kind = obj.get("kind")
+    readers: dict[str, Any] = {
+        "Pod": read_pod,
+        "Node": read_node,
+        "PodGroup": read_pod_group,
+        "Namespace": read_namespace,
+        "PriorityClass": read_priority_class,
+        "PodDisruptionBudget": read_pod_disruption_budget,
+    }
+    reader = readers.get(kind) if isinstance(kind, str) else None
+    if reader is None:
+        raise ManifestError(source, "", "kind", f"{kind!r} is not a kind kubus reads (known: {', '.join(readers)})")
+    parsed: KubeObject = reader(obj, source, "object")
+    return parsed
 
 
 def _one_json_pod(manifest: bytes | str, source: str, uid: str) -> Pod | None:

@@ -23,7 +23,35 @@ from kubus.api.objects import Pod
 from kubus.api.priority import PriorityClass, PriorityError, resolve_priority
 from kubus.errors import KubusError
 
-__all__ = ["Rejected", "Submission", "admit_priority", "identify", "read_submission"]
+__all__ = ["Rejected", "Submission", "admit_priority", "identify", "pod_from_api", "read_submission"]
+
+_KEPT_METADATA = (
+    "name",
+    "namespace",
+    "uid",
+    "labels",
+    "annotations",
+    "ownerReferences",
+    "creationTimestamp",
+    "deletionTimestamp",
+)
+"""The metadata of an apiserver's Pod that kubus keeps: what scheduling reads."""
+
+
+def pod_from_api(obj: Mapping[str, Any]) -> bytes:
+    """The manifest kubus submits and stores for a Pod an apiserver has (cluster mode): its
+    apiVersion, kind, spec and the metadata scheduling reads (`_KEPT_METADATA`), as JSON; not
+    its status, resourceVersion or managedFields, which change while the pod does not change for
+    scheduling (a status patch, kubus's own among them, gives the same bytes)."""
+    metadata = obj.get("metadata") or {}
+    return codec.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {k: metadata[k] for k in _KEPT_METADATA if k in metadata},
+            "spec": obj.get("spec") or {},
+        }
+    )
 
 _MAX_LINE = 1000
 """A rejection message longer than this is cut (it travels in events and logs)."""

@@ -17,12 +17,14 @@ from kubus.bus.connection import (
     stream_config,
 )
 from kubus.bus.consumers import (
+    WATCHER_CONSUMER,
     ConsumerConflictError,
     MessageFaults,
     agent_consumer,
     consumer_name,
     deliveries,
     ensure_pull_consumer,
+    put_consumer,
     redelivery_delay,
 )
 from kubus.bus.pull import PullConsumer
@@ -76,6 +78,7 @@ __all__ = [
     "PREFIX",
     "RESERVED_ALL",
     "STREAMS",
+    "WATCHER_CONSUMER",
     "ConsumerConflictError",
     "EventKind",
     "MessageFaults",
@@ -97,6 +100,7 @@ __all__ = [
     "node_pods",
     "publish_durable",
     "publish_durable_many",
+    "put_consumer",
     "queue_done",
     "queue_pop",
     "redelivery_delay",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Any
 
 import nats.js.errors
@@ -21,11 +22,13 @@ from kubus.bus.pull import PullConsumer
 from kubus.errors import KubusError
 
 __all__ = [
+    "WATCHER_CONSUMER",
     "ConsumerConflictError",
     "MessageFaults",
     "consumer_name",
     "deliveries",
     "ensure_pull_consumer",
+    "put_consumer",
     "redelivery_delay",
 ]
 
@@ -46,6 +49,10 @@ def consumer_name(*parts: str) -> str:
     return "-".join(_UNSAFE_NAME.sub("_", p) for p in parts)
 
 
+WATCHER_CONSUMER = "kubus-watcher"
+"""The watcher's durable consumer on KUBUS_EVENTS: the events it reports to the apiserver."""
+
+
 def agent_consumer(node: str | None) -> str:
     """The durable consumer on KUBUS_NODES of the agent of ``node`` (filtered on its pods'
     subject), or of an agent simulating many nodes (None; filtered on every node's)."""
@@ -57,8 +64,9 @@ async def ensure_pull_consumer(
     js: JetStreamContext,
     stream: str,
     durable: str,
-    filter_subject: str,
+    filter_subject: str = "",
     *,
+    filter_subjects: Sequence[str] = (),
     ack_wait: float = 30.0,
     max_deliver: int = -1,
     max_ack_pending: int = 10_000,
@@ -71,6 +79,8 @@ async def ensure_pull_consumer(
     terminated. Its delivery count also counts the deliveries a server outage failed, so the
     service decides when to give up on a message itself (`MessageFaults`), not the server.
 
+    ``filter_subjects``: several subjects (NATS 2.10) instead of the one ``filter_subject``.
+
     Idempotent, and safe from several replicas at once: creating an identical consumer is a
     no-op for JetStream, and a differing one is updated (ack_wait, max_deliver, max_ack_pending
     and the filter can change in place). Raises ConsumerConflictError when the stream is a
@@ -81,24 +91,33 @@ async def ensure_pull_consumer(
         name=durable,
         durable_name=durable,
         description=description or None,
-        filter_subject=filter_subject,
+        filter_subject=filter_subject or None,
+        filter_subjects=list(filter_subjects) or None,
         deliver_policy=DeliverPolicy.ALL,
         ack_policy=AckPolicy.EXPLICIT,
         ack_wait=ack_wait,
         max_deliver=max_deliver,
         max_ack_pending=max_ack_pending,
     )
+    await put_consumer(js, stream, config)
+    consumer = await PullConsumer(nc, stream, durable).subscribe()
+    consumer.config = config
+    return consumer
+
+
+async def put_consumer(js: JetStreamContext, stream: str, config: ConsumerConfig) -> None:
+    """Create the consumer ``config`` describes on ``stream``, or bring it back to ``config``
+    (a consumer someone changed is put back). Raises as `ensure_pull_consumer`."""
     try:
         await js.add_consumer(stream, config)
     except nats.js.errors.BadRequestError as exc:
         if exc.err_code != _NOT_UNIQUE_ON_WORK_QUEUE:
             raise
         raise ConsumerConflictError(
-            f"stream {stream}: consumer {durable!r} (filter {filter_subject}) overlaps another consumer's "
-            f"filter, and {stream} is a work queue ({exc.description}); list the consumers with "
+            f"stream {stream}: consumer {config.durable_name!r} (filter {config.filter_subject}) overlaps another "
+            f"consumer's filter, and {stream} is a work queue ({exc.description}); list the consumers with "
             f"`nats consumer ls {stream}` and delete the one that no longer runs"
         ) from exc
-    return await PullConsumer(nc, stream, durable).subscribe()
 
 
 def redelivery_delay(num_delivered: int, *, base: float = 0.5, cap: float = 15.0) -> float:

@@ -164,6 +164,9 @@ class NodeAssignment:
 class PodDeletion:
     namespace: str
     name: str
+    uid: str = ""
+    """The pod of that uid only (cluster mode: a name can be reused by a new pod at once); "":
+    the newest pod of that name."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,7 @@ import orjson
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
+from nats.js.api import ConsumerConfig
 
 __all__ = ["PullConsumer"]
 
@@ -46,9 +47,12 @@ class PullConsumer:
     whoever calls this; see `kubus.bus.consumers.ensure_pull_consumer`). `subscribe` first;
     `unsubscribe` when done (idempotent)."""
 
-    __slots__ = ("_closed", "_ended", "_error", "_inbox", "_nc", "_next", "_ready", "_sub", "_wake")
+    __slots__ = ("_closed", "_ended", "_error", "_inbox", "_nc", "_next", "_ready", "_sub", "_wake", "config", "stream")
 
     def __init__(self, nc: NATS, stream: str, consumer: str, *, api_prefix: str = "$JS.API") -> None:
+        self.stream = stream
+        self.config: ConsumerConfig | None = None
+        """The consumer's config, when `ensure_pull_consumer` made it (to put it back later)."""
         self._nc = nc
         self._next = f"{api_prefix}.CONSUMER.MSG.NEXT.{stream}.{consumer}"
         self._inbox = nc.new_inbox()

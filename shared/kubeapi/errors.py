@@ -23,6 +23,9 @@ class KubeUnreachable(KubeError):
     not resolve, a TLS handshake that failed, or no answer in time. Transient as far as a caller
     can tell: retry with backoff. str() is one line naming the server."""
 
+    transient = True
+    """As `KubeAPIError.transient` (`kubus.service.is_transient` reads it)."""
+
     def __init__(self, server: str, reason: str) -> None:
         super().__init__(f"cannot reach the Kubernetes API at {server}: {reason}")
         self.server = server

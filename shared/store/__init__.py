@@ -39,6 +39,7 @@ from kubus.store.cluster_state import (
 from kubus.store.invariants import check_invariants
 from kubus.store.keys import DEFAULT_PREFIX, Keys
 from kubus.store.leases import cycle_lease
+from kubus.store.preemption import preemption_message, preemptor_of
 from kubus.store.records import (
     UNREACHABLE_TAINT_KEY,
     EventType,
@@ -92,4 +93,6 @@ __all__ = [
     "cycle_lease",
     "node_from_record",
     "node_info_of",
+    "preemption_message",
+    "preemptor_of",
 ]

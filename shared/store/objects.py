@@ -191,7 +191,27 @@ class ObjectStore(StoreCore):
         budgets = sorted(map(budget_from_json, raw.values()), key=lambda b: b.key)
         return [b for b in budgets if namespace is None or b.namespace == namespace]
 
+    async def delete_namespace(self, name: str) -> bool:
+        """Forget the namespace. True when it was stored. Idempotent."""
+        return await self._delete(self.keys.namespaces(), name)
+
+    async def delete_priority_class(self, name: str) -> bool:
+        """Forget the class. True when it was stored. Idempotent."""
+        return await self._delete(self.keys.priority_classes(), name)
+
+    async def delete_pod_disruption_budget(self, key: str) -> bool:
+        """Forget the budget ``namespace/name``. True when it was stored. Idempotent."""
+        return await self._delete(self.keys.disruption_budgets(), key)
+
     # ---- the parts they share ---------------------------------------------------------------------
+
+    async def _delete(self, objects: str, name: str) -> bool:
+        """Remove ``name`` from the hash ``objects`` and bump its version when it was there."""
+        pipe = self._pipeline()
+        pipe.hdel(objects, name)
+        pipe.incr(self.keys.version_of(objects))
+        removed, _ = await pipe.execute()
+        return bool(removed)
 
     async def _version(self, objects: str) -> int:
         return int(text(await self.redis.get(self.keys.version_of(objects))) or 0)

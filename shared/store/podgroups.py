@@ -69,6 +69,15 @@ class PodGroupStore(StoreCore):
         )
         return int(text(reply[0]) or 0) == 1
 
+    async def delete_pod_group(self, key: str) -> bool:
+        """Forget the group ``namespace/name`` (its members stay indexed: pods outlive their
+        group's object, as in kube). True when it was stored. Idempotent."""
+        pipe = self._pipeline()
+        pipe.delete(self.keys.pod_group_record(key))
+        pipe.srem(self.keys.pod_groups_index(), key)
+        removed, _ = await pipe.execute()
+        return bool(removed)
+
     async def get_pod_group(self, key: str) -> PodGroup | None:
         """The group ``namespace/name``, or None when it was never put."""
         record = await self.redis.hget(self.keys.pod_group_record(key), "record")

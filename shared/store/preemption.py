@@ -93,7 +93,7 @@ class PreemptionStore(StoreCore):
         messages = []
         for node, reservation, victims in preemptions:
             reservation = on_node(reservation, node)
-            message = f"Preempted by {reservation.pod_key} on node {node}"
+            message = preemption_message(reservation.pod_key, node)
             messages.append(message)
             event = PodEvent(at, EventType.WARNING, PREEMPTED, message, source)
             keys = [*self.keys.node_keys(node), *self.keys.phase_indexes()]
@@ -111,6 +111,20 @@ class PreemptionStore(StoreCore):
                 args += [uid, str(attempt)]
             await self.scripts.preempt(keys=keys, args=args, client=pipe)
         return [_preempt_result(reply, message) for reply, message in zip(await pipe.execute(), messages, strict=True)]
+
+
+def preemption_message(preemptor: str, node: str) -> str:
+    """What a victim's deletion says (its event, its record's message, its ``pod.deleted``):
+    ``Preempted by <namespace/name> on node <node>``, kube's words."""
+    return f"Preempted by {preemptor} on node {node}"
+
+
+def preemptor_of(message: str) -> tuple[str, str] | None:
+    """(preemptor ``namespace/name``, node) of a `preemption_message`, or None for another."""
+    head, sep, node = message.removeprefix("Preempted by ").rpartition(" on node ")
+    if not sep or not message.startswith("Preempted by ") or "/" not in head or not node:
+        return None
+    return head, node
 
 
 def _preempt_result(reply: Any, message: str) -> PreemptResult:

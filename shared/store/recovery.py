@@ -151,6 +151,35 @@ class Recovery(PodStore, ReservationStore, NodeStore, PermitStore):
                 lost.append(RoomLost(record, reasons))
         return fixes, lost
 
+    async def observe_placed(
+        self, record: PodRecord, reservation: Reservation, *, running: bool, moved: bool = False
+    ) -> tuple[StoreCode, PodPhase | None, str]:
+        """Make the store say what the apiserver says (cluster mode): ``record``'s pod is on
+        ``reservation.node``, Bound (Running when ``running``), holding that room, marked bound
+        (OBSERVE_PLACED). The record is stored when there is none; the room is taken whatever
+        is left when the pod holds none there (the kubelet admitted it, not kubus). Returns the
+        code (OK, ALREADY; CONFLICT: on another node, which the caller gives back first; GONE:
+        finished or deleted, left alone; NODE_GONE: no such node yet), the pod's phase after,
+        and, for CONFLICT, the other node. ``moved``: the caller gave the other node's room back
+        (after a CONFLICT): the pod is recorded on this node all the same."""
+        fields = [x for pair in record.to_fields().items() for x in pair]
+        reply = await self._run(
+            self.scripts.observe_placed,
+            [*self._pod_keys(record.uid, record.profile), *self.keys.node_keys(reservation.node)],
+            [record.uid, record.key, self.clock(), reservation.encode(),
+             str(PodPhase.RUNNING if running else PodPhase.BOUND), "1" if moved else "", *fields],
+        )  # fmt: skip
+        code = text(reply[0])
+        if code == "OK":
+            return StoreCode.OK, PodPhase(text(reply[2])), ""
+        if code == "ALREADY":
+            return StoreCode.ALREADY, PodPhase(text(reply[1])), ""
+        if code == "MOVED":
+            return StoreCode.CONFLICT, PodPhase(text(reply[1])), text(reply[2])
+        if code == "GONE":
+            return StoreCode.GONE, PodPhase(text(reply[1])), ""
+        return StoreCode.NODE_GONE, None, ""
+
     async def restore_room(self, record: PodRecord) -> tuple[StoreCode, tuple[str, ...]]:
         """Hold again, marked bound, the room of ``record`` (Bound or Running) on its node:
         RESTORE_ROOM's code (OK; ALREADY; NOOP: it moved on; CONFLICT: no room; NODE_GONE) and

@@ -10,7 +10,7 @@ import pytest
 from kubus import codec
 from kubus.access import ADMIN, ROLES, ensure_credentials, inbox_prefix, node_agent_role, role
 from kubus.access.servers import redis_acl_line
-from kubus.bus.consumers import agent_consumer
+from kubus.bus.consumers import WATCHER_CONSUMER, agent_consumer
 from kubus.bus.subjects import NODE_PODS_ALL, STREAMS, bind, event_subject, node_pods
 from kubus.embedded import nats_server_binary
 
@@ -94,7 +94,8 @@ def test_every_role_creates_the_streams_and_only_the_control_plane_updates_them(
     for user in _USERS:
         for stream in STREAMS:
             assert may_publish(user, f"$JS.API.STREAM.CREATE.{stream.name}")
-            assert may_publish(user, f"$JS.API.STREAM.UPDATE.{stream.name}") is (user in ("queue", "cycle", "binder"))
+            control_plane = ("queue", "cycle", "binder", "watcher")
+            assert may_publish(user, f"$JS.API.STREAM.UPDATE.{stream.name}") is (user in control_plane)
 
 
 @pytest.mark.parametrize(
@@ -118,11 +119,13 @@ def test_a_durable_consumer_is_made_by_its_owner_alone(
     assert {u for u in _USERS if may_publish(u, f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{durable}")} == {owner}
 
 
-def test_no_durable_consumer_on_the_events_stream() -> None:
+def test_no_durable_consumer_on_the_events_stream_but_the_watchers_own() -> None:
     """The queue and the CLI make ephemeral (ordered) consumers on KUBUS_EVENTS through the subject
-    that lets a request name an existing durable and update it: so nobody may make one there."""
+    that lets a request name an existing durable and update it: so nobody may make one there but
+    the watcher its own, by name (it puts its config back every minute, docs/security.md)."""
     ephemeral = "$JS.API.CONSUMER.CREATE.KUBUS_EVENTS"
     assert {u for u in _USERS if may_publish(u, ephemeral)} == {"queue", "client"}
+    assert {u for u in _USERS if may_publish(u, f"{ephemeral}.{WATCHER_CONSUMER}")} == {"watcher"}
     for user in _USERS:
         assert not may_publish(user, f"{ephemeral}.spy"), user
         assert not may_publish(user, f"{ephemeral}.spy.kubus.events.>"), user
@@ -130,7 +133,7 @@ def test_no_durable_consumer_on_the_events_stream() -> None:
 
 
 def test_roles_are_named_and_unknown_ones_refused() -> None:
-    assert set(ROLES) == {"queue", "cycle", "binder", "gpu-agent", "client", "admin"}
+    assert set(ROLES) == {"queue", "cycle", "binder", "gpu-agent", "watcher", "client", "admin"}
     assert role("agent-gpu-7") == node_agent_role("gpu-7")
     with pytest.raises(KeyError, match="unknown role 'scheduler'"):
         role("scheduler")

@@ -40,6 +40,18 @@ def test_every_package_folder_is_listed_in_pyproject() -> None:
     assert listed - on_disk == set(), "packages listed in pyproject.toml that have no folder"
 
 
+def test_mypys_view_of_the_package_is_the_installed_layout() -> None:
+    """.mypy-path/kubus holds, as symlinks, what the install maps: every entry of shared/ and every
+    service folder under its import name (mypy cannot follow the editable install's hook)."""
+    view = ROOT / ".mypy-path" / "kubus"
+    want = {p.name: p.resolve() for p in (ROOT / "shared").iterdir() if p.name != "__pycache__"}
+    for name, rel in SETUPTOOLS["package-dir"].items():
+        if name.count(".") == 1:
+            want[name.split(".")[1]] = (ROOT / rel).resolve()
+    have = {p.name: p.resolve() for p in view.iterdir()}
+    assert have == want
+
+
 @pytest.mark.parametrize("package", sorted(SETUPTOOLS["packages"]))
 def test_every_module_imports(package: str) -> None:
     pkg = importlib.import_module(package)

@@ -1,0 +1,1 @@
+../../shared/__init__.py

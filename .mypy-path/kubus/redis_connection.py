@@ -1,0 +1,1 @@
+../../shared/redis_connection.py

@@ -1,0 +1,90 @@
+"""The binding of cluster mode: a pod is bound in the kube-apiserver (POST pods/<name>/binding,
+a v1 Binding, as kube-scheduler's DefaultBinder binds) before the store records it; the
+apiserver is the truth for bindings, Redis for the room between kubus's profiles.
+
+What the apiserver answers decides what the store does, as kube's binder answers it:
+
+- created: bound; the store's bind follows (`BinderService._store_bind`).
+- 409 Conflict, the pod bound already: to this node (a redelivery of a bind that went through)
+  is bound; to another node (bound by someone else meanwhile) this attempt's room is given back,
+  and the watcher records the pod where the apiserver has it.
+- 404 Not Found, or a pod of that name with another uid: deleted meanwhile; this attempt's room
+  is given back (the watcher's deletion tells the queue).
+- 5xx, 429, unreachable: retried (the binder's outage handling), the reservation kept.
+- 403 (a permission missing) or another refusal: a failure of the bind, retried, then the pod
+  handed back (`BinderOptions.max_failures`), said each time.
+
+A binder killed after the POST and before the store's bind leaves the pod bound in the
+apiserver and Reserved in the store: the watcher sees the binding and finishes it in the store
+(`ClusterState.observe_placed`), and a redelivered request meets 409 "to this node": bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from enum import Enum
+
+from kubus.bus.messages import BindRequest
+from kubus.kubeapi import PODS, KubeAPIError, KubeClient
+
+__all__ = ["ApiBindResult", "ApiBinding"]
+
+
+class ApiBindResult(Enum):
+    """What the apiserver said to one binding."""
+
+    BOUND = "bound"
+    """Bound there now, or before (a redelivery)."""
+    ELSEWHERE = "elsewhere"
+    """Bound to another node by someone else: this attempt is over."""
+    GONE = "gone"
+    """The pod (that uid) no longer exists."""
+
+
+@dataclass(frozen=True, slots=True)
+class ApiBinding:
+    """Binds pods in the apiserver through ``client``, ``concurrency`` at a time."""
+
+    client: KubeClient
+    concurrency: int = 64
+
+    async def bind_all(self, requests: list[BindRequest]) -> list[ApiBindResult | Exception]:
+        """Bind each request's pod to its node; per request, in order, the result or the error
+        to retry it for (KubeAPIError, KubeUnreachable). Never raises but for cancellation."""
+        slots = asyncio.Semaphore(self.concurrency)
+
+        async def one(request: BindRequest) -> ApiBindResult | Exception:
+            async with slots:
+                try:
+                    return await self.bind(request)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    return exc
+
+        return list(await asyncio.gather(*map(one, requests)))
+
+    async def bind(self, request: BindRequest) -> ApiBindResult:
+        """Bind one pod (only the pod of that uid). Raises KubeAPIError, KubeUnreachable."""
+        namespace, _, name = request.key.partition("/")
+        try:
+            await self.client.bind(namespace, name, request.node, uid=request.uid)
+            return ApiBindResult.BOUND
+        except KubeAPIError as exc:
+            if exc.not_found:
+                return ApiBindResult.GONE
+            if not exc.conflict:
+                raise
+        # 409: bound already (or the uid precondition failed): read what the apiserver has.
+        try:
+            pod = await self.client.get(PODS, name, namespace=namespace)
+        except KubeAPIError as exc:
+            if exc.not_found:
+                return ApiBindResult.GONE
+            raise
+        if (pod.get("metadata") or {}).get("uid") != request.uid:
+            return ApiBindResult.GONE
+        if (pod.get("spec") or {}).get("nodeName") == request.node:
+            return ApiBindResult.BOUND
+        return ApiBindResult.ELSEWHERE

@@ -1,0 +1,115 @@
+"""The apiserver's Nodes in the store, as a gpu-agent registers its own: room from
+status.allocatable, labels, taints, spec.unschedulable, GPUs from the device plugin's resource
+and GPU feature discovery's labels (`kubus.api.gpus.gfd_gpus`); each change announced as a
+node event, every node heartbeaten so the queue's node lifecycle keeps it."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from nats.js import JetStreamContext
+
+from kubus.api.errors import ManifestError
+from kubus.api.manifests import parse_node
+from kubus.bus import EventKind, announcements, publish_durable_many
+from kubus.bus.connection import Publication
+from kubus.service import StructuredLogger, Throttle
+from kubus.store import ClusterState
+
+__all__ = ["NodeMirror"]
+
+APISERVER = "apiserver"
+"""How errors name where an object came from."""
+
+
+class NodeMirror:
+    """Keeps the store's nodes those of the apiserver. Not thread-safe; one reflector feeds it."""
+
+    def __init__(
+        self,
+        *,
+        store: ClusterState,
+        js: JetStreamContext,
+        log: StructuredLogger,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.js = js
+        self.log = log.bind(part="nodes")
+        self.clock = clock
+        self.names: set[str] = set()
+        """The nodes the apiserver has (as last seen): the ones heartbeaten."""
+        self._unreadable = Throttle(60.0)
+
+    async def replace(self, objects: Sequence[Mapping[str, Any]]) -> None:
+        """Every node the apiserver has now: each put; the store's other nodes deleted (gone
+        while nobody watched). Idempotent."""
+        seen: set[str] = set()
+        announce: list[Publication] = []
+        for obj in objects:
+            name = await self._put(obj, announce)
+            if name:
+                seen.add(name)
+        for name in sorted(set(await self.store.node_names()) - seen):
+            await self._delete(name, announce)
+        self.names = seen
+        await self.heartbeat()
+        await self._announce(announce)
+        self.log.info("nodes listed", nodes=len(seen))
+
+    async def changed(self, obj: Mapping[str, Any]) -> None:
+        """A node added or changed."""
+        announce: list[Publication] = []
+        name = await self._put(obj, announce)
+        if name and name not in self.names:
+            self.names.add(name)
+            await self.store.heartbeat(name)
+        await self._announce(announce)
+
+    async def deleted(self, obj: Mapping[str, Any]) -> None:
+        """A node deleted: its reservations given back (the pods on it are deleted by kube's
+        pod garbage collector, and their deletions reach kubus as any)."""
+        name = str((obj.get("metadata") or {}).get("name") or "")
+        if not name:
+            return
+        announce: list[Publication] = []
+        self.names.discard(name)
+        await self._delete(name, announce)
+        await self._announce(announce)
+
+    async def heartbeat(self) -> None:
+        """One heartbeat of every node (pipelined); a node missing from the store is put again
+        at its next change or relist."""
+        names = sorted(self.names)
+        if names:
+            await self.store.heartbeat_many(names)
+
+    async def _put(self, obj: Mapping[str, Any], announce: list[Publication]) -> str:
+        try:
+            node = parse_node(obj, source=APISERVER)
+        except ManifestError as exc:
+            # Never silent, never a stopped watch: the node is left out (its pods still count
+            # on it once it reads), and said at most once a minute.
+            if (dropped := self._unreadable.allow()) is not None:
+                self.log.warning("node unreadable, left out", error=str(exc), unlogged_before=dropped)
+            return ""
+        result = await self.store.put_node(node)
+        if result.changed:
+            kind = EventKind.NODE_ADDED if result.generation == 1 else EventKind.NODE_UPDATED
+            announce.append(
+                announcements.node_event(kind, node.name, result.generation, at=self.clock(), nonce=uuid.uuid4().hex)
+            )
+        return node.name
+
+    async def _delete(self, name: str, announce: list[Publication]) -> None:
+        held = await self.store.delete_node(name)
+        nonce = uuid.uuid4().hex
+        announce.append(announcements.node_event(EventKind.NODE_DELETED, name, 0, at=self.clock(), nonce=nonce))
+        self.log.info("node deleted", node=name, reservations=len(held))
+
+    async def _announce(self, publications: list[Publication]) -> None:
+        if publications:
+            await publish_durable_many(self.js, publications)

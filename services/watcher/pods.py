@@ -1,0 +1,287 @@
+"""The apiserver's Pods in kubus (cluster mode), as kube-scheduler's informers feed its queue and
+cache:
+
+- a pod for one of kubus's profiles (spec.schedulerName), not bound (no spec.nodeName) and not
+  terminating is submitted to the queue through the step `kubus apply` takes
+  (``kubus.pods.submit``, `kubus.api.submission.pod_from_api`: its spec and the metadata
+  scheduling reads, keyed by its real uid); a change of that (a scheduling gate removed, labels)
+  is submitted again, and reaches the queue and the cycles as an update does;
+- a pod bound to a node (by kubus's binder, by another scheduler, or created with its node) is
+  recorded there with its room held (`ClusterState.observe_placed`: the kubelet admitted it,
+  not kubus, so its room is taken whatever is left), Running when the apiserver says it runs;
+- a pod that succeeded or failed is finished in the store: its room given back, ``pod.finished``;
+- a pod deleted (or gone when the list is read again) is deleted through the queue
+  (``kubus.pods.delete`` with its uid), which gives its room back and tells everyone;
+- a pending pod being deleted (deletionTimestamp) is not scheduled any more (kube skips it).
+
+What it did for each pod is remembered (`_Seen`), so the many updates that change nothing for
+scheduling (status patches, kubus's own among them) cost a dictionary lookup.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from nats.js import JetStreamContext
+
+from kubus import codec
+from kubus.api.errors import ManifestError
+from kubus.api.gpus import pod_gpu_devices, pod_gpu_request
+from kubus.api.manifests import DEFAULT_SCHEDULER_NAME, parse_pod
+from kubus.api.objects import Pod
+from kubus.api.submission import pod_from_api
+from kubus.bus import PODS_DELETE, PODS_SUBMIT, EventKind, announcements, msgids, publish_durable_many
+from kubus.bus.connection import Publication
+from kubus.bus.messages import PodDeletion, encode
+from kubus.kernels.nodeinfo import PodInfo
+from kubus.plugins.gpu_fit import pick_devices
+from kubus.service import StructuredLogger, Throttle
+from kubus.store import ClusterState, PodPhase, PodRecord, Reservation, StoreCode
+
+__all__ = ["PodMirror"]
+
+APISERVER = "apiserver"
+OBSERVED_ATTEMPT = "apiserver"
+"""The attempt of the room a pod bound outside kubus holds (no kubus attempt made it)."""
+
+_ON_NODE = frozenset({PodPhase.RESERVED, PodPhase.BOUND, PodPhase.RUNNING})
+
+
+@dataclass(slots=True)
+class _Seen:
+    """What the mirror last did about one pod."""
+
+    key: str
+    """namespace/name."""
+    digest: str = ""
+    """sha256 of the manifest last submitted ("" for none)."""
+    node: str = ""
+    """The node it was recorded on ("" while not bound)."""
+    phase: str = ""
+    """The apiserver's status.phase when it was recorded on its node, or finished."""
+
+
+@dataclass(frozen=True, slots=True)
+class _ApiPod:
+    """The few fields of an apiserver Pod the mirror reads before deciding anything."""
+
+    uid: str
+    namespace: str
+    name: str
+    scheduler: str
+    node: str
+    phase: str
+    terminating: bool
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @classmethod
+    def of(cls, obj: Mapping[str, Any]) -> _ApiPod | None:
+        meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+        uid, name = meta.get("uid"), meta.get("name")
+        if not isinstance(uid, str) or not uid or not isinstance(name, str) or not name:
+            return None
+        return cls(
+            uid=uid,
+            namespace=str(meta.get("namespace") or "default"),
+            name=name,
+            scheduler=str(spec.get("schedulerName") or DEFAULT_SCHEDULER_NAME),
+            node=str(spec.get("nodeName") or ""),
+            phase=str(status.get("phase") or "Pending"),
+            terminating=bool(meta.get("deletionTimestamp")),
+        )
+
+
+class PodMirror:
+    """Keeps kubus's pods those of the apiserver (see the module docstring). One reflector
+    feeds it, one event at a time."""
+
+    def __init__(
+        self,
+        *,
+        store: ClusterState,
+        js: JetStreamContext,
+        profiles: Collection[str],
+        log: StructuredLogger,
+        submit_batch: int = 256,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.js = js
+        self.profiles = frozenset(profiles)
+        self.log = log.bind(part="pods")
+        self.submit_batch = submit_batch
+        self.clock = clock
+        self._seen: dict[str, _Seen] = {}
+        self._unreadable = Throttle(60.0)
+
+    # -- what the reflector delivers -------------------------------------------------------------
+
+    async def replace(self, objects: Sequence[Mapping[str, Any]]) -> None:
+        """Every pod the apiserver has now (the first list, or a relist after 410 Gone): each
+        one applied, and the pods kubus holds that are not among them deleted (they went while
+        nobody watched). Submissions go in batches."""
+        pending: list[Publication] = []
+        seen: set[str] = set()
+        for obj in objects:
+            pod = _ApiPod.of(obj)
+            if pod is None:
+                continue
+            seen.add(pod.uid)
+            publication = await self._apply(pod, obj)
+            if publication is not None:
+                pending.append(publication)
+                if len(pending) >= self.submit_batch:
+                    await publish_durable_many(self.js, pending)
+                    pending = []
+        if pending:
+            await publish_durable_many(self.js, pending)
+        gone = [uid for uid in await self._held() if uid not in seen]
+        for record in await self.store.get_pods(gone):
+            if record is not None and record.phase in (PodPhase.PENDING, *_ON_NODE):
+                await self._delete(record.uid, record.namespace, record.name)
+        for uid in [uid for uid in self._seen if uid not in seen]:
+            del self._seen[uid]
+        self.log.info("pods listed", pods=len(seen), deleted_meanwhile=len(gone))
+
+    async def changed(self, obj: Mapping[str, Any]) -> None:
+        """A pod added or changed."""
+        pod = _ApiPod.of(obj)
+        if pod is None:
+            return
+        publication = await self._apply(pod, obj)
+        if publication is not None:
+            await publish_durable_many(self.js, [publication])
+
+    async def deleted(self, obj: Mapping[str, Any]) -> None:
+        """A pod deleted from the apiserver."""
+        pod = _ApiPod.of(obj)
+        if pod is None:
+            return
+        seen = self._seen.pop(pod.uid, None)
+        if seen is not None or pod.node or pod.scheduler in self.profiles:
+            await self._delete(pod.uid, pod.namespace, pod.name)
+
+    # -- one pod ---------------------------------------------------------------------------------
+
+    async def _apply(self, pod: _ApiPod, obj: Mapping[str, Any]) -> Publication | None:
+        """Bring kubus in step with one apiserver pod; the submission to publish, if any."""
+        seen = self._seen.get(pod.uid)
+        if pod.phase in ("Succeeded", "Failed"):
+            if seen is None or seen.phase != pod.phase:
+                await self._finished(pod)
+                self._seen[pod.uid] = _Seen(pod.key, node=pod.node, phase=pod.phase)
+            return None
+        if pod.node:
+            if seen is not None and seen.node == pod.node and seen.phase == pod.phase:
+                return None
+            if await self._placed(pod, obj):
+                self._seen[pod.uid] = _Seen(pod.key, node=pod.node, phase=pod.phase)
+            return None
+        if pod.scheduler not in self.profiles:
+            return None  # another scheduler's, not bound yet: nothing of kubus's
+        if pod.terminating:  # kube does not schedule a pod being deleted
+            if seen is not None and seen.digest:
+                self._seen.pop(pod.uid, None)
+                await self._delete(pod.uid, pod.namespace, pod.name)
+            return None
+        manifest = pod_from_api(obj)
+        digest = hashlib.sha256(manifest).hexdigest()
+        if seen is not None and seen.digest == digest:
+            return None
+        self._seen[pod.uid] = _Seen(pod.key, digest=digest)
+        return Publication(PODS_SUBMIT, manifest, msgids.submit(pod.namespace, pod.name, manifest))
+
+    async def _placed(self, pod: _ApiPod, obj: Mapping[str, Any]) -> bool:
+        """Record a pod the apiserver has on its node; False when it cannot be yet (its node is
+        not known yet: the next event or relist tries again) or cannot be read (said)."""
+        manifest = pod_from_api(obj)
+        try:
+            parsed = parse_pod(codec.loads(manifest), source=APISERVER)
+        except ManifestError as exc:
+            if (dropped := self._unreadable.allow()) is not None:
+                self.log.warning("bound pod unreadable: its room is not counted", pod=pod.key, node=pod.node,
+                                 error=str(exc), unlogged_before=dropped)  # fmt: skip
+            return True  # nothing more to do until it changes
+        record = PodRecord.of(parsed, manifest, now=self.clock())
+        devices = await self._devices(parsed, pod.node)
+        try:
+            reservation = Reservation.of(
+                PodInfo.of(parsed, devices), pod.node, attempt=OBSERVED_ATTEMPT, profile=pod.scheduler, now=self.clock()
+            )
+        except ValueError as exc:
+            self.log.warning("bound pod's GPUs unreadable: its room is not counted", pod=pod.key, error=str(exc))
+            return True
+        running = pod.phase == "Running"
+        code, phase, other = await self.store.observe_placed(record, reservation, running=running)
+        if code is StoreCode.CONFLICT:  # kubus had it elsewhere: the apiserver is the truth
+            await self.store.release(other, pod.uid)
+            self.log.warning("pod bound elsewhere than kubus had it", pod=pod.key, node=pod.node, kubus_node=other)
+            code, phase, other = await self.store.observe_placed(record, reservation, running=running, moved=True)
+        if code is StoreCode.NODE_GONE:
+            self.log.info("pod bound to a node not known yet", pod=pod.key, node=pod.node)
+            return False
+        if code is StoreCode.OK:
+            kind = EventKind.POD_RUNNING if phase is PodPhase.RUNNING else EventKind.POD_BOUND
+            at, profile = self.clock(), pod.scheduler
+            await publish_durable_many(
+                self.js, [announcements.pod_event(kind, pod.key, pod.uid, at=at, node=pod.node, profile=profile)]
+            )
+        return True
+
+    async def _devices(self, pod: Pod, node: str) -> tuple[int, ...]:
+        """The GPU devices a bound pod holds: those kubus's binder pinned (`kubus.io/gpu-devices`),
+        else what the store holds for it there, else GPUFit's pick of the node's free ones, else
+        the first ones (the kubelet admitted it: its room is taken whatever is left)."""
+        request = pod_gpu_request(pod)
+        if request is None:
+            return ()
+        pinned = pod_gpu_devices(pod)
+        if pinned:
+            return pinned
+        held = await self.store.reservation(node, pod.metadata.uid)
+        if held is not None and len(held.gpu_devices) == request.count:
+            return tuple(held.gpu_devices)
+        info = await self.store.node_info(node)
+        if info is None:
+            return tuple(range(request.count))
+        picked = pick_devices(request, info)
+        return picked if len(picked) == request.count else tuple(range(request.count))
+
+    async def _finished(self, pod: _ApiPod) -> None:
+        """The apiserver says the pod succeeded or failed: so does the store, its room given
+        back, and everyone told (its room may be what an unschedulable pod waits for)."""
+        phase = PodPhase.SUCCEEDED if pod.phase == "Succeeded" else PodPhase.FAILED
+        write = await self.store.transition(pod.uid, phase, expected_phases=_ON_NODE | {PodPhase.PENDING})
+        if write.code is StoreCode.NOT_FOUND:
+            return
+        record = await self.store.get_pod(pod.uid)
+        node = (record.node if record is not None else "") or pod.node
+        if node:
+            await self.store.release(node, pod.uid)
+        if write.ok:
+            await publish_durable_many(
+                self.js,
+                [announcements.pod_event(EventKind.POD_FINISHED, pod.key, pod.uid, at=self.clock(), node=node,
+                                         profile=pod.scheduler, phase=str(phase))],
+            )  # fmt: skip
+
+    async def _delete(self, uid: str, namespace: str, name: str) -> None:
+        """Delete the pod through the queue (its one home for deletions), by uid."""
+        data = encode(PodDeletion(namespace=namespace, name=name, uid=uid))
+        await publish_durable_many(
+            self.js, [Publication(PODS_DELETE, data, msgids.delete(namespace, name, uid, 0))]
+        )
+
+    async def _held(self) -> set[str]:
+        """The uids of the pods kubus holds as not over (Pending, Reserved, Bound, Running)."""
+        out: set[str] = set()
+        for phase in (PodPhase.PENDING, *_ON_NODE):
+            out |= await self.store.pod_uids_in_phase(phase)
+        return out

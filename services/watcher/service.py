@@ -1,0 +1,293 @@
+"""The watcher: cluster mode's bridge between a kube-apiserver and kubus (docs/cluster-mode.md).
+
+It lists and watches the apiserver's Nodes, Pods, Namespaces, PriorityClasses,
+PodDisruptionBudgets and PodGroups (`kubus.kubeapi.Reflector`: resumed from their
+resourceVersion, relisted after 410 Gone, backing off on errors and 429s) and keeps kubus in
+step with them: nodes and objects in the store (`NodeMirror`, `ObjectMirror`), pods submitted to
+the queue, recorded on their nodes, finished or deleted (`PodMirror`). It reports what kubus
+decides back to the apiserver as kube-scheduler does (`StatusWriter`: PodScheduled, events,
+preemption's victims and nominations), from the cluster events on KUBUS_EVENTS (a durable
+consumer, so nothing is missed while it restarts). Bindings are the binder's (`--kubeconfig`).
+
+Order at start: the objects and the nodes are listed before the pods, so that a pod is admitted
+against its PriorityClass and placed on a node kubus knows. A store or NATS outage pauses it
+(the event in hand is applied again once they answer); an apiserver outage is the reflectors'
+(they back off and say so); nothing stops the service but a failure at start: the apiserver
+unreachable, the token refused or a permission missing, each one line naming what to fix.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from nats.aio.msg import Msg
+
+from kubus.bus import (
+    EVENTS_STREAM,
+    WATCHER_CONSUMER,
+    MessageFaults,
+    PullConsumer,
+    ensure_pull_consumer,
+    event_filter,
+    put_consumer,
+    redelivery_delay,
+)
+from kubus.bus.consumers import deliveries
+from kubus.errors import KubusError
+from kubus.framework.config import SchedulerConfiguration
+from kubus.kubeapi import (
+    NODES,
+    PODS,
+    EventType,
+    KubeAPIError,
+    KubeClient,
+    KubeConfig,
+    KubeUnreachable,
+    Reflector,
+    Replaced,
+    Resource,
+    WatchEvent,
+)
+from kubus.service import TRANSIENT_ERRORS, Service, is_transient
+from kubus.settings import ConnectionSettings
+from kubus.store import ClusterState
+from kubus.watcher.nodes import NodeMirror
+from kubus.watcher.objects import ObjectMirror, mirrored
+from kubus.watcher.options import WatcherOptions
+from kubus.watcher.pods import PodMirror
+from kubus.watcher.status import WATCHED_KINDS, StatusWriter
+
+__all__ = ["WatcherService", "WatcherStartError"]
+
+_STATUS_FAILURES = 5
+"""Failed tries of one event's apiserver writes (not outages) before it is given up, said."""
+
+_CRD_RECHECK = 60.0
+"""Seconds between two looks for a custom resource that was not served (PodGroup's CRD)."""
+
+_REASSERT_CONSUMER = 60.0
+"""Seconds between two puts of the status consumer's config (a client may change consumers on
+KUBUS_EVENTS through the subject its `get pods -w` needs)."""
+
+
+class WatcherStartError(KubusError, ConnectionError):
+    """The watcher cannot work against this apiserver (unreachable, refused, a permission
+    missing); str() is one line saying what to fix. The service exits with it at start."""
+
+
+class _Mirror(Protocol):
+    async def replace(self, objects: Sequence[Mapping[str, Any]]) -> None: ...
+
+    async def changed(self, obj: Mapping[str, Any]) -> Any: ...
+
+    async def deleted(self, obj: Mapping[str, Any]) -> None: ...
+
+
+class WatcherService(Service):
+    """The watcher (see the module docstring). ``kube``: where the apiserver is and how to log
+    in; ``config``: the scheduler profiles (whose pods kubus schedules)."""
+
+    def __init__(
+        self,
+        settings: ConnectionSettings | None,
+        kube: KubeConfig,
+        config: SchedulerConfiguration,
+        options: WatcherOptions | None = None,
+        *,
+        name: str = "watcher",
+    ) -> None:
+        super().__init__(name, settings)
+        self.kube = kube
+        self.profiles = tuple(p.scheduler_name for p in config.profiles)
+        self.options = options or WatcherOptions()
+        self.client: KubeClient | None = None
+        self.reflectors: dict[str, Reflector] = {}
+        """By resource plural: the reflectors, once started (tests wait on their `synced`)."""
+        self.nodes: NodeMirror | None = None
+
+    async def on_start(self) -> None:
+        assert self.nc is not None and self.js is not None and self.redis is not None
+        o = self.options
+        self.client = KubeClient(self.kube, qps=o.qps, burst=o.burst)
+        missing = await self._check_access(self.client)
+        store = ClusterState(self.redis)
+        self.nodes = NodeMirror(store=store, js=self.js, log=self.log)
+        pods = PodMirror(store=store, js=self.js, profiles=self.profiles, log=self.log, submit_batch=o.submit_batch)
+        status = StatusWriter(
+            client=self.client, log=self.log, instance=socket.gethostname(), series_window=o.event_series_window
+        )
+        kinds = {kind: resource for kind, resource in mirrored().items() if resource not in missing}
+        for resource in (*kinds.values(), NODES, PODS):
+            self.reflectors[resource.plural] = Reflector(self.client, resource, watch_timeout=o.watch_timeout)
+        for kind, resource in kinds.items():
+            # The objects admission and the plugins read (classes, namespaces, budgets, gangs).
+            mirror = ObjectMirror(kind, store=store, log=self.log)
+            self.spawn(f"watch {resource.plural}", self._mirror, self.reflectors[resource.plural], mirror)
+        for kind, resource in mirrored().items():
+            if resource in missing:
+                # Its CRD is not installed: watched from the moment it is.
+                mirror = ObjectMirror(kind, store=store, log=self.log)
+                self.spawn(f"wait for {resource.plural}", self._mirror_once_served, resource, mirror)
+        # The nodes, with their room, labels, taints and GPUs.
+        self.spawn("watch nodes", self._mirror, self.reflectors[NODES.plural], self.nodes)
+        # The pods, once the objects and nodes are in: submitted, placed, finished, deleted.
+        self.spawn("watch pods", self._pods, pods)
+        # The queue's node lifecycle marks silent nodes lost: the apiserver's are alive while listed.
+        self.spawn("heartbeat nodes", self._heartbeat)
+        consumer = self.intake(
+            await ensure_pull_consumer(
+                self.nc,
+                self.js,
+                EVENTS_STREAM.name,
+                WATCHER_CONSUMER,
+                filter_subjects=[event_filter(kind) for kind in WATCHED_KINDS],
+                description="the watcher: what kubus decides, reported to the apiserver",
+            )
+        )
+        # What kubus decides, written to the apiserver as kube-scheduler writes it.
+        self.spawn("write status", self._status_loop, consumer, status)
+
+    async def on_stop(self) -> None:
+        if self.client is not None:
+            await self.client.close()
+
+    async def synced(self) -> None:
+        """Wait until every reflector has delivered its first list (tests, readiness)."""
+        await asyncio.gather(*(r.synced() for r in self.reflectors.values()))
+
+    # -- the parts' loops ------------------------------------------------------------------------
+
+    async def _mirror(self, reflector: Reflector, mirror: _Mirror) -> None:
+        async with reflector:
+            async for event in reflector:
+                await self._apply(event, mirror, reflector.resource)
+
+    async def _mirror_once_served(self, resource: Resource, mirror: _Mirror) -> None:
+        assert self.client is not None
+        while not await _sleep_or(self.stopping, _CRD_RECHECK):
+            if not await self._missing(self.client, resource):
+                self.log.info("now served: watching it", resource=str(resource))
+                reflector = Reflector(self.client, resource, watch_timeout=self.options.watch_timeout)
+                self.reflectors[resource.plural] = reflector
+                await self._mirror(reflector, mirror)
+                return
+
+    async def _pods(self, mirror: PodMirror) -> None:
+        await asyncio.gather(*(r.synced() for name, r in self.reflectors.items() if name != PODS.plural))
+        await self._mirror(self.reflectors[PODS.plural], mirror)
+
+    async def _apply(self, event: Replaced | WatchEvent, mirror: _Mirror, resource: Resource) -> None:
+        """Apply one reflector event, again and again while the store or NATS is away (the
+        watch waits meanwhile: nothing is skipped). A bug is said, and the event left out."""
+        while not self.stopping.is_set():
+            try:
+                match event:
+                    case Replaced(objects=objects):
+                        await mirror.replace(objects)
+                    case WatchEvent(type=EventType.ADDED | EventType.MODIFIED, object=obj):
+                        await mirror.changed(obj)
+                    case WatchEvent(type=EventType.DELETED, object=obj):
+                        await mirror.deleted(obj)
+                return
+            except TRANSIENT_ERRORS as exc:
+                self.outage.note(exc)
+                await self.outage.pause(self.stopping)
+            except Exception:
+                self.log.exception("watch event not applied", resource=str(resource))
+                return
+
+    async def _heartbeat(self) -> None:
+        assert self.nodes is not None
+        while not await _sleep_or(self.stopping, self.options.heartbeat_interval):
+            try:
+                await self.nodes.heartbeat()
+            except TRANSIENT_ERRORS as exc:
+                self.log.warning("heartbeat failed", error=repr(exc))
+
+    async def _status_loop(self, consumer: PullConsumer, status: StatusWriter) -> None:
+        faults = MessageFaults(_STATUS_FAILURES)
+        loop = asyncio.get_running_loop()
+        reassert_at = loop.time() + _REASSERT_CONSUMER
+        while not self.stopping.is_set():
+            if loop.time() >= reassert_at and consumer.config is not None:
+                # Its config back, should a client have rewritten it (docs/security.md).
+                reassert_at = loop.time() + _REASSERT_CONSUMER
+                with contextlib.suppress(*TRANSIENT_ERRORS):
+                    await put_consumer(self.jetstream(), consumer.stream, consumer.config)
+            msgs = await self.fetch(consumer, self.options.status_batch, timeout=1.0)
+            if not msgs:
+                continue
+            for msg, error in zip(msgs, await status.handle(msgs), strict=True):
+                await self._settle_status(msg, error, faults)
+
+    async def _settle_status(self, msg: Msg, error: Exception | None, faults: MessageFaults) -> None:
+        with contextlib.suppress(Exception):  # an ack that does not arrive: redelivered, idempotent enough
+            if error is None:
+                await msg.ack()
+            elif _retryable(error):
+                if isinstance(error, TRANSIENT_ERRORS | KubeUnreachable):
+                    self.outage.note(error)
+                await msg.nak(delay=redelivery_delay(deliveries(msg)))
+            elif faults.exhausted(msg):
+                self.log.error("status write given up", subject=msg.subject, error=str(error))
+                await msg.term()
+            else:
+                self.log.warning("status write failed, will retry", subject=msg.subject, error=str(error))
+                await msg.nak(delay=redelivery_delay(deliveries(msg)))
+
+    # -- start -----------------------------------------------------------------------------------
+
+    async def _check_access(self, client: KubeClient) -> set[Resource]:
+        """Read one object of every kind the watcher reads, once: the apiserver unreachable, the
+        token refused, a permission missing: `WatcherStartError`, one line naming what to fix.
+        Returns the custom resources not served (PodGroups without their CRD), said."""
+        missing: set[Resource] = set()
+        for resource in (NODES, PODS, *mirrored().values()):
+            if await self._missing(client, resource):
+                self.log.warning(
+                    "PodGroups cannot be read: their CRD is not installed (the Helm chart installs it); gangs are "
+                    "scheduled as separate pods until it is (looked for again every minute)",
+                    resource=str(resource),
+                )
+                missing.add(resource)
+        return missing
+
+    async def _missing(self, client: KubeClient, resource: Resource) -> bool:
+        """Whether ``resource`` is a custom resource the apiserver does not serve (its CRD is not
+        installed). Raises `WatcherStartError` when the apiserver cannot be used at all."""
+        try:
+            pages = client.pages(resource, limit=1)
+            await anext(pages)  # the first page only
+            await pages.aclose()  # type: ignore[attr-defined]
+            return False
+        except KubeUnreachable as exc:
+            raise WatcherStartError(f"{exc}; is --kubeconfig the right cluster, and is it up?") from None
+        except KubeAPIError as exc:
+            if exc.not_found and resource.group not in ("", "apps", "policy", "scheduling.k8s.io"):
+                return True
+            if exc.unauthorized:
+                raise WatcherStartError(f"{self.kube.server}: {exc} (renew the token in the kubeconfig)") from None
+            if exc.forbidden:
+                raise WatcherStartError(
+                    f"{self.kube.server}: {exc.missing_permission} (give kubus the ClusterRole in "
+                    "deploy/helm/kubus/templates/rbac.yaml)"
+                ) from None
+            raise
+
+
+def _retryable(error: Exception) -> bool:
+    if isinstance(error, KubeAPIError):
+        return error.transient
+    return isinstance(error, KubeUnreachable) or is_transient(error)
+
+
+async def _sleep_or(event: asyncio.Event, seconds: float) -> bool:
+    """Wait ``seconds``; True (at once) when ``event`` is set."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(event.wait(), seconds)
+    return event.is_set()
+

@@ -1,0 +1,223 @@
+"""What kubus decides, written to the apiserver as kube-scheduler writes it, so that `kubectl
+describe pod` tells what `kubus describe pod` tells:
+
+- ``pod.unschedulable`` (the queue, after an attempt that found no node): the PodScheduled
+  condition False with kube's reason (Unschedulable, or SchedulerError) and message, and a
+  Warning ``FailedScheduling`` event;
+- ``pod.bound`` (the binder, after the apiserver took the binding, which sets PodScheduled
+  True): a Normal ``Scheduled`` event, "Successfully assigned <ns>/<pod> to <node>";
+- ``pod.deleted`` of a preemption victim: the DisruptionTarget condition kube sets
+  (PreemptionByScheduler), a ``Preempted`` event, the victim deleted through the API (only that
+  uid), and the preemptor's status.nominatedNodeName;
+- ``pod.rejected`` of a pod kubus could not read: a Warning ``FailedScheduling`` event naming
+  the field, on that pod.
+
+Events are events.k8s.io/v1, reported by the pod's profile (reportingController, as
+kube-scheduler reports as its scheduler name); a repeat of an event (same pod, reason and note)
+within `WatcherOptions.event_series_window` is counted in the first one's ``series`` instead of
+a new object, as kube's event recorder does. Each write is conditional on the pod's uid (a pod
+deleted and made again under its name is left alone); a pod that is gone is no error.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from nats.aio.msg import Msg
+
+from kubus.bus.messages import ClusterEvent, MessageError, PodChange, decode
+from kubus.bus.subjects import EventKind
+from kubus.kubeapi import EVENTS, PODS, KubeAPIError, KubeClient, PatchType
+from kubus.service import StructuredLogger, Throttle
+from kubus.store import preemptor_of
+
+__all__ = ["WATCHED_KINDS", "StatusWriter"]
+
+WATCHED_KINDS = (EventKind.POD_UNSCHEDULABLE, EventKind.POD_BOUND, EventKind.POD_DELETED, EventKind.POD_REJECTED)
+"""The cluster events this part turns into apiserver writes."""
+
+_SERIES_KEPT = 50_000
+"""Recent events remembered for their series (one per pod, reason and note)."""
+
+
+def rfc3339(seconds: float) -> str:
+    """A time as kube writes it in conditions (second precision, UTC)."""
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def micro_time(seconds: float) -> str:
+    """A MicroTime (eventTime, series.lastObservedTime)."""
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass(slots=True)
+class _Series:
+    """One event object written, and how often it happened since."""
+
+    namespace: str
+    name: str
+    count: int
+    last: float
+
+
+class StatusWriter:
+    """Turns cluster events into the apiserver writes kube-scheduler makes (module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        client: KubeClient,
+        log: StructuredLogger,
+        instance: str,
+        series_window: float = 360.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.client = client
+        self.log = log.bind(part="status")
+        self.instance = instance
+        """reportingInstance of the events (kube: "<scheduler name>-<host>")."""
+        self.series_window = series_window
+        self.clock = clock
+        self._series: OrderedDict[tuple[str, str, str], _Series] = OrderedDict()
+        self._failures = Throttle(30.0)
+
+    async def handle(self, msgs: Sequence[Msg]) -> list[Exception | None]:
+        """Write what each event says, in order; per message None when done (or nothing to do,
+        or garbage, which is said), else the error to retry it for."""
+        out: list[Exception | None] = []
+        for msg in msgs:
+            try:
+                event = decode(ClusterEvent, msg.data)
+            except MessageError as exc:
+                self.log.warning("cluster event unreadable", subject=msg.subject, error=str(exc))
+                out.append(None)
+                continue
+            try:
+                await self.write(event)
+            except KubeAPIError as exc:
+                if exc.not_found:
+                    out.append(None)  # the pod is gone: nothing to report on
+                    continue
+                out.append(exc)
+            except Exception as exc:
+                out.append(exc)
+            else:
+                out.append(None)
+        return out
+
+    async def write(self, event: ClusterEvent) -> None:
+        """The apiserver writes ``event`` calls for (none for most). Raises KubeAPIError,
+        KubeUnreachable."""
+        uid = event.data.uid if isinstance(event.data, PodChange) else ""
+        profile = event.data.profile if isinstance(event.data, PodChange) else ""
+        namespace, _, name = event.name.partition("/")
+        if not name or not uid:
+            return
+        kind = EventKind(event.kind)
+        if kind is EventKind.POD_UNSCHEDULABLE:
+            reason = event.reason if event.reason in ("Unschedulable", "SchedulerError") else "Unschedulable"
+            await self._condition(namespace, name, uid, "PodScheduled", "False", reason, event.message)
+            await self._event(namespace, name, uid, "Warning", "FailedScheduling", event.message, profile)
+        elif kind is EventKind.POD_BOUND and event.node:
+            note = f"Successfully assigned {namespace}/{name} to {event.node}"
+            await self._event(namespace, name, uid, "Normal", "Scheduled", note, profile)
+        elif kind is EventKind.POD_DELETED and event.reason == "Preempted":
+            await self._preempted(namespace, name, uid, event.message, profile)
+        elif kind is EventKind.POD_REJECTED and event.message:
+            await self._event(namespace, name, uid, "Warning", "FailedScheduling", event.message, profile)
+
+    async def _preempted(self, namespace: str, name: str, uid: str, message: str, profile: str) -> None:
+        """A victim: DisruptionTarget, its Preempted event, deleted (only this uid); the
+        preemptor nominated to the node."""
+        scheduler = profile or "default-scheduler"
+        why = f"{scheduler}: preempting to accommodate a higher priority pod"
+        try:
+            await self._condition(namespace, name, uid, "DisruptionTarget", "True", "PreemptionByScheduler", why)
+            await self._event(namespace, name, uid, "Normal", "Preempted", message, profile)
+            await self.client.delete(PODS, name, namespace=namespace, uid=uid)
+        except KubeAPIError as exc:
+            if not (exc.not_found or exc.conflict):  # gone, or another pod of that name now
+                raise
+        preemptor = preemptor_of(message)
+        if preemptor is not None:
+            key, node = preemptor
+            p_namespace, _, p_name = key.partition("/")
+            try:
+                await self.client.patch_status(
+                    PODS, p_name, {"status": {"nominatedNodeName": node}}, namespace=p_namespace
+                )
+            except KubeAPIError as exc:
+                if not exc.not_found:
+                    raise
+
+    async def _condition(
+        self, namespace: str, name: str, uid: str, type_: str, status: str, reason: str, message: str
+    ) -> None:
+        """Set one condition of the pod (strategic merge: by type), only on that uid."""
+        now = rfc3339(self.clock())
+        patch = {
+            "metadata": {"uid": uid},
+            "status": {
+                "conditions": [
+                    {
+                        "type": type_,
+                        "status": status,
+                        "reason": reason,
+                        "message": message,
+                        "lastProbeTime": None,
+                        "lastTransitionTime": now,
+                    }
+                ]
+            },
+        }
+        try:
+            await self.client.patch_status(PODS, name, patch, namespace=namespace, patch_type=PatchType.STRATEGIC)
+        except KubeAPIError as exc:
+            if exc.conflict:  # the uid precondition: another pod of that name now
+                return
+            raise
+
+    async def _event(  # the fields of an event
+        self, namespace: str, name: str, uid: str, type_: str, reason: str, note: str, profile: str
+    ) -> None:
+        """An events.k8s.io/v1 Event about the pod, or one more in the series of the last like it."""
+        now = self.clock()
+        key = (uid, reason, note)
+        series = self._series.get(key)
+        if series is not None and now - series.last <= self.series_window:
+            series.count += 1
+            series.last = now
+            self._series.move_to_end(key)
+            patch = {"series": {"count": series.count, "lastObservedTime": micro_time(now)}}
+            try:
+                await self.client.patch(
+                    EVENTS, series.name, patch, namespace=series.namespace, patch_type=PatchType.MERGE
+                )
+                return
+            except KubeAPIError as exc:
+                if not exc.not_found:
+                    raise
+        scheduler = profile or "default-scheduler"
+        body: dict[str, Any] = {
+            "apiVersion": "events.k8s.io/v1",
+            "kind": "Event",
+            "metadata": {"name": f"{name}.{uuid.uuid4().hex[:16]}", "namespace": namespace},
+            "eventTime": micro_time(now),
+            "type": type_,
+            "reason": reason,
+            "action": "Scheduling" if reason != "Preempted" else "Preempting",
+            "note": note[:1024],
+            "reportingController": scheduler,
+            "reportingInstance": f"{scheduler}-{self.instance}",
+            "regarding": {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": name, "uid": uid},
+        }
+        created = await self.client.create(EVENTS, body, namespace=namespace)
+        self._series[key] = _Series(namespace, str(created["metadata"]["name"]), 1, now)
+        while len(self._series) > _SERIES_KEPT:
+            self._series.popitem(last=False)
