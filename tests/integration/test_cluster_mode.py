@@ -8,19 +8,32 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kube_support import KubeTest, pod_manifest
 from support import eventually
 
+from kubus.api.podgroups import POD_GROUP_LABEL
 from kubus.binder import BinderOptions, BinderService
 from kubus.binder.apiserver import ApiBinding
 from kubus.cycle import CycleOptions, CycleService
 from kubus.framework.config import SchedulerConfiguration, load_config
 from kubus.framework.runtime import Framework
 from kubus.framework.waiting import WaitingPods
-from kubus.kubeapi import EVENTS, PODS, KubeClient
+from kubus.kubeapi import (
+    EVENTS,
+    POD_DISRUPTION_BUDGETS,
+    POD_GROUPS,
+    PODS,
+    PRIORITY_CLASSES,
+    KubeAPIError,
+    KubeClient,
+    PatchType,
+    Resource,
+)
 from kubus.plugins import in_tree_registry
 from kubus.queue import QueueOptions, QueueService
 from kubus.service import Service
@@ -31,21 +44,36 @@ from kubus.watcher import WatcherOptions, WatcherService
 pytestmark = [pytest.mark.integration, pytest.mark.kube]
 
 
-def scheduler_config(profile: str) -> SchedulerConfiguration:
+CRD = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "kubus" / "crds" / "podgroups.yaml"
+CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", False, "CustomResourceDefinition")
+
+GANG_PLUGINS = """
+  plugins:
+    queueSort: {enabled: [{name: Coscheduling}], disabled: [{name: "*"}]}
+    preFilter: {enabled: [{name: Coscheduling}]}
+    postFilter: {enabled: [{name: Coscheduling}]}
+    permit: {enabled: [{name: Coscheduling}]}
+    reserve: {enabled: [{name: Coscheduling}]}
+"""
+
+
+def scheduler_config(profile: str, plugins: str = "") -> SchedulerConfiguration:
     text = f"""
 apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
 profiles:
 - schedulerName: {profile}
-"""
+{plugins}"""
     return load_config(text, registry=in_tree_registry())
 
 
 @contextlib.asynccontextmanager
-async def cluster_mode(settings: ConnectionSettings, kube: KubeTest, profile: str) -> AsyncIterator[list[Service]]:
-    """The watcher, queue, one cycle and one binder for ``profile``, bound to the test's
-    apiserver; stopped after."""
-    config = scheduler_config(profile)
+async def cluster_mode(
+    settings: ConnectionSettings, kube: KubeTest, profile: str, plugins: str = ""
+) -> AsyncIterator[list[Service]]:
+    """The watcher, queue, one cycle and one binder for ``profile`` (with ``plugins``, YAML
+    under the profile), bound to the test's apiserver; stopped after."""
+    config = scheduler_config(profile, plugins)
     registry = in_tree_registry()
     waiting = WaitingPods()
     framework = Framework.from_profile(config.profile(profile), registry, handle=waiting)
@@ -125,4 +153,183 @@ async def test_pods_of_a_kubus_profile_are_bound_through_the_apiserver_and_other
         assert sorted(n for n, r in reasons if r == "Scheduled") == sorted(p["metadata"]["name"] for p in mine)
 
     await eventually(scheduled_events, timeout=20)
+    assert await check_invariants(state) == []
+
+
+async def events_of(kube: KubeTest, pod: str) -> list[dict[str, Any]]:
+    events = (await kube.client.list(EVENTS, namespace=kube.namespace)).items
+    return [e for e in events if e["regarding"]["name"] == pod]
+
+
+def condition(pod: dict[str, Any], type_: str) -> dict[str, Any] | None:
+    return next((c for c in pod["status"].get("conditions", []) if c["type"] == type_), None)
+
+
+async def test_an_unschedulable_pod_says_why_in_the_api_and_a_gate_removed_through_it_lets_it_go(
+    settings: ConnectionSettings, state: ClusterState, kube: KubeTest
+) -> None:
+    profile = f"kubus-{kube.namespace}"
+    await kube.make_nodes(3, cpu="4")
+    huge = pod_manifest("huge", cpu="100", scheduler=profile)
+    gated = pod_manifest("gated", scheduler=profile, schedulingGates=[{"name": "example.com/wait"}])
+    await create_pods(kube, [huge, gated])
+    async with cluster_mode(settings, kube, profile):
+
+        async def says_why() -> None:
+            pod = (await api_pods(kube))["huge"]
+            scheduled = condition(pod, "PodScheduled")
+            assert scheduled is not None and scheduled["status"] == "False", pod["status"]
+            assert scheduled["reason"] == "Unschedulable"
+            assert scheduled["message"] == (  # kube's words, preemption's part (and its double stop) included
+                "0/3 nodes are available: 3 Insufficient cpu. "
+                "preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.."
+            ), scheduled
+            failed = [e for e in await events_of(kube, "huge") if e["reason"] == "FailedScheduling"]
+            assert failed and failed[0]["type"] == "Warning" and failed[0]["note"] == scheduled["message"]
+            assert failed[0]["reportingController"] == profile
+
+        await eventually(says_why, timeout=30, interval=0.2)
+        assert not (await api_pods(kube))["gated"]["spec"].get("nodeName")
+        await kube.client.patch(
+            PODS, "gated", {"spec": {"schedulingGates": None}}, namespace=kube.namespace, patch_type=PatchType.MERGE
+        )
+
+        async def bound() -> None:
+            assert (await api_pods(kube))["gated"]["spec"].get("nodeName")
+
+        await eventually(bound, timeout=30, interval=0.2)
+    assert await check_invariants(state) == []
+
+
+async def test_pods_bound_by_others_take_room_and_a_deleted_pod_gives_it_back(
+    settings: ConnectionSettings, state: ClusterState, kube: KubeTest
+) -> None:
+    """A pod created bound to a node (another scheduler's, or a static pod's) counts there, as in
+    kube-scheduler's cache; deleting a pod through the API gives its room back to kubus's pods."""
+    profile = f"kubus-{kube.namespace}"
+    [node] = [n["metadata"]["name"] for n in await kube.make_nodes(1, cpu="4")]
+    squatter = pod_manifest("squatter", cpu="3500m", scheduler="default-scheduler", nodeName=node)
+    await create_pods(kube, [squatter])
+    async with cluster_mode(settings, kube, profile):
+        await create_pods(kube, [pod_manifest("mine", cpu="1", scheduler=profile)])
+
+        async def waits_for_room() -> None:
+            pod = (await api_pods(kube))["mine"]
+            scheduled = condition(pod, "PodScheduled")
+            assert scheduled is not None and "Insufficient cpu" in scheduled["message"], pod["status"]
+
+        await eventually(waits_for_room, timeout=30, interval=0.2)
+        squatter_uid = (await api_pods(kube))["squatter"]["metadata"]["uid"]
+        record = await state.get_pod(squatter_uid)
+        assert record is not None and record.phase is PodPhase.BOUND and record.node == node
+        await kube.client.delete(PODS, "squatter", namespace=kube.namespace, grace_period_seconds=0)
+
+        async def bound() -> None:
+            assert (await api_pods(kube))["mine"]["spec"].get("nodeName") == node
+
+        await eventually(bound, timeout=30, interval=0.2)
+        gone = await state.get_pod(squatter_uid)
+        assert gone is not None and gone.phase is PodPhase.DELETED
+    assert await check_invariants(state) == []
+
+
+async def test_preemption_through_the_api_deletes_the_victim_respects_its_budget_and_nominates(
+    settings: ConnectionSettings, state: ClusterState, kube: KubeTest
+) -> None:
+    """Two low-priority pods fill the node; one is protected by a PodDisruptionBudget. A
+    high-priority pod preempts the other, as kube does: DisruptionTarget on the victim, its
+    Preempted event, the victim deleted, the preemptor nominated to the node, then bound there."""
+    profile = f"kubus-{kube.namespace}"
+    [node] = [n["metadata"]["name"] for n in await kube.make_nodes(1, cpu="4")]
+    low, high = f"low-{kube.namespace}", f"high-{kube.namespace}"
+    for name, value in ((low, 10), (high, 1000)):
+        await kube.client.create(PRIORITY_CLASSES, {"metadata": {"name": name}, "value": value})
+    protected = pod_manifest("protected", cpu="2", scheduler=profile, priorityClassName=low)
+    protected["metadata"]["labels"] = {"app": "protected"}
+    victim = pod_manifest("victim", cpu="2", scheduler=profile, priorityClassName=low, terminationGracePeriodSeconds=0)
+    budget = {
+        "metadata": {"name": "keep-one"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "protected"}}},
+    }
+    await kube.client.create(POD_DISRUPTION_BUDGETS, budget, namespace=kube.namespace)
+    try:
+        async with cluster_mode(settings, kube, profile):
+            await create_pods(kube, [protected, victim])
+
+            async def both_bound() -> None:
+                pods = await api_pods(kube)
+                assert all(pods[n]["spec"].get("nodeName") == node for n in ("protected", "victim")), pods
+
+            await eventually(both_bound, timeout=30, interval=0.2)
+            victim_uid = (await api_pods(kube))["victim"]["metadata"]["uid"]
+            await create_pods(kube, [pod_manifest("urgent", cpu="2", scheduler=profile, priorityClassName=high)])
+
+            async def preempted() -> None:
+                pods = await api_pods(kube)
+                assert pods["urgent"]["spec"].get("nodeName") == node, pods["urgent"]["status"]
+                assert pods["urgent"]["status"].get("nominatedNodeName") == node, pods["urgent"]["status"]
+                assert "victim" not in pods or pods["victim"]["metadata"]["uid"] != victim_uid
+                assert pods["protected"]["spec"].get("nodeName") == node  # its budget kept it
+                reasons = [e["reason"] for e in await events_of(kube, "victim")]
+                assert "Preempted" in reasons, reasons
+
+            await eventually(preempted, timeout=30, interval=0.2)
+            record = await state.get_pod(victim_uid)
+            assert record is not None and record.phase is PodPhase.DELETED and record.reason == "Preempted"
+        assert await check_invariants(state) == []
+    finally:
+        for name in (low, high):
+            with contextlib.suppress(KubeAPIError):
+                await kube.client.delete(PRIORITY_CLASSES, name)
+
+
+async def install_pod_group_crd(kube: KubeTest) -> None:
+    """The chart's PodGroup CRD, once per apiserver, served before this returns."""
+    crd = yaml.safe_load(CRD.read_text())
+    with contextlib.suppress(KubeAPIError):  # made by an earlier test
+        await kube.client.create(CRDS, crd)
+
+    async def served() -> None:
+        got = await kube.client.get(CRDS, crd["metadata"]["name"])
+        established = [c for c in (got.get("status") or {}).get("conditions") or [] if c["type"] == "Established"]
+        assert established and established[0]["status"] == "True", got.get("status")
+
+    await eventually(served, timeout=30, interval=0.2)
+
+
+async def test_a_pod_group_from_the_api_is_placed_all_together_or_not_at_all(
+    settings: ConnectionSettings, state: ClusterState, kube: KubeTest
+) -> None:
+    """A PodGroup (scheduler-plugins' CRD, from the chart) of three: with room for two, none is
+    bound; once a node more joins, all three are."""
+    await install_pod_group_crd(kube)
+    profile = f"kubus-{kube.namespace}"
+    await kube.make_nodes(2, cpu="2")
+    group = {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup", "metadata": {"name": "train"},
+             "spec": {"minMember": 3, "scheduleTimeoutSeconds": 5}}  # fmt: skip
+    await kube.client.create(POD_GROUPS, group, namespace=kube.namespace)
+    members = []
+    for i in range(3):
+        member = pod_manifest(f"worker-{i}", cpu="1500m", scheduler=profile)
+        member["metadata"]["labels"][POD_GROUP_LABEL] = "train"
+        members.append(member)
+    async with cluster_mode(settings, kube, profile, GANG_PLUGINS):
+        await create_pods(kube, members)
+
+        async def all_waiting() -> None:
+            pods = await api_pods(kube)
+            for name in ("worker-0", "worker-1", "worker-2"):
+                scheduled = condition(pods[name], "PodScheduled")
+                assert scheduled is not None and scheduled["status"] == "False", pods[name]["status"]
+
+        await eventually(all_waiting, timeout=30, interval=0.2)
+        await asyncio.sleep(2)  # a member placed alone would be bound by now
+        assert not any(p["spec"].get("nodeName") for p in (await api_pods(kube)).values())
+        await kube.make_nodes(1, cpu="2")
+
+        async def all_bound() -> None:
+            pods = await api_pods(kube)
+            assert all(pods[f"worker-{i}"]["spec"].get("nodeName") for i in range(3)), pods
+
+        await eventually(all_bound, timeout=60, interval=0.2)
     assert await check_invariants(state) == []
