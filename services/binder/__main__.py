@@ -10,11 +10,14 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from kubus.binder.apiserver import ApiBinding
 from kubus.binder.service import BinderOptions, BinderService
 from kubus.entrypoint import add_service_flags, run_service, settings_from_flags
 from kubus.framework.config import default_config, load_config
 from kubus.framework.runtime import Framework
 from kubus.framework.waiting import WaitingPods
+from kubus.kubeapi import KubeClient, KubeConfigError
+from kubus.kubeapi import load_config as load_kube_config
 from kubus.plugins import in_tree_registry
 
 PROG = "kubus.binder"
@@ -48,6 +51,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--batch", type=int, default=defaults.batch, metavar="N", help=f"requests at once ({defaults.batch})"
     )
+    p.add_argument(
+        "--apiserver",
+        action="store_true",
+        help="cluster mode: bind in the Kubernetes API (pods/binding) first, found as kubectl finds it "
+        "(--kubeconfig, KUBECONFIG, ~/.kube/config, the in-cluster service account)",
+    )
+    p.add_argument("--kubeconfig", metavar="FILE", help="the cluster to bind in (implies --apiserver)")
+    p.add_argument("--context", metavar="NAME", help="the kubeconfig context (default: its current-context)")
     return p.parse_args(argv)
 
 
@@ -61,11 +72,14 @@ def build(args: argparse.Namespace) -> BinderService:
         profile.scheduler_name: Framework.from_profile(profile, registry, handle=WaitingPods())
         for profile in config.profiles
     }
-    return BinderService(settings_from_flags(args), options, frameworks=frameworks)
+    apiserver = None
+    if args.apiserver or args.kubeconfig:
+        apiserver = ApiBinding(KubeClient(load_kube_config(args.kubeconfig, context=args.context)))
+    return BinderService(settings_from_flags(args), options, frameworks=frameworks, apiserver=apiserver)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_service(PROG, parse_args(argv), build)
+    return run_service(PROG, parse_args(argv), build, usage_errors=(ValueError, KubeConfigError))
 
 
 if __name__ == "__main__":

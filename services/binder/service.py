@@ -303,6 +303,8 @@ class BinderService(Service):
         # stream for the other replicas (or this one, restarted).
         if self._loop is not None and not self._loop.done():
             await self._consumed.wait()
+        if self.apiserver is not None:
+            await self.apiserver.client.close()
 
     # -- the loop --------------------------------------------------------------------------------
 

@@ -43,6 +43,7 @@ from kubus.kubeapi import (
     NODES,
     PODS,
     EventType,
+    KubeAccessError,
     KubeAPIError,
     KubeClient,
     KubeConfig,
@@ -51,6 +52,7 @@ from kubus.kubeapi import (
     Replaced,
     Resource,
     WatchEvent,
+    check_access,
 )
 from kubus.service import TRANSIENT_ERRORS, Service, is_transient
 from kubus.settings import ConnectionSettings
@@ -65,6 +67,8 @@ __all__ = ["WatcherService", "WatcherStartError"]
 
 _STATUS_FAILURES = 5
 """Failed tries of one event's apiserver writes (not outages) before it is given up, said."""
+
+FIX_RBAC = "give kubus the ClusterRole of its Helm chart, deploy/helm/kubus/templates/rbac.yaml"
 
 _CRD_RECHECK = 60.0
 """Seconds between two looks for a custom resource that was not served (PodGroup's CRD)."""
@@ -245,38 +249,25 @@ class WatcherService(Service):
         """Read one object of every kind the watcher reads, once: the apiserver unreachable, the
         token refused, a permission missing: `WatcherStartError`, one line naming what to fix.
         Returns the custom resources not served (PodGroups without their CRD), said."""
-        missing: set[Resource] = set()
-        for resource in (NODES, PODS, *mirrored().values()):
-            if await self._missing(client, resource):
-                self.log.warning(
-                    "PodGroups cannot be read: their CRD is not installed (the Helm chart installs it); gangs are "
-                    "scheduled as separate pods until it is (looked for again every minute)",
-                    resource=str(resource),
-                )
-                missing.add(resource)
+        try:
+            missing = await check_access(client, (NODES, PODS, *mirrored().values()), fix_rbac=FIX_RBAC)
+        except KubeAccessError as exc:
+            raise WatcherStartError(str(exc)) from None
+        for resource in missing:
+            self.log.warning(
+                "PodGroups cannot be read: their CRD is not installed (the Helm chart installs it); gangs are "
+                "scheduled as separate pods until it is (looked for again every minute)",
+                resource=str(resource),
+            )
         return missing
 
     async def _missing(self, client: KubeClient, resource: Resource) -> bool:
-        """Whether ``resource`` is a custom resource the apiserver does not serve (its CRD is not
-        installed). Raises `WatcherStartError` when the apiserver cannot be used at all."""
+        """Whether ``resource`` is (still) not served."""
         try:
-            pages = client.pages(resource, limit=1)
-            await anext(pages)  # the first page only
-            await pages.aclose()  # type: ignore[attr-defined]
-            return False
-        except KubeUnreachable as exc:
-            raise WatcherStartError(f"{exc}; is --kubeconfig the right cluster, and is it up?") from None
-        except KubeAPIError as exc:
-            if exc.not_found and resource.group not in ("", "apps", "policy", "scheduling.k8s.io"):
-                return True
-            if exc.unauthorized:
-                raise WatcherStartError(f"{self.kube.server}: {exc} (renew the token in the kubeconfig)") from None
-            if exc.forbidden:
-                raise WatcherStartError(
-                    f"{self.kube.server}: {exc.missing_permission} (give kubus the ClusterRole in "
-                    "deploy/helm/kubus/templates/rbac.yaml)"
-                ) from None
-            raise
+            return bool(await check_access(client, (resource,), fix_rbac=FIX_RBAC))
+        except KubeAccessError as exc:
+            self.log.warning("looking for a custom resource failed", resource=str(resource), error=str(exc))
+            return True
 
 
 def _retryable(error: Exception) -> bool:

@@ -75,7 +75,16 @@ def add_cluster_commands(sub: Any) -> None:
         metavar="DIR",
         help=f"servers' data, logs, endpoints.json (default: ${HOME_ENV}, else ./{DEFAULT_DATA_DIR})",
     )
-    up.add_argument("--nodes", type=int, default=10, metavar="N", help="simulated nodes (default: 10; 0 for none)")
+    up.add_argument(
+        "--nodes", type=int, metavar="N", help="simulated nodes (default: 10, none with --kubeconfig; 0 for none)"
+    )
+    up.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="cluster mode: schedule this Kubernetes cluster's pods (its nodes, no simulated ones; the watcher "
+        "and binders talk to its apiserver). The default profile is then 'kubus' (spec.schedulerName: kubus)",
+    )
+    up.add_argument("--context", metavar="NAME", help="the --kubeconfig context (default: its current-context)")
     up.add_argument(
         "--node-template",
         metavar="FILE",

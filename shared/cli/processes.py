@@ -46,9 +46,10 @@ GROUP_STOP_WAIT = 30.0
 """Seconds a whole group may take to stop (kubelet's default grace period): with NATS or Redis
 gone each role could otherwise take its full stop timeout in turn."""
 
-STOP_ORDER = ("cycle", "binder", "queue", "gpu-agent")
-"""Roles in the order they are stopped: first the cycles (no new decisions), then the binders
-(finish the binds in flight), the queue, and the node agents last (running pods stay accounted)."""
+STOP_ORDER = ("watcher", "cycle", "binder", "queue", "gpu-agent")
+"""Roles in the order they are stopped: first the watcher (no new pods from the apiserver), the
+cycles (no new decisions), then the binders (finish the binds in flight), the queue, and the
+node agents last (running pods stay accounted)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,9 +78,12 @@ def cluster_services(
     metrics_base: int = 0,
     pod_duration: float | None = None,
     batch_size: int | None = None,
+    kubeconfig: str | None = None,
 ) -> list[ServiceSpec]:
     """The processes of a cluster: one queue, one cycle per profile, ``binders`` binders and,
-    when ``nodes`` > 0, one gpu-agent simulating ``nodes`` nodes from ``node_template``.
+    when ``nodes`` > 0, one gpu-agent simulating ``nodes`` nodes from ``node_template``. With
+    ``kubeconfig`` (cluster mode), the watcher of that cluster too, and binders that bind in its
+    apiserver.
 
     ``metrics_base`` > 0 gives the services consecutive metrics ports from it; 0 turns metrics
     off (several services on one machine would otherwise fight over one port). Every service
@@ -95,10 +99,15 @@ def cluster_services(
                 f"cycle-{_file_safe(profile)}", "cycle", "kubus.cycle", ("--profile", profile, *with_config, *extra)
             )
         )
+    in_cluster = ("--kubeconfig", kubeconfig) if kubeconfig else ()
     for i in range(binders):
         specs.append(
-            ServiceSpec("binder" if binders == 1 else f"binder-{i}", "binder", "kubus.binder", (*with_config,))
+            ServiceSpec(
+                "binder" if binders == 1 else f"binder-{i}", "binder", "kubus.binder", (*with_config, *in_cluster)
+            )
         )
+    if kubeconfig:
+        specs.append(ServiceSpec("watcher", "watcher", "kubus.watcher", (*with_config, *in_cluster)))
     if nodes > 0:
         if not node_template:
             raise ValueError("simulated nodes need a node template")

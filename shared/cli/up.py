@@ -149,6 +149,7 @@ async def start_cluster(
     metrics_base: int = 0,
     pod_duration: float | None = None,
     batch_size: int | None = None,
+    kubeconfig: str | None = None,
 ) -> Cluster:
     """Start servers (embedded unless ``nats`` and ``redis`` are given) and the services.
     Returns once the processes are started (not yet ready: see `wait_ready`).
@@ -156,7 +157,8 @@ async def start_cluster(
     Embedded servers admit only the users of ``<directory>/access`` (made on the first start,
     kept after; `kubus.access`): each service logs in as its role, kubus up itself as admin.
     External servers take ``settings_file`` for every service, or, with ``credentials`` (whose
-    users those servers know), each role's own login.
+    users those servers know), each role's own login. ``kubeconfig``: cluster mode (the watcher,
+    binders binding in its apiserver; `cluster_services`).
 
     Raises Unreachable when an external server does not answer, ServerStartError when an
     embedded one does not start (nothing is left running then).
@@ -191,6 +193,7 @@ async def start_cluster(
         metrics_base=metrics_base,
         pod_duration=pod_duration,
         batch_size=batch_size,
+        kubeconfig=kubeconfig,
     )
     env = {"KUBUS_NATS_URL": settings.nats_url, "KUBUS_REDIS_URL": settings.redis_url}
     group = ServiceGroup(specs, directory / "logs", env)
@@ -333,8 +336,41 @@ def _install_signals(stop: asyncio.Event, cluster_ref: list[Cluster]) -> None:
             loop.add_signal_handler(sig, on_signal)
 
 
+CLUSTER_PROFILE = "kubus"
+"""The profile `kubus up --kubeconfig` schedules without --config: a name of its own, so that the
+cluster's kube-scheduler keeps the pods that name none (default-scheduler)."""
+
+
+async def _cluster_kubeconfig(args: argparse.Namespace) -> str | None:
+    """Cluster mode (--kubeconfig): the kubeconfig's absolute path, once the cluster was found to
+    answer and let kubus read and bind what it must; None in the bus mode. Raises UsageError for
+    a kubeconfig that cannot be used (exit 2), Unreachable for an apiserver that cannot (exit 1)."""
+    if args.kubeconfig is None:
+        if args.context:
+            raise UsageError("--context names a context of --kubeconfig: give --kubeconfig too")
+        return None
+    from kubus.kubeapi import NODES, PODS, KubeAccessError, KubeClient, KubeConfigError, check_access
+    from kubus.kubeapi import load_config as load_kube_config
+
+    try:
+        kube = load_kube_config(args.kubeconfig, context=args.context)
+    except KubeConfigError as exc:
+        raise UsageError(str(exc)) from None
+    async with KubeClient(kube) as client:
+        try:
+            await check_access(client, (NODES, PODS), fix_rbac="see deploy/helm/kubus/templates/rbac.yaml")
+        except KubeAccessError as exc:
+            raise Unreachable(str(exc)) from None
+    return str(Path(args.kubeconfig).expanduser().resolve())
+
+
 async def run_up(args: argparse.Namespace) -> int:
     """`kubus up`; see the module docstring. Raises UsageError (exit 2) and Unreachable (exit 1)."""
+    kubeconfig = await _cluster_kubeconfig(args)
+    if args.nodes is None:
+        args.nodes = 0 if kubeconfig else 10
+    elif kubeconfig and args.nodes:
+        raise UsageError("--nodes simulates nodes in the bus mode; with --kubeconfig the cluster's nodes are used")
     if args.nodes < 0:
         raise UsageError(f"--nodes: expected 0 or more, got {args.nodes}")
     if args.binders < 1:
@@ -351,7 +387,10 @@ async def run_up(args: argparse.Namespace) -> int:
     running = read_endpoints(directory)
     if running is not None and _pid_alive(running.pid):
         raise UsageError(f"kubus up is already running with data dir {directory} (pid {running.pid})")
-    config_path = str(Path(args.config).resolve()) if args.config else default_config_file(directory)
+    if args.config:
+        config_path = str(Path(args.config).resolve())
+    else:
+        config_path = default_config_file(directory, (CLUSTER_PROFILE,) if kubeconfig else ("default-scheduler",))
     config = scheduler_config(config_path)
     profiles = tuple(p.scheduler_name for p in config.profiles)
     template = check_template(args.node_template, directory, args.nodes)
@@ -378,6 +417,7 @@ async def run_up(args: argparse.Namespace) -> int:
             log_level=args.log_level,
             metrics_base=args.metrics_base,
             pod_duration=pod_duration,
+            kubeconfig=kubeconfig,
         )
     except ServerStartError as exc:
         _err(f"kubus up: the embedded servers did not start: {exc}")
@@ -409,7 +449,10 @@ async def run_up(args: argparse.Namespace) -> int:
                 from kubus.cli.demo import run_demo
 
                 return await run_demo(cluster, state, stop, pods=args.demo_pods)
-            _print_try(directory, args)
+            if kubeconfig:
+                _say(f"kubus schedules the pods of {kubeconfig} whose spec.schedulerName is {', '.join(profiles)}")
+            else:
+                _print_try(directory, args)
             return await supervise(cluster, stop, state)
     except Unreachable as exc:
         _err(f"kubus up: {exc}")

@@ -11,6 +11,7 @@
 - `kubus.kubeapi.ratelimit`: `TokenBucket`, the client's qps/burst.
 """
 
+from kubus.kubeapi.access import KubeAccessError, check_access
 from kubus.kubeapi.client import KubeClient, ObjectList, PatchType
 from kubus.kubeapi.config import KubeConfig, KubeConfigError, load_config, load_in_cluster, load_kubeconfig
 from kubus.kubeapi.errors import KubeAPIError, KubeError, KubeUnreachable
@@ -60,6 +61,7 @@ __all__ = [
     "Backoff",
     "EventType",
     "KubeAPIError",
+    "KubeAccessError",
     "KubeClient",
     "KubeConfig",
     "KubeConfigError",
@@ -75,6 +77,7 @@ __all__ = [
     "TokenBucket",
     "Watch",
     "WatchEvent",
+    "check_access",
     "load_config",
     "load_in_cluster",
     "load_kubeconfig",
