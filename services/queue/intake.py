@@ -296,7 +296,7 @@ class Intake(NodePlacement):
         try:
             await self._publish(
                 announcements.rejection_event(
-                    name, msg.subject, seq, at=time.time(), reason=exc.reason, message=str(exc)
+                    name, msg.subject, seq, at=time.time(), reason=exc.reason, message=str(exc), uid=exc.uid
                 )
             )
             if exc.uid:

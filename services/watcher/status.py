@@ -31,7 +31,7 @@ from typing import Any
 
 from nats.aio.msg import Msg
 
-from kubus.bus.messages import ClusterEvent, MessageError, PodChange, decode
+from kubus.bus.messages import ClusterEvent, MessageError, PodChange, Rejection, decode
 from kubus.bus.subjects import EventKind
 from kubus.kubeapi import EVENTS, PODS, KubeAPIError, KubeClient, PatchType
 from kubus.service import StructuredLogger, Throttle
@@ -114,7 +114,7 @@ class StatusWriter:
     async def write(self, event: ClusterEvent) -> None:
         """The apiserver writes ``event`` calls for (none for most). Raises KubeAPIError,
         KubeUnreachable."""
-        uid = event.data.uid if isinstance(event.data, PodChange) else ""
+        uid = event.data.uid if isinstance(event.data, PodChange | Rejection) else ""
         profile = event.data.profile if isinstance(event.data, PodChange) else ""
         namespace, _, name = event.name.partition("/")
         if not name or not uid:

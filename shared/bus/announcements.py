@@ -75,13 +75,14 @@ def node_event(
     return Publication(event_subject(kind, name), _event_bytes(event), msg_id)
 
 
-def rejection_event(name: str, subject: str, seq: int, *, at: float, reason: str, message: str) -> Publication:
+def rejection_event(
+    name: str, subject: str, seq: int, *, at: float, reason: str, message: str, uid: str = ""
+) -> Publication:
     """``pod.rejected``: bad input on ``subject`` (stream sequence ``seq``); ``name`` the pod's
-    namespace/name when it could be read."""
+    namespace/name and ``uid`` its uid when it could be read."""
     kind = EventKind.POD_REJECTED
-    event = ClusterEvent(
-        kind=kind.value, name=name, at=at, reason=reason, message=message, data=Rejection(subject=subject, seq=seq)
-    )
+    data = Rejection(subject=subject, seq=seq, uid=uid)
+    event = ClusterEvent(kind=kind.value, name=name, at=at, reason=reason, message=message, data=data)
     return Publication(event_subject(kind, name), _event_bytes(event), msgids.event(kind, seq))
 
 

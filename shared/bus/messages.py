@@ -197,6 +197,9 @@ class Rejection:
     subject: str = ""
     seq: int = 0
     """Its stream sequence (0 when unknown)."""
+    uid: str = ""
+    """The pod's uid when the message could be read that far (cluster mode reports the
+    rejection on that pod), else ""."""
 
 
 EventData = PodChange | NodeChange | Rejection

@@ -333,3 +333,25 @@ async def test_a_pod_group_from_the_api_is_placed_all_together_or_not_at_all(
 
         await eventually(all_bound, timeout=60, interval=0.2)
     assert await check_invariants(state) == []
+
+
+async def test_a_pod_kubus_cannot_read_gets_a_failed_scheduling_event_naming_the_field(
+    settings: ConnectionSettings, state: ClusterState, kube: KubeTest
+) -> None:
+    """The apiserver lets in what kubus refuses (a kubus.io annotation that is not a quantity):
+    the pod gets a FailedScheduling event naming the field, and the watch goes on (the next pod
+    is bound)."""
+    profile = f"kubus-{kube.namespace}"
+    await kube.make_nodes(1, cpu="4")
+    bad = pod_manifest("bad", scheduler=profile)
+    bad["metadata"]["annotations"] = {"kubus.io/gpu-memory": "lots"}
+    async with cluster_mode(settings, kube, profile):
+        await create_pods(kube, [bad, pod_manifest("good", scheduler=profile)])
+
+        async def reported() -> None:
+            failed = [e for e in await events_of(kube, "bad") if e["reason"] == "FailedScheduling"]
+            assert failed and "kubus.io/gpu-memory" in failed[0]["note"], failed
+            assert (await api_pods(kube))["good"]["spec"].get("nodeName")
+
+        await eventually(reported, timeout=30, interval=0.2)
+    assert await check_invariants(state) == []
