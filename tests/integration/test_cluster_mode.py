@@ -16,15 +16,20 @@ import yaml
 from kube_support import KubeTest, pod_manifest
 from support import eventually
 
+from kubus import codec
+from kubus.api.manifests import parse_manifests
 from kubus.api.podgroups import POD_GROUP_LABEL
 from kubus.binder import BinderOptions, BinderService
 from kubus.binder.apiserver import ApiBinding
+from kubus.cli.simulate import simulate
 from kubus.cycle import CycleOptions, CycleService
 from kubus.framework.config import SchedulerConfiguration, load_config
 from kubus.framework.runtime import Framework
 from kubus.framework.waiting import WaitingPods
+from kubus.kernels.backend import select_backend
 from kubus.kubeapi import (
     EVENTS,
+    NODES,
     POD_DISRUPTION_BUDGETS,
     POD_GROUPS,
     PODS,
@@ -355,3 +360,81 @@ async def test_a_pod_kubus_cannot_read_gets_a_failed_scheduling_event_naming_the
 
         await eventually(reported, timeout=30, interval=0.2)
     assert await check_invariants(state) == []
+
+
+async def test_a_thousand_pods_on_500_nodes_are_bound_where_kubus_simulate_places_them(
+    settings: ConnectionSettings, state: ClusterState, kube: KubeTest
+) -> None:
+    """1,000 pods of mixed sizes on 500 nodes of three sizes, all through the apiserver: every pod
+    bound, each to the node `kubus simulate` gives it for the same manifests (the queue holds them
+    all before the cycle starts, so both schedule them in the same order)."""
+    profile = f"kubus-{kube.namespace}"
+    for cpu, count in (("4", 200), ("8", 200), ("16", 100)):
+        await kube.make_nodes(count, cpu=cpu)
+    sizes = ("100m", "250m", "500m", "1", "2")
+    for start in range(0, 1000, 100):
+        await asyncio.gather(
+            *(
+                kube.client.create(
+                    PODS, pod_manifest(f"p{i:04d}", cpu=sizes[i % len(sizes)], scheduler=profile),
+                    namespace=kube.namespace,
+                )
+                for i in range(start, start + 100)
+            )
+        )  # fmt: skip
+    config = scheduler_config(profile)
+    registry = in_tree_registry()
+    waiting = WaitingPods()
+    framework = Framework.from_profile(config.profile(profile), registry, handle=waiting)
+    queue_first: list[Service] = [
+        WatcherService(settings, kube.config(), config, WatcherOptions(heartbeat_interval=1.0)),
+        QueueService(settings, config, QueueOptions(flush_interval=0.05, in_flight_interval=0.05), registry=registry),
+    ]
+    binder_client = KubeClient(kube.config())
+    then: list[Service] = [
+        CycleService(settings, framework, CycleOptions(lease_ttl=1.0, renew_interval=0.1, pop_wait_ms=50,
+                                                       request_timeout=1.0, backend="numpy"),
+                     waiting=waiting, name=f"cycle-{profile}"),
+        BinderService(settings, BinderOptions(fetch_timeout=0.2), frameworks={profile: framework},
+                      apiserver=ApiBinding(binder_client)),
+    ]  # fmt: skip
+    try:
+        for service in queue_first:
+            await service.start()
+        queue = queue_first[1]
+        assert isinstance(queue, QueueService)
+
+        async def all_queued() -> None:
+            assert len(queue.queues[profile]) == 1000
+
+        await eventually(all_queued, timeout=60, interval=0.2)
+        for service in then:
+            await service.start()
+
+        async def all_bound() -> dict[str, dict[str, Any]]:
+            pods = await api_pods(kube)
+            assert len(pods) == 1000 and all(p["spec"].get("nodeName") for p in pods.values())
+            return pods
+
+        pods = await eventually(all_bound, timeout=120, interval=0.5)
+    finally:
+        for service in reversed([*queue_first, *then]):
+            with contextlib.suppress(Exception):
+                await service.stop(timeout=5)
+        await binder_client.close()
+    nodes = [n for n in (await kube.client.list(NODES)).items if n["metadata"]["name"].startswith(kube.namespace)]
+    items = [{**n, "kind": "Node"} for n in nodes] + [{**p, "kind": "Pod"} for p in sorted(pods.values(), key=_name)]
+    for pod in items[len(nodes) :]:  # as they were before kubus bound them
+        pod["spec"] = {k: v for k, v in pod["spec"].items() if k != "nodeName"}
+    simulated, _ = simulate(parse_manifests(codec.dumps({"kind": "List", "items": items})), config,
+                            backend=select_backend("numpy"))  # fmt: skip
+    want = {o.pod.name: o.node for o in simulated}
+    got = {name: p["spec"]["nodeName"] for name, p in pods.items()}
+    differ = sorted(name for name in want if want[name] != got[name])
+    examples = [(n, got[n], want[n]) for n in differ[:3]]
+    assert not differ, f"{len(differ)} of 1000 placed elsewhere than simulate, e.g. {examples}"
+    assert await check_invariants(state) == []
+
+
+def _name(pod: dict[str, Any]) -> str:
+    return str(pod["metadata"]["name"])
