@@ -17,16 +17,23 @@ What the apiserver answers decides what the store does, as kube's binder answers
 A binder killed after the POST and before the store's bind leaves the pod bound in the
 apiserver and Reserved in the store: the watcher sees the binding and finishes it in the store
 (`ClusterState.observe_placed`), and a redelivered request meets 409 "to this node": bound.
+
+A preemptor (`BindRequest.victims`) is bound once its victims are gone from the apiserver: their
+kubelet stops them within their grace period, and a kubelet would refuse the preemptor while they
+still hold the room (kube-scheduler binds a nominated preemptor only then too). A victim still
+there after `ApiBinding.victim_wait` seconds (a stuck finalizer) is waited for no longer: said.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
 from enum import Enum
 
 from kubus.bus.messages import BindRequest
 from kubus.kubeapi import PODS, KubeAPIError, KubeClient
+from kubus.service import logger
 
 __all__ = ["ApiBindResult", "ApiBinding"]
 
@@ -48,6 +55,10 @@ class ApiBinding:
 
     client: KubeClient
     concurrency: int = 64
+    victim_wait: float = 300.0
+    """Seconds a preemptor waits at most for its victims to be gone from the apiserver."""
+    victim_poll: float = 0.5
+    """Seconds between two looks at a victim still there."""
 
     async def bind_all(self, requests: list[BindRequest]) -> list[ApiBindResult | Exception]:
         """Bind each request's pod to its node; per request, in order, the result or the error
@@ -66,7 +77,10 @@ class ApiBinding:
         return list(await asyncio.gather(*map(one, requests)))
 
     async def bind(self, request: BindRequest) -> ApiBindResult:
-        """Bind one pod (only the pod of that uid). Raises KubeAPIError, KubeUnreachable."""
+        """Bind one pod (only the pod of that uid), once its victims are gone. Raises
+        KubeAPIError, KubeUnreachable."""
+        if request.victims:
+            await self._victims_gone(request)
         namespace, _, name = request.key.partition("/")
         try:
             await self.client.bind(namespace, name, request.node, uid=request.uid)
@@ -88,3 +102,27 @@ class ApiBinding:
         if (pod.get("spec") or {}).get("nodeName") == request.node:
             return ApiBindResult.BOUND
         return ApiBindResult.ELSEWHERE
+
+    async def _victims_gone(self, request: BindRequest) -> None:
+        """Wait until every victim of the request's preemption is gone from the apiserver (no pod
+        of its name, or one of another uid), at most `victim_wait` seconds."""
+        deadline = time.monotonic() + self.victim_wait
+        for victim in request.victims:
+            namespace, name, uid = victim.split("/", 2)
+            while True:
+                try:
+                    pod = await self.client.get(PODS, name, namespace=namespace)
+                except KubeAPIError as exc:
+                    if exc.not_found:
+                        break
+                    raise
+                if (pod.get("metadata") or {}).get("uid") != uid:
+                    break
+                if time.monotonic() >= deadline:
+                    _log.warning("preemption victim still there; binding the preemptor anyway", pod=request.key,
+                                 victim=f"{namespace}/{name}", waited=self.victim_wait)  # fmt: skip
+                    return
+                await asyncio.sleep(self.victim_poll)
+
+
+_log = logger("kubus.binder")

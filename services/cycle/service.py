@@ -239,6 +239,9 @@ class _Batch:
     forgot them; the store evicts them with the preemptor's reservation, in one step)."""
     reserved: list[_Reserved] = field(default_factory=list)
     """Pods Redis reserved and Permit passed: handed to the binders once the batch is decided."""
+    evicted: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Preemptor uid -> ``namespace/name/uid`` of each pod its preemption evicted in the store
+    (`BindRequest.victims`)."""
 
     def decide(self, outcome: Outcome) -> None:
         if outcome.uid not in self.outcomes:
@@ -979,6 +982,7 @@ class CycleService(Service):
         for (result, _, reservation), outcome in zip(holds, outcomes, strict=True):
             if not (outcome.ok and outcome.evicted):
                 continue
+            batch.evicted[_uid(result.pod)] = tuple(f"{v.key}/{v.uid}" for v in outcome.evicted)
             self.log.info(
                 "pod preempted others", pod=result.pod.key, node=reservation.node, victims=len(outcome.evicted)
             )
@@ -1035,6 +1039,7 @@ class CycleService(Service):
                 fencing_token=batch.token,
                 attempt=r.attempt,
                 reserved_at=time.time(),
+                victims=batch.evicted.get(_uid(r.result.pod), ()),
             )
             for r in reserved
         ]

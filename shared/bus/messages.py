@@ -134,6 +134,10 @@ class BindRequest:
     every later step is conditional on it."""
     reserved_at: float = 0.0
     """Seconds since the epoch, for submit->bound latency."""
+    victims: tuple[str, ...] = ()
+    """The pods this pod's preemption evicted, as ``namespace/name/uid``: in cluster mode the
+    binder binds it once they are gone from the apiserver (their kubelet stopped them), as
+    kube-scheduler binds a nominated preemptor only then."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -438,3 +438,44 @@ async def test_a_thousand_pods_on_500_nodes_are_bound_where_kubus_simulate_place
 
 def _name(pod: dict[str, Any]) -> str:
     return str(pod["metadata"]["name"])
+
+
+async def test_a_preemptor_is_bound_only_once_its_victim_is_gone_from_the_apiserver(
+    settings: ConnectionSettings, state: ClusterState, kube: KubeTest
+) -> None:
+    """The victim has a grace period: deleted, it stays (Terminating) until its kubelet stops it.
+    The preemptor is nominated at once and bound only after the victim is gone, as kube does (a
+    kubelet would refuse it while the victim holds the room). No kubelet here: the test plays
+    it, removing the victim."""
+    profile = f"kubus-{kube.namespace}"
+    [node] = [n["metadata"]["name"] for n in await kube.make_nodes(1, cpu="2")]
+    low, high = f"low-{kube.namespace}", f"high-{kube.namespace}"
+    for name, value in ((low, 10), (high, 1000)):
+        await kube.client.create(PRIORITY_CLASSES, {"metadata": {"name": name}, "value": value})
+    try:
+        async with cluster_mode(settings, kube, profile):
+            victim = pod_manifest("victim", cpu="2", scheduler=profile, priorityClassName=low,
+                                  terminationGracePeriodSeconds=30)  # fmt: skip
+            await create_pods(kube, [victim])
+            await eventually(lambda: _bound(kube, "victim"), timeout=30, interval=0.2)
+            await create_pods(kube, [pod_manifest("urgent", cpu="2", scheduler=profile, priorityClassName=high)])
+
+            async def nominated_and_victim_terminating() -> None:
+                pods = await api_pods(kube)
+                assert pods["urgent"]["status"].get("nominatedNodeName") == node, pods["urgent"]["status"]
+                assert pods["victim"]["metadata"].get("deletionTimestamp"), pods["victim"]["metadata"]
+
+            await eventually(nominated_and_victim_terminating, timeout=30, interval=0.2)
+            await asyncio.sleep(2)
+            assert not (await api_pods(kube))["urgent"]["spec"].get("nodeName")  # waits for the victim
+            await kube.client.delete(PODS, "victim", namespace=kube.namespace, grace_period_seconds=0)
+            await eventually(lambda: _bound(kube, "urgent"), timeout=30, interval=0.2)
+        assert await check_invariants(state) == []
+    finally:
+        for name in (low, high):
+            with contextlib.suppress(KubeAPIError):
+                await kube.client.delete(PRIORITY_CLASSES, name)
+
+
+async def _bound(kube: KubeTest, name: str) -> None:
+    assert (await api_pods(kube))[name]["spec"].get("nodeName")
