@@ -41,10 +41,10 @@ from kubus.kubeapi import (
 )
 from kubus.plugins import in_tree_registry
 from kubus.queue import QueueOptions, QueueService
-from kubus.service import Service
+from kubus.service import Service, ServiceState
 from kubus.settings import ConnectionSettings
 from kubus.store import ClusterState, PodPhase, check_invariants
-from kubus.watcher import WatcherOptions, WatcherService
+from kubus.watcher import WatcherOptions, WatcherService, WatcherStartError
 
 pytestmark = [pytest.mark.integration, pytest.mark.kube]
 
@@ -479,3 +479,18 @@ async def test_a_preemptor_is_bound_only_once_its_victim_is_gone_from_the_apiser
 
 async def _bound(kube: KubeTest, name: str) -> None:
     assert (await api_pods(kube))[name]["spec"].get("nodeName")
+
+
+async def test_the_watcher_says_in_one_line_why_it_cannot_start(settings: ConnectionSettings, kube: KubeTest) -> None:
+    """A token the apiserver refuses, an apiserver out of reach: start fails with one line that
+    says what to fix (the entry point exits 1 with it); nothing is left running."""
+    config = scheduler_config("kubus-nope")
+    for kube_config, expected in (
+        (kube.config(token="not-a-token"), "token expired or invalid"),
+        (kube.config(server="https://127.0.0.1:1"), "cannot reach the Kubernetes API at https://127.0.0.1:1"),
+    ):
+        watcher = WatcherService(settings, kube_config, config)
+        with pytest.raises(WatcherStartError) as caught:
+            await watcher.start()
+        assert expected in str(caught.value) and "\n" not in str(caught.value), str(caught.value)
+        assert watcher.state is ServiceState.STOPPED
