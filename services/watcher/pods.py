@@ -15,13 +15,18 @@ cache:
 - a pending pod being deleted (deletionTimestamp) is not scheduled any more (kube skips it).
 
 What it did for each pod is remembered (`_Seen`), so the many updates that change nothing for
-scheduling (status patches, kubus's own among them) cost a dictionary lookup.
+scheduling (status patches, kubus's own among them) cost a dictionary lookup. A pod it saw
+pending and now sees bound was bound by kubus's binder, which records the binding in the store
+itself and says so (``pod.bound``, `note_bound`): such a pod is looked at only when that word has
+not come within `SETTLE` seconds (the binder died between the apiserver's binding and the
+store's), which spares the store a round trip per pod.
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -49,6 +54,13 @@ OBSERVED_ATTEMPT = "apiserver"
 """The attempt of the room a pod bound outside kubus holds (no kubus attempt made it)."""
 
 _ON_NODE = frozenset({PodPhase.RESERVED, PodPhase.BOUND, PodPhase.RUNNING})
+
+SETTLE = 10.0
+"""Seconds a pod kubus is binding has for its binder's ``pod.bound`` before the mirror records
+the binding in the store itself."""
+
+_BOUND_KEPT = 50_000
+"""Pods whose ``pod.bound`` came before their binding's watch event, remembered."""
 
 
 @dataclass(slots=True)
@@ -120,6 +132,10 @@ class PodMirror:
         self.clock = clock
         self._seen: dict[str, _Seen] = {}
         self._unreadable = Throttle(60.0)
+        self._settling: dict[str, tuple[float, str, Mapping[str, Any]]] = {}
+        """Uid -> (when to look, node, the object) of pods kubus's binder is binding."""
+        self._bound: OrderedDict[str, str] = OrderedDict()
+        """Uid -> node of pods kubus's binder said it bound, not yet seen bound here."""
 
     # -- what the reflector delivers -------------------------------------------------------------
 
@@ -181,6 +197,13 @@ class PodMirror:
         if pod.node:
             if seen is not None and seen.node == pod.node and seen.phase == pod.phase:
                 return None
+            if seen is not None and seen.digest and not seen.node and pod.phase == "Pending":
+                # Submitted by us, bound now: kubus's binder, which records it; checked later.
+                self._seen[pod.uid] = _Seen(pod.key, node=pod.node, phase=pod.phase)
+                if self._bound.pop(pod.uid, None) != pod.node:
+                    self._settling[pod.uid] = (self.clock() + SETTLE, pod.node, obj)
+                return None
+            self._settling.pop(pod.uid, None)
             if await self._placed(pod, obj):
                 self._seen[pod.uid] = _Seen(pod.key, node=pod.node, phase=pod.phase)
             return None
@@ -197,6 +220,28 @@ class PodMirror:
             return None
         self._seen[pod.uid] = _Seen(pod.key, digest=digest)
         return Publication(PODS_SUBMIT, manifest, msgids.submit(pod.namespace, pod.name, manifest))
+
+    def note_bound(self, uid: str, node: str) -> None:
+        """kubus's binder bound pod ``uid`` to ``node`` and recorded it in the store."""
+        settling = self._settling.get(uid)
+        if settling is not None:
+            if settling[1] == node:
+                del self._settling[uid]
+            return
+        self._bound[uid] = node
+        while len(self._bound) > _BOUND_KEPT:
+            self._bound.popitem(last=False)
+
+    async def settle(self) -> None:
+        """Record in the store the bindings kubus's binder did not say it recorded in time."""
+        now = self.clock()
+        due = [(uid, obj) for uid, (at, _, obj) in self._settling.items() if at <= now]
+        for uid, obj in due:
+            del self._settling[uid]
+            pod = _ApiPod.of(obj)
+            if pod is not None:
+                self.log.info("binding not reported by a binder: recording it", pod=pod.key, node=pod.node)
+                await self._placed(pod, obj)
 
     async def _placed(self, pod: _ApiPod, obj: Mapping[str, Any]) -> bool:
         """Record a pod the apiserver has on its node; False when it cannot be yet (its node is

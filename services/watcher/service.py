@@ -122,7 +122,11 @@ class WatcherService(Service):
         self.nodes = NodeMirror(store=store, js=self.js, log=self.log)
         pods = PodMirror(store=store, js=self.js, profiles=self.profiles, log=self.log, submit_batch=o.submit_batch)
         status = StatusWriter(
-            client=self.client, log=self.log, instance=socket.gethostname(), series_window=o.event_series_window
+            client=self.client,
+            log=self.log,
+            instance=socket.gethostname(),
+            series_window=o.event_series_window,
+            on_bound=pods.note_bound,
         )
         kinds = {kind: resource for kind, resource in mirrored().items() if resource not in missing}
         for resource in (*kinds.values(), NODES, PODS):
@@ -140,6 +144,8 @@ class WatcherService(Service):
         self.spawn("watch nodes", self._mirror, self.reflectors[NODES.plural], self.nodes)
         # The pods, once the objects and nodes are in: submitted, placed, finished, deleted.
         self.spawn("watch pods", self._pods, pods)
+        # Bindings no binder reported recorded (it died between the apiserver and the store).
+        self.spawn("settle bindings", self._settle, pods)
         # The queue's node lifecycle marks silent nodes lost: the apiserver's are alive while listed.
         self.spawn("heartbeat nodes", self._heartbeat)
         consumer = self.intake(
@@ -203,6 +209,13 @@ class WatcherService(Service):
             except Exception:
                 self.log.exception("watch event not applied", resource=str(resource))
                 return
+
+    async def _settle(self, pods: PodMirror) -> None:
+        while not await _sleep_or(self.stopping, 1.0):
+            try:
+                await pods.settle()
+            except TRANSIENT_ERRORS as exc:
+                self.log.warning("settling bindings failed", error=repr(exc))
 
     async def _heartbeat(self) -> None:
         assert self.nodes is not None

@@ -76,6 +76,7 @@ class StatusWriter:
         log: StructuredLogger,
         instance: str,
         series_window: float = 360.0,
+        on_bound: Callable[[str, str], None] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.client = client
@@ -86,6 +87,8 @@ class StatusWriter:
         self.clock = clock
         self._series: OrderedDict[tuple[str, str, str], _Series] = OrderedDict()
         self._failures = Throttle(30.0)
+        self.on_bound = on_bound
+        """Told (uid, node) of every ``pod.bound`` (a binder recorded that binding)."""
 
     async def handle(self, msgs: Sequence[Msg]) -> list[Exception | None]:
         """Write what each event says, in order; per message None when done (or nothing to do,
@@ -125,6 +128,8 @@ class StatusWriter:
             await self._condition(namespace, name, uid, "PodScheduled", "False", reason, event.message)
             await self._event(namespace, name, uid, "Warning", "FailedScheduling", event.message, profile)
         elif kind is EventKind.POD_BOUND and event.node:
+            if self.on_bound is not None:
+                self.on_bound(uid, event.node)
             note = f"Successfully assigned {namespace}/{name} to {event.node}"
             await self._event(namespace, name, uid, "Normal", "Scheduled", note, profile)
         elif kind is EventKind.POD_DELETED and event.reason == "Preempted":
