@@ -4,13 +4,15 @@ service's own entry point.
 A rendered container (Helm) or a compose service is a command, an environment and some mounted
 files. `check_service_command` parses the command with that service's own argparse parser and then
 builds the service as its ``__main__`` would — settings from the environment, the scheduler
-configuration and profile, the node manifest — up to the point where it would connect.
+configuration and profile, the node manifest, the in-cluster Kubernetes config of a pod that has
+its ServiceAccount's token — up to the point where it would connect.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import io
 import os
 import re
@@ -26,8 +28,11 @@ import yaml
 from kubus.binder import __main__ as binder_main
 from kubus.cycle import __main__ as cycle_main
 from kubus.gpu_agent import __main__ as agent_main
+from kubus.kubeapi import load_config as load_kube_config
+from kubus.kubeapi.config import SERVICE_ACCOUNT_DIR
 from kubus.queue import __main__ as queue_main
 from kubus.settings import ENV_PREFIX
+from kubus.watcher import __main__ as watcher_main
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -36,7 +41,18 @@ CI_VALUES = sorted((CHART / "ci").glob("*.yaml"))
 VALUES_FILES: list[Path | None] = [None, *CI_VALUES]
 VALUES_IDS = ["defaults", *(p.name for p in CI_VALUES)]
 RELEASE = NAMESPACE = "kubus"
-SERVICE_MODULES = ("kubus.queue", "kubus.cycle", "kubus.binder", "kubus.gpu_agent")
+SERVICE_MODULES = ("kubus.queue", "kubus.cycle", "kubus.binder", "kubus.gpu_agent", "kubus.watcher")
+_MAINS: dict[str, ModuleType] = {
+    "kubus.queue": queue_main,
+    "kubus.cycle": cycle_main,
+    "kubus.binder": binder_main,
+    "kubus.gpu_agent": agent_main,
+    "kubus.watcher": watcher_main,
+}
+_KUBE_CLIENTS = (binder_main, watcher_main)
+"""The entry points that find a Kubernetes cluster (`kubus.kubeapi.load_config`)."""
+KUBELET_ENV = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
+"""What the kubelet sets in every container, enableServiceLinks or not: where the apiserver is."""
 AGENT_NODE = "gpu-node-1"
 """The node a DaemonSet pod lands on, as the downward API would say (``spec.nodeName``)."""
 _REFERENCE = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
@@ -47,9 +63,15 @@ def values_of(path: Path | None) -> dict[str, Any]:
     return {} if path is None else yaml.safe_load(path.read_text()) or {}
 
 
+def mode_of(values: Mapping[str, Any]) -> str:
+    """The mode (cluster or bus) the chart runs in with ``values`` over its defaults."""
+    return str(values.get("mode") or yaml.safe_load((CHART / "values.yaml").read_text())["mode"])
+
+
 @dataclass(frozen=True)
 class Rendered:
-    """The objects one rendering made, and its NOTES.txt."""
+    """The objects one rendering made (the chart's crds/ first, as ``helm install`` creates them
+    and ``helm template --include-crds`` prints them), and its NOTES.txt."""
 
     objects: list[dict[str, Any]]
     notes: str
@@ -79,7 +101,9 @@ def render_chart(helm: ModuleType, values: Mapping[str, Any] | None = None) -> R
     (values.schema.json checked first). Raises helm_python's HelmValuesError or HelmRenderError."""
     with helm.Chart.load(CHART) as chart:
         manifests = chart.render(dict(values or {}), name=RELEASE, namespace=NAMESPACE, is_install=True)
-    objects, notes = [], ""
+        crds = [crd["data"] for crd in chart.crds]
+    objects: list[dict[str, Any]] = [doc for text in crds for doc in yaml.safe_load_all(text) if doc]
+    notes = ""
     for path, text in sorted(manifests.items()):
         if path.endswith("NOTES.txt"):
             notes = text
@@ -103,8 +127,18 @@ def materialize(
     secrets: Mapping[str, Mapping[str, str]] | None = None,
 ) -> None:
     """Write the files ``container`` sees to ``root`` + their path in the container: those of the
-    rendered ConfigMaps, and those of the Secrets in ``secrets`` (name -> key -> text, what the
-    user would have created). A key the volume asks for and the Secret lacks fails the test."""
+    rendered ConfigMaps, those of the Secrets in ``secrets`` (name -> key -> text, what the
+    user would have created), and the ServiceAccount's token, CA and namespace where the pod
+    mounts them (automountServiceAccountToken), as the kubelet does. A key the volume asks for
+    and the Secret lacks fails the test."""
+    if pod_spec.get("automountServiceAccountToken") is True:
+        import trustme
+
+        account = root / SERVICE_ACCOUNT_DIR.relative_to("/")
+        account.mkdir(parents=True, exist_ok=True)
+        (account / "token").write_text("a-projected-service-account-token")
+        (account / "ca.crt").write_bytes(trustme.CA().cert_pem.bytes())
+        (account / "namespace").write_text(NAMESPACE)
     volumes = {v["name"]: v for v in pod_spec.get("volumes", [])}
     for mount in container.get("volumeMounts", []):
         volume = volumes[mount["name"]]
@@ -164,9 +198,11 @@ def check_service_command(
     command: Sequence[str], env: Mapping[str, str], root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> argparse.Namespace:
     """Parse ``command`` (``python -m kubus.<service> ...``) and build its service with exactly
-    ``env`` as the KUBUS_* environment and the container's files under ``root``. Returns the
-    parsed flags; fails the test with the parser's own message, or raises what the service's
-    build raises (ConfigError, SettingsError, ManifestError, ...)."""
+    ``env`` as the KUBUS_* environment and the container's files under ``root``; a service that
+    finds a Kubernetes cluster finds it as it would in that container: no kubeconfig there, so
+    the in-cluster config (`KUBELET_ENV`, the token under ``root``) or KubeConfigError. Returns
+    the parsed flags; fails the test with the parser's own message, or raises what the service's
+    build raises (ConfigError, SettingsError, ManifestError, KubeConfigError, ...)."""
     assert list(command[:2]) == ["python", "-m"], f"not a `python -m` command: {command}"
     module = command[2]
     assert module in SERVICE_MODULES, f"{module}: not a kubus service (one of {SERVICE_MODULES})"
@@ -175,13 +211,19 @@ def check_service_command(
         monkeypatch.delenv(var)
     for var, value in env.items():
         monkeypatch.setenv(var, value)
+    in_the_container = functools.partial(
+        load_kube_config,
+        environ={**env, **KUBELET_ENV},
+        home=root / "home",
+        service_account_dir=root / SERVICE_ACCOUNT_DIR.relative_to("/"),
+    )
+    for entry_point in _KUBE_CLIENTS:
+        monkeypatch.setattr(entry_point, "load_kube_config", in_the_container)
     stderr = io.StringIO()
     try:
         with contextlib.redirect_stderr(stderr):
-            main = {"kubus.queue": queue_main, "kubus.cycle": cycle_main, "kubus.binder": binder_main}.get(
-                module, agent_main
-            )
-            args = main.parse_args(argv)
+            main = _MAINS[module]
+            args: argparse.Namespace = main.parse_args(argv)
             main.build(args)
     except SystemExit:
         pytest.fail(f"{' '.join(command)}: {stderr.getvalue().strip()}", pytrace=False)

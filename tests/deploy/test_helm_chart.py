@@ -1,6 +1,8 @@
 """The Helm chart, rendered offline by Helm's own engine, for its defaults and every ci/*.yaml:
-lint-clean, valid Kubernetes objects, hardened and probed containers, and commands that kubus'
-own entry points accept with the configuration the chart mounts."""
+lint-clean, valid Kubernetes objects (its CRD included), hardened and probed containers, commands
+that kubus' own entry points accept with the configuration the chart mounts, and in each mode what
+it installs: in cluster mode (the default) the watcher, binders binding through the API and the
+ClusterRole of exactly the calls kubus makes; in bus mode the gpu-agents and no API access."""
 
 from __future__ import annotations
 
@@ -10,11 +12,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import jsonschema
 import pytest
 import yaml
 from deploy_support import (
     AGENT_NODE,
     CHART,
+    NAMESPACE,
     ROOT,
     VALUES_FILES,
     VALUES_IDS,
@@ -24,13 +28,18 @@ from deploy_support import (
     container_env,
     expand_references,
     materialize,
+    mode_of,
     pod_containers,
     render_chart,
     values_of,
 )
 
+from kubus.api.manifests import parse_object
+from kubus.api.podgroups import PodGroup
 from kubus.framework.config import load_config
+from kubus.kubeapi import EVENTS, NODES, POD_GROUPS, PODS
 from kubus.plugins import in_tree_registry
+from kubus.watcher.objects import mirrored
 
 # Where kube-scheduler's API stops being older than the chart's kubeVersion, and the newest the
 # schema package knows: every object must be valid for both.
@@ -43,6 +52,41 @@ SELECTOR_KEYS = {
     "app.kubernetes.io/component",
     "kubus.io/profile",
 }
+API_CALLERS = {"watcher", "binder"}
+"""The components that call the Kubernetes API in cluster mode (and get the ServiceAccount's token)."""
+RBAC_KINDS = ("ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+
+
+def component(workload: dict[str, Any]) -> str:
+    return str(workload["metadata"]["labels"]["app.kubernetes.io/component"])
+
+
+def kubus_api_calls() -> set[tuple[str, str, str]]:
+    """(API group, resource, verb) of every call kubus makes to the Kubernetes API in cluster mode,
+    from its own tables: the watcher lists (check_access, its reflectors) and watches what it
+    mirrors; the binder gets a pod back after a 409 and while a preemption's victim remains."""
+    watched = (NODES, PODS, *mirrored().values())
+    reads = {(r.group, r.plural, verb) for r in watched for verb in ("list", "watch")}
+    writes = {
+        ("", "pods", "get"),  # the binder: ApiBinding after a 409, a victim still there
+        ("", "pods", "delete"),  # the watcher: a preemption's victim
+        ("", "pods/binding", "create"),  # the binder: KubeClient.bind
+        ("", "pods/status", "patch"),  # the watcher: PodScheduled, DisruptionTarget, nominatedNodeName
+        (EVENTS.group, EVENTS.plural, "create"),  # the watcher: FailedScheduling, Scheduled, Preempted
+        (EVENTS.group, EVENTS.plural, "patch"),  # the watcher: a repeat counted in the event's series
+    }
+    return reads | writes
+
+
+def granted(role: dict[str, Any]) -> set[tuple[str, str, str]]:
+    """(API group, resource, verb) each rule of a ClusterRole grants."""
+    return {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
 
 
 def test_chart_metadata_matches_the_package() -> None:
@@ -83,7 +127,8 @@ def test_rendered_objects_are_valid_kubernetes(rendered: Rendered, kubernetes_va
     check_valid_kubernetes(rendered, kubernetes_validate)
 
 
-def test_every_container_is_hardened_probed_and_bounded(rendered: Rendered) -> None:
+def test_every_container_is_hardened_probed_and_bounded(rendered: Rendered, values_file: Path | None) -> None:
+    cluster = mode_of(values_of(values_file)) == "cluster"
     for workload in rendered.workloads():
         for spec, container in pod_containers(workload):
             where = f"{workload['kind']}/{workload['metadata']['name']}"
@@ -94,7 +139,8 @@ def test_every_container_is_hardened_probed_and_bounded(rendered: Rendered) -> N
             assert security["readOnlyRootFilesystem"] is True, where
             assert security["allowPrivilegeEscalation"] is False, where
             assert security["capabilities"]["drop"] == ["ALL"], where
-            assert spec["automountServiceAccountToken"] is False, where
+            # The token only where the Kubernetes API is called.
+            assert spec["automountServiceAccountToken"] is (cluster and component(workload) in API_CALLERS), where
             assert spec["enableServiceLinks"] is False, where
             assert container["livenessProbe"]["httpGet"]["path"] == "/healthz", where
             assert container["readinessProbe"]["httpGet"]["path"] == "/readyz", where
@@ -158,9 +204,11 @@ def test_metrics_are_scraped(rendered: Rendered) -> None:
         assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
 
 
-def test_connection_secrets_reach_the_settings_as_files_and_variables(helm: ModuleType) -> None:
-    values = values_of(CHART / "ci" / "external-servers-values.yaml")
+@pytest.mark.parametrize("mode", ["cluster", "bus"])
+def test_connection_secrets_reach_the_settings_as_files_and_variables(helm: ModuleType, mode: str) -> None:
+    values = {**values_of(CHART / "ci" / "external-servers-values.yaml"), "mode": mode}
     rendered = render_chart(helm, values)
+    assert {component(w) for w in rendered.workloads()} >= {"watcher" if mode == "cluster" else "gpu-agent"}
     for workload in rendered.workloads():
         for spec, container in pod_containers(workload):
             env = container_env(container)
@@ -181,6 +229,146 @@ def test_connection_secrets_reach_the_settings_as_files_and_variables(helm: Modu
             assert "KUBUS_REDIS_TLS_CERT" not in env, "no client certificate was asked for"
 
 
+def test_the_pods_that_call_the_api_and_only_they_have_the_cluster_role(
+    rendered: Rendered, values_file: Path | None
+) -> None:
+    """Cluster mode: one ClusterRole, bound to the ServiceAccount every kubus pod runs as (created
+    or existing), whose token only the watcher's and binders' pods mount. Bus mode: no RBAC object,
+    no token anywhere."""
+    accounts = {w["spec"]["template"]["spec"]["serviceAccountName"] for w in rendered.workloads()}
+    assert len(accounts) == 1, accounts
+    (account,) = accounts
+    pods = {component(w): w["spec"]["template"]["spec"] for w in rendered.workloads()}
+    with_token = {name for name, spec in pods.items() if spec["automountServiceAccountToken"]}
+    if mode_of(values_of(values_file)) == "bus":
+        assert rendered.of_kind(*RBAC_KINDS) == []
+        assert with_token == set()
+        return
+    assert with_token == API_CALLERS
+    assert rendered.of_kind("Role", "RoleBinding") == []
+    (role,) = rendered.of_kind("ClusterRole")
+    (binding,) = rendered.of_kind("ClusterRoleBinding")
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                  "name": role["metadata"]["name"]}  # fmt: skip
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}]
+    created = rendered.of_kind("ServiceAccount")
+    assert [a["metadata"]["name"] for a in created] in ([account], []), "the bound account is the pods' own"
+
+
+def test_the_cluster_role_grants_exactly_the_calls_kubus_makes(helm: ModuleType) -> None:
+    """Every (group, resource, verb) the ClusterRole grants is one kubus calls, and every call is
+    granted: no wildcard, no resourceNames or non-resource URLs, nothing kubus does not do
+    (tests/integration/test_rbac.py proves the same against a real apiserver)."""
+    (role,) = render_chart(helm, {}).of_kind("ClusterRole")
+    for rule in role["rules"]:
+        assert rule.keys() == {"apiGroups", "resources", "verbs"}, rule
+        assert "*" not in [*rule["apiGroups"], *rule["resources"], *rule["verbs"]], rule
+    assert granted(role) == kubus_api_calls()
+
+
+def test_cluster_mode_installs_a_scheduler_of_this_cluster(helm: ModuleType) -> None:
+    """The defaults: the watcher (one, Recreate, the scheduler configuration, no kubeconfig: the
+    in-cluster account), binders binding through the API, no gpu-agent, profiles that leave
+    default-scheduler to the cluster's kube-scheduler."""
+    rendered = render_chart(helm, {})
+    workloads = rendered.workloads()
+    assert sorted({component(w) for w in workloads}) == ["binder", "cycle", "queue", "watcher"]
+    assert rendered.of_kind("DaemonSet") == []
+    assert all(component(o) != "gpu-agent" for o in rendered.objects if "labels" in o["metadata"]
+               and "app.kubernetes.io/component" in o["metadata"]["labels"])  # fmt: skip
+
+    watcher = rendered.get("Deployment", "kubus-watcher")
+    assert watcher["spec"]["replicas"] == 1
+    assert watcher["spec"]["strategy"] == {"type": "Recreate"}
+    spec = watcher["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    assert container["command"] == ["python", "-m", "kubus.watcher"]
+    assert container["args"] == ["--config=/etc/kubus/config/scheduler-config.yaml", "--metrics-port=9090",
+                                 "--log-level=info"]  # fmt: skip
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    (config,) = [m for m in container["volumeMounts"] if m["mountPath"] == "/etc/kubus/config"]
+    assert volumes[config["name"]]["configMap"]["name"] == "kubus-scheduler-config"
+    assert "and the watcher, with ClusterRole kubus-kubus for ServiceAccount kubus" in rendered.notes
+
+    binder = rendered.get("Deployment", "kubus-binder")
+    (container,) = binder["spec"]["template"]["spec"]["containers"]
+    assert "--apiserver" in container["args"]
+    assert not [a for a in container["args"] if a.startswith("--kubeconfig")]
+
+    config = yaml.safe_load(rendered.get("ConfigMap", "kubus-scheduler-config")["data"]["scheduler-config.yaml"])
+    profiles = [p["schedulerName"] for p in config["profiles"]]
+    assert profiles == ["kubus", "gpu-binpack"], "default-scheduler is the cluster's kube-scheduler's"
+    assert "schedulerName is kubus or gpu-binpack" in rendered.notes
+
+
+def test_the_watcher_takes_its_values_as_the_other_components(helm: ModuleType) -> None:
+    values = {
+        "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "2Gi"}},
+        "podAnnotations": {"team": "scheduling"},
+        "nodeSelector": {"node-role.kubernetes.io/control-plane": ""},
+        "tolerations": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"}],
+        "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 1, "preference": {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}}]}},
+        "extraArgs": ["--kube-qps=100", "--kube-burst=200"],
+    }  # fmt: skip
+    watcher = render_chart(helm, {"watcher": values}).get("Deployment", "kubus-watcher")
+    template = watcher["spec"]["template"]
+    (container,) = template["spec"]["containers"]
+    assert container["resources"] == values["resources"]
+    assert template["metadata"]["annotations"]["team"] == "scheduling"
+    assert "checksum/scheduler-config" in template["metadata"]["annotations"]
+    for key in ("nodeSelector", "tolerations", "affinity"):
+        assert template["spec"][key] == values[key], key
+    assert container["args"][-2:] == values["extraArgs"]
+
+
+def test_bus_mode_renders_as_before(helm: ModuleType) -> None:
+    """ci/bus-values.yaml: the queue, cycles (default-scheduler among them), binders that bind in
+    the store only, a gpu-agent on every GPU node; no watcher, no RBAC, no token."""
+    rendered = render_chart(helm, values_of(CHART / "ci" / "bus-values.yaml"))
+    assert sorted({component(w) for w in rendered.workloads()}) == ["binder", "cycle", "gpu-agent", "queue"]
+    assert rendered.get("DaemonSet", "kubus-gpu-agent")
+    assert rendered.of_kind(*RBAC_KINDS) == []
+    assert not [w for w in rendered.workloads() if w["spec"]["template"]["spec"]["automountServiceAccountToken"]]
+    binder = rendered.get("Deployment", "kubus-binder")
+    (container,) = binder["spec"]["template"]["spec"]["containers"]
+    assert "--apiserver" not in container["args"]
+    config = yaml.safe_load(rendered.get("ConfigMap", "kubus-scheduler-config")["data"]["scheduler-config.yaml"])
+    assert [p["schedulerName"] for p in config["profiles"]] == ["default-scheduler", "gpu-binpack"]
+    assert "kubus apply -f pods.yaml" in rendered.notes and "in bus mode" in rendered.notes
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())["schedulerConfig"]["profiles"]
+    assert config["profiles"][1:] == defaults[1:], "ci/bus-values.yaml keeps the chart's gpu-binpack profile"
+
+
+POD_GROUP = {
+    "apiVersion": f"{POD_GROUPS.group}/{POD_GROUPS.version}",
+    "kind": "PodGroup",
+    "metadata": {"name": "train", "namespace": "ml", "creationTimestamp": "2024-05-01T12:00:00Z"},
+    "spec": {"minMember": 4, "minResources": {"cpu": "2", "memory": "1Gi", "nvidia.com/gpu": 4},
+             "scheduleTimeoutSeconds": 30},
+    "status": {"phase": "Pending", "running": 0},
+}  # fmt: skip
+
+
+def test_the_pod_group_crd_serves_what_the_watcher_reads(rendered: Rendered) -> None:
+    """crds/podgroups.yaml (Helm creates it before the templates; test_rendered_objects_are_valid_
+    kubernetes validates it as a CustomResourceDefinition): the group, version and plural the
+    watcher watches and the ClusterRole grants, and its schema takes a PodGroup that kubus reads."""
+    (crd,) = rendered.of_kind("CustomResourceDefinition")
+    spec = crd["spec"]
+    assert crd["metadata"]["name"] == f"{POD_GROUPS.plural}.{POD_GROUPS.group}"
+    assert (spec["group"], spec["names"]["plural"], spec["names"]["kind"]) == (
+        POD_GROUPS.group, POD_GROUPS.plural, POD_GROUPS.kind)  # fmt: skip
+    assert spec["scope"] == ("Namespaced" if POD_GROUPS.namespaced else "Cluster")
+    (version,) = [v for v in spec["versions"] if v["name"] == POD_GROUPS.version]
+    assert version["served"] is True and version["storage"] is True
+    jsonschema.validate(POD_GROUP, version["schema"]["openAPIV3Schema"])
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**POD_GROUP, "spec": {"minMember": "four"}}, version["schema"]["openAPIV3Schema"])
+    group = parse_object(POD_GROUP)
+    assert isinstance(group, PodGroup) and group.min_member == 4 and group.schedule_timeout_seconds == 30
+
+
 ACCESS = {"existingSecret": "kubus-access", "nodeAgentsSecret": "kubus-node-agents"}
 ACCESS_DIR = "/etc/kubus/access"
 # Variables that carry a login: with access, only the settings file does.
@@ -188,23 +376,32 @@ LOGIN_VARS = {"KUBUS_NATS_USER", "KUBUS_NATS_PASSWORD", "KUBUS_NATS_TOKEN", "KUB
               "KUBUS_REDIS_USERNAME", "KUBUS_REDIS_PASSWORD"}  # fmt: skip
 
 
-@pytest.mark.parametrize("mode", ["node", "simulate"])
+@pytest.mark.parametrize(("mode", "agents"), [("cluster", None), ("bus", "node"), ("bus", "simulate")])
 def test_access_gives_each_service_its_own_login_file(
     helm: ModuleType,
     kubernetes_validate: ModuleType,
     access_secrets: AccessSecrets,
     mode: str,
+    agents: str | None,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """access.existingSecret: every container runs with --settings naming its role's file, the one
     file of the Secret its pod mounts (read-only, mode 0400); a node's agent gets the node agents'
-    Secret and picks agent-<node>.yaml by $(NODE_NAME). The file logs the service in as its role,
-    and no password or login variable is anywhere in what the chart renders."""
-    rendered = render_chart(helm, {"access": ACCESS, "gpuAgent": {"mode": mode}})
+    Secret and picks agent-<node>.yaml by $(NODE_NAME); in cluster mode the watcher logs in as the
+    watcher and no node agents' Secret is needed. The file logs the service in as its role, and no
+    password or login variable is anywhere in what the chart renders."""
+    if mode == "cluster":
+        values: dict[str, Any] = {"access": {"existingSecret": ACCESS["existingSecret"]}}
+    else:
+        values = {"mode": mode, "access": ACCESS, "gpuAgent": {"mode": agents}}
+    rendered = render_chart(helm, values)
     node_agent = "agent-$(NODE_NAME)"
-    roles = {"queue": "queue", "cycle": "cycle", "binder": "binder",
-             "gpu-agent": "gpu-agent" if mode == "simulate" else node_agent}  # fmt: skip
+    roles = {"queue": "queue", "cycle": "cycle", "binder": "binder"}
+    if mode == "cluster":
+        roles["watcher"] = "watcher"
+    else:
+        roles["gpu-agent"] = "gpu-agent" if agents == "simulate" else node_agent
     seen = set()
     for i, workload in enumerate(rendered.workloads()):
         component = workload["metadata"]["labels"]["app.kubernetes.io/component"]
@@ -245,7 +442,9 @@ def test_access_notes_say_whether_the_bundled_servers_know_the_users(helm: Modul
     bare = render_chart(helm, {"access": ACCESS}).notes
     assert "WARNING: the bundled NATS loads no users" in bare
     assert "WARNING: the bundled Valkey loads no users.acl" in bare
-    assert "--settings DIR/client.yaml" in bare
+    assert "watcher.yaml" in bare
+    bus = render_chart(helm, {"mode": "bus", "access": ACCESS}).notes
+    assert "--settings DIR/client.yaml" in bus and "watcher.yaml" not in bus
     wired = render_chart(helm, values_of(CHART / "ci" / "access-values.yaml")).notes
     assert "WARNING" not in wired
     assert "includes ../kubus-access/nats.conf" in wired
@@ -287,6 +486,9 @@ BAD_VALUES = [
     ({"cycle": {"resources": {"limits": {"memory": "lots"}}}}, "memory"),
     ({"logLevel": "verbose"}, "logLevel"),
     ({"gpuAgent": {"mode": "gpu"}}, "mode"),
+    ({"mode": "kubernetes"}, "mode"),
+    ({"watcher": {"replicas": 2}}, "replicas"),
+    ({"watcher": {"resources": {"requests": {"cpu": "one"}}}}, "cpu"),
     ({"metrics": {"port": 80}}, "port"),
     ({"schedulerConfig": {"profiles": []}}, "profiles"),
     ({"schedulerConfig": {"profiles": [{"schedulerName": "GPU_Jobs"}]}}, "schedulerName"),
@@ -302,7 +504,7 @@ BAD_VALUES = [
     ({"serviceAccount": {"create": False}}, "serviceAccount.name"),
     ({"access": ACCESS, "auth": {"nats": {"existingSecret": "nats-auth"}}}, "access.existingSecret and auth.nats"),
     ({"access": ACCESS, "auth": {"redis": {"existingSecret": "redis-auth"}}}, "access.existingSecret and auth.redis"),
-    ({"access": {"existingSecret": "kubus-access"}}, "access.nodeAgentsSecret: required"),
+    ({"mode": "bus", "access": {"existingSecret": "kubus-access"}}, "access.nodeAgentsSecret: required"),
     ({"access": {"nodeAgentsSecret": "kubus-node-agents"}}, "access.nodeAgentsSecret: needs access.existingSecret"),
     ({"access": {"existingSecret": "Kubus_Access"}}, "existingSecret"),
     ({"access": {"secret": "kubus-access"}}, "secret"),

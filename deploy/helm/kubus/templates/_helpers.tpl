@@ -53,6 +53,25 @@ app.kubernetes.io/component: {{ index . 1 }}
 app.kubernetes.io/component: {{ index . 1 }}
 {{- end }}
 
+{{/* "true" in cluster mode (kubus schedules the pods of the cluster it runs in: the watcher,
+binders binding through the API, the ClusterRole), "" in the bus mode. */}}
+{{- define "kubus.clusterMode" -}}
+{{- if eq .Values.mode "cluster" }}true{{ end }}
+{{- end }}
+
+{{/* "true" for a component that calls the Kubernetes API, (list $ "binder"): the watcher and the
+binders, in cluster mode. Only their pods get the ServiceAccount's token. */}}
+{{- define "kubus.callsKubeApi" -}}
+{{- $ := index . 0 -}}
+{{- if and (include "kubus.clusterMode" $) (has (index . 1) (list "watcher" "binder")) }}true{{ end }}
+{{- end }}
+
+{{/* The ClusterRole and ClusterRoleBinding (cluster-scoped: the namespace keeps two releases of
+one name apart). */}}
+{{- define "kubus.clusterRoleName" -}}
+{{- printf "%s-%s" (include "kubus.fullname" .) .Release.Namespace }}
+{{- end }}
+
 {{- define "kubus.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create }}
 {{- default (include "kubus.fullname" .) .Values.serviceAccount.name }}
@@ -139,7 +158,7 @@ Included by the ConfigMap, so every render runs it once.
 {{- if and .nodeAgentsSecret (not .existingSecret) }}
 {{- fail "access.nodeAgentsSecret: needs access.existingSecret, the Secret of the other services' logins" }}
 {{- end }}
-{{- if and .existingSecret $.Values.gpuAgent.enabled (eq $.Values.gpuAgent.mode "node") (not .nodeAgentsSecret) }}
+{{- if and .existingSecret (not (include "kubus.clusterMode" $)) $.Values.gpuAgent.enabled (eq $.Values.gpuAgent.mode "node") (not .nodeAgentsSecret) }}
 {{- fail "access.nodeAgentsSecret: required with access.existingSecret in gpuAgent.mode node: the Secret of the agent-<node>.yaml files (`kubus access init DIR --node <node> ...`), one login per node; the gpu-agent user may run only a simulation" }}
 {{- end }}
 {{- if and .existingSecret (not $.Values.podSecurityContext.fsGroup) }}
@@ -256,9 +275,9 @@ Secret's volume is kubus.accessVolume, per role. */}}
 {{- end }}
 
 {{/*
-A pod's own login with access.existingSecret: (list $ "queue") for the queue, cycle, binder and
-gpu-agent roles, (list $ "node-agent") for the per-node agents of gpuAgent.mode node. Every pod
-mounts one file of the Secret, its role's settings; the node agents mount access.nodeAgentsSecret
+A pod's own login with access.existingSecret: (list $ "queue") for the queue, cycle, binder,
+watcher and gpu-agent roles, (list $ "node-agent") for the per-node agents of gpuAgent.mode node.
+Every pod mounts one file of the Secret, its role's settings; the node agents mount access.nodeAgentsSecret
 (agent-<node>.yaml files only: which node a DaemonSet pod lands on is not known to the chart) and
 pick theirs by $(NODE_NAME), which the kubelet expands in args. Nothing without access.
 */}}
@@ -333,20 +352,28 @@ readinessProbe:
   failureThreshold: 2
 {{- end }}
 
-{{/* What every kubus pod spec shares: the account, the security context, no service links. */}}
+{{/* What every kubus pod spec shares, (list $ "queue"): the account (its token only where the
+Kubernetes API is called), the security context, no service links. */}}
 {{- define "kubus.podSpec" -}}
-serviceAccountName: {{ include "kubus.serviceAccountName" . }}
+{{- $ := index . 0 -}}
+serviceAccountName: {{ include "kubus.serviceAccountName" $ }}
+{{- if include "kubus.callsKubeApi" . }}
+# The in-cluster config (kubus.kubeapi.load_config): this pod calls the API under the ClusterRole.
+automountServiceAccountToken: true
+{{- else }}
 automountServiceAccountToken: false
-# Services named kubus-* would otherwise inject KUBUS_*_PORT variables next to kubus' own settings.
+{{- end }}
+# Services named kubus-* would otherwise inject KUBUS_*_PORT variables next to kubus' own settings
+# (the kubelet still sets KUBERNETES_SERVICE_HOST/PORT, which the in-cluster config reads).
 enableServiceLinks: false
-{{- with .Values.imagePullSecrets }}
+{{- with $.Values.imagePullSecrets }}
 imagePullSecrets:
   {{- range . }}
   - name: {{ . }}
   {{- end }}
 {{- end }}
 securityContext:
-  {{- toYaml .Values.podSecurityContext | nindent 2 }}
+  {{- toYaml $.Values.podSecurityContext | nindent 2 }}
 {{- end }}
 
 {{/* The start of every kubus container: (list $ "queue"). It ends with env, so a template may
