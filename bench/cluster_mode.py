@@ -21,7 +21,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
@@ -29,7 +28,7 @@ from kube_support import KubeApiServer, kube_binaries, make_nodes, pod_manifest
 
 from kubus.cli.bench import cpu_seconds, peak_memory
 from kubus.cli.up import start_cluster, wait_ready
-from kubus.kubeapi import NAMESPACES, PODS, EventType, KubeClient
+from kubus.kubeapi import NAMESPACES, PODS, EventType, KubeClient, Reflector, Replaced, WatchEvent
 from kubus.settings import redis_client
 from kubus.store import ClusterState
 
@@ -61,9 +60,10 @@ async def _bound_count(client: KubeClient, namespace: str) -> int:
 
 
 async def run(args: argparse.Namespace) -> int:
-    with tempfile.TemporaryDirectory() as tmp, KubeApiServer(kube_binaries(), Path(tmp) / "kube") as server:
+    with tempfile.TemporaryDirectory() as scratch, KubeApiServer(kube_binaries(), Path(scratch) / "kube") as server:
+        tmp = args.keep or scratch
         directory = Path(tmp) / "kubus"
-        directory.mkdir()
+        directory.mkdir(parents=True, exist_ok=True)
         async with server.client(qps=2000, burst=4000) as client:
             names = [f"node-{i:05d}" for i in range(args.nodes)]
             t0 = time.monotonic()
@@ -124,17 +124,21 @@ async def _steady(client: KubeClient, rate: float, seconds: float) -> list[float
     done = asyncio.Event()
 
     async def watch() -> None:
-        async with client.watch(PODS, namespace=namespace, resource_version="0") as events:
-            async for event in events:
-                if event.type is EventType.BOOKMARK:
+        # A reflector, not a bare watch: the apiserver may end a watch, and a pod's binding
+        # seen late (after a resume) is still seen.
+        async with Reflector(client, PODS, namespace=namespace) as pods:
+            async for event in pods:
+                objects = event.objects if isinstance(event, Replaced) else [event.object]
+                if isinstance(event, WatchEvent) and event.type is EventType.BOOKMARK:
                     continue
-                obj: dict[str, Any] = event.object
-                name = obj["metadata"]["name"]
-                if obj["spec"].get("nodeName") and name not in bound:
-                    bound[name] = time.monotonic()
-                    if len(bound) == total:
-                        done.set()
-                        return
+                now = time.monotonic()
+                for obj in objects:
+                    name = obj["metadata"]["name"]
+                    if obj["spec"].get("nodeName") and name not in bound:
+                        bound[name] = now
+                if len(bound) >= total:
+                    done.set()
+                    return
 
     watching = asyncio.create_task(watch())
     start = time.monotonic()
@@ -149,7 +153,10 @@ async def _steady(client: KubeClient, rate: float, seconds: float) -> list[float
         task = asyncio.create_task(one(f"s{i:06d}"))
         pending.add(task)
         task.add_done_callback(pending.discard)
-    await asyncio.wait_for(done.wait(), timeout=seconds + 120)
+    try:
+        await asyncio.wait_for(done.wait(), timeout=seconds + 120)
+    except TimeoutError:
+        print(f"only {len(bound)} of {total} pods bound within {seconds + 120:g}s", flush=True)
     watching.cancel()
     return [bound[n] - created[n] for n in bound]
 
@@ -160,6 +167,7 @@ def main() -> int:
     parser.add_argument("--pods", type=int, default=10_000)
     parser.add_argument("--rate", type=float, default=200.0)
     parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--keep", metavar="DIR", help="kubus's data and logs here (kept), not in a scratch folder")
     return asyncio.run(run(parser.parse_args()))
 
 

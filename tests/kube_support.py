@@ -46,6 +46,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from kubus.kubeapi import (
     CLUSTER_ROLE_BINDINGS,
     NAMESPACES,
@@ -55,6 +57,7 @@ from kubus.kubeapi import (
     KubeClient,
     KubeConfig,
     PatchType,
+    Resource,
     load_config,
 )
 
@@ -66,6 +69,7 @@ __all__ = [
     "TcpGate",
     "ensure_namespace",
     "free_port",
+    "install_pod_group_crd",
     "kube_binaries",
     "make_nodes",
     "mint_token",
@@ -83,6 +87,8 @@ HOW_TO_POINT = (
     f"the default: {REPO.parent / 'shared' / 'kube'})"
 )
 BINARIES = ("etcd", "kube-apiserver")
+POD_GROUP_CRD = REPO / "deploy" / "helm" / "kubus" / "crds" / "podgroups.yaml"
+CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", False, "CustomResourceDefinition")
 
 
 class KubeUnavailable(Exception):
@@ -480,6 +486,23 @@ async def ensure_namespace(client: KubeClient, name: str) -> None:
 
 
 # -- cutting a client off --------------------------------------------------------------------------
+
+
+async def install_pod_group_crd(client: KubeClient, *, timeout: float = 30.0) -> None:
+    """The chart's PodGroup CRD, once per apiserver, served before this returns, so that the
+    watcher's check lists PodGroups rather than finding them not served."""
+    crd = yaml.safe_load(POD_GROUP_CRD.read_text())
+    with contextlib.suppress(KubeAPIError):  # made by an earlier test
+        await client.create(CRDS, crd)
+    deadline = time.monotonic() + timeout
+    while True:
+        got = await client.get(CRDS, crd["metadata"]["name"])
+        conditions = (got.get("status") or {}).get("conditions") or []
+        if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the PodGroup CRD is not served after {timeout:.0f}s: {got.get('status')}")
+        await asyncio.sleep(0.2)
 
 
 class TcpGate:

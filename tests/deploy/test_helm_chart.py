@@ -301,6 +301,19 @@ def test_cluster_mode_installs_a_scheduler_of_this_cluster(helm: ModuleType) -> 
     assert "schedulerName is kubus or gpu-binpack" in rendered.notes
 
 
+def test_cluster_mode_warns_of_the_gpu_agent_values_it_ignores(helm: ModuleType) -> None:
+    """Never silent: cluster mode runs no gpu-agent, so a simulation or node agents' Secret asked
+    for there is named in the notes as ignored, and nothing of the agent is rendered."""
+    plain = render_chart(helm, {})
+    assert "WARNING" not in plain.notes
+    access = {"existingSecret": "a", "nodeAgentsSecret": "agents"}
+    asked = render_chart(helm, {"gpuAgent": {"mode": "simulate"}, "access": access})
+    assert "gpuAgent.mode simulate and access.nodeAgentsSecret agents\nare ignored" in asked.notes
+    assert "gpu-agent" not in {component(w) for w in asked.workloads()}
+    bus = render_chart(helm, {"mode": "bus", "gpuAgent": {"mode": "simulate"}})
+    assert "cluster mode runs no gpu-agent" not in bus.notes
+
+
 def test_the_watcher_takes_its_values_as_the_other_components(helm: ModuleType) -> None:
     values = {
         "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "2Gi"}},

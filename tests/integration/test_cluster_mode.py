@@ -8,12 +8,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from kube_support import KubeTest, pod_manifest
+from kube_support import KubeTest, install_pod_group_crd, pod_manifest
 from support import eventually
 
 from kubus import codec
@@ -37,7 +35,6 @@ from kubus.kubeapi import (
     KubeAPIError,
     KubeClient,
     PatchType,
-    Resource,
 )
 from kubus.plugins import in_tree_registry
 from kubus.queue import QueueOptions, QueueService
@@ -48,9 +45,6 @@ from kubus.watcher import WatcherOptions, WatcherService, WatcherStartError
 
 pytestmark = [pytest.mark.integration, pytest.mark.kube]
 
-
-CRD = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "kubus" / "crds" / "podgroups.yaml"
-CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", False, "CustomResourceDefinition")
 
 GANG_PLUGINS = """
   plugins:
@@ -288,26 +282,12 @@ async def test_preemption_through_the_api_deletes_the_victim_respects_its_budget
                 await kube.client.delete(PRIORITY_CLASSES, name)
 
 
-async def install_pod_group_crd(kube: KubeTest) -> None:
-    """The chart's PodGroup CRD, once per apiserver, served before this returns."""
-    crd = yaml.safe_load(CRD.read_text())
-    with contextlib.suppress(KubeAPIError):  # made by an earlier test
-        await kube.client.create(CRDS, crd)
-
-    async def served() -> None:
-        got = await kube.client.get(CRDS, crd["metadata"]["name"])
-        established = [c for c in (got.get("status") or {}).get("conditions") or [] if c["type"] == "Established"]
-        assert established and established[0]["status"] == "True", got.get("status")
-
-    await eventually(served, timeout=30, interval=0.2)
-
-
 async def test_a_pod_group_from_the_api_is_placed_all_together_or_not_at_all(
     settings: ConnectionSettings, state: ClusterState, kube: KubeTest
 ) -> None:
     """A PodGroup (scheduler-plugins' CRD, from the chart) of three: with room for two, none is
     bound; once a node more joins, all three are."""
-    await install_pod_group_crd(kube)
+    await install_pod_group_crd(kube.client)
     profile = f"kubus-{kube.namespace}"
     await kube.make_nodes(2, cpu="2")
     group = {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup", "metadata": {"name": "train"},

@@ -16,12 +16,10 @@ import contextlib
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from kube_support import KubeTest, mint_token, pod_manifest
+from kube_support import KubeTest, install_pod_group_crd, mint_token, pod_manifest
 from support import eventually
 
 from kubus.binder.apiserver import ApiBinding, ApiBindResult
@@ -56,8 +54,6 @@ Permission = tuple[str, str, str]
 WATCHED = (NODES, PODS, *mirrored().values())
 """What the watcher lists at start (`WatcherService._check_access`) and then watches."""
 PROFILE = "kubus"
-CRD = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "kubus" / "crds" / "podgroups.yaml"
-CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", False, "CustomResourceDefinition")
 SECRETS = Resource("", "v1", "secrets", True, "Secret")
 CORE_EVENTS = Resource("", "v1", "events", True, "Event")
 
@@ -161,21 +157,6 @@ async def allowed(request: Callable[[], Awaitable[Any]]) -> None:
     await eventually(once, timeout=30, interval=0.1)
 
 
-async def install_pod_group_crd(kube: KubeTest) -> None:
-    """The chart's PodGroup CRD (once per apiserver), served before this returns, so that the
-    watcher's check lists PodGroups rather than finding them not served."""
-    crd = yaml.safe_load(CRD.read_text())
-    with contextlib.suppress(KubeAPIError):  # made by an earlier test
-        await kube.client.create(CRDS, crd)
-
-    async def served() -> None:
-        got = await kube.client.get(CRDS, crd["metadata"]["name"])
-        established = [c for c in (got.get("status") or {}).get("conditions") or [] if c["type"] == "Established"]
-        assert established and established[0]["status"] == "True", got.get("status")
-
-    await eventually(served, timeout=30, interval=0.2)
-
-
 # -- what kubus does -------------------------------------------------------------------------------
 
 
@@ -267,7 +248,7 @@ async def kubus_does_its_work(client: KubeClient, scene: Scene) -> None:
 async def test_the_chart_role_lets_the_watcher_and_binders_do_their_work(
     kube: KubeTest, bound: Bind, chart_rules: list[dict[str, Any]]
 ) -> None:
-    await install_pod_group_crd(kube)
+    await install_pod_group_crd(kube.client)
     (node,) = [n["metadata"]["name"] for n in await kube.make_nodes(1)]
     scene = await Scene.make(kube, node, "p")
     client = await bound("kubus", chart_rules)
@@ -305,7 +286,7 @@ async def test_each_permission_of_the_chart_role_is_needed_and_named_when_missin
     """For every permission the role grants: bound to the role without it, kubus's own code
     fails at the request that needs it (the watcher's start check or a request of its own),
     with a 403 naming exactly that permission. A permission kubus could do without fails."""
-    await install_pod_group_crd(kube)
+    await install_pod_group_crd(kube.client)
     (node,) = [n["metadata"]["name"] for n in await kube.make_nodes(1)]
     granted = permissions(chart_rules)
     assert ("", "pods/binding", "create") in granted and ("", "nodes", "list") in granted
