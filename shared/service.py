@@ -200,7 +200,8 @@ def configure_logging(level: int | str = logging.INFO, *, stream: TextIO | None 
 
 RUNNING_EVENT = "service running"
 """The event a service logs once it runs (its root tasks spawned, its subscriptions made):
-what a supervisor reading its log waits for (`kubus.cli.processes.ServiceProcess.started`)."""
+what a supervisor reading its log waits for (`kubus.cli.processes.ServiceProcess.started`), so it
+is logged at the configured level where that is quieter than info."""
 
 _CLOSE_GRACE = 2.0
 """Seconds a connection close may take after stop()'s deadline (a socket that died under it)."""
@@ -535,7 +536,9 @@ class Service:
             await settle(self.nc)
         if self._state is ServiceState.STARTING:
             self._state = ServiceState.RUNNING
-            self.log.info(RUNNING_EVENT, root_tasks=",".join(self._tasks) or "-")
+            # Logged however quiet the log level: supervisors (kubus up, bench) wait for it.
+            level = max(logging.INFO, self.log.logger.getEffectiveLevel())
+            self.log.log(level, RUNNING_EVENT, root_tasks=",".join(self._tasks) or "-")
 
     async def run(self) -> None:
         """Start if needed and wait until the service has stopped.

@@ -301,6 +301,11 @@ class KubeApiServer:
         """A `KubeClient` of the admin (system:masters); ``options`` go to KubeClient."""
         return KubeClient(self.config(), **options)
 
+    def pids(self) -> dict[str, int]:
+        """name -> pid of the running etcd and kube-apiserver (for their CPU, in benchmarks)."""
+        running = (("etcd", self._etcd), ("kube-apiserver", self._apiserver))
+        return {name: process.pid for name, process in running if process is not None and process.poll() is None}
+
     def ready(self) -> bool:
         """Whether /readyz answers 200 now."""
         if not self.ca_file.exists():

@@ -237,7 +237,8 @@ class PodMirror:
         now = self.clock()
         due = [(uid, obj) for uid, (at, _, obj) in self._settling.items() if at <= now]
         for uid, obj in due:
-            del self._settling[uid]
+            if self._settling.pop(uid, None) is None:
+                continue  # settled (or changed) while an earlier one was recorded
             pod = _ApiPod.of(obj)
             if pod is not None:
                 self.log.info("binding not reported by a binder: recording it", pod=pod.key, node=pod.node)

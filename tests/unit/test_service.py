@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from support import eventually
 
-from kubus.service import Service, ServiceError, ServiceState, install_signal_handlers, logger
+from kubus.service import RUNNING_EVENT, Service, ServiceError, ServiceState, install_signal_handlers, logger
 from kubus.settings import ConnectionSettings
 
 
@@ -110,6 +110,18 @@ async def test_run_returns_when_stopped() -> None:
     await service.stop()
     await asyncio.wait_for(runner, 5)
     assert runner.result() is None
+
+
+@pytest.mark.parametrize("level", [logging.INFO, logging.WARNING, logging.ERROR])
+async def test_service_running_is_logged_at_any_log_level(caplog: pytest.LogCaptureFixture, level: int) -> None:
+    """Supervisors (kubus up, kubus bench) wait for this line in the log, whatever the level
+    the services run at (kubus bench runs them at warning)."""
+    service = Recorder()
+    with caplog.at_level(level, logger="kubus.recorder"):
+        await service.start()
+        await service.stop()
+    running = [r for r in caplog.records if f'event="{RUNNING_EVENT}"' in r.getMessage()]
+    assert len(running) == 1 and running[0].levelno == max(logging.INFO, level)
 
 
 async def test_a_dying_root_task_stops_the_service_and_run_names_it(caplog: pytest.LogCaptureFixture) -> None:
