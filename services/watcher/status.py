@@ -21,6 +21,7 @@ deleted and made again under its name is left alone); a pod that is gone is no e
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections import OrderedDict
@@ -76,6 +77,7 @@ class StatusWriter:
         log: StructuredLogger,
         instance: str,
         series_window: float = 360.0,
+        concurrency: int = 32,
         on_bound: Callable[[str, str], None] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -84,6 +86,8 @@ class StatusWriter:
         self.instance = instance
         """reportingInstance of the events (kube: "<scheduler name>-<host>")."""
         self.series_window = series_window
+        self.concurrency = concurrency
+        """Pods whose events are written at once (one request each in flight)."""
         self.clock = clock
         self._series: OrderedDict[tuple[str, str, str], _Series] = OrderedDict()
         self._failures = Throttle(30.0)
@@ -91,28 +95,36 @@ class StatusWriter:
         """Told (uid, node) of every ``pod.bound`` (a binder recorded that binding)."""
 
     async def handle(self, msgs: Sequence[Msg]) -> list[Exception | None]:
-        """Write what each event says, in order; per message None when done (or nothing to do,
-        or garbage, which is said), else the error to retry it for."""
-        out: list[Exception | None] = []
-        for msg in msgs:
+        """Write what each event says; per message None when done (or nothing to do, or
+        garbage, which is said), else the error to retry it for. One pod's events are written
+        in their order, different pods' at once (up to `concurrency` writes in flight)."""
+        out: list[Exception | None] = [None] * len(msgs)
+        by_pod: dict[str, list[tuple[int, ClusterEvent]]] = {}
+        for index, msg in enumerate(msgs):
             try:
                 event = decode(ClusterEvent, msg.data)
             except MessageError as exc:
                 self.log.warning("cluster event unreadable", subject=msg.subject, error=str(exc))
-                out.append(None)
                 continue
-            try:
-                await self.write(event)
-            except KubeAPIError as exc:
-                if exc.not_found:
-                    out.append(None)  # the pod is gone: nothing to report on
-                    continue
-                out.append(exc)
-            except Exception as exc:
-                out.append(exc)
-            else:
-                out.append(None)
+            by_pod.setdefault(event.name, []).append((index, event))
+        slots = asyncio.Semaphore(self.concurrency)
+
+        async def one_pod(events: list[tuple[int, ClusterEvent]]) -> None:
+            async with slots:
+                for index, event in events:
+                    out[index] = await self._write_one(event)
+
+        await asyncio.gather(*map(one_pod, by_pod.values()))
         return out
+
+    async def _write_one(self, event: ClusterEvent) -> Exception | None:
+        try:
+            await self.write(event)
+        except KubeAPIError as exc:
+            return None if exc.not_found else exc  # not found: the pod is gone, nothing to report on
+        except Exception as exc:
+            return exc
+        return None
 
     async def write(self, event: ClusterEvent) -> None:
         """The apiserver writes ``event`` calls for (none for most). Raises KubeAPIError,

@@ -55,7 +55,7 @@ def test_the_wire_form_is_plain_json() -> None:
     wire = encode(BindRequest("u1", "ns/p", "default-scheduler", "n1", '{"é": 1}'.encode(), (1, 2), 9, 4, 1.5))
     assert wire == (
         b'{"uid":"u1","key":"ns/p","profile":"default-scheduler","node":"n1","manifest":"{\\"\xc3\xa9\\": 1}",'
-        b'"gpu_devices":[1,2],"fencing_token":9,"attempt":4,"reserved_at":1.5}'
+        b'"gpu_devices":[1,2],"fencing_token":9,"attempt":4,"reserved_at":1.5,"victims":[]}'
     )
     outcome = encode(Outcomes((Outcome("u1", OutcomeKind.RESERVED, "n1", plugins=("A",)),)))
     assert outcome == (
