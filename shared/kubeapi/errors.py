@@ -4,6 +4,7 @@ Status), or could not be reached at all (`KubeUnreachable`). Both are `KubeError
 from __future__ import annotations
 
 import asyncio
+import os
 import ssl
 from typing import Any
 
@@ -145,4 +146,6 @@ def describe_failure(error: BaseException, timeout: float | None) -> str:
         return f"TLS handshake failed: {error}"
     if isinstance(error, aiohttp.ClientConnectorError):
         return f"{error.os_error.strerror or error.os_error}" if error.os_error else str(error)
+    if isinstance(error, OSError) and error.errno:
+        return os.strerror(error.errno)  # "Connection refused", as aiohttp's says it
     return str(error) or type(error).__name__

@@ -9,6 +9,7 @@ import base64
 import contextlib
 import logging
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -202,8 +203,19 @@ def test_bad_config_is_one_line_naming_the_file(tmp_path: Path, case: str, expec
 # -- the client ------------------------------------------------------------------------------------
 
 
-async def test_crud_paging_patches_and_preconditions(kube: KubeTest) -> None:
-    client, ns = kube.client, kube.namespace
+@pytest.fixture(params=["aiohttp", "lanes"])
+async def writer(request: pytest.FixtureRequest, kube: KubeTest) -> AsyncIterator[KubeClient]:
+    """The test's client, its writes through aiohttp, then through the pipelined lanes (the
+    binder's and watcher's): the same tests hold for both."""
+    if request.param == "aiohttp":
+        yield kube.client
+        return
+    async with KubeClient(kube.server.config(), write_lanes=4) as client:
+        yield client
+
+
+async def test_crud_paging_patches_and_preconditions(kube: KubeTest, writer: KubeClient) -> None:
+    client, ns = writer, kube.namespace
     for i in range(7):
         await client.create(PODS, pod_manifest(f"p{i}"), namespace=ns)
     pages = [page async for page in client.pages(PODS, namespace=ns, limit=3)]
@@ -250,8 +262,8 @@ async def test_crud_paging_patches_and_preconditions(kube: KubeTest) -> None:
     assert str(missing.value) == f'get pods {ns}/p0: NotFound (404): pods "p0" not found'
 
 
-async def test_binding_status_and_events(kube: KubeTest) -> None:
-    client, ns = kube.client, kube.namespace
+async def test_binding_status_and_events(kube: KubeTest, writer: KubeClient) -> None:
+    client, ns = writer, kube.namespace
     first, second = (node["metadata"]["name"] for node in await kube.make_nodes(2, cpu="8"))
     node = await client.get(NODES, first)
     assert node["status"]["conditions"][0]["type"] == "Ready" and not node["spec"].get("taints")
@@ -308,6 +320,27 @@ async def test_binding_status_and_events(kube: KubeTest) -> None:
         EVENTS, event["metadata"]["name"], series, namespace=ns, patch_type=PatchType.MERGE
     )
     assert patched_event["series"]["count"] == 2 and patched_event["regarding"]["name"] == "big"
+
+
+async def test_lanes_carry_large_answers_and_survive_an_apiserver_restart(
+    kube: KubeTest, kube_apiserver: KubeApiServer
+) -> None:
+    """Through the lanes: an answer of 300 KiB (whatever its framing), many writes at once on
+    few connections, and a write after the apiserver restarted under the idle lanes."""
+    ns = kube.namespace
+    async with KubeClient(kube.server.config(), write_lanes=2) as client:
+        big = {"metadata": {"name": "big"}, "data": {"blob": "x" * 300_000}}
+        created = await client.create(CONFIG_MAPS, big, namespace=ns)
+        assert len(created["data"]["blob"]) == 300_000
+        names = [f"cm-{i}" for i in range(200)]
+        await asyncio.gather(*(client.create(CONFIG_MAPS, {"metadata": {"name": n}}, namespace=ns) for n in names))
+        listed = await kube.client.list(CONFIG_MAPS, namespace=ns)
+        assert {c["metadata"]["name"] for c in listed.items} >= set(names)
+        await asyncio.to_thread(kube_apiserver.restart_apiserver)
+        await client.create(CONFIG_MAPS, {"metadata": {"name": "after"}}, namespace=ns)
+        with pytest.raises(KubeAPIError) as exists:
+            await client.create(CONFIG_MAPS, {"metadata": {"name": "after"}}, namespace=ns)
+        assert exists.value.already_exists
 
 
 async def test_refusals_are_typed_errors_naming_what_is_missing(kube: KubeTest) -> None:
@@ -437,6 +470,19 @@ async def test_reflector_lists_then_watches_in_order(kube: KubeTest) -> None:
     assert int(mirror.reflector.resource_version) > int(last["metadata"]["resourceVersion"])
     await mirror.stop()
     assert mirror.task.cancelled() and mirror.reflector.relists == 0
+
+
+async def test_reflector_first_list_is_served_from_the_watch_cache(kube: KubeTest) -> None:
+    """The first list reads the apiserver's watch cache (resourceVersion 0, as client-go's
+    informers), not etcd: a scheduler starting against 100,000 pods costs etcd nothing."""
+    client, ns = kube.client, kube.namespace
+    await client.create(PODS, pod_manifest("cached"), namespace=ns)
+    served = kube.server.metric_sum("apiserver_cache_list_total", resource_prefix="/pods")
+    mirror = Mirror(Reflector(client, PODS, namespace=ns, backoff=FAST))
+    await asyncio.wait_for(mirror.reflector.synced(), 10)
+    assert mirror.log == [("INITIAL", "cached")]
+    assert kube.server.metric_sum("apiserver_cache_list_total", resource_prefix="/pods") == served + 1
+    await mirror.stop()
 
 
 async def test_reflector_resumes_from_its_resource_version_after_the_connection_ends(
