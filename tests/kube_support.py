@@ -33,6 +33,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import secrets
 import signal
 import socket
@@ -300,6 +301,24 @@ class KubeApiServer:
     def client(self, **options: Any) -> KubeClient:
         """A `KubeClient` of the admin (system:masters); ``options`` go to KubeClient."""
         return KubeClient(self.config(), **options)
+
+    def metrics(self) -> str:
+        """The apiserver's /metrics now (Prometheus text), read as the admin."""
+        context = ssl.create_default_context(cafile=str(self.ca_file))
+        request = urllib.request.Request(f"{self.url}/metrics", headers={"Authorization": f"Bearer {self.token}"})
+        with urllib.request.urlopen(request, context=context, timeout=30) as response:
+            return str(response.read().decode())
+
+    def metric_sum(self, name: str, **labels: str) -> float:
+        """The sum of metric ``name`` over its series whose labels include ``labels``."""
+        total = 0.0
+        for line in self.metrics().splitlines():
+            if not line.startswith(name + "{"):
+                continue
+            found = dict(re.findall(r'(\w+)="([^"]*)"', line[: line.rindex("}")]))
+            if all(found.get(k) == v for k, v in labels.items()):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
 
     def pids(self) -> dict[str, int]:
         """name -> pid of the running etcd and kube-apiserver (for their CPU, in benchmarks)."""

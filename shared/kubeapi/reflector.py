@@ -20,6 +20,10 @@ Consume it as an async iterator, inside ``async with`` (which ends the stream an
                 case Replaced(objects=objects): ...
                 case WatchEvent(type=EventType.ADDED, object=pod): ...
 
+The first list is served from the apiserver's watch cache (resourceVersion 0, as client-go's
+informers list: no etcd read, however many objects, at most a moment behind etcd); a relist, after
+410 Gone or a failure, is a consistent read of etcd, in pages.
+
 Guarantees: events come one at a time and only when the consumer asks for the next (no
 buffering: a slow consumer slows the watch, never grows memory); `resource_version` is the
 newest the consumer has been given (bookmarks included), and a new watch starts from it.
@@ -229,6 +233,9 @@ class Reflector:
                     field_selector=self.field_selector,
                     # A continue token expired mid-list (410): the second go lists unpaged.
                     limit=self.page_size if attempt == 0 else None,
+                    # The first list from the apiserver's watch cache, as client-go's informers
+                    # list (no read of etcd, however many objects); a relist reads etcd.
+                    resource_version="0" if not self._synced.is_set() and attempt == 0 else None,
                 )
             except KubeAPIError as error:
                 if error.gone and attempt == 0:
