@@ -10,9 +10,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from kubus.binder.apiserver import ApiBinding
+from kubus.binder.apiserver import BIND_CONCURRENCY, ApiBinding
 from kubus.binder.service import BinderOptions, BinderService
-from kubus.entrypoint import add_service_flags, run_service, settings_from_flags
+from kubus.entrypoint import add_kube_pace_flags, add_service_flags, run_service, settings_from_flags
 from kubus.framework.config import default_config, load_config
 from kubus.framework.runtime import Framework
 from kubus.framework.waiting import WaitingPods
@@ -21,6 +21,8 @@ from kubus.kubeapi import load_config as load_kube_config
 from kubus.plugins import in_tree_registry
 
 PROG = "kubus.binder"
+KUBE_QPS, KUBE_BURST = 200.0, 400
+"""The binder's pace against the apiserver unless the configuration or flags say otherwise."""
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -59,6 +61,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--kubeconfig", metavar="FILE", help="the cluster to bind in (implies --apiserver)")
     p.add_argument("--context", metavar="NAME", help="the kubeconfig context (default: its current-context)")
+    add_kube_pace_flags(p, KUBE_QPS, KUBE_BURST)
     return p.parse_args(argv)
 
 
@@ -74,7 +77,11 @@ def build(args: argparse.Namespace) -> BinderService:
     }
     apiserver = None
     if args.apiserver or args.kubeconfig:
-        apiserver = ApiBinding(KubeClient(load_kube_config(args.kubeconfig, context=args.context)))
+        kube = load_kube_config(args.kubeconfig or config.client_connection.kubeconfig, context=args.context)
+        qps, burst = config.client_connection.pace(
+            args.kube_qps, args.kube_burst, default_qps=KUBE_QPS, default_burst=KUBE_BURST
+        )
+        apiserver = ApiBinding(KubeClient(kube, qps=qps, burst=burst, write_lanes=BIND_CONCURRENCY))
     return BinderService(settings_from_flags(args), options, frameworks=frameworks, apiserver=apiserver)
 
 

@@ -35,7 +35,10 @@ from kubus.bus.messages import BindRequest
 from kubus.kubeapi import PODS, KubeAPIError, KubeClient
 from kubus.service import logger
 
-__all__ = ["ApiBindResult", "ApiBinding"]
+__all__ = ["BIND_CONCURRENCY", "ApiBindResult", "ApiBinding"]
+
+BIND_CONCURRENCY = 64
+"""Bindings in flight at once (each on a write lane of its own: `KubeClient` ``write_lanes``)."""
 
 
 class ApiBindResult(Enum):
@@ -54,7 +57,7 @@ class ApiBinding:
     """Binds pods in the apiserver through ``client``, ``concurrency`` at a time."""
 
     client: KubeClient
-    concurrency: int = 64
+    concurrency: int = BIND_CONCURRENCY
     victim_wait: float = 300.0
     """Seconds a preemptor waits at most for its victims to be gone from the apiserver."""
     victim_poll: float = 0.5

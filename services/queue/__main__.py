@@ -13,7 +13,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from kubus.entrypoint import add_service_flags, run_service, settings_from_flags
+from kubus.entrypoint import add_service_flags, run_service, settings_from_flags, warn_ignored
 from kubus.framework.config import default_config, load_config
 from kubus.plugins import in_tree_registry
 from kubus.queue.service import QueueService
@@ -38,6 +38,7 @@ def build(args: argparse.Namespace) -> QueueService:
     """The queue the flags describe. Raises ValueError (ConfigError, SettingsError, RegistryError)."""
     registry = in_tree_registry(entry_points=True)
     config = load_config(args.config, registry=registry) if args.config else default_config(registry)
+    warn_ignored(PROG, config)  # the one service every deployment runs once
     return QueueService(settings_from_flags(args), config, registry=registry)
 
 

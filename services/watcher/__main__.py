@@ -11,7 +11,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from kubus.entrypoint import add_service_flags, run_service, settings_from_flags
+from kubus.entrypoint import add_kube_pace_flags, add_service_flags, run_service, settings_from_flags, warn_ignored
 from kubus.framework.config import default_config, load_config
 from kubus.kubeapi import KubeConfigError
 from kubus.kubeapi import load_config as load_kube_config
@@ -20,6 +20,7 @@ from kubus.watcher.options import WatcherOptions
 from kubus.watcher.service import WatcherService
 
 PROG = "kubus.watcher"
+_DEFAULTS = WatcherOptions()
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -37,12 +38,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--config", metavar="SCHED.yaml", help="KubeSchedulerConfiguration: the profiles whose pods kubus schedules"
     )
-    defaults = WatcherOptions()
-    parser.add_argument(
-        "--kube-qps", type=float, default=defaults.qps, metavar="N",
-        help=f"requests per second to the apiserver at most ({defaults.qps:g}), after --kube-burst",
-    )  # fmt: skip
-    parser.add_argument("--kube-burst", type=int, default=defaults.burst, metavar="N", help=f"({defaults.burst})")
+    add_kube_pace_flags(parser, _DEFAULTS.qps, _DEFAULTS.burst)
     add_service_flags(parser)
     return parser.parse_args(argv)
 
@@ -52,9 +48,12 @@ def build(args: argparse.Namespace) -> WatcherService:
     RegistryError) or KubeConfigError for bad input."""
     registry = in_tree_registry(entry_points=True)
     config = load_config(args.config, registry=registry) if args.config else default_config(registry)
-    kube = load_kube_config(args.kubeconfig, context=args.context)
-    options = WatcherOptions(qps=args.kube_qps, burst=args.kube_burst)
-    return WatcherService(settings_from_flags(args), kube, config, options)
+    warn_ignored(PROG, config)
+    kube = load_kube_config(args.kubeconfig or config.client_connection.kubeconfig, context=args.context)
+    qps, burst = config.client_connection.pace(
+        args.kube_qps, args.kube_burst, default_qps=_DEFAULTS.qps, default_burst=_DEFAULTS.burst
+    )
+    return WatcherService(settings_from_flags(args), kube, config, WatcherOptions(qps=qps, burst=burst))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

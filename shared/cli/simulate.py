@@ -29,7 +29,7 @@ from kubus.api.manifests import Manifests
 from kubus.api.objects import Pod
 from kubus.api.podgroups import pod_group_key
 from kubus.api.priority import PriorityError, resolve_priority
-from kubus.framework.config import SchedulerConfiguration
+from kubus.framework.config import SchedulerConfiguration, ignored_warnings
 from kubus.framework.hints import Hint, fit_hints
 from kubus.framework.interface import QueueSortPlugin
 from kubus.framework.registry import Registry
@@ -118,7 +118,7 @@ def simulate(
     table.namespaces = {ns.name: ns.labels for ns in manifests.namespaces}
     table.disruption_budgets = tuple(manifests.disruption_budgets)
     facts = [p for p in manifests.pods if p.spec.node_name]
-    warnings = place_facts(table, facts)
+    warnings = [*ignored_warnings(config), *place_facts(table, facts)]
     # Permit runs right after Reserve; a pod it makes wait holds its node until a plugin rejects
     # it, or the end of the run: placed if its plugins allowed it, given back if not (timeout).
     waiting = {profile.scheduler_name: WaitingPods() for profile in config.profiles}

@@ -38,6 +38,7 @@ from kubus.cli.progress import sleep_or
 from kubus.cli.workload import NODE_TEMPLATE, gpu_scheduler_config
 from kubus.embedded import EmbeddedServers, ServerStartError
 from kubus.entrypoint import EXIT_USAGE
+from kubus.framework.config import ignored_warnings
 from kubus.settings import ConnectionSettings, load_settings
 from kubus.store import ClusterState, cycle_lease
 
@@ -392,6 +393,8 @@ async def run_up(args: argparse.Namespace) -> int:
     else:
         config_path = default_config_file(directory, (CLUSTER_PROFILE,) if kubeconfig else ("default-scheduler",))
     config = scheduler_config(config_path)
+    for line in ignored_warnings(config):
+        print(f"kubus up: warning: {line}", file=sys.stderr)
     profiles = tuple(p.scheduler_name for p in config.profiles)
     template = check_template(args.node_template, directory, args.nodes)
     if args.fresh:

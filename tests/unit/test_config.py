@@ -24,6 +24,7 @@ from kubus.framework.config import (
     DEFAULT_PLUGINS,
     KUBE_DEFAULT_PLUGINS,
     OMITTED_KUBE_DEFAULT_PLUGINS,
+    ClientConnection,
     ConfigError,
     DefaultPreemptionArgs,
     ExtensionPoint,
@@ -43,6 +44,7 @@ from kubus.framework.config import (
     ScoringStrategyType,
     UtilizationShapePoint,
     default_config,
+    ignored_warnings,
     load_config,
     multipoint,
     num_feasible_nodes_to_find,
@@ -932,7 +934,6 @@ profiles:
     )
     assert cfg.ignored_fields == (
         "leaderElection",
-        "clientConnection",
         "enableProfiling",
         "extenders",
         "delayCacheUntilActive",
@@ -940,6 +941,42 @@ profiles:
         "profiles[0].pluginConfig[1] (VolumeZone)",
     )
     assert lists(cfg.profiles[0]) == DEFAULT_LISTS
+    warnings = ignored_warnings(cfg)
+    assert warnings[0] == (
+        "config field leaderElection is not honoured: kubus elects each profile's active cycle through its own "
+        "lease in Redis"
+    )
+    assert (
+        warnings[-1]
+        == "config field profiles[0].pluginConfig[1] (VolumeZone) is not honoured: a plugin kubus does not have"
+    )
+    assert len(warnings) == len(cfg.ignored_fields)
+
+
+def test_client_connection_paces_the_api_clients_as_kube_reads_it() -> None:
+    """qps, burst and kubeconfig are honoured (the watcher's and binders' pace, their
+    kubeconfig); a content type other than JSON is accepted and said to be ignored; a negative
+    burst is refused as kube refuses it."""
+    cfg = load("clientConnection: {kubeconfig: /etc/kubernetes/scheduler.conf, qps: 5000, burst: 5000}")
+    assert cfg.client_connection == ClientConnection(
+        qps=5000.0, burst=5000, kubeconfig="/etc/kubernetes/scheduler.conf"
+    )
+    assert cfg.ignored_fields == ()
+    assert load("parallelism: 16").client_connection == ClientConnection()
+    # The pace a part uses: its flags, else the configuration, else its own default.
+    assert cfg.client_connection.pace(None, None, default_qps=200, default_burst=400) == (5000.0, 5000)
+    assert cfg.client_connection.pace(10.0, None, default_qps=200, default_burst=400) == (10.0, 5000)
+    assert ClientConnection().pace(None, None, default_qps=200, default_burst=400) == (200, 400)
+    assert ClientConnection(qps=-1).pace(None, None, default_qps=200, default_burst=400) == (0.0, 400)
+    proto = load("clientConnection: {contentType: application/vnd.kubernetes.protobuf, qps: -1}")
+    assert proto.client_connection.qps == -1.0
+    assert proto.ignored_fields == ("clientConnection.contentType",)
+    assert ignored_warnings(proto) == [
+        "config field clientConnection.contentType is not honoured: kubus speaks JSON to the Kubernetes API"
+    ]
+    assert error("clientConnection: {burst: -1}") == "clientConnection.burst: invalid value -1: must be non-negative"
+    assert error("clientConnection: {qps: fast}").startswith("clientConnection.qps: expected a number")
+    assert error("clientConnection: {qbs: 1}").startswith('clientConnection: unknown field "qbs"')
 
 
 def test_duplicate_yaml_field() -> None:

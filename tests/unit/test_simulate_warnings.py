@@ -8,6 +8,8 @@ import json
 from contextlib import redirect_stdout
 from pathlib import Path
 
+import pytest
+
 from kubus.cli.main import main
 
 NODE = """
@@ -88,3 +90,19 @@ def test_a_host_network_port_blocks_the_same_host_port(tmp_path: Path) -> None:
     assert pods["proxy-1"]["node"] == "n1"
     assert pods["proxy-2"]["node"] is None
     assert "didn't have free ports" in pods["proxy-2"]["message"]
+
+
+def test_configuration_fields_not_honoured_are_said(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A KubeSchedulerConfiguration field kubus accepts without honouring it (leader election,
+    a protobuf content type) is said on stderr, never dropped silently."""
+    config = tmp_path / "sched.yaml"
+    config.write_text(
+        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
+        "leaderElection: {leaderElect: true}\n"
+        "clientConnection: {contentType: application/vnd.kubernetes.protobuf, qps: 100}\n"
+    )
+    run(tmp_path, MANIFESTS, "--config", str(config))
+    err = capsys.readouterr().err
+    assert "warning: config field leaderElection is not honoured: kubus elects" in err
+    assert "warning: config field clientConnection.contentType is not honoured: kubus speaks JSON" in err
+    assert "qps" not in err  # honoured: the watcher's and binders' pace

@@ -30,7 +30,10 @@ Deliberate differences from kube, each stricter or simpler, never silently diffe
 - the queue sort of all profiles is compared after defaulting and expansion (the plugin that
   will actually run, and its args); kube compares the literal `queueSort` sections;
 - a node affinity `matchFields` key other than `metadata.name` is an error;
-- extenders are accepted and ignored (listed in `SchedulerConfiguration.ignored_fields`).
+- extenders, leaderElection and the other fields kubus has no use for are accepted, listed in
+  `SchedulerConfiguration.ignored_fields` and said at start (`ignored_warnings`);
+- ``clientConnection`` paces the watcher and binders (qps, burst) and names their kubeconfig;
+  its content types are not honoured (kubus speaks JSON).
 """
 
 from kubus.api.objects import DEFAULT_SCHEDULER_NAME
@@ -65,10 +68,12 @@ from kubus.framework.config.loading import default_config, load_config
 from kubus.framework.config.model import (
     API_VERSION,
     KIND,
+    ClientConnection,
     ConfigError,
     PluginRef,
     ProfileConfig,
     SchedulerConfiguration,
+    ignored_warnings,
     num_feasible_nodes_to_find,
 )
 from kubus.framework.config.multipoint import MAX_TOTAL_SCORE
@@ -88,6 +93,7 @@ __all__ = [
     "MAX_TOTAL_SCORE",
     "OMITTED_KUBE_DEFAULT_PLUGINS",
     "REMOVED_PLUGINS",
+    "ClientConnection",
     "ConfigError",
     "DecodableArgs",
     "DefaultPreemptionArgs",
@@ -110,6 +116,7 @@ __all__ = [
     "ScoringStrategyType",
     "UtilizationShapePoint",
     "default_config",
+    "ignored_warnings",
     "load_config",
     "num_feasible_nodes_to_find",
 ]

@@ -29,6 +29,7 @@ from kubus.framework.config.defaults import KUBE_IN_TREE_PLUGINS
 from kubus.framework.config.model import (
     API_VERSION,
     KIND,
+    ClientConnection,
     ConfigError,
     PluginRef,
     ProfileConfig,
@@ -238,7 +239,6 @@ _TOP_FIELDS = (
 )
 _IGNORED_TOP_FIELDS = (
     "leaderElection",
-    "clientConnection",
     "enableProfiling",
     "enableContentionProfiling",
     "percentageOfPlacementsToScore",
@@ -366,13 +366,47 @@ def _load(raw: Any, catalog: Mapping[str, PluginInfo], source: str | None) -> Sc
             raise ConfigError(e.problem, source=source, scope=scope, path=e.path) from None
 
     _check_common_queue_sort(profiles, source)
+    try:
+        connection = _client_connection(m.get("clientConnection"), ignored)
+    except FieldError as e:
+        raise ConfigError(e.problem, source=source, path=e.path) from None
     return SchedulerConfiguration(
         profiles=tuple(profiles),
         percentage_of_nodes_to_score=0 if pct is None else pct,
         pod_initial_backoff_seconds=initial,
         pod_max_backoff_seconds=maximum,
         parallelism=parallelism,
+        client_connection=connection,
         ignored_fields=tuple(ignored),
+    )
+
+
+_CLIENT_CONNECTION_FIELDS = ("kubeconfig", "acceptContentTypes", "contentType", "qps", "burst")
+_JSON = "application/json"
+
+
+def _client_connection(raw: object, ignored: list[str]) -> ClientConnection:
+    """``clientConnection``, validated as kube validates it (burst not negative); the content
+    types other than JSON noted in ``ignored`` (kubus speaks JSON)."""
+    m = mapping(raw, "clientConnection")
+    if not m:
+        return ClientConnection()
+    check_fields(m, "clientConnection", _CLIENT_CONNECTION_FIELDS)
+    qps_raw = m.get("qps")
+    if qps_raw is not None and (isinstance(qps_raw, bool) or not isinstance(qps_raw, int | float)):
+        raise FieldError("clientConnection.qps", f"expected a number, got {type_name(qps_raw)}")
+    burst = None if m.get("burst") is None else integer(m["burst"], "clientConnection.burst")
+    if burst is not None and burst < 0:
+        raise FieldError("clientConnection.burst", f"invalid value {burst}: must be non-negative")
+    kubeconfig = None if m.get("kubeconfig") is None else string(m["kubeconfig"], "clientConnection.kubeconfig")
+    content_type = m.get("contentType")
+    if content_type is not None and string(content_type, "clientConnection.contentType") not in ("", _JSON):
+        ignored.append("clientConnection.contentType")
+    accept = m.get("acceptContentTypes")
+    if accept is not None and string(accept, "clientConnection.acceptContentTypes") not in ("", _JSON):
+        ignored.append("clientConnection.acceptContentTypes")
+    return ClientConnection(
+        qps=None if qps_raw is None else float(qps_raw), burst=burst, kubeconfig=kubeconfig or None
     )
 
 

@@ -65,6 +65,33 @@ class ProfileConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class ClientConnection:
+    """``clientConnection``: how kubus's parts that call the Kubernetes API (the watcher and the
+    binders, in cluster mode) connect, as kube-scheduler reads it. ``contentType`` and
+    ``acceptContentTypes`` are not honoured (kubus speaks JSON): set to anything else, they are
+    listed in `SchedulerConfiguration.ignored_fields`."""
+
+    qps: float | None = None
+    """Requests per second each part makes at most (client-go's token bucket); None or 0: the
+    part's own default (200; kube-scheduler's is 50); below 0: no limit (as client-go)."""
+    burst: int | None = None
+    """Requests let through at once before ``qps`` paces them; None or 0: the part's default
+    (400; kube-scheduler's is 100)."""
+    kubeconfig: str | None = None
+    """The kubeconfig file, when no ``--kubeconfig`` is given (then $KUBECONFIG, ~/.kube/config,
+    the in-cluster service account, as kubectl looks)."""
+
+    def pace(
+        self, qps: float | None, burst: int | None, *, default_qps: float, default_burst: int
+    ) -> tuple[float, int]:
+        """(qps, burst) for a client: the flags' ``qps``/``burst`` where given, else these, else
+        the defaults; a negative qps is no limit (0 for `kubus.kubeapi.KubeClient`)."""
+        chosen_qps = qps if qps is not None else self.qps or default_qps
+        chosen_burst = burst if burst is not None else self.burst or default_burst
+        return (0.0 if chosen_qps < 0 else chosen_qps), chosen_burst
+
+
+@dataclass(frozen=True, slots=True)
 class SchedulerConfiguration:
     """A whole KubeSchedulerConfiguration, as kubus uses it."""
 
@@ -79,9 +106,12 @@ class SchedulerConfiguration:
     """Backoff cap, seconds (>= pod_initial_backoff_seconds)."""
     parallelism: int = 16
     """kube's parallelism (> 0). Accepted and stored; kubus's kernels do not use it."""
+    client_connection: ClientConnection = ClientConnection()
+    """``clientConnection``: the watcher's and binders' pace and kubeconfig (cluster mode)."""
     ignored_fields: tuple[str, ...] = ()
     """Fields kube knows that this config sets and kubus accepts without using them
-    (leaderElection, clientConnection, extenders, pluginConfig of plugins kubus lacks...)."""
+    (leaderElection, extenders, clientConnection.contentType, pluginConfig of plugins kubus
+    lacks...): every service says so at start (`ignored_warnings`)."""
 
     @property
     def scheduler_names(self) -> tuple[str, ...]:
@@ -107,3 +137,26 @@ def num_feasible_nodes_to_find(percentage: int | None, num_all_nodes: int) -> in
     if pct == 0:
         pct = max(50 - num_all_nodes // 125, MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND)
     return max(num_all_nodes * pct // 100, MIN_FEASIBLE_NODES_TO_FIND)
+
+
+_WHY_IGNORED = {
+    "leaderElection": "kubus elects each profile's active cycle through its own lease in Redis",
+    "extenders": "kubus calls no scheduler extenders",
+    "enableProfiling": "profile kubus's services with KUBUS_PROFILE_DIR",
+    "enableContentionProfiling": "profile kubus's services with KUBUS_PROFILE_DIR",
+    "delayCacheUntilActive": "every kubus cycle keeps its node table warm",
+    "percentageOfPlacementsToScore": "kubus has no placement scoring (a kube alpha field)",
+    "clientConnection.contentType": "kubus speaks JSON to the Kubernetes API",
+    "clientConnection.acceptContentTypes": "kubus speaks JSON to the Kubernetes API",
+}
+
+
+def ignored_warnings(config: SchedulerConfiguration) -> list[str]:
+    """One line per field of ``config`` that kubus accepts without honouring it (never silent:
+    the services log these at start, `kubus up` and `kubus simulate` print them)."""
+    lines = []
+    for name in config.ignored_fields:
+        key = name.rsplit(".", 1)[-1] if name.startswith("profiles[") else name
+        why = _WHY_IGNORED.get(key, "a plugin kubus does not have" if ".pluginConfig[" in name else "")
+        lines.append(f"config field {name} is not honoured" + (f": {why}" if why else ""))
+    return lines
