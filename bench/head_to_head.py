@@ -24,7 +24,8 @@ off, clientConnection qps 5000 / burst 5000 (scheduler_perf's client; the defaul
 the binding rate), percentageOfNodesToScore unset (kube's adaptive default: 10% at 5,000 nodes).
 kubus: `kubus up --kubeconfig` as a user runs it (embedded NATS and Valkey, a watcher, the queue,
 one cycle for profile "kubus" with kube's default plugins, ``--binders`` binders), the cycle's
-batch size ``--batch-size``. Every node is filtered and scored by kubus (its kernels run over all).
+batch size ``--batch-size``, the same clientConnection qps 5000 / burst 5000 (its watcher's and
+binders' pace). Every node is filtered and scored by kubus (its kernels run over all).
 
 A last check places a few constrained pods on a handful of unequal nodes, one pod at a time,
 with each scheduler, and compares the node each chose per pod (where the scores have one best
@@ -47,13 +48,11 @@ import os
 import re
 import shutil
 import signal
-import ssl
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -242,6 +241,7 @@ class Kubus:
         config = self.workdir / "scheduler-config.yaml"
         config.write_text(
             "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
+            f"clientConnection:\n  qps: {KUBE_QPS}\n  burst: {KUBE_BURST}\n"
             f"profiles:\n- schedulerName: {KUBUS_PROFILE}\n"
         )
         started = time.time()
@@ -357,12 +357,8 @@ async def delete_pods(client: KubeClient, namespaces: Iterable[str], concurrency
 
 def apiserver_requests(server: KubeApiServer) -> Counter[str]:
     """The apiserver's requests so far (apiserver_request_total), counted by "VERB resource[/sub]"."""
-    context = ssl.create_default_context(cafile=str(server.ca_file))
-    request = urllib.request.Request(f"{server.url}/metrics", headers={"Authorization": f"Bearer {server.token}"})
-    with urllib.request.urlopen(request, context=context, timeout=30) as response:
-        text = response.read().decode()
     counts: Counter[str] = Counter()
-    for line in text.splitlines():
+    for line in server.metrics().splitlines():
         if not line.startswith("apiserver_request_total{"):
             continue
         labels = dict(re.findall(r'(\w+)="([^"]*)"', line[: line.rindex("}")]))
@@ -379,7 +375,7 @@ def start_profilers(scheduler: Scheduler, directory: Path) -> list[subprocess.Po
         n: pid for n, pid in scheduler.pids().items() if n not in ("nats-server", "valkey-server", "kube-scheduler")
     }
     return [
-        subprocess.Popen([spy, "record", "--pid", str(pid), "--rate", "100", "--format", "raw", "--nonblocking",
+        subprocess.Popen([spy, "record", "--pid", str(pid), "--rate", "100", "--format", "raw", "--native",
                           "-o", str(directory / f"{name}.txt")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for name, pid in python.items()
     ]  # fmt: skip
@@ -463,6 +459,8 @@ class Run:
     samples_p99: float
     first_bind_after: float
     cpu: dict[str, float]
+    startup_cpu: dict[str, float]
+    """Of ``cpu``, what was spent before the first measured bind (SchedulingBasic: lists, start)."""
     requests: dict[str, int]
     """The apiserver's requests during the phase, by verb and resource (the bench's own among them)."""
     latency_ms: dict[str, float] | None
@@ -531,12 +529,24 @@ async def one_run(
             requests_before = await asyncio.to_thread(apiserver_requests, server)
             await create_pods(client, measured)
         keys = [key_of(p) for p in measured]
+        while not init and not binds.at:
+            await asyncio.sleep(0.05)
+        at_first_bind = cpu_now()
         await wait_bound(binds, keys, args.timeout, "measured pods")
+        # The phase ends once the scheduler has also written its Scheduled events (one per pod,
+        # as kube-scheduler): writes it defers are its work too.
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            written = await asyncio.to_thread(apiserver_requests, server)
+            if written["POST events"] - requests_before["POST events"] >= len(measured):
+                break
+            await asyncio.sleep(0.2)
         after = cpu_now()
         stop_profilers(profilers)
         requests = await asyncio.to_thread(apiserver_requests, server)
         requests.subtract(requests_before)
         cpu = {name: round((end or 0.0) - (before.get(name) or 0.0), 2) for name, end in after.items()}
+        startup = {name: round((at_first_bind.get(name) or 0.0) - (before.get(name) or 0.0), 2) for name in after}
         times = [binds.at[k] for k in keys]
         first_bind = min(binds.at.values()) - started
         rate, samples = throughput(times)
@@ -554,7 +564,7 @@ async def one_run(
             await watching
     await delete_pods(client, sorted(namespaces | {steady_ns}))
     return Run(workload.name, scheduler.label, round_, len(measured), round(rate, 1), q[49], q[89], q[98],
-               round(first_bind, 2), cpu, {k: v for k, v in sorted(requests.items()) if v > 0}, latency,
+               round(first_bind, 2), cpu, startup, {k: v for k, v in sorted(requests.items()) if v > 0}, latency,
                problems)  # fmt: skip
 
 
@@ -763,6 +773,7 @@ def summarize(runs: list[Run]) -> list[dict[str, Any]]:
                 row[f"{label}_control_plane_cpu_ms_per_pod"] = round(r.control_plane_ms, 3)
                 row[f"{label}_ok"] = not r.problems
                 row[f"{label}_cpu_s"] = r.cpu
+                row[f"{label}_startup_cpu_s"] = r.startup_cpu
                 row[f"{label}_requests_per_pod"] = {k: round(v / r.pods, 3) for k, v in r.requests.items()}
         if kube and kubus:
             row["ratio"] = round(kubus.pods_per_second / kube.pods_per_second, 2)
@@ -790,13 +801,15 @@ def print_tables(result: dict[str, Any]) -> None:
               f"{get('kubus_control_plane_cpu_ms_per_pod', '{:.2f}')} ({get('control_plane_cpu_ratio', '{:.2f}x')}) | "
               f"{get('kube_ok')} / {get('kubus_ok')} |")  # fmt: skip
     print("\nCPU seconds per process (the best run of each):")
-    print("| workload | scheduler | " + " | ".join(["process", "CPU s", "ms/pod"]) + " |")
-    print("|---|---|---|---|---|")
+    print("| workload | scheduler | process | CPU s | of which before the first bind | ms/pod |")
+    print("|---|---|---|---|---|---|")
     for row in result["summary"]:
         for label in ("kube", "kubus"):
             pods = next((r["pods"] for r in result["runs"] if r["workload"] == row["workload"]), 1)
+            startup = row.get(f"{label}_startup_cpu_s") or {}
             for name, seconds in sorted((row.get(f"{label}_cpu_s") or {}).items(), key=lambda kv: -kv[1]):
-                print(f"| {row['workload']} | {label} | {name} | {seconds:.2f} | {1000 * seconds / pods:.3f} |")
+                print(f"| {row['workload']} | {label} | {name} | {seconds:.2f} | {startup.get(name, 0):.2f} | "
+                      f"{1000 * seconds / pods:.3f} |")
     print("\napiserver requests per measured pod (the best run of each; the bench's own creates and watch among them):")
     print("| workload | request | kube-scheduler | kubus |")
     print("|---|---|---|---|")

@@ -447,7 +447,7 @@ class Intake(NodePlacement):
             self.log.warning("pod field not honoured", pod=key, uid=uid, field=line)
             await self._pod_event(uid, EventType.WARNING, "FieldNotHonoured", line, "queue")
         if pod.spec.node_name:
-            self.log.info("pod accepted for its node", pod=key, uid=uid, node=pod.spec.node_name)
+            self.log.debug("pod accepted for its node", pod=key, uid=uid, node=pod.spec.node_name)
             await self._place_on_node(record, pod)
             return self._pod_announcement(EventKind.POD_ACCEPTED, record)
         queue = self.queues.get(profile)
@@ -461,7 +461,8 @@ class Intake(NodePlacement):
             )
             return None
         where = queue.add(pod, manifest)
-        self.log.info("pod accepted", pod=key, uid=uid, profile=profile, queue=where)
+        # One line per pod: debug, as kube-scheduler logs each pod only at -v=3 and above.
+        self.log.debug("pod accepted", pod=key, uid=uid, profile=profile, queue=where)
         return self._pod_announcement(EventKind.POD_ACCEPTED, record)
 
     def _pending_reason(self, pod: Pod) -> tuple[str, str]:

@@ -14,10 +14,11 @@ from nats.js import JetStreamContext
 
 from kubus.api.errors import ManifestError
 from kubus.api.manifests import parse_node
+from kubus.api.objects import Node
 from kubus.bus import EventKind, announcements, publish_durable_many
 from kubus.bus.connection import Publication
 from kubus.service import StructuredLogger, Throttle
-from kubus.store import ClusterState
+from kubus.store import ClusterState, PutNodeResult
 
 __all__ = ["NodeMirror"]
 
@@ -47,12 +48,11 @@ class NodeMirror:
     async def replace(self, objects: Sequence[Mapping[str, Any]]) -> None:
         """Every node the apiserver has now: each put; the store's other nodes deleted (gone
         while nobody watched). Idempotent."""
-        seen: set[str] = set()
         announce: list[Publication] = []
-        for obj in objects:
-            name = await self._put(obj, announce)
-            if name:
-                seen.add(name)
+        nodes = [node for node in map(self._read, objects) if node is not None]
+        for node, result in zip(nodes, await self.store.put_nodes(nodes), strict=True):
+            self._changed(node.name, result, announce)
+        seen = {node.name for node in nodes}
         for name in sorted(set(await self.store.node_names()) - seen):
             await self._delete(name, announce)
         self.names = seen
@@ -88,21 +88,28 @@ class NodeMirror:
             await self.store.heartbeat_many(names)
 
     async def _put(self, obj: Mapping[str, Any], announce: list[Publication]) -> str:
+        node = self._read(obj)
+        if node is None:
+            return ""
+        self._changed(node.name, await self.store.put_node(node), announce)
+        return node.name
+
+    def _read(self, obj: Mapping[str, Any]) -> Node | None:
         try:
-            node = parse_node(obj, source=APISERVER)
+            return parse_node(obj, source=APISERVER)
         except ManifestError as exc:
             # Never silent, never a stopped watch: the node is left out (its pods still count
             # on it once it reads), and said at most once a minute.
             if (dropped := self._unreadable.allow()) is not None:
                 self.log.warning("node unreadable, left out", error=str(exc), unlogged_before=dropped)
-            return ""
-        result = await self.store.put_node(node)
+            return None
+
+    def _changed(self, name: str, result: PutNodeResult, announce: list[Publication]) -> None:
         if result.changed:
             kind = EventKind.NODE_ADDED if result.generation == 1 else EventKind.NODE_UPDATED
             announce.append(
-                announcements.node_event(kind, node.name, result.generation, at=self.clock(), nonce=uuid.uuid4().hex)
+                announcements.node_event(kind, name, result.generation, at=self.clock(), nonce=uuid.uuid4().hex)
             )
-        return node.name
 
     async def _delete(self, name: str, announce: list[Publication]) -> None:
         held = await self.store.delete_node(name)

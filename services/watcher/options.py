@@ -25,8 +25,12 @@ class WatcherOptions:
     resumed from its resourceVersion (client-go: 5-10 min)."""
     submit_batch: int = 256
     """Pods submitted to the queue in one round trip at most (an initial list of 10,000 pods)."""
-    status_batch: int = 64
-    """Cluster events turned into apiserver writes at a time (FailedScheduling, Scheduled)."""
+    status_batch: int = 256
+    """Cluster events fetched at a time to turn into apiserver writes (FailedScheduling,
+    Scheduled); at most twice as many are taken and not yet written."""
+    status_writes: int = 64
+    """Writers of those, each owning the pods that hash to it (one pod's writes in order), each
+    with a connection of its own to the apiserver."""
     event_series_window: float = 360.0
     """A repeated event (same pod, reason and note) within this many seconds of the last is
     counted in the first one's series (events.k8s.io/v1 series, as kube's recorder: 6 minutes)."""
@@ -35,6 +39,6 @@ class WatcherOptions:
         for name in ("heartbeat_interval", "qps", "watch_timeout", "event_series_window"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"watcher option {name}: must be positive, got {getattr(self, name)!r}")
-        for name in ("burst", "submit_batch", "status_batch"):
+        for name in ("burst", "submit_batch", "status_batch", "status_writes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"watcher option {name}: must be at least 1, got {getattr(self, name)!r}")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
@@ -37,6 +38,7 @@ from kubus.bus import (
     redelivery_delay,
 )
 from kubus.bus.consumers import deliveries
+from kubus.bus.messages import ClusterEvent
 from kubus.errors import KubusError
 from kubus.framework.config import SchedulerConfiguration
 from kubus.kubeapi import (
@@ -64,6 +66,9 @@ from kubus.watcher.pods import PodMirror
 from kubus.watcher.status import WATCHED_KINDS, StatusWriter
 
 __all__ = ["WatcherService", "WatcherStartError"]
+
+_STATUS_DRAIN = 5.0
+"""Seconds a stopping watcher gives the status writes it has taken (the rest are redelivered)."""
 
 _STATUS_FAILURES = 5
 """Failed tries of one event's apiserver writes (not outages) before it is given up, said."""
@@ -116,7 +121,7 @@ class WatcherService(Service):
     async def on_start(self) -> None:
         assert self.nc is not None and self.js is not None and self.redis is not None
         o = self.options
-        self.client = KubeClient(self.kube, qps=o.qps, burst=o.burst)
+        self.client = KubeClient(self.kube, qps=o.qps, burst=o.burst, write_lanes=o.status_writes)
         missing = await self._check_access(self.client)
         store = ClusterState(self.redis)
         self.nodes = NodeMirror(store=store, js=self.js, log=self.log)
@@ -226,20 +231,46 @@ class WatcherService(Service):
                 self.log.warning("heartbeat failed", error=repr(exc))
 
     async def _status_loop(self, consumer: PullConsumer, status: StatusWriter) -> None:
+        """Fetch cluster events and hand each to one of `WatcherOptions.status_writes` writers by
+        its pod: one pod's events are written (and acked) in their order, different pods' at
+        once, and fetching goes on while writes are out (up to twice `status_batch` taken)."""
         faults = MessageFaults(_STATUS_FAILURES)
+        writers = self.options.status_writes
+        queues: list[asyncio.Queue[tuple[Msg, ClusterEvent | None]]] = [asyncio.Queue() for _ in range(writers)]
+        room = asyncio.Semaphore(2 * self.options.status_batch)
+
+        async def writer(queue: asyncio.Queue[tuple[Msg, ClusterEvent | None]]) -> None:
+            while True:
+                msg, event = await queue.get()
+                try:
+                    error = None if event is None else await status.write_one(event)
+                    await self._settle_status(msg, error, faults)
+                finally:
+                    room.release()
+                    queue.task_done()
+
+        tasks = [asyncio.create_task(writer(q), name=f"{self.name}: status writer {i}") for i, q in enumerate(queues)]
         loop = asyncio.get_running_loop()
         reassert_at = loop.time() + _REASSERT_CONSUMER
-        while not self.stopping.is_set():
-            if loop.time() >= reassert_at and consumer.config is not None:
-                # Its config back, should a client have rewritten it (docs/security.md).
-                reassert_at = loop.time() + _REASSERT_CONSUMER
-                with contextlib.suppress(*TRANSIENT_ERRORS):
-                    await put_consumer(self.jetstream(), consumer.stream, consumer.config)
-            msgs = await self.fetch(consumer, self.options.status_batch, timeout=1.0)
-            if not msgs:
-                continue
-            for msg, error in zip(msgs, await status.handle(msgs), strict=True):
-                await self._settle_status(msg, error, faults)
+        try:
+            while not self.stopping.is_set():
+                if loop.time() >= reassert_at and consumer.config is not None:
+                    # Its config back, should a client have rewritten it (docs/security.md).
+                    reassert_at = loop.time() + _REASSERT_CONSUMER
+                    with contextlib.suppress(*TRANSIENT_ERRORS):
+                        await put_consumer(self.jetstream(), consumer.stream, consumer.config)
+                for msg in await self.fetch(consumer, self.options.status_batch, timeout=1.0):
+                    await room.acquire()
+                    event = status.read(msg)
+                    pod = event.name if event is not None else ""
+                    queues[zlib.crc32(pod.encode()) % writers].put_nowait((msg, event))
+            # Stopping: what was taken is written and acked (not left to redeliver), briefly.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.gather(*(q.join() for q in queues)), _STATUS_DRAIN)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _settle_status(self, msg: Msg, error: Exception | None, faults: MessageFaults) -> None:
         with contextlib.suppress(Exception):  # an ack that does not arrive: redelivered, idempotent enough

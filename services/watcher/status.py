@@ -21,11 +21,10 @@ deleted and made again under its name is left alone); a pod that is gone is no e
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -77,7 +76,6 @@ class StatusWriter:
         log: StructuredLogger,
         instance: str,
         series_window: float = 360.0,
-        concurrency: int = 32,
         on_bound: Callable[[str, str], None] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -86,38 +84,29 @@ class StatusWriter:
         self.instance = instance
         """reportingInstance of the events (kube: "<scheduler name>-<host>")."""
         self.series_window = series_window
-        self.concurrency = concurrency
-        """Pods whose events are written at once (one request each in flight)."""
         self.clock = clock
         self._series: OrderedDict[tuple[str, str, str], _Series] = OrderedDict()
         self._failures = Throttle(30.0)
         self.on_bound = on_bound
         """Told (uid, node) of every ``pod.bound`` (a binder recorded that binding)."""
 
-    async def handle(self, msgs: Sequence[Msg]) -> list[Exception | None]:
-        """Write what each event says; per message None when done (or nothing to do, or
-        garbage, which is said), else the error to retry it for. One pod's events are written
-        in their order, different pods' at once (up to `concurrency` writes in flight)."""
-        out: list[Exception | None] = [None] * len(msgs)
-        by_pod: dict[str, list[tuple[int, ClusterEvent]]] = {}
-        for index, msg in enumerate(msgs):
-            try:
-                event = decode(ClusterEvent, msg.data)
-            except MessageError as exc:
-                self.log.warning("cluster event unreadable", subject=msg.subject, error=str(exc))
-                continue
-            by_pod.setdefault(event.name, []).append((index, event))
-        slots = asyncio.Semaphore(self.concurrency)
+    def read(self, msg: Msg) -> ClusterEvent | None:
+        """The cluster event ``msg`` carries (None for garbage, which is said). A ``pod.bound``
+        is passed to ``on_bound`` now, before any write: the pod mirror waits for that word."""
+        try:
+            event = decode(ClusterEvent, msg.data)
+        except MessageError as exc:
+            self.log.warning("cluster event unreadable", subject=msg.subject, error=str(exc))
+            return None
+        if event.kind == EventKind.POD_BOUND.value and event.node and self.on_bound is not None:
+            uid = event.data.uid if isinstance(event.data, PodChange) else ""
+            if uid:
+                self.on_bound(uid, event.node)
+        return event
 
-        async def one_pod(events: list[tuple[int, ClusterEvent]]) -> None:
-            async with slots:
-                for index, event in events:
-                    out[index] = await self._write_one(event)
-
-        await asyncio.gather(*map(one_pod, by_pod.values()))
-        return out
-
-    async def _write_one(self, event: ClusterEvent) -> Exception | None:
+    async def write_one(self, event: ClusterEvent) -> Exception | None:
+        """`write`, its failure returned: None when done (or the pod is gone), else the error to
+        retry the event for."""
         try:
             await self.write(event)
         except KubeAPIError as exc:
@@ -140,8 +129,6 @@ class StatusWriter:
             await self._condition(namespace, name, uid, "PodScheduled", "False", reason, event.message)
             await self._event(namespace, name, uid, "Warning", "FailedScheduling", event.message, profile)
         elif kind is EventKind.POD_BOUND and event.node:
-            if self.on_bound is not None:
-                self.on_bound(uid, event.node)
             note = f"Successfully assigned {namespace}/{name} to {event.node}"
             await self._event(namespace, name, uid, "Normal", "Scheduled", note, profile)
         elif kind is EventKind.POD_DELETED and event.reason == "Preempted":

@@ -22,8 +22,14 @@ _BIND_CHUNK = 128
 """Pods per BIND_MANY script call (bounds how long one call holds Redis)."""
 
 
+_CODES: dict[Any, StoreCode] = {**{c.value: c for c in StoreCode}, **{c.value.encode(): c for c in StoreCode}}
+"""A script's reply code as Redis returns it (bytes, or text where the client decodes): a dict
+look-up, not an enum call per reply (thousands a heartbeat)."""
+
+
 def _code(reply: Any) -> StoreCode:
-    return StoreCode(text(reply))
+    code = _CODES.get(reply)
+    return code if code is not None else StoreCode(text(reply))
 
 
 class StoreCore:

@@ -81,6 +81,10 @@ class NodeUsage:
     """(protocol, port, hostIP) -> reservations using it."""
 
 
+def _put_node_result(reply: list[Any]) -> PutNodeResult:
+    return PutNodeResult(changed=_code(reply[0]) is StoreCode.OK, generation=int(text(reply[1])))
+
+
 def _heartbeat_result(reply: list[Any]) -> HeartbeatResult:
     if _code(reply[0]) is StoreCode.NOT_FOUND:
         return HeartbeatResult(found=False)
@@ -93,18 +97,29 @@ class NodeStore(StoreCore):
     async def put_node(self, node: Node, manifest: bytes | None = None) -> PutNodeResult:
         """Add or replace a node (its reservations and heartbeat stay). Atomic; idempotent: a
         node stored exactly like this already is left alone (changed=False)."""
+        name, args = self._put_node_args(node, manifest)
+        return _put_node_result(await self._run(self.scripts.put_node, self._node_keys(name), args))
+
+    async def put_nodes(self, nodes: Sequence[Node]) -> list[PutNodeResult]:
+        """`put_node` for many nodes, pipelined (a watcher's first list of thousands): each put
+        atomic, the batch not. Results in the order of ``nodes``."""
+        out: list[PutNodeResult] = []
+        for start in range(0, len(nodes), _BATCH):
+            pipe = self.redis.pipeline(transaction=False)
+            for node in nodes[start : start + _BATCH]:
+                name, args = self._put_node_args(node, None)
+                await self.scripts.put_node(keys=self._node_keys(name), args=args, client=pipe)
+            out += [_put_node_result(list(reply)) for reply in await pipe.execute()]
+        return out
+
+    def _put_node_args(self, node: Node, manifest: bytes | None) -> tuple[str, list[Any]]:
         record = NodeRecord.of(node, manifest)
         shape = {
             "alloc": [[r, min(q, _MAX_LUA_INT)] for r, q in sorted(record.allocatable.items())],
             "gpus": [[min(g.memory, _MAX_LUA_INT), g.healthy, g.model] for g in record.gpus],
             "unreachable": record.unreachable,
         }
-        reply = await self._run(
-            self.scripts.put_node,
-            self._node_keys(record.name),
-            [record.name, record.encode_static(), manifest or b"", codec.dumps(shape)],
-        )
-        return PutNodeResult(changed=_code(reply[0]) is StoreCode.OK, generation=int(text(reply[1])))
+        return record.name, [record.name, record.encode_static(), manifest or b"", codec.dumps(shape)]
 
     async def get_node(self, name: str) -> NodeRecord | None:
         raw = hash_fields(await self.redis.hmget(self.keys.node_info(name), NodeRecord.HASH_FIELDS))

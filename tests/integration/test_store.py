@@ -157,6 +157,20 @@ async def test_nodes_put_get_list_delete(state: ClusterState) -> None:
     assert await check_invariants(state) == []
 
 
+async def test_nodes_put_in_a_batch_as_one_by_one(state: ClusterState) -> None:
+    """put_nodes (a watcher's first list): the results and records of put_node, in order,
+    across pipeline chunks."""
+    nodes = [make_node(f"b{i:04d}", cpu=str(2 + i % 3)) for i in range(1203)]
+    results = await state.put_nodes(nodes)
+    assert [(r.changed, r.generation) for r in results] == [(True, 1)] * len(nodes)
+    again = await state.put_nodes([*nodes[:2], make_node("b0002", cpu="64")])
+    assert [(r.changed, r.generation) for r in again] == [(False, 1), (False, 1), (True, 2)]
+    got = await state.get_node("b0002")
+    assert got is not None and got.to_node() == make_node("b0002", cpu="64")
+    assert len(await state.node_names()) == len(nodes)
+    assert await check_invariants(state) == []
+
+
 async def test_odd_names_work_end_to_end(state: ClusterState) -> None:
     # Kubernetes would reject these names; the store must still keep them apart.
     node = make_node("n1")
