@@ -352,6 +352,8 @@ class Service:
         self._ensure_streams = streams
         self._state = ServiceState.NEW
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._short_fetches: dict[int, float] = {}
+        """Per pull subscription (its id), when its last fetch came back short (`fetch` pace)."""
         self._group: asyncio.TaskGroup | None = None
         self._supervisor: asyncio.Task[None] | None = None
         self._release_roots = asyncio.Event()
@@ -392,13 +394,31 @@ class Service:
         self._tasks[name] = task
         return task
 
-    async def fetch(self, subscription: Any, batch: int, timeout: float) -> list[Any]:
+    async def fetch(self, subscription: Any, batch: int, timeout: float, *, pace: float = 0.0) -> list[Any]:
         """The next batch of up to ``batch`` messages from a JetStream pull ``subscription``;
         [] after ``timeout`` seconds with none, on a passing NATS error (logged, after a short
-        pause) or as soon as the service stops. Waits first while an `outage` is noted."""
+        pause) or as soon as the service stops. Waits first while an `outage` is noted.
+
+        ``pace``: after a fetch that came back short (nothing more was waiting), the next one
+        starts no sooner than ``pace`` seconds later, so what trickles in meanwhile comes as one
+        batch rather than a message a fetch (at 200 pods/s, 10 ms make batches of two or three,
+        and every cost per batch falls by as much); after a full batch it starts at once."""
         await self.outage.pause(self.stopping)
+        if pace > 0 and (short := self._short_fetches.get(id(subscription))) is not None:
+            wait = short + pace - asyncio.get_running_loop().time()
+            if wait > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.stopping.wait(), wait)
         if self.stopping.is_set():
             return []
+        messages = await self._fetch(subscription, batch, timeout)
+        if len(messages) < batch:
+            self._short_fetches[id(subscription)] = asyncio.get_running_loop().time()
+        else:
+            self._short_fetches.pop(id(subscription), None)
+        return messages
+
+    async def _fetch(self, subscription: Any, batch: int, timeout: float) -> list[Any]:
         fetch = asyncio.ensure_future(subscription.fetch(batch, timeout=timeout))
         stop = asyncio.ensure_future(self.stopping.wait())
         try:

@@ -220,6 +220,9 @@ class BinderOptions:
     """Fetched batches handled at once at most (a batch waiting on Permit keeps its slot)."""
     fetch_timeout: float = 1.0
     """Seconds one fetch waits for requests (how quickly an idle binder notices stop)."""
+    fetch_pace: float = 0.01
+    """Seconds between a fetch that came back short and the next (`kubus.service.Service.fetch`):
+    requests trickling in are bound, stored and announced as one batch."""
     durable: str = "kubus-binder"
     """Name of the durable consumer every replica shares."""
 
@@ -227,6 +230,8 @@ class BinderOptions:
         for name in ("permit_timeout", "ack_wait", "fetch_timeout"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}: must be a positive number of seconds, got {getattr(self, name)!r}")
+        if not 0 <= self.fetch_pace <= 1:
+            raise ValueError(f"fetch_pace: must be 0 to 1 second, got {self.fetch_pace!r}")
         if self.max_failures < 1:
             raise ValueError(f"max_failures: must be at least 1, got {self.max_failures}")
         if self.batch < 1 or self.batches_in_flight < 1:
@@ -314,7 +319,9 @@ class BinderService(Service):
         in_flight: set[asyncio.Task[list[BindResult | None]]] = set()
         try:
             while not self.stopping.is_set():
-                messages = await self.fetch(subscription, self.options.batch, self.options.fetch_timeout)
+                messages = await self.fetch(
+                    subscription, self.options.batch, self.options.fetch_timeout, pace=self.options.fetch_pace
+                )
                 if messages:
                     task = asyncio.ensure_future(self.handle_batch(messages))
                     in_flight.add(task)

@@ -213,7 +213,7 @@ class Intake(NodePlacement):
     async def _consume_pods(self) -> None:
         sub = self._pods_sub
         while not self.stopping.is_set():
-            msgs = await self.fetch(sub, self.options.fetch_batch, timeout=1.0)
+            msgs = await self.fetch(sub, self.options.fetch_batch, timeout=1.0, pace=self.options.fetch_pace)
             if not msgs:
                 continue
             self._consumer_idle.clear()

@@ -44,6 +44,9 @@ class QueueOptions:
     fetch_batch: int = 256
     """Messages fetched from KUBUS_PODS at a time (the submits among them are stored with one
     Redis round trip and announced with one JetStream round trip)."""
+    fetch_pace: float = 0.01
+    """Seconds between a fetch from KUBUS_PODS that came back short and the next, so pods
+    submitted one at a time (a watcher following the apiserver) are stored as a batch."""
     max_failures: int = 5
     """Failed tries of one KUBUS_PODS message at most; the last rejects it. A try that failed
     because NATS or Redis was away (`kubus.service.is_transient`) is not counted: an
@@ -77,6 +80,8 @@ class QueueOptions:
             if not getattr(self, name) > 0:
                 value = getattr(self, name)
                 raise ValueError(f"queue option {name}: must be a positive number of seconds, got {value!r}")
+        if not 0 <= self.fetch_pace <= 1:
+            raise ValueError(f"queue option fetch_pace: must be 0 to 1 second, got {self.fetch_pace!r}")
         if self.fetch_batch < 1 or self.max_failures < 1 or self.max_pop < 1 or self.max_manifest_bytes < 1024:
             raise ValueError(
                 "queue options fetch_batch, max_failures, max_pop must be >= 1, max_manifest_bytes >= 1024"

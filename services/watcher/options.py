@@ -28,6 +28,9 @@ class WatcherOptions:
     status_batch: int = 256
     """Cluster events fetched at a time to turn into apiserver writes (FailedScheduling,
     Scheduled); at most twice as many are taken and not yet written."""
+    status_pace: float = 0.02
+    """Seconds between a fetch of cluster events that came back short and the next (events
+    trickling in are taken together; none of them holds up a binding)."""
     status_writes: int = 64
     """Writers of those, each owning the pods that hash to it (one pod's writes in order), each
     with a connection of its own to the apiserver."""
@@ -39,6 +42,8 @@ class WatcherOptions:
         for name in ("heartbeat_interval", "qps", "watch_timeout", "event_series_window"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"watcher option {name}: must be positive, got {getattr(self, name)!r}")
+        if not 0 <= self.status_pace <= 1:
+            raise ValueError(f"watcher option status_pace: must be 0 to 1 second, got {self.status_pace!r}")
         for name in ("burst", "submit_batch", "status_batch", "status_writes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"watcher option {name}: must be at least 1, got {getattr(self, name)!r}")

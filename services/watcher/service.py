@@ -259,7 +259,8 @@ class WatcherService(Service):
                     reassert_at = loop.time() + _REASSERT_CONSUMER
                     with contextlib.suppress(*TRANSIENT_ERRORS):
                         await put_consumer(self.jetstream(), consumer.stream, consumer.config)
-                for msg in await self.fetch(consumer, self.options.status_batch, timeout=1.0):
+                msgs = await self.fetch(consumer, self.options.status_batch, timeout=1.0, pace=self.options.status_pace)
+                for msg in msgs:
                     await room.acquire()
                     event = status.read(msg)
                     pod = event.name if event is not None else ""

@@ -23,6 +23,7 @@ from kubus.bus import (
     publish_durable_many,
 )
 from kubus.bus.pull import _status_error
+from kubus.service import Service
 
 DURABLE = "test-binder"
 
@@ -130,3 +131,34 @@ async def test_bad_arguments_are_refused(nats: NATS) -> None:
 def test_a_status_reply_becomes_an_api_error(headers: dict[str, str], kind: type[APIError], code: int | None) -> None:
     error = _status_error(Msg(None, subject="_INBOX.x", headers=headers))  # type: ignore[arg-type]
     assert type(error) is kind and error.code == code
+
+
+async def test_a_paced_fetch_after_a_short_one_takes_what_trickled_in_as_one_batch(
+    nats: NATS, js: JetStreamContext
+) -> None:
+    """Service.fetch's pace: after a fetch that came back short, the next waits out the pace,
+    so messages published one at a time meanwhile come as one batch; after a full one it does
+    not wait."""
+    consumer = await _consumer(nats, js)
+    service = Service("pacer")
+    await _publish(js, "first")
+    assert [m.data for m in await service.fetch(consumer, 8, timeout=5, pace=1.0)] == [b"first"]
+
+    async def trickle() -> None:
+        for i in range(4):
+            await _publish(js, f"t{i}")
+            await asyncio.sleep(0.05)
+
+    publishing = asyncio.create_task(trickle())
+    batch = await service.fetch(consumer, 8, timeout=5, pace=1.0)
+    await publishing
+    assert [m.data for m in batch] == [f"t{i}".encode() for i in range(4)], "one batch, not one message"
+    await _publish(js, *(f"f{i}" for i in range(3)))
+    full = await service.fetch(consumer, 2, timeout=5, pace=1.0)
+    began = time.monotonic()
+    rest = await service.fetch(consumer, 2, timeout=5, pace=1.0)
+    assert len(full) == 2 and [m.data for m in rest] == [b"f2"]
+    assert time.monotonic() - began < 0.9, "after a full batch the next fetch does not wait"
+    for msg in [*batch, *full, *rest]:
+        await msg.ack()
+    await consumer.unsubscribe()
