@@ -20,8 +20,8 @@ POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 """The label that puts a pod in a group of its namespace."""
 
 DEFAULT_SCHEDULE_TIMEOUT = 60
-"""Seconds members wait at Permit when the group names no scheduleTimeoutSeconds
-(scheduler-plugins' permitWaitingTimeSeconds default)."""
+"""Seconds members wait at Permit when the group names no scheduleTimeoutSeconds and
+Coscheduling's args no permitWaitingTimeSeconds (scheduler-plugins' default and DefaultWaitTime)."""
 
 
 @dataclass(frozen=True, slots=True)

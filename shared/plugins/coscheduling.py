@@ -9,14 +9,20 @@ namespace; the group's ``minMember`` pods are placed together or not at all:
   than ``minMember`` pods, or whose ``minResources`` the cluster's free room cannot hold.
 - Permit makes members wait, holding their nodes, until ``minMember`` of them are placed
   (assigned + waiting + this one); the last one allows them all. The wait ends after the
-  group's ``scheduleTimeoutSeconds`` (default `DEFAULT_SCHEDULE_TIMEOUT`).
+  group's ``scheduleTimeoutSeconds``, else the args' ``permitWaitingTimeSeconds`` (default
+  60; 0 also means 60, as in scheduler-plugins).
 - PostFilter (a member found no node) and Unreserve (a member failed after Reserve) reject the
   group's members that hold room: the waiting ones, and the ones reserved earlier in the same
   batch, which the cycle brings to Permit only after the batch (their Permit refuses them). A
   gang never binds partially, and one that cannot fit gives its room back in the batch that
   found it out. In PostFilter, when gangs created later hold room, their members are rejected
   instead (kubus: the room goes to the gang created first, so two gangs that fit alone but not
-  together cannot fail each other in turn).
+  together cannot fail each other in turn). While the members a group still lacks are at most
+  ``podGroupRejectPercentage`` (default 10) of ``minMember``, PostFilter rejects nothing.
+- With ``podGroupBackoffSeconds`` > 0, a group PostFilter rejected that has at least
+  ``minMember`` pods is backed off: PreFilter refuses its members (``podGroup <key> failed
+  recently``, unresolvable) for that long. They come back, as in scheduler-plugins, on the next
+  cluster event Coscheduling registers or the unschedulable timeout.
 
 Pods in no group pass every point untouched. The plugin is not in kube's default profile: a
 profile enables it (``multiPoint``) and disables PrioritySort, as scheduler-plugins' configs do.
@@ -24,17 +30,25 @@ profile enables it (``multiPoint``) and disables PrioritySort, as scheduler-plug
 Permit's ActivateSiblings is the queue's: a member's RESERVED outcome moves its siblings to the
 activeQ (`SchedulingQueue.activate_siblings`).
 
-Differences from scheduler-plugins: no PodGroup status updates and no group backoff
-(``podGroupBackoffSeconds``); a new sibling pod is not a cluster event in kubus, so a member
-PreFilter rejected for lack of siblings retries on capacity events or the unschedulable timeout.
+Args: `CoschedulingArgs` (``pluginConfig: [{name: Coscheduling, args:
+{permitWaitingTimeSeconds: 10}}]``).
+
+Differences from scheduler-plugins: no PodGroup status updates; a new sibling pod is not a
+cluster event in kubus, so a member PreFilter rejected for lack of siblings retries on capacity
+events or the unschedulable timeout. The backoff lives in the memory of the cycle that holds the
+profile, as scheduler-plugins' lives in the scheduler's: a new cycle (restart, failover) starts
+with none.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar
 
 from kubus.api.objects import Pod
 from kubus.api.podgroups import DEFAULT_SCHEDULE_TIMEOUT, PodGroup, pod_group_key
+from kubus.framework.config.args import CoschedulingArgs
 from kubus.framework.cycle_state import CycleState
 from kubus.framework.interface import FilterDiagnosis, PostFilterResult, WaitingPod
 from kubus.framework.podgroups import PodGroups
@@ -62,9 +76,22 @@ class Coscheduling:
     the waiting pods, and the pod groups through ``handle.pod_groups``."""
 
     name: ClassVar[str] = "Coscheduling"
+    args_type: ClassVar[type] = CoschedulingArgs
 
-    def __init__(self, args: object = None, handle: WaitingPods | None = None) -> None:
+    def __init__(
+        self,
+        args: CoschedulingArgs | None = None,
+        handle: WaitingPods | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """``args``: a `CoschedulingArgs` (None: scheduler-plugins' defaults). ``clock``: seconds,
+        for the group backoff."""
+        self.args = args if args is not None else CoschedulingArgs()
         self.handle = handle if handle is not None else WaitingPods()
+        self._clock = clock
+        self._backed_off: dict[str, float] = {}
+        """Group key -> when its backoff ends (``clock`` seconds)."""
 
     # -- reading the handle ----------------------------------------------------------------------
 
@@ -96,6 +123,20 @@ class Coscheduling:
                 out.add(other_key)
         return sorted(out)
 
+    def backed_off(self, key: str) -> bool:
+        """Whether the group ``key`` is in its backoff now (forgets the backoffs that ended)."""
+        now = self._clock()
+        for other in [k for k, until in self._backed_off.items() if until <= now]:
+            del self._backed_off[other]
+        return key in self._backed_off
+
+    def _back_off(self, key: str, group: PodGroup) -> None:
+        """scheduler-plugins' BackoffPodGroup, when the args ask for it and the group has the
+        pods to form it (a group short of pods is PreFilter's business)."""
+        backoff = self.args.pod_group_backoff_seconds
+        if backoff > 0 and self._groups.members(key) >= group.min_member:
+            self._backed_off[key] = self._clock() + backoff
+
     def _reject_held(self, key: str, message: str) -> None:
         """Reject the group's members that hold room: the waiting ones now, the reserved ones at
         their Permit."""
@@ -126,6 +167,8 @@ class Coscheduling:
             return None, Status.success()
         if group is None:
             return None, Status.unschedulable(f"PodGroup {key} not found", resolvable=False)
+        if self._backed_off and self.backed_off(key):
+            return None, Status.unschedulable(f"podGroup {key} failed recently", resolvable=False)
         members = self._groups.members(key)
         if members < group.min_member:
             return None, Status.unschedulable(
@@ -152,8 +195,9 @@ class Coscheduling:
         if placed >= group.min_member:
             # Enough members are placed: the group does not need this one.
             return PostFilterResult(Status.unschedulable())
-        if (group.min_member - placed) / group.min_member <= 0.1:
-            # A gap of at most 10%: later members may still close it, let the others wait.
+        if (group.min_member - placed) * 100 <= self.args.pod_group_reject_percentage * group.min_member:
+            # A small gap (default at most 10%): later members may still close it, let the others
+            # wait.
             return PostFilterResult(Status.unschedulable())
         younger = self._younger_holding_groups(key, group)
         if younger:
@@ -169,6 +213,7 @@ class Coscheduling:
         # If this member cannot be placed, its siblings very likely cannot either: give back the
         # room the waiting ones hold now rather than at their timeout.
         self._reject_held(key, "optimistic rejection in PostFilter")
+        self._back_off(key, group)
         message = f"PodGroup {key} gets rejected due to Pod {pod.name} is unschedulable even after PostFilter"
         return PostFilterResult(Status.unschedulable(message))
 
@@ -207,7 +252,9 @@ class Coscheduling:
             for member in waiting:
                 member.allow(self.name)
             return Status.success(), 0.0
-        timeout = group.schedule_timeout_seconds or DEFAULT_SCHEDULE_TIMEOUT
+        timeout = group.schedule_timeout_seconds
+        if timeout is None:
+            timeout = self.args.permit_waiting_time_seconds or DEFAULT_SCHEDULE_TIMEOUT
         return Status.wait(f"waiting for PodGroup {key} to have {group.min_member} members"), float(timeout)
 
     # -- requeueing ------------------------------------------------------------------------------

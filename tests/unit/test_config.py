@@ -51,6 +51,7 @@ from kubus.framework.config import (
 )
 from kubus.framework.config.multipoint import Entry, PluginSet, merge_plugin_set
 from kubus.framework.registry import PluginSpec, Registry
+from kubus.plugins import in_tree_registry
 
 EP = ExtensionPoint
 HEADER = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
@@ -1128,8 +1129,19 @@ def test_plugin_config_kind_must_match() -> None:
 def test_plugin_without_args_type_takes_no_args() -> None:
     assert load("profiles: [{pluginConfig: [{name: NodeName, args: {}}]}]") == default_config(REGISTRY)
     assert error("profiles: [{pluginConfig: [{name: NodeName, args: {x: 1}}]}]") == (
-        'profile "default-scheduler": pluginConfig[0].args: plugin "NodeName" takes no args'
+        'profile "default-scheduler": pluginConfig[0].args: unknown field "x": plugin "NodeName" takes no args'
     )
+
+
+def test_every_in_tree_plugin_refuses_an_unknown_args_field_naming_it() -> None:
+    registry = in_tree_registry()
+    for spec in registry:
+        text = f"profiles: [{{pluginConfig: [{{name: {spec.name}, args: {{bogusField: 1}}}}]}}]"
+        with pytest.raises(ConfigError) as err:
+            load_config(HEADER + text, registry=registry)
+        assert str(err.value).startswith(
+            'profile "default-scheduler": pluginConfig[0].args: unknown field "bogusField"'
+        ), spec.name
 
 
 def args_of(plugin: str, args: str) -> Any:

@@ -3,11 +3,13 @@ handle, then `kubus simulate` end to end."""
 
 from __future__ import annotations
 
+import pytest
+
 from kubus.api.manifests import Manifests, parse_manifests
 from kubus.api.objects import CPU, MEMORY, PODS, Container, Node, NodeSpec, NodeStatus, ObjectMeta, Pod, PodSpec
 from kubus.api.podgroups import DEFAULT_SCHEDULE_TIMEOUT, POD_GROUP_LABEL, PodGroup
 from kubus.cli.simulate import SCHEDULED, UNSCHEDULABLE, PodOutcome, simulate
-from kubus.framework.config import SchedulerConfiguration, default_config, load_config
+from kubus.framework.config import ConfigError, CoschedulingArgs, SchedulerConfiguration, default_config, load_config
 from kubus.framework.cycle_state import CycleState
 from kubus.framework.interface import FilterDiagnosis
 from kubus.framework.queueing_hints import ALL_EVENTS
@@ -365,3 +367,172 @@ def test_two_gangs_that_fit_alone_but_not_together_never_place_partially() -> No
 def test_a_plain_pod_in_a_coscheduling_profile_is_scheduled() -> None:
     out = run(pod_doc("plain"))
     assert out["plain"].status == SCHEDULED
+
+
+# ---- CoschedulingArgs: scheduler-plugins' config, and what each field does -------------------------
+
+# scheduler-plugins' published config for its second scheduler (the chart's scheduler-config
+# with plugins.enabled [Coscheduling], plugins.disabled [PrioritySort]).
+PUBLISHED_CONFIG = """
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+leaderElection: {leaderElect: false}
+profiles:
+- schedulerName: scheduling-plugins
+  plugins:
+    multiPoint:
+      enabled: [{name: Coscheduling}]
+      disabled: [{name: PrioritySort}]
+  pluginConfig:
+  - name: Coscheduling
+    args: %s
+"""
+
+
+def coscheduling_args(args: str) -> CoschedulingArgs:
+    cfg = load_config(PUBLISHED_CONFIG % args, registry=in_tree_registry())
+    got = cfg.profile("scheduling-plugins").plugin_args["Coscheduling"]
+    assert isinstance(got, CoschedulingArgs)
+    return got
+
+
+def coscheduling_args_error(args: str) -> str:
+    with pytest.raises(ConfigError) as err:
+        load_config(PUBLISHED_CONFIG % args, registry=in_tree_registry())
+    return str(err.value)
+
+
+def test_scheduler_plugins_published_config_loads() -> None:
+    assert coscheduling_args("{permitWaitingTimeSeconds: 10}") == CoschedulingArgs(10, 0, 10)
+    typed = "{apiVersion: kubescheduler.config.k8s.io/v1, kind: CoschedulingArgs, permitWaitingTimeSeconds: 10}"
+    assert coscheduling_args(typed) == CoschedulingArgs(10, 0, 10)
+    every = "{permitWaitingTimeSeconds: 5, podGroupBackoffSeconds: 30, podGroupRejectPercentage: 0}"
+    assert coscheduling_args(every) == CoschedulingArgs(5, 30, 0)
+    # the plugin a framework builds from the profile gets them
+    profile = load_config(PUBLISHED_CONFIG % "{permitWaitingTimeSeconds: 10}", registry=in_tree_registry()).profiles[0]
+    framework = Framework.from_profile(profile, in_tree_registry(), handle=WaitingPods())
+    [cs] = [p for p in framework.permit if isinstance(p, Coscheduling)]
+    assert cs.args == CoschedulingArgs(10, 0, 10)
+
+
+def test_coscheduling_args_defaults() -> None:
+    # scheduler-plugins' SetDefaults_CoschedulingArgs (and podGroupRejectPercentage's 10)
+    defaults = CoschedulingArgs()
+    assert (defaults.permit_waiting_time_seconds, defaults.pod_group_backoff_seconds) == (60, 0)
+    assert defaults.pod_group_reject_percentage == 10
+    assert coscheduling_args("{}") == defaults
+    assert coscheduling_args("null") == defaults
+    # an enabled Coscheduling without pluginConfig gets the defaults, as kube appends them
+    assert config().profiles[0].plugin_args["Coscheduling"] == defaults
+
+
+def test_coscheduling_args_are_validated_as_scheduler_plugins_does() -> None:
+    prefix = 'profile "scheduling-plugins": pluginConfig[0].args'
+    assert coscheduling_args_error("{permitWaitingTimeSeconds: -1}") == (
+        f"{prefix}.permitWaitingTimeSeconds: invalid value -1: must be greater than 0"
+    )
+    assert coscheduling_args_error("{podGroupBackoffSeconds: -5}") == (
+        f"{prefix}.podGroupBackoffSeconds: invalid value -5: must be greater than 0"
+    )
+    assert coscheduling_args_error("{podGroupRejectPercentage: 101}") == (
+        f"{prefix}.podGroupRejectPercentage: invalid value 101: must be between 0 and 100"
+    )
+    assert coscheduling_args_error("{permitWaitingTimeSeconds: '10'}") == (
+        f"{prefix}.permitWaitingTimeSeconds: expected an integer, got string '10'"
+    )
+    # 0 is allowed (scheduler-plugins refuses only negatives)
+    assert coscheduling_args("{permitWaitingTimeSeconds: 0, podGroupBackoffSeconds: 0}") == CoschedulingArgs(0, 0)
+    # a field v1 does not have (v1beta2's deniedPGExpirationTimeSeconds) is named
+    assert coscheduling_args_error("{permitWaitingTimeSeconds: 10, deniedPGExpirationTimeSeconds: 3}") == (
+        f'{prefix}: unknown field "deniedPGExpirationTimeSeconds" (known fields: permitWaitingTimeSeconds, '
+        "podGroupBackoffSeconds, podGroupRejectPercentage)"
+    )
+    assert coscheduling_args_error("{kind: NodeResourcesFitArgs}") == (
+        f'{prefix}.kind: args for plugin Coscheduling must be of kind CoschedulingArgs, not "NodeResourcesFitArgs"'
+    )
+
+
+def test_without_disabling_priority_sort_the_profile_has_two_queue_sorts() -> None:
+    # as kube: Coscheduling's QueueSort does not replace PrioritySort by itself
+    text = (
+        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
+        "profiles: [{schedulerName: scheduling-plugins, plugins: {multiPoint: {enabled: [{name: Coscheduling}]}}}]"
+    )
+    with pytest.raises(ConfigError, match="only one queue sort plugin required, but got 2"):
+        load_config(text, registry=in_tree_registry())
+
+
+def test_permit_waits_permit_waiting_time_seconds_unless_the_group_names_its_timeout() -> None:
+    handle = WaitingPods()
+    handle.pod_groups.load([GANG, PodGroup(NS, "other", min_member=2, schedule_timeout_seconds=7)], {}, {})
+    cs = Coscheduling(CoschedulingArgs(permit_waiting_time_seconds=10), handle)
+    status, timeout = cs.permit(CycleState(), pod("g-1", "gang"), "n1")
+    assert status.is_wait and timeout == 10
+    status, timeout = cs.permit(CycleState(), pod("o-1", "other"), "n1")
+    assert status.is_wait and timeout == 7  # the PodGroup's scheduleTimeoutSeconds wins
+    # 0 means the default wait, as scheduler-plugins' GetWaitTimeDuration
+    zero = Coscheduling(CoschedulingArgs(permit_waiting_time_seconds=0), handle)
+    assert zero.permit(CycleState(), pod("g-1", "gang"), "n1")[1] == DEFAULT_SCHEDULE_TIMEOUT
+    # through the framework, as the cycle and kubus simulate run Permit
+    profile = load_config(PUBLISHED_CONFIG % "{permitWaitingTimeSeconds: 10}", registry=in_tree_registry()).profiles[0]
+    framework = Framework.from_profile(profile, in_tree_registry(), handle=handle)
+    verdict = framework.run_permit(CycleState(), pod("g-1", "gang"), "n1")
+    assert verdict.status.is_wait and verdict.waiting_on == {"Coscheduling": 10.0}
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def backoff_plugin(seconds: int, members: int) -> tuple[Coscheduling, WaitingPods, FakeClock]:
+    handle = WaitingPods()
+    handle.pod_groups.load([GANG], {"default/gang": members}, {})
+    clock = FakeClock()
+    return Coscheduling(CoschedulingArgs(pod_group_backoff_seconds=seconds), handle, clock=clock), handle, clock
+
+
+def test_a_group_post_filter_rejects_is_backed_off_for_pod_group_backoff_seconds() -> None:
+    cs, handle, clock = backoff_plugin(30, members=3)
+    table = NodeTable(select_backend("numpy"), capacity=4)
+    table.add_nodes([node("n1")])
+    assert cs.pre_filter(CycleState(), pod("g-1", "gang"), table)[1].is_success
+    wait(cs, handle, pod("g-1", "gang"))
+    result = cs.post_filter(CycleState(), pod("g-2", "gang"), FilterDiagnosis(1, {}, frozenset()))
+    assert result.status.code is Code.UNSCHEDULABLE
+    assert handle.rejection("uid-g-1") == "Coscheduling: optimistic rejection in PostFilter"
+    _, status = cs.pre_filter(CycleState(), pod("g-3", "gang"), table)
+    assert status.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+    assert status.message() == "podGroup default/gang failed recently"
+    clock.now += 29.9
+    assert not cs.pre_filter(CycleState(), pod("g-3", "gang"), table)[1].is_success
+    clock.now += 0.1
+    assert cs.pre_filter(CycleState(), pod("g-3", "gang"), table)[1].is_success
+    assert not cs.backed_off("default/gang")
+
+
+def test_no_backoff_when_off_or_when_the_group_lacks_pods() -> None:
+    for seconds, members in ((0, 3), (30, 2)):
+        cs, handle, _ = backoff_plugin(seconds, members)
+        wait(cs, handle, pod("g-1", "gang"))
+        cs.post_filter(CycleState(), pod("g-2", "gang"), FilterDiagnosis(1, {}, frozenset()))
+        assert handle.rejection("uid-g-1")  # rejected all the same
+        assert not cs.backed_off("default/gang"), (seconds, members)
+
+
+def test_pod_group_reject_percentage_is_the_gap_post_filter_tolerates() -> None:
+    # minMember 3, one member holding room: 2 of 3 (67%) still missing
+    for percentage, rejects in ((0, True), (10, True), (66, True), (67, False), (100, False)):
+        handle = WaitingPods()
+        handle.pod_groups.load([GANG], {"default/gang": 3}, {})
+        cs = Coscheduling(
+            CoschedulingArgs(pod_group_backoff_seconds=30, pod_group_reject_percentage=percentage), handle
+        )
+        wait(cs, handle, pod("g-1", "gang"))
+        result = cs.post_filter(CycleState(), pod("g-2", "gang"), FilterDiagnosis(1, {}, frozenset()))
+        assert result.status.code is Code.UNSCHEDULABLE
+        assert bool(handle.rejection("uid-g-1")) is rejects, percentage
+        assert cs.backed_off("default/gang") is rejects, percentage

@@ -26,7 +26,8 @@ level and profiles).
 Deliberate differences from kube, each stricter or simpler, never silently different:
 - a negative plugin weight is an error (kube lets it through and inverts the score);
 - `pluginConfig` for a name that is neither registered nor a kube in-tree plugin is an error
-  (kube keeps it unused); args for a registered plugin without an args type must be empty;
+  (kube keeps it unused); args for a registered plugin without an args type must be empty
+  (the first field given is named);
 - the queue sort of all profiles is compared after defaulting and expansion (the plugin that
   will actually run, and its args); kube compares the literal `queueSort` sections;
 - a node affinity `matchFields` key other than `metadata.name` is an error;
@@ -40,6 +41,7 @@ from kubus.api.objects import DEFAULT_SCHEDULER_NAME
 from kubus.framework.config.args import (
     DEFAULT_RESOURCE_SPEC,
     MAX_CUSTOM_PRIORITY_SCORE,
+    CoschedulingArgs,
     DecodableArgs,
     DefaultingType,
     DefaultPreemptionArgs,
@@ -95,6 +97,7 @@ __all__ = [
     "REMOVED_PLUGINS",
     "ClientConnection",
     "ConfigError",
+    "CoschedulingArgs",
     "DecodableArgs",
     "DefaultPreemptionArgs",
     "DefaultingType",

@@ -10,6 +10,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from kubus.api.node_affinity import Validation, decode_node_affinity
 from kubus.api.objects import CPU, MEMORY, NodeAffinity, TopologySpreadConstraint
+from kubus.api.podgroups import DEFAULT_SCHEDULE_TIMEOUT
 from kubus.framework.config._fields import (
     _INT32_MAX,
     _INT64_MAX,
@@ -326,6 +327,54 @@ class GPUArgs:
             raise FieldError(mode_path, f'unsupported value "{raw}" (supported: {supported})') from None
 
 
+DEFAULT_PERMIT_WAITING_TIME_SECONDS = DEFAULT_SCHEDULE_TIMEOUT
+"""scheduler-plugins' defaultPermitWaitingTimeSeconds (and its DefaultWaitTime): 60."""
+DEFAULT_POD_GROUP_BACKOFF_SECONDS = 0
+"""scheduler-plugins' defaultPodGroupBackoffSeconds: no backoff."""
+DEFAULT_POD_GROUP_REJECT_PERCENTAGE = 10
+"""scheduler-plugins' defaultPodGroupRejectPercentage."""
+
+
+@dataclass(frozen=True, slots=True)
+class CoschedulingArgs:
+    """Args of Coscheduling, as scheduler-plugins defines them (its v1 CoschedulingArgs, same
+    apiVersion as kube's args, kind CoschedulingArgs)."""
+
+    permit_waiting_time_seconds: int = DEFAULT_PERMIT_WAITING_TIME_SECONDS
+    """How long, in seconds, a group's members wait at Permit for the rest of the group when
+    the PodGroup names no ``scheduleTimeoutSeconds`` (which wins when set). 0 means the default,
+    60, as in scheduler-plugins (`GetWaitTimeDuration`); kube caps any Permit wait at 15 min."""
+    pod_group_backoff_seconds: int = DEFAULT_POD_GROUP_BACKOFF_SECONDS
+    """After PostFilter rejects a group that has at least ``minMember`` pods, PreFilter refuses
+    its members (`podGroup <ns>/<name> failed recently`) for this many seconds. 0: off."""
+    pod_group_reject_percentage: int = DEFAULT_POD_GROUP_REJECT_PERCENTAGE
+    """0..100. PostFilter leaves a group's waiting members alone (no rejection, no backoff)
+    while the members it still lacks are at most this percentage of ``minMember``."""
+
+    @classmethod
+    def decode_config(cls, m: Mapping[str, Any], path: str) -> CoschedulingArgs:
+        """The args at `path`, with scheduler-plugins' v1 defaults (60, 0 and 10 when unset),
+        validated as its ValidateCoschedulingArgs does (the first problem, with its message).
+        Raises FieldError."""
+        known = {
+            "permitWaitingTimeSeconds": DEFAULT_PERMIT_WAITING_TIME_SECONDS,
+            "podGroupBackoffSeconds": DEFAULT_POD_GROUP_BACKOFF_SECONDS,
+            "podGroupRejectPercentage": DEFAULT_POD_GROUP_REJECT_PERCENTAGE,
+        }
+        check_fields(m, path, known)
+        values: dict[str, int] = {}
+        for key, default in known.items():
+            raw = m.get(key)
+            values[key] = default if raw is None else integer(raw, child(path, key), maximum=_INT64_MAX)
+        for key in ("permitWaitingTimeSeconds", "podGroupBackoffSeconds"):
+            if values[key] < 0:
+                raise FieldError(child(path, key), f"invalid value {values[key]}: must be greater than 0")
+        pct = values["podGroupRejectPercentage"]
+        if not 0 <= pct <= 100:
+            raise FieldError(child(path, "podGroupRejectPercentage"), f"invalid value {pct}: must be between 0 and 100")
+        return cls(values["permitWaitingTimeSeconds"], values["podGroupBackoffSeconds"], pct)
+
+
 @runtime_checkable
 class DecodableArgs(Protocol):
     """An args type that decodes itself from a pluginConfig entry's `args` (every in-tree one).
@@ -345,6 +394,7 @@ BUILTIN_ARGS_TYPES: dict[str, type] = {
     "PodTopologySpread": PodTopologySpreadArgs,
     "DefaultPreemption": DefaultPreemptionArgs,
     "GPUFit": GPUArgs,
+    "Coscheduling": CoschedulingArgs,
 }
 """Args types of kubus's in-tree plugins, by name: used when the registry gives none."""
 

@@ -126,7 +126,7 @@ def _decode_args(name: str, args_type: type | None, raw: object, path: str) -> o
         raise FieldError(child(path, "kind"), f'args for plugin {name} must be of kind {name}Args, not "{kind}"')
     if args_type is None:
         if m:
-            raise FieldError(path, f'plugin "{name}" takes no args')
+            raise FieldError(path, f'unknown field "{next(iter(m))}": plugin "{name}" takes no args')
         return None
     if isinstance(args_type, DecodableArgs):  # every in-tree args type decodes itself
         decoded: object = args_type.decode_config(m, path)
