@@ -276,19 +276,25 @@ class Kubus:
 
 @dataclass
 class Binds:
-    """What a watch of every pod saw: when each pod was first seen bound, to which node, and
-    pods whose node changed (bound twice)."""
+    """What a watch of every pod saw: when each pod was first seen bound, to which node, pods
+    whose node changed (bound twice), and pods a scheduler said it could not place (condition
+    PodScheduled False, reason Unschedulable)."""
 
     node: dict[str, str] = field(default_factory=dict)
     at: dict[str, float] = field(default_factory=dict)
     rebound: list[str] = field(default_factory=list)
+    unschedulable: set[str] = field(default_factory=set)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def see(self, pod: Manifest, now: float) -> None:
+        key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
         node = pod["spec"].get("nodeName")
         if not node:
+            conditions = (pod.get("status") or {}).get("conditions") or ()
+            if any(c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable" for c in conditions):
+                self.unschedulable.add(key)
+                self.changed.set()
             return
-        key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
         seen = self.node.get(key)
         if seen is None:
             self.node[key], self.at[key] = node, now
@@ -312,10 +318,19 @@ async def watch_binds(client: KubeClient, binds: Binds, synced: asyncio.Event) -
                 binds.see(event.object, now)
 
 
-async def wait_bound(binds: Binds, keys: list[str], timeout: float, what: str) -> None:
+async def wait_bound(
+    binds: Binds, keys: list[str], timeout: float, what: str, *, or_unschedulable: bool = False
+) -> None:
+    """Until every pod of ``keys`` is bound (or said unschedulable, with ``or_unschedulable``);
+    TimeoutError after ``timeout`` seconds, or 120 s without one more."""
     deadline = time.monotonic() + timeout
     last, last_change = -1, time.monotonic()
-    while (n := binds.count(keys)) < len(keys):
+
+    def done() -> int:
+        n = binds.count(keys)
+        return n + sum(1 for k in keys if k in binds.unschedulable and k not in binds.at) if or_unschedulable else n
+
+    while (n := done()) < len(keys):
         if n != last:
             last, last_change = n, time.monotonic()
         if time.monotonic() > deadline or time.monotonic() - last_change > 120:
@@ -602,9 +617,10 @@ async def steady(
 
 
 EQUALITY_NODES = [
-    # name, cpu, memory, zone, extra labels
+    # name, cpu, memory, zone, extra labels. Sized so that every pod of `equality_pods` has one
+    # best node by kube-scheduler's default scores (no tie for its random pick to break)
     ("eq-a", "4", "16Gi", "zone-a", {"disk": "ssd"}),
-    ("eq-b", "8", "16Gi", "zone-a", {}),
+    ("eq-b", "8", "20Gi", "zone-a", {}),
     ("eq-c", "6", "48Gi", "zone-b", {"disk": "ssd"}),
     ("eq-d", "16", "32Gi", "zone-b", {}),
     ("eq-e", "12", "64Gi", "zone-c", {"disk": "hdd"}),
@@ -675,10 +691,12 @@ async def same_answers(
                 pod["spec"]["nodeSelector"] = {"h2h": "eq"}
                 await client.create(PODS, pod, namespace=pod["metadata"]["namespace"])
                 with contextlib.suppress(TimeoutError):
-                    await wait_bound(binds, [key_of(pod)], 30, p["metadata"]["name"])
-            chosen[scheduler.label] = {p["metadata"]["name"]: binds.node.get(f"{prefix}-eq/{p['metadata']['name']}",
-                                                                              "-")
-                                       for p in equality_pods()}  # fmt: skip
+                    await wait_bound(binds, [key_of(pod)], 30, p["metadata"]["name"], or_unschedulable=True)
+            keys = {p["metadata"]["name"]: f"{prefix}-eq/{p['metadata']['name']}" for p in equality_pods()}
+            chosen[scheduler.label] = {
+                name: binds.node.get(key, "unschedulable" if key in binds.unschedulable else "-")
+                for name, key in keys.items()
+            }
         finally:
             await scheduler.stop()
             watching.cancel()
