@@ -12,8 +12,9 @@ standbys run the same service and take over when the lease lapses. The leader, i
    ``kubus.reserved.<profile>``) as they hand them over, while they hear another profile's cycle
    there (an empty one every ``presence_interval``), and those are assumed before the next
    batch, a bind ahead of their ``pod.bound``, so fewer reservations collide in Redis. The
-   namespaces' labels (for namespaceSelectors) are read from the store before every pop, when
-   their version moved: a namespace applied is seen from the next batch on.
+   namespaces' labels (for namespaceSelectors) and the workloads (Services, ReplicationControllers,
+   ReplicaSets, StatefulSets: default topology spreading's) are read from the store before every
+   pop, when their version moved: one applied is seen from the next batch on.
 2. **Pop** up to ``batch_size`` pods (`PopRequest` on ``kubus.queue.<profile>.pop``, with the
    lease's fencing token). Each manifest is parsed; a bad one is an ERROR outcome. The next
    pop is sent as soon as a batch arrives, so the queue answers while this batch is scheduled
@@ -512,7 +513,9 @@ class CycleService(Service):
         elif self._resync_due():
             await self._resync_slice()
         await self._refresh()
-        self._snapshot().table.namespaces = await self._store().namespaces()
+        store, table = self._store(), self._snapshot().table
+        # one round trip's wait for both (each a GET of its version while nothing changed)
+        table.namespaces, table.workloads = await asyncio.gather(store.namespaces(), store.workloads())
         await self._say_present()
 
     async def _load(self) -> None:

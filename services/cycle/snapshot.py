@@ -196,5 +196,10 @@ class NodeSnapshot:
 
 
 def _same(pod_info: PodInfo, r: Reservation) -> bool:
-    """Whether the table's pod is the reservation's (same incarnation, same devices)."""
-    return pod_info.pod.metadata.uid == r.pod_uid and tuple(sorted(pod_info.gpu_devices)) == r.gpu_devices
+    """Whether the table's pod is the reservation's (same incarnation, same devices, terminating
+    or not: a pod whose deletion began is taken in again, for the plugins that skip it)."""
+    return (
+        pod_info.pod.metadata.uid == r.pod_uid
+        and tuple(sorted(pod_info.gpu_devices)) == r.gpu_devices
+        and pod_info.pod.metadata.deletion_timestamp == r.deletion_timestamp
+    )

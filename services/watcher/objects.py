@@ -1,6 +1,7 @@
-"""The apiserver's Namespaces, PriorityClasses, PodDisruptionBudgets and PodGroups in the store,
-where the queue (Priority admission), the cycles (namespace selectors, preemption's PDBs,
-Coscheduling) read them, as `kubus apply` stores them in the bus mode."""
+"""The apiserver's Namespaces, PriorityClasses, PodDisruptionBudgets, PodGroups, Services,
+ReplicationControllers, ReplicaSets and StatefulSets in the store, where the queue (Priority
+admission), the cycles (namespace selectors, preemption's PDBs, Coscheduling, default topology
+spreading) read them, as `kubus apply` stores them in the bus mode."""
 
 from __future__ import annotations
 
@@ -15,7 +16,18 @@ from kubus.api.manifests import parse_object
 from kubus.api.namespaces import Namespace
 from kubus.api.podgroups import PodGroup
 from kubus.api.priority import PriorityClass, PriorityError
-from kubus.kubeapi import NAMESPACES, POD_DISRUPTION_BUDGETS, POD_GROUPS, PRIORITY_CLASSES, Resource
+from kubus.api.workloads import ReplicaSet, ReplicationController, Service, StatefulSet
+from kubus.kubeapi import (
+    NAMESPACES,
+    POD_DISRUPTION_BUDGETS,
+    POD_GROUPS,
+    PRIORITY_CLASSES,
+    REPLICA_SETS,
+    REPLICATION_CONTROLLERS,
+    SERVICES,
+    STATEFUL_SETS,
+    Resource,
+)
 from kubus.service import StructuredLogger
 from kubus.store import ClusterState
 
@@ -34,6 +46,8 @@ class _Kind:
     put: Callable[[ClusterState, Any, bytes], Awaitable[bool]]
     delete: Callable[[ClusterState, str], Awaitable[bool]]
     stored: Callable[[ClusterState], Awaitable[set[str]]]
+    prefix: str = ""
+    """What the store's key has before ``namespace/name`` (a workload's ``Kind/``)."""
 
 
 async def _stored_namespaces(store: ClusterState) -> set[str]:
@@ -50,6 +64,24 @@ async def _stored_budgets(store: ClusterState) -> set[str]:
 
 async def _stored_groups(store: ClusterState) -> set[str]:
     return {g.key for g in await store.pod_groups()}
+
+
+def _workload_kind(resource: Resource) -> _Kind:
+    """A Service, ReplicationController, ReplicaSet or StatefulSet: stored under its key
+    ``Kind/namespace/name``, with the other workloads (one hash, `ClusterState.workloads`)."""
+    kind = resource.kind
+
+    async def stored(store: ClusterState) -> set[str]:
+        return {w.key for w in (await store.workloads()).objects if w.kind == kind}
+
+    return _Kind(
+        resource,
+        lambda w: w.key,
+        lambda s, w, _: s.put_workload(w),
+        lambda s, k: s.delete_workload(k),
+        stored,
+        prefix=f"{kind}/",
+    )
 
 
 _KINDS: dict[str, _Kind] = {
@@ -81,6 +113,7 @@ _KINDS: dict[str, _Kind] = {
         lambda s, k: s.delete_pod_group(k),
         _stored_groups,
     ),
+    **{r.kind: _workload_kind(r) for r in (SERVICES, REPLICATION_CONTROLLERS, REPLICA_SETS, STATEFUL_SETS)},
 }
 
 
@@ -114,11 +147,21 @@ class ObjectMirror:
         typed = dict(obj)
         typed.setdefault("kind", self.kind)
         try:
-            parsed = parse_object(_scheduling_fields(typed), source=APISERVER)
+            parsed = parse_object(_scheduling_fields(typed, self._k.resource), source=APISERVER)
         except ManifestError as exc:
             self.log.warning("object unreadable, left out", error=str(exc))
             return ""
-        assert isinstance(parsed, Namespace | PriorityClass | PodDisruptionBudget | PodGroup)
+        assert isinstance(
+            parsed,
+            Namespace
+            | PriorityClass
+            | PodDisruptionBudget
+            | PodGroup
+            | Service
+            | ReplicationController
+            | ReplicaSet
+            | StatefulSet,
+        )
         try:
             await self._k.put(self.store, parsed, codec.dumps(obj))
         except PriorityError as exc:  # the apiserver let it in: what the store had is stale
@@ -130,12 +173,28 @@ class ObjectMirror:
         meta = obj.get("metadata") or {}
         name = str(meta.get("name") or "")
         key = f"{meta['namespace']}/{name}" if self._k.resource.namespaced and meta.get("namespace") else name
+        key = f"{self._k.prefix}{key}" if key else key
         if key and await self._k.delete(self.store, key):
             self.log.info("deleted", name=key)
 
 
-def _scheduling_fields(obj: dict[str, Any]) -> dict[str, Any]:
+_WORKLOAD_RESOURCES = (SERVICES, REPLICATION_CONTROLLERS, REPLICA_SETS, STATEFUL_SETS)
+
+
+def _scheduling_fields(obj: dict[str, Any], resource: Resource) -> dict[str, Any]:
     """The object without what the apiserver adds that kubus's readers refuse as unknown fields
-    (a PodDisruptionBudget's or PodGroup's status)."""
+    (a PodDisruptionBudget's or PodGroup's status); of a workload, only what default spreading
+    reads (its selector, an RC's template labels): a field a newer apiserver adds to a Service's
+    or a StatefulSet's spec is none of kubus's business."""
     obj.pop("status", None)
+    if resource in _WORKLOAD_RESOURCES:
+        spec = obj.get("spec")
+        if isinstance(spec, dict):
+            kept: dict[str, Any] = {k: spec[k] for k in ("selector",) if k in spec}
+            template = spec.get("template")
+            if resource is REPLICATION_CONTROLLERS and isinstance(template, dict):
+                meta = template.get("metadata")
+                if isinstance(meta, dict) and "labels" in meta:
+                    kept["template"] = {"metadata": {"labels": meta["labels"]}}
+            obj["spec"] = kept
     return obj

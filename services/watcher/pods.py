@@ -9,6 +9,9 @@ cache:
 - a pod bound to a node (by kubus's binder, by another scheduler, or created with its node) is
   recorded there with its room held (`ClusterState.observe_placed`: the kubelet admitted it,
   not kubus, so its room is taken whatever is left), Running when the apiserver says it runs;
+  once its deletion begins (deletionTimestamp set: it runs out its grace period) its room is
+  marked terminating (`Reservation.deletion_timestamp`), still held, as kube-scheduler's cache
+  keeps such a pod with its DeletionTimestamp (PodTopologySpread stops counting it);
 - a pod that succeeded or failed is finished in the store: its room given back, ``pod.finished``;
 - a pod deleted (or gone when the list is read again) is deleted through the queue
   (``kubus.pods.delete`` with its uid), which gives its room back and tells everyone;
@@ -75,6 +78,8 @@ class _Seen:
     """The node it was recorded on ("" while not bound)."""
     phase: str = ""
     """The apiserver's status.phase when it was recorded on its node, or finished."""
+    terminating: bool = False
+    """It had a deletionTimestamp when it was recorded on its node."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,9 +200,20 @@ class PodMirror:
                 self._seen[pod.uid] = _Seen(pod.key, node=pod.node, phase=pod.phase)
             return None
         if pod.node:
-            if seen is not None and seen.node == pod.node and seen.phase == pod.phase:
+            if (
+                seen is not None
+                and seen.node == pod.node
+                and seen.phase == pod.phase
+                and seen.terminating == pod.terminating
+            ):
                 return None
-            if seen is not None and seen.digest and not seen.node and pod.phase == "Pending":
+            if (
+                seen is not None
+                and seen.digest
+                and not seen.node
+                and pod.phase == "Pending"
+                and not pod.terminating
+            ):
                 # Submitted by us, bound now: kubus's binder, which records it; checked later.
                 self._seen[pod.uid] = _Seen(pod.key, node=pod.node, phase=pod.phase)
                 if self._bound.pop(pod.uid, None) != pod.node:
@@ -205,7 +221,7 @@ class PodMirror:
                 return None
             self._settling.pop(pod.uid, None)
             if await self._placed(pod, obj):
-                self._seen[pod.uid] = _Seen(pod.key, node=pod.node, phase=pod.phase)
+                self._seen[pod.uid] = _Seen(pod.key, node=pod.node, phase=pod.phase, terminating=pod.terminating)
             return None
         if pod.scheduler not in self.profiles:
             return None  # another scheduler's, not bound yet: nothing of kubus's

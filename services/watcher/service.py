@@ -1,10 +1,11 @@
 """The watcher: cluster mode's bridge between a kube-apiserver and kubus (docs/cluster-mode.md).
 
 It lists and watches the apiserver's Nodes, Pods, Namespaces, PriorityClasses,
-PodDisruptionBudgets and PodGroups (`kubus.kubeapi.Reflector`: resumed from their
-resourceVersion, relisted after 410 Gone, backing off on errors and 429s) and keeps kubus in
-step with them: nodes and objects in the store (`NodeMirror`, `ObjectMirror`), pods submitted to
-the queue, recorded on their nodes, finished or deleted (`PodMirror`). It reports what kubus
+PodDisruptionBudgets, PodGroups, Services, ReplicationControllers, ReplicaSets and StatefulSets
+(`kubus.kubeapi.Reflector`: resumed from their resourceVersion, relisted after 410 Gone, backing
+off on errors and 429s) and keeps kubus in step with them: nodes and objects in the store
+(`NodeMirror`, `ObjectMirror`), pods submitted to the queue, recorded on their nodes, finished or
+deleted (`PodMirror`). It reports what kubus
 decides back to the apiserver as kube-scheduler does (`StatusWriter`: PodScheduled, events,
 preemption's victims and nominations), from the cluster events on KUBUS_EVENTS (a durable
 consumer, so nothing is missed while it restarts). Bindings are the binder's (`--kubeconfig`).
@@ -137,7 +138,8 @@ class WatcherService(Service):
         for resource in (*kinds.values(), NODES, PODS):
             self.reflectors[resource.plural] = Reflector(self.client, resource, watch_timeout=o.watch_timeout)
         for kind, resource in kinds.items():
-            # The objects admission and the plugins read (classes, namespaces, budgets, gangs).
+            # The objects admission and the plugins read (classes, namespaces, budgets, gangs,
+            # the workloads default spreading selects pods by).
             mirror = ObjectMirror(kind, store=store, log=self.log)
             self.spawn(f"watch {resource.plural}", self._mirror, self.reflectors[resource.plural], mirror)
         for kind, resource in mirrored().items():

@@ -18,8 +18,8 @@ Least privilege, with the reason for each grant in docs/security.md:
   (through a consumer filtered on it), its node's events, its node's Redis keys. It cannot publish
   a bind request, a submission or another node's event, and cannot write another node's record.
 - **client**: ``kubus apply/get/delete/describe``: submits and deletes pods through the queue,
-  stores cluster objects (namespaces, priority classes, PDBs, pod groups), reads the rest; follows
-  pod events (``get pods -w``) through an ordered consumer it cannot turn into a durable one.
+  stores cluster objects (namespaces, priority classes, PDBs, workloads, pod groups), reads the
+  rest; follows pod events (``get pods -w``) through an ordered consumer it cannot turn into a durable one.
 - **admin**: ``kubus up`` and the test fixtures: everything (creates the streams, wipes a test DB).
 
 Every role may create the KUBUS_* streams (every service and the CLI run `ensure_streams` at start:
@@ -291,6 +291,7 @@ ROLES: dict[str, Role] = {
                 "{idx}:namespaces*",
                 "{idx}:priority-classes*",
                 "{idx}:pdbs*",
+                "{idx}:workloads*",
                 "{idx}:pod-groups",
                 "{pg:*}:*",
             ),
@@ -313,6 +314,7 @@ ROLES: dict[str, Role] = {
                 "{idx}:namespaces*",
                 "{idx}:priority-classes*",
                 "{idx}:pdbs*",
+                "{idx}:workloads*",
                 "{idx}:pod-groups",
                 "{pg:*}:*",
             ),

@@ -2,12 +2,15 @@
 
 - `kubus.api.objects`: Pod, Node and their parts (frozen dataclasses, quantities as integers).
 - `kubus.api.quantity`: Kubernetes quantities ("500m", "1.5Gi", "1e3") parsed exactly.
-- `kubus.api.manifests`: YAML/JSON manifests -> Pods, Nodes, PodGroups, Namespaces, PriorityClasses and
-  PodDisruptionBudgets, with the API server's defaults and validation.
+- `kubus.api.manifests`: YAML/JSON manifests -> Pods, Nodes, PodGroups, Namespaces, PriorityClasses,
+  PodDisruptionBudgets, Services, ReplicationControllers, ReplicaSets and StatefulSets, with the
+  API server's defaults and validation.
 - `kubus.api.podgroups`: PodGroup (gang scheduling, scheduler-plugins' Coscheduling).
 - `kubus.api.namespaces`: Namespace, and the labels of any namespace (`namespace_labels`).
 - `kubus.api.priority`: PriorityClass and kube's Priority admission (`resolve_priority`).
 - `kubus.api.disruption`: PodDisruptionBudget and the disruption controller's `disruptions_allowed`.
+- `kubus.api.workloads`: Services, ReplicationControllers, ReplicaSets and StatefulSets (their pod
+  selectors, for default topology spreading) and `Workloads`, the cluster's set of them.
 - `kubus.api.requests`: what a pod requests of a node (kube's PodRequests).
 - `kubus.api.gpus`: GPU devices of nodes and GPU requests of pods (`kubus.io/gpu*`).
 - `kubus.api.node_affinity`: the one decoder of a NodeAffinity, under kube's two validations.
@@ -64,6 +67,7 @@ from kubus.api.objects import (
     NodeSpec,
     NodeStatus,
     ObjectMeta,
+    OwnerReference,
     Pod,
     PodAffinity,
     PodAffinityTerm,
@@ -88,6 +92,15 @@ from kubus.api.requests import (
     pod_nonzero_requests,
     pod_requests,
 )
+from kubus.api.workloads import (
+    NO_WORKLOADS,
+    ReplicaSet,
+    ReplicationController,
+    Service,
+    StatefulSet,
+    Workload,
+    Workloads,
+)
 
 __all__ = [
     "CPU",
@@ -105,6 +118,7 @@ __all__ = [
     "MAX_INT64",
     "MEMORY",
     "NAMESPACE_NAME_LABEL",
+    "NO_WORKLOADS",
     "NVIDIA_GPU",
     "PODS",
     "POD_GROUP_LABEL",
@@ -129,6 +143,7 @@ __all__ = [
     "NodeSpec",
     "NodeStatus",
     "ObjectMeta",
+    "OwnerReference",
     "Pod",
     "PodAffinity",
     "PodAffinityTerm",
@@ -139,14 +154,20 @@ __all__ = [
     "PreferredSchedulingTerm",
     "PriorityClass",
     "PriorityError",
+    "ReplicaSet",
+    "ReplicationController",
     "ResourceList",
     "SelectorOperator",
+    "Service",
+    "StatefulSet",
     "Taint",
     "TaintEffect",
     "Toleration",
     "TolerationOperator",
     "TopologySpreadConstraint",
     "WeightedPodAffinityTerm",
+    "Workload",
+    "Workloads",
     "disruptions_allowed",
     "format_gpu_devices",
     "load_manifests",

@@ -16,6 +16,7 @@ from kubus.api._fields import (
 from kubus.api.names import dns1123_label_error, dns1123_subdomain_error, label_value_error, qualified_name_error
 from kubus.api.objects import (
     ObjectMeta,
+    OwnerReference,
 )
 
 STDIN = "<stdin>"
@@ -82,7 +83,45 @@ def object_meta(r: Reader, raw: Any, kind: str, namespaced: bool) -> ObjectMeta:
         labels=labels,
         annotations=annotations,
         creation_timestamp=created,
+        owner_references=owner_references(r, meta.get("ownerReferences")),
+        deletion_timestamp=(
+            None
+            if meta.get("deletionTimestamp") in (None, "")
+            else r.timestamp(meta.get("deletionTimestamp"), "metadata.deletionTimestamp")
+        ),
     )
+
+
+def owner_references(r: Reader, raw: Any) -> tuple[OwnerReference, ...]:
+    """metadata.ownerReferences, checked as kube's ValidateOwnerReferences checks them:
+    apiVersion, kind and name required (uid too in kube; kubus accepts a reference without
+    one, as a hand-written manifest has none and nothing it reads needs it), at most one
+    controller."""
+    refs = []
+    controller_at = -1
+    for i, item in enumerate(r.sequence(raw, "metadata.ownerReferences")):
+        path = f"metadata.ownerReferences[{i}]"
+        ref = r.mapping(item, path)
+        if item is None:
+            r.fail(path, "expected a mapping, got null")
+        controller = r.boolean(ref.get("controller"), f"{path}.controller", False)
+        if controller:
+            if controller_at >= 0:
+                r.fail(
+                    f"{path}.controller",
+                    f"only one reference can have controller set to true (also ownerReferences[{controller_at}])",
+                )
+            controller_at = i
+        refs.append(
+            OwnerReference(
+                api_version=r.required_string(ref.get("apiVersion"), f"{path}.apiVersion"),
+                kind=r.required_string(ref.get("kind"), f"{path}.kind"),
+                name=r.required_string(ref.get("name"), f"{path}.name"),
+                uid=r.string(ref.get("uid"), f"{path}.uid"),
+                controller=controller,
+            )
+        )
+    return tuple(refs)
 
 
 def read_object(obj: Any, source: str, where: str, kind: str, *, namespaced: bool) -> tuple[Reader, ObjectMeta]:

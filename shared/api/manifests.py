@@ -10,10 +10,15 @@ most 1000000000 unless it is one of kube's two `system-` classes, whose names ar
 `globalDefault`, `preemptionPolicy`, `description`; at most one globalDefault class in a load),
 a `policy/v1` `PodDisruptionBudget` (`spec.selector`; `spec.minAvailable` or
 `spec.maxUnavailable`, not both, each a count or a percentage up to 100%;
-`spec.unhealthyPodEvictionPolicy`) — any other field of these three is an error too — or a
-`List` (`PodList`, `NodeList`) whose `items` are. Empty documents are skipped. Fields scheduling does
-not read are ignored, as kube ignores them; fields it reads must have the right type and a valid
-value, otherwise the load fails with a ManifestError naming the file, the object and the field::
+`spec.unhealthyPodEvictionPolicy`) — any other field of these three is an error too —, a `v1`
+`Service` (`spec.selector`, a map) or `ReplicationController` (`spec.selector`, defaulted from
+the pod template's labels), an `apps/v1` `ReplicaSet` or `StatefulSet` (`spec.selector`, a label
+selector, required and not empty): the objects kube's default topology spreading selects pods
+by (`kubus.api.workloads`; the rest of their spec is not read, a field their spec does not have
+is an error) — or a `List` (`PodList`, `NodeList`) whose `items` are. Empty documents are
+skipped. Fields scheduling does not read are ignored, as kube ignores them; fields it reads must
+have the right type and a valid value, otherwise the load fails with a ManifestError naming the
+file, the object and the field::
 
     pods.yaml: Pod default/web-1: spec.containers[0].resources.requests.cpu: quantity "abc" is not valid
 
@@ -92,6 +97,7 @@ from kubus.api._nodes import DEFAULT_MAX_PODS, HOSTNAME_LABEL, parse_node, read_
 from kubus.api._podgroups import parse_pod_group, read_pod_group
 from kubus.api._pods import parse_pod, read_pod
 from kubus.api._priority_classes import read_priority_class
+from kubus.api._workloads import WORKLOAD_READERS, read_workload
 from kubus.api.disruption import PodDisruptionBudget
 from kubus.api.errors import ManifestError, ManifestErrors
 from kubus.api.namespaces import Namespace
@@ -102,6 +108,7 @@ from kubus.api.objects import (
 )
 from kubus.api.podgroups import PodGroup
 from kubus.api.priority import PriorityClass, PriorityError, check_priority_class
+from kubus.api.workloads import Workload
 
 _T = TypeVar("_T")
 
@@ -130,6 +137,10 @@ _NAMESPACED = {
     "Namespace": False,
     "PriorityClass": False,
     "PodDisruptionBudget": True,
+    "Service": True,
+    "ReplicationController": True,
+    "ReplicaSet": True,
+    "StatefulSet": True,
 }
 """The kinds read, and whether their objects are namespaced (for the label errors give them)."""
 
@@ -269,6 +280,9 @@ class Manifests:
     """PriorityClasses (`scheduling.k8s.io/v1`), which pods' priorityClassName name."""
     disruption_budgets: tuple[PodDisruptionBudget, ...] = ()
     """PodDisruptionBudgets (`policy/v1`)."""
+    workloads: tuple[Workload, ...] = ()
+    """Services, ReplicationControllers (v1), ReplicaSets and StatefulSets (`apps/v1`), in file
+    order: what default topology spreading selects pods by."""
 
 
 class _Collector:
@@ -288,6 +302,8 @@ class _Collector:
         self.namespaces: list[Namespace] = []
         self.priority_classes: list[PriorityClass] = []
         self.budgets: list[PodDisruptionBudget] = []
+        self.workload_at: dict[str, str] = {}
+        self.workloads: list[Workload] = []
         self.duplicates: _Duplicates = {}
         """The current document's mappings that had a key twice."""
 
@@ -325,6 +341,8 @@ class _Collector:
                 self.add_priority_class(read_priority_class(doc, self.source, where), where)
             elif kind == "PodDisruptionBudget":
                 self.add_budget(read_pod_disruption_budget(doc, self.source, where), where)
+            elif isinstance(kind, str) and kind in WORKLOAD_READERS:
+                self.add_workload(read_workload(doc, self.source, where, kind), where)
             elif isinstance(kind, str) and kind in _LIST_KINDS:
                 self.list(doc, where, kind)
             elif kind is None:
@@ -334,7 +352,8 @@ class _Collector:
                     self.source,
                     where,
                     "kind",
-                    f"{shown(kind)} is not supported; kubus reads Pod, Node and List (PodList, NodeList)",
+                    f"{shown(kind)} is not supported; kubus reads {', '.join(_NAMESPACED)} "
+                    "and List (PodList, NodeList)",
                 )
         except ManifestError as e:
             self.errors.append(e)
@@ -383,6 +402,11 @@ class _Collector:
     def add_budget(self, pdb: PodDisruptionBudget, where: str) -> None:
         self.budgets.append(self._first("PodDisruptionBudget", "budget", pdb.key, where, self.budget_at, pdb))
 
+    def add_workload(self, obj: Workload, where: str) -> None:
+        key = f"{obj.namespace}/{obj.name}"
+        noun = obj.kind[0].lower() + obj.kind[1:]
+        self.workloads.append(self._first(obj.kind, noun, obj.key, where, self.workload_at, obj, key))
+
     def add_priority_class(self, pc: PriorityClass, where: str) -> None:
         """The class, unless it is a second globalDefault (kube's admission refuses it)."""
         pc = self._first("PriorityClass", "priority class", pc.name, where, self.class_at, pc)
@@ -392,12 +416,15 @@ class _Collector:
             raise ManifestError(self.source, f"PriorityClass {pc.name}", e.field, str(e)) from None
         self.priority_classes.append(pc)
 
-    def _first(self, kind: str, noun: str, key: str, where: str, seen: dict[str, str], obj: _T) -> _T:
-        """``obj``, the first of its kind named ``key``; a ManifestError for a second one."""
+    def _first(
+        self, kind: str, noun: str, key: str, where: str, seen: dict[str, str], obj: _T, shown_key: str = ""
+    ) -> _T:
+        """``obj``, the first of its kind named ``key``; a ManifestError for a second one (naming
+        it ``shown_key``, by default ``key``)."""
         if key in seen:
             raise ManifestError(
                 self.source,
-                f"{kind} {key}",
+                f"{kind} {shown_key or key}",
                 "metadata.name",
                 f"duplicate: the same {noun} is already defined in {seen[key]}",
             )
@@ -600,16 +627,18 @@ def parse_manifests(text: str | bytes, *, source: str = STDIN) -> Manifests:
     collector.result.namespaces = tuple(collector.namespaces)
     collector.result.priority_classes = tuple(collector.priority_classes)
     collector.result.disruption_budgets = tuple(collector.budgets)
+    collector.result.workloads = tuple(collector.workloads)
     return collector.result
 
 
-KubeObject = Pod | Node | PodGroup | Namespace | PriorityClass | PodDisruptionBudget
+KubeObject = Pod | Node | PodGroup | Namespace | PriorityClass | PodDisruptionBudget | Workload
 """An object of a kind kubus reads."""
 
 
 def parse_object(obj: Mapping[str, Any], *, source: str = STDIN) -> KubeObject:
     """One decoded object of a kind kubus reads (its ``kind``: Pod, Node, PodGroup, Namespace,
-    PriorityClass, PodDisruptionBudget), as `parse_manifests` reads it; what an apiserver's
+    PriorityClass, PodDisruptionBudget, Service, ReplicationController, ReplicaSet, StatefulSet), as
+    `parse_manifests` reads it; what an apiserver's
     watch delivers, for instance. ``source`` labels errors. Raises ManifestError (the kind
     among them)."""
     kind = obj.get("kind")
@@ -620,6 +649,7 @@ def parse_object(obj: Mapping[str, Any], *, source: str = STDIN) -> KubeObject:
         "Namespace": read_namespace,
         "PriorityClass": read_priority_class,
         "PodDisruptionBudget": read_pod_disruption_budget,
+        **WORKLOAD_READERS,
     }
     reader = readers.get(kind) if isinstance(kind, str) else None
     if reader is None:
@@ -658,7 +688,13 @@ def wire_pod(manifest: bytes | str, uid: str, key: str) -> Pod:
     pod = _one_json_pod(manifest, f"pod {key}", uid)
     if pod is None:
         manifests = parse_manifests(manifest, source=f"pod {key}")
-        others = (manifests.pod_groups, manifests.namespaces, manifests.priority_classes, manifests.disruption_budgets)
+        others = (
+            manifests.pod_groups,
+            manifests.namespaces,
+            manifests.priority_classes,
+            manifests.disruption_budgets,
+            manifests.workloads,
+        )
         if manifests.nodes or any(others) or len(manifests.pods) != 1:
             raise ValueError(
                 f"pod {key}: expected one Pod, got {len(manifests.pods)} pod(s), {len(manifests.nodes)} node(s) "

@@ -54,6 +54,19 @@ class PreemptionPolicy(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class OwnerReference:
+    """metadata.ownerReferences[]: an object this one depends on. Scheduling reads the
+    controller's (kube's default topology spreading selects a pod by its ReplicationController,
+    ReplicaSet or StatefulSet: `kubus.api.workloads`)."""
+
+    api_version: str
+    kind: str
+    name: str
+    uid: str = ""
+    controller: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class ObjectMeta:
     name: str
     namespace: str = "default"
@@ -62,6 +75,19 @@ class ObjectMeta:
     annotations: dict[str, str] = field(default_factory=dict)
     creation_timestamp: float = 0.0
     """Seconds since the epoch; 0.0 when the manifest has none."""
+    owner_references: tuple[OwnerReference, ...] = ()
+    """metadata.ownerReferences, in manifest order; at most one is the controller."""
+    deletion_timestamp: float | None = None
+    """metadata.deletionTimestamp in seconds since the epoch: the object is being deleted (a
+    pod keeps running, terminating, until its grace period ends); None when it is not."""
+
+    @property
+    def controller(self) -> OwnerReference | None:
+        """The owner reference with ``controller: true`` (kube's GetControllerOf), or None."""
+        for ref in self.owner_references:
+            if ref.controller:
+                return ref
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +263,12 @@ class Pod:
     def key(self) -> str:
         """`namespace/name`, the pod's identity in messages and logs."""
         return f"{self.metadata.namespace}/{self.metadata.name}"
+
+    @property
+    def terminating(self) -> bool:
+        """metadata.deletionTimestamp is set: the pod is being deleted (kube's
+        `pod.DeletionTimestamp != nil`)."""
+        return self.metadata.deletion_timestamp is not None
 
 
 @dataclass(frozen=True, slots=True)

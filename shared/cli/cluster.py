@@ -1,7 +1,8 @@
 """`kubus apply`, `kubus get` and `kubus delete`: the cluster as kubectl users know it.
 
 apply validates every manifest locally first (nothing is stored or published if one is wrong),
-stores the Namespaces, PriorityClasses, PodDisruptionBudgets and PodGroups in Redis, then
+stores the Namespaces, PriorityClasses, PodDisruptionBudgets, workloads (Services,
+ReplicationControllers, ReplicaSets, StatefulSets) and PodGroups in Redis, then
 publishes each pod on its own to ``kubus.pods.submit``; get reads Redis; delete publishes a
 PodDeletion and waits until the queue has recorded it.
 """
@@ -32,6 +33,7 @@ from kubus.api.podgroups import PodGroup
 from kubus.api.priority import PriorityClass, PriorityError, check_priority_class
 from kubus.api.quantity import format_bytes, format_cpu
 from kubus.api.submission import Rejected, admit_priority, read_submission
+from kubus.api.workloads import Workload
 from kubus.bus import msgids
 from kubus.bus.connection import Publication, publish_durable, publish_durable_many, settle
 from kubus.bus.messages import ClusterEvent, PodDeletion, decode, encode
@@ -102,11 +104,19 @@ class ApplyObjects:
     namespaces: list[Namespace] = field(default_factory=list)
     priority_classes: list[PriorityClass] = field(default_factory=list)
     disruption_budgets: list[PodDisruptionBudget] = field(default_factory=list)
+    workloads: list[Workload] = field(default_factory=list)
+    """Services, ReplicationControllers, ReplicaSets and StatefulSets (default spreading's)."""
 
     @property
     def stored(self) -> int:
         """How many objects are stored in Redis (all but the pods)."""
-        return len(self.pod_groups) + len(self.namespaces) + len(self.priority_classes) + len(self.disruption_budgets)
+        return (
+            len(self.pod_groups)
+            + len(self.namespaces)
+            + len(self.priority_classes)
+            + len(self.disruption_budgets)
+            + len(self.workloads)
+        )
 
 
 def _objects(text: str) -> list[Any]:
@@ -125,8 +135,9 @@ def _objects(text: str) -> list[Any]:
 
 
 def _take_cluster_objects(result: ApplyObjects, manifests: Manifests, source: str, seen: dict[str, str]) -> None:
-    """The file's Namespaces, PriorityClasses and PodDisruptionBudgets into ``result``. The same
-    object twice (``seen``: "Kind key" -> file) or a second globalDefault class is a UsageError."""
+    """The file's Namespaces, PriorityClasses, PodDisruptionBudgets and workloads into ``result``.
+    The same object twice (``seen``: "Kind key" -> file) or a second globalDefault class is a
+    UsageError."""
 
     def first(label: str) -> None:
         if label in seen:
@@ -148,6 +159,9 @@ def _take_cluster_objects(result: ApplyObjects, manifests: Manifests, source: st
     for pdb in manifests.disruption_budgets:
         first(f"PodDisruptionBudget {pdb.key}")
         result.disruption_budgets.append(pdb)
+    for obj in manifests.workloads:
+        first(f"{obj.kind} {obj.namespace}/{obj.name}")
+        result.workloads.append(obj)
 
 
 def read_pod_manifests(paths: Sequence[str], stdin: Any = None) -> list[SubmitManifest]:
@@ -256,8 +270,8 @@ async def submit(
 
 
 async def _store_objects(state: ClusterState, objects: ApplyObjects, out: TextIO, *, quiet: bool) -> None:
-    """Store every object but the pods: namespaces, priority classes, disruption budgets, pod
-    groups. The classes are checked against the stored ones first, as their puts will be, so
+    """Store every object but the pods: namespaces, priority classes, disruption budgets,
+    workloads, pod groups. The classes are checked against the stored ones first, as their puts will be, so
     that a refused class (a second globalDefault, a changed value) stores nothing at all.
     Raises UsageError for a refused class."""
     classes = dict(await state.priority_classes())
@@ -277,6 +291,8 @@ async def _store_objects(state: ClusterState, objects: ApplyObjects, out: TextIO
             raise UsageError(f"PriorityClass {pc.name}: {e.field}: {e}") from None
     for pdb in objects.disruption_budgets:
         written.append(("poddisruptionbudget", pdb.name, await state.put_pod_disruption_budget(pdb)))
+    for obj in objects.workloads:
+        written.append((obj.kind.lower(), obj.name, await state.put_workload(obj)))
     for group, manifest in objects.pod_groups:
         written.append(("podgroup", group.name, await state.put_pod_group(group, manifest)))
     if quiet:

@@ -135,9 +135,11 @@ def add_cluster_commands(sub: Any) -> None:
 
     apply = sub.add_parser(
         "apply",
-        help="submit Pod manifests (and Namespaces, PriorityClasses, PodDisruptionBudgets, PodGroups) to the cluster",
+        help="submit Pod manifests (and Namespaces, PriorityClasses, PodDisruptionBudgets, Services, "
+        "ReplicationControllers, ReplicaSets, StatefulSets, PodGroups) to the cluster",
         description="Validate every manifest locally (nothing is sent if one is wrong), store the Namespaces, "
-        "PriorityClasses, PodDisruptionBudgets and PodGroups in Redis, then publish each pod to "
+        "PriorityClasses, PodDisruptionBudgets, Services, ReplicationControllers, ReplicaSets, StatefulSets "
+        "and PodGroups in Redis, then publish each pod to "
         "kubus.pods.submit. The same manifest submitted twice is stored once.",
     )
     apply.add_argument(

@@ -79,6 +79,7 @@ def _read_manifests(paths: Sequence[str]) -> Manifests:
         every.namespaces += m.namespaces
         every.priority_classes += m.priority_classes
         every.disruption_budgets += m.disruption_budgets
+        every.workloads += m.workloads
     return every
 
 

@@ -12,7 +12,10 @@ run ends (placed if its plugins allowed it, given back if not: the timeout).
 
 Every pod is admitted first as kube's Priority admission would (`kubus.api.priority`), with the
 manifests' PriorityClasses: a pod it refuses (no such class...) is Rejected, never scheduled.
-The manifests' Namespaces give namespaceSelectors their labels.
+The manifests' Namespaces give namespaceSelectors their labels; their Services,
+ReplicationControllers, ReplicaSets and StatefulSets select the pods PodTopologySpread's default
+constraints spread (kube's default spreading: a pod of a Service is spread over its nodes and
+zones).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from kubus.api.manifests import Manifests
 from kubus.api.objects import Pod
 from kubus.api.podgroups import pod_group_key
 from kubus.api.priority import PriorityError, resolve_priority
+from kubus.api.workloads import Workloads
 from kubus.framework.config import SchedulerConfiguration, ignored_warnings
 from kubus.framework.hints import Hint, fit_hints
 from kubus.framework.interface import QueueSortPlugin
@@ -117,6 +121,7 @@ def simulate(
     table.add_nodes(manifests.nodes)
     table.namespaces = {ns.name: ns.labels for ns in manifests.namespaces}
     table.disruption_budgets = tuple(manifests.disruption_budgets)
+    table.workloads = Workloads(manifests.workloads)
     facts = [p for p in manifests.pods if p.spec.node_name]
     warnings = [*ignored_warnings(config), *place_facts(table, facts)]
     # Permit runs right after Reserve; a pod it makes wait holds its node until a plugin rejects

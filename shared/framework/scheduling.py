@@ -26,6 +26,7 @@ import numpy as np
 
 from kubus.api.objects import Pod
 from kubus.api.podgroups import pod_group_key
+from kubus.api.workloads import Workloads
 from kubus.framework.config import num_feasible_nodes_to_find
 from kubus.framework.cycle_state import GPU_DEVICES_STATE_KEY, CycleState
 from kubus.framework.interface import (
@@ -259,6 +260,7 @@ class Scheduler:
         self._nodes_version = -1
         self._resources = -1
         self._namespaces: dict[str, dict[str, str]] | None = None
+        self._workloads: Workloads | None = None
         self._keep_classes = all(
             reads_table_only(p)
             for p in (*framework.pre_filter, *framework.filter, *framework.pre_score, *(p for p, _ in framework.score))
@@ -301,7 +303,7 @@ class Scheduler:
         """The classes kept from the last batch, brought in step with the pods assumed and
         forgotten in the table since (events, a resync, a reservation given back: its journal),
         taken in as placements are, a forgotten pod as an eviction (any count may drop). None
-        are kept when anything else changed (a node, a resource, the namespaces, a change the
+        are kept when anything else changed (a node, a resource, the namespaces or workloads, a change the
         journal missed) or the profile's plugins read more than the table."""
         table = self.table
         journal, table.journal = table.journal, ([] if self._keep_classes else None)
@@ -312,6 +314,7 @@ class Scheduler:
             and table.nodes_version == self._nodes_version
             and len(table.resources) == self._resources
             and table.namespaces == self._namespaces
+            and table.workloads == self._workloads
         ):
             self._classes, self._placements = {}, _Placements()
         elif self._classes:
@@ -332,6 +335,7 @@ class Scheduler:
         self._table_version, self._nodes_version = table.version, table.nodes_version
         self._resources = len(table.resources)
         self._namespaces = {name: dict(labels) for name, labels in table.namespaces.items()}
+        self._workloads = table.workloads
 
     def _take_in_placements(self, cls: _PodClass) -> None:
         """The placements made since the class last decided: their rows are stale for it, and a
@@ -1005,9 +1009,17 @@ def _unbroken(journal: Sequence[tuple[Any, int, bool, int]], since: int, now: in
 
 def pod_class_key(pod: Pod) -> Any:
     """Pods with equal keys get equal Filter/Score results (all plugins read only these: the
-    namespace, labels, annotations and spec; not the name or uid)."""
+    namespace, labels, annotations, controller (default topology spreading's workload) and spec;
+    not the name or uid)."""
     m = pod.metadata
-    return (m.namespace, repr(sorted(m.labels.items())), repr(sorted(m.annotations.items())), repr(pod.spec))
+    controller = m.controller
+    return (
+        m.namespace,
+        repr(sorted(m.labels.items())),
+        repr(sorted(m.annotations.items())),
+        repr(pod.spec),
+        None if controller is None else (controller.api_version, controller.kind, controller.name),
+    )
 
 
 __all__ = ["NodeExplain", "ScheduleResult", "Scheduler", "ScoreDetail", "fit_error_message", "pod_class_key"]

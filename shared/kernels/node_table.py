@@ -30,6 +30,7 @@ import numpy as np
 
 from kubus.api.disruption import PodDisruptionBudget
 from kubus.api.objects import CPU, EPHEMERAL_STORAGE, MEMORY, PODS, Node
+from kubus.api.workloads import NO_WORKLOADS, Workloads
 from kubus.kernels.backend import NUMPY, Backend
 from kubus.kernels.nodeinfo import NodeInfo, PodInfo
 from kubus.kernels.pod_index import PodIndex
@@ -147,6 +148,10 @@ class NodeTable:
         """Namespace name -> its labels, for namespaceSelectors (InterPodAffinity). Whoever fills
         the table sets it (simulate from Namespace manifests, the cycle from the store); a
         namespace not in it has no labels."""
+        self.workloads: Workloads = NO_WORKLOADS
+        """The cluster's Services, ReplicationControllers, ReplicaSets and StatefulSets, whose
+        selectors PodTopologySpread's default constraints select pods by; set as `namespaces`
+        is. Schedulers keep their pod classes only while it stays equal."""
         self.version = 0
         """Bumped on every change; caches key on it."""
         self.nodes_version = 0

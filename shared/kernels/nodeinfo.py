@@ -37,13 +37,15 @@ class PodInfo:
     start_time: float = 0.0
     """When it started on its node (seconds since the epoch; kube's pod.Status.StartTime): the
     time it was reserved there; 0 when unknown. Preemption prefers to evict the newest."""
-    label_key: tuple[str, tuple[tuple[str, str], ...]] = field(init=False, repr=False, compare=False)
-    """(namespace, sorted labels): the pod's group in `kubus.kernels.pod_index.PodIndex`, computed
-    once here (the pod's labels as they were when this PodInfo was made)."""
+    label_key: tuple[str, tuple[tuple[str, str], ...], bool] = field(init=False, repr=False, compare=False)
+    """(namespace, sorted labels, terminating): the pod's group in
+    `kubus.kernels.pod_index.PodIndex`, computed once here (the pod's labels and deletionTimestamp
+    as they were when this PodInfo was made)."""
 
     def __post_init__(self) -> None:
         meta = self.pod.metadata
-        object.__setattr__(self, "label_key", (meta.namespace, tuple(sorted(meta.labels.items()))))
+        key = (meta.namespace, tuple(sorted(meta.labels.items())), meta.deletion_timestamp is not None)
+        object.__setattr__(self, "label_key", key)
 
     @classmethod
     def of(cls, pod: Pod, gpu_devices: tuple[int, ...] = (), start_time: float = 0.0) -> PodInfo:

@@ -4,9 +4,11 @@ InterPodAffinity and PodTopologySpread ask "how many pods matching this selector
 node" and "which existing pods' terms select this pod". kube-scheduler answers by walking every
 pod on every node for every pod it schedules; here pods are grouped:
 
-- by (namespace, labels): a selector is evaluated once per distinct label set, and the group's
-  per-row counts are summed into a vector over the table's rows (the plugins then sum it per
-  topology domain with a bincount over the interned label column);
+- by (namespace, labels, terminating): a selector is evaluated once per distinct label set, and
+  the group's per-row counts are summed into a vector over the table's rows (the plugins then sum
+  it per topology domain with a bincount over the interned label column); terminating pods
+  (deletionTimestamp set) are grouped apart, for the plugins that leave them out
+  (PodTopologySpread, as kube's countPodsMatchSelector);
 - by the affinity terms they carry (kind, term, weight): the existing pods' terms an incoming pod
   is checked against (existing anti-affinity, hardPodAffinityWeight, preferred terms).
 
@@ -79,10 +81,12 @@ class RowCounts:
 
 @dataclass(slots=True, eq=False)
 class LabelGroup:
-    """The pods of one namespace with one exact label set."""
+    """The pods of one namespace with one exact label set, terminating or not."""
 
     namespace: str
     labels: Mapping[str, str]
+    terminating: bool = False
+    """The group's pods have metadata.deletionTimestamp set."""
     counts: RowCounts = field(default_factory=RowCounts)
 
 
@@ -105,7 +109,7 @@ class PodIndex:
     """Pods of a node table grouped by labels and by the affinity terms they carry."""
 
     def __init__(self) -> None:
-        self._labels: dict[tuple[str, tuple[tuple[str, str], ...]], LabelGroup] = {}
+        self._labels: dict[tuple[str, tuple[tuple[str, str], ...], bool], LabelGroup] = {}
         self._terms: dict[tuple[object, ...], TermGroup] = {}
         self.version = 0
         """Bumped on every change; `count` caches on it."""
@@ -126,7 +130,7 @@ class PodIndex:
         group = self._labels.get(key)
         if group is None:
             meta = info.pod.metadata
-            group = self._labels[key] = LabelGroup(meta.namespace, dict(meta.labels))
+            group = self._labels[key] = LabelGroup(meta.namespace, dict(meta.labels), key[2])
         group.counts.change(row, delta)
         if not group.counts.total:
             del self._labels[key]
@@ -167,9 +171,12 @@ class PodIndex:
     def has_terms(self, *kinds: TermKind) -> bool:
         return any(True for _ in self.term_groups(*kinds))
 
-    def count(self, rows: int, match: PodMatch, cache_key: Hashable | None = None) -> np.ndarray:
+    def count(
+        self, rows: int, match: PodMatch, cache_key: Hashable | None = None, *, terminating: bool = True
+    ) -> np.ndarray:
         """Pods that ``match`` selects, per row: an int64 vector of length ``rows`` (do not
-        modify it: with ``cache_key`` it is shared until the index changes)."""
+        modify it: with ``cache_key`` it is shared until the index changes). ``terminating``
+        False leaves out the pods being deleted (give such a count its own ``cache_key``)."""
         if cache_key is not None:
             if self._cache_version != self.version:
                 self._cache.clear()
@@ -179,7 +186,7 @@ class PodIndex:
                 return hit
         out = np.zeros(rows, dtype=np.int64)
         for group in self._labels.values():
-            if match(group.namespace, group.labels):
+            if (terminating or not group.terminating) and match(group.namespace, group.labels):
                 group.counts.add_to(out)
         if cache_key is not None:
             self._cache[cache_key] = out

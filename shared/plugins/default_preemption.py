@@ -64,11 +64,16 @@ Differences from kube, each deliberate:
   Victims of equal importance keep the node's pod order (kube's sort is not stable).
 - A pod whose start time is unknown (`PodInfo.start_time` 0) started "now", as kube's
   GetPodStartTime says for pods that have not started: it is the newest.
-- kube's "a nominated pod waits while victims terminate" rule (a pod whose nominated node still
-  has pods terminating by preemption is not eligible) never applies: kubus evicts the victims and
-  places the preemptor in one step (`Scheduler._place_preemptor`, one store transaction), so
-  there is no terminating phase and no pod waits on a nomination. For the same reason there are
-  no nominated pods to add in RunFilterPluginsWithNominatedPods.
+- kube's "a nominated pod waits while victims terminate" rule (PodEligibleToPreemptOthers: a
+  pod whose status.nominatedNodeName names a node where a lower-priority pod is terminating by
+  preemption, a deletionTimestamp and a DisruptionTarget condition with reason
+  PreemptionByScheduler, is not eligible) never applies: kubus evicts the victims and places the
+  preemptor in one step (`Scheduler._place_preemptor`, one store transaction), so no pod waits
+  on a nomination. For the same reason there are no nominated pods to add in
+  RunFilterPluginsWithNominatedPods.
+- Terminating pods (deletionTimestamp set: cluster mode's pods being deleted gracefully) are
+  potential victims like any other pod of lower priority, and their room counts until they are
+  gone, as in kube 1.28, whose SelectVictimsOnNode takes every lower-priority pod.
 - A budget's disruptionsAllowed is computed from the pods in the node table (every one of them
   placed), with `kubus.api.disruption.disruptions_allowed`; kubus has no disruption controller,
   so no DisruptedPods either.
@@ -321,8 +326,9 @@ class DefaultPreemption:
 
     def pod_eligible_to_preempt_others(self, pod: Pod) -> tuple[bool, str]:
         """kube's PodEligibleToPreemptOthers: (False, why) for preemptionPolicy Never. kube's
-        other rule (victims still terminating on the pod's nominated node) never applies in
-        kubus, whose victims are gone in the step that places the preemptor."""
+        other rule (lower-priority pods terminating by preemption on the pod's
+        status.nominatedNodeName) never applies in kubus, which nominates no node: its victims
+        are gone in the step that places the preemptor."""
         if pod.spec.preemption_policy is PreemptionPolicy.NEVER:
             return False, NOT_ELIGIBLE_PREEMPT_NEVER
         return True, ""

@@ -19,18 +19,25 @@ no NoSchedule/NoExecute taint the pod does not tolerate; Ignore, the default, co
   topology key are ignored (score 0); every other node scores
   round(sum over constraints of count * log(domains + 2) + maxSkew - 1), where count is the
   matching pods in the node's domain (on the node itself for `kubernetes.io/hostname`) and
-  domains the distinct values among the scored nodes (their number for hostname).
-  NormalizeScore: 100 * (max + min - score) / max (100 for every node when max is 0).
+  domains the distinct values among the scored nodes that are not ignored (their number for
+  hostname). NormalizeScore: ignored nodes get 0, the lowest score, and are left out of max and
+  min; the others 100 * (max + min - score) / max (100 for every node when max is 0). Only the
+  System default constraints of a pod without its own do not require every key (kube's
+  requireAllTopologies): there a node lacking a key is scored without that constraint's term,
+  and its missing value ("") counts as one more domain among the scored nodes, as in kube.
 
 Default constraints. A pod without topologySpreadConstraints gets the args' default constraints
 (`defaultingType: System`, kube's default: hostname maxSkew 3 and zone maxSkew 5, ScheduleAnyway;
 or `List`: `defaultConstraints`), each with a label selector kube builds with
-`helper.DefaultSelector` from the Services, ReplicationControllers, ReplicaSets and
-StatefulSets that select the pod, skipping the constraints when that selector is empty. kubus
-has none of those objects, so the selector is always empty and default constraints, System or
-List, apply to no pod: exactly what kube does for a pod no such object selects. They are not
-built from the pod's own labels (kube does not do that either). A `List` configuration with
-constraints loads, validates and changes no placement; the plugin logs a warning saying so.
+`helper.DefaultSelector` (`default_selector`) from the table's `workloads`: the labels of every
+Service of the pod's namespace whose selector selects the pod, merged, plus its controller's
+selector (metadata.ownerReferences with `controller: true`): a v1 ReplicationController's map
+merged in, an apps/v1 ReplicaSet's or StatefulSet's requirements added. The constraints are
+skipped when that selector is empty: a pod no such object selects has no default constraints.
+They are never built from the pod's own labels (kube does not do that either). The selector is
+worked out once per pod class (the CycleState keeps it), and not at all in a cluster without
+such objects. Queueing hints see no workloads: a pod whose DoNotSchedule constraints are the
+default ones is queued by every pod and node event (its selector is not known there).
 
 Vectorized: PreFilter counts the matching pods per row with `NodeTable.pods` and sums them per
 domain with a bincount over the interned label column; Filter and Score gather the per-domain
@@ -38,15 +45,18 @@ numbers back over the rows. All of it is host numpy; results go to the backend a
 Existing pods' counts change only when a matching pod lands, so the plugin is cluster-scoped
 (`placement_affects`) and not placement-sensitive.
 
+Terminating pods (metadata.deletionTimestamp set: a pod being deleted that still runs out its
+grace period) are not counted, in PreFilter and PreScore alike, as kube's countPodsMatchSelector
+skips them; AddPod/RemovePod move the counts for any pod, terminating or not, as kube's
+updateWithPod does (it has no such check).
+
 Divergences from kube, on purpose: kube's countPodsMatchSelector counted no pod for an empty
 (`{}`) labelSelector from 1.27 until kubernetes/kubernetes#141340 fixed it; kubus counts every
-pod of the namespace, as the fix does. kube's PreScore skips pods that are terminating; kubus
-has no terminating pods.
+pod of the namespace, as the fix does.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
@@ -65,6 +75,7 @@ from kubus.api.objects import (
     TopologySpreadConstraint,
 )
 from kubus.api.pod_affinity import selector_key, selector_matches
+from kubus.api.workloads import NO_WORKLOADS, ReplicaSet, ReplicationController, StatefulSet, Workloads
 from kubus.framework.config.args import DefaultingType, PodTopologySpreadArgs
 from kubus.framework.cycle_state import CycleState
 from kubus.framework.interface import ALL_ROWS, MAX_NODE_SCORE, FilterResult, Rejection, Rows
@@ -107,10 +118,9 @@ PRE_SCORE_STATE_KEY = "PreScorePodTopologySpread"
 _SELECTORS_STATE_KEY = "PodTopologySpread/selectors"
 _SCORE_NODES_STATE_KEY = "PodTopologySpread/score-nodes"
 _SCORE_CONSTRAINTS_STATE_KEY = "PodTopologySpread/score-constraints"
+_DEFAULT_SELECTOR_STATE_KEY = "PodTopologySpread/default-selector"
 _MAX_INT32 = 2**31 - 1
 _NO_ROW = np.empty(0, dtype=np.intp)
-
-_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,11 +174,47 @@ def spread_constraints(
     return tuple(out)
 
 
-def default_selector(pod: Pod) -> LabelSelector | None:
-    """kube's helper.DefaultSelector: the selectors of the Services, ReplicationControllers,
-    ReplicaSets and StatefulSets that select ``pod``, combined. kubus has none of those objects:
-    always empty (None), so default constraints apply to no pod."""
-    return None
+def default_selector(pod: Pod, workloads: Workloads) -> LabelSelector | None:
+    """kube's helper.DefaultSelector: the labels of every Service of the pod's namespace whose
+    ``spec.selector`` selects ``pod`` (a Service without one selects none), merged; then the pod's
+    controller, looked up by name in its namespace: a v1 ReplicationController's selector merged
+    into those labels, an apps/v1 ReplicaSet's or StatefulSet's label selector ANDed (its
+    matchLabels as `In` requirements, so that a key it shares with the merged labels is
+    required twice, as kube's selector.Add does). None when that selects by nothing (kube's
+    ``selector.Empty()``): no default constraints then."""
+    if not workloads:
+        return None
+    labels = pod.metadata.labels
+    merged: dict[str, str] = {}
+    for service in workloads.services(pod.namespace):
+        if service.selector is not None and labels_match(service.selector, labels):
+            merged.update(service.selector)
+    added: tuple[LabelSelectorRequirement, ...] = ()
+    owner = pod.metadata.controller
+    if owner is not None:
+        group_version = _group_version(owner.api_version)
+        found = workloads.get(owner.kind, pod.namespace, owner.name)
+        if isinstance(found, ReplicationController) and group_version == ("", "v1"):
+            merged.update(found.selector)
+        elif isinstance(found, ReplicaSet | StatefulSet) and group_version == ("apps", "v1") and found.selector:
+            own = found.selector
+            in_ = SelectorOperator.IN
+            added = (
+                *(LabelSelectorRequirement(k, in_, (v,)) for k, v in own.match_labels.items()),
+                *own.match_expressions,
+            )
+    if not merged and not added:
+        return None
+    return LabelSelector(merged, added)
+
+
+def _group_version(api_version: str) -> tuple[str, str] | None:
+    """schema.ParseGroupVersion: ``v1`` is the core group's, ``apps/v1`` (group, version); None for
+    more than one slash (kube's parse error)."""
+    if api_version.count("/") > 1:
+        return None
+    group, _, version = api_version.rpartition("/")
+    return group, version
 
 
 def _do_not_schedule_taint(taint: Taint) -> bool:
@@ -258,38 +304,63 @@ class PodTopologySpread:
         self.default_constraints: tuple[TopologySpreadConstraint, ...] = (
             SYSTEM_DEFAULT_CONSTRAINTS if self.system_defaulted else tuple(args.default_constraints)
         )
-        if not self.system_defaulted and self.default_constraints:
-            _log.warning(
-                "PodTopologySpread defaultConstraints apply to no pod in kubus: kube builds their label "
-                "selector from the Services, ReplicationControllers, ReplicaSets and StatefulSets that "
-                "select a pod, and kubus has none"
-            )
+        self._hard_defaults = any(c.when_unsatisfiable == DO_NOT_SCHEDULE for c in self.default_constraints)
 
     # ---- constraints -----------------------------------------------------------------------
 
-    def constraints(self, pod: Pod, action: str) -> tuple[SpreadConstraint, ...]:
+    def constraints(
+        self, pod: Pod, action: str, workloads: Workloads = NO_WORKLOADS, state: CycleState | None = None
+    ) -> tuple[SpreadConstraint, ...]:
         """The pod's constraints for ``action`` (DoNotSchedule: Filter, ScheduleAnyway: Score):
-        its own, else the default ones (kube's getConstraints / buildDefaultConstraints)."""
+        its own, else the default ones with the selector `default_selector` finds among
+        ``workloads`` (kube's getConstraints / buildDefaultConstraints); that selector is kept in
+        ``state``, when given, for the pod's next calls."""
         if pod.spec.topology_spread_constraints:
             return spread_constraints(pod.spec.topology_spread_constraints, pod.metadata.labels, action)
+        if not workloads:
+            return ()  # no object selects the pod: no default constraint (the common case, free)
         defaults = spread_constraints(self.default_constraints, pod.metadata.labels, action)
-        selector = default_selector(pod)
-        if not defaults or selector is None:
+        if not defaults:
+            return ()
+        selector = self._default_selector(pod, workloads, state)
+        if selector is None:
             return ()
         return tuple(replace(c, selector=selector) for c in defaults)
 
-    def _selectors(self, state: CycleState, pod: Pod) -> tuple[LabelSelector | None, ...]:
+    @staticmethod
+    def _default_selector(pod: Pod, workloads: Workloads, state: CycleState | None) -> LabelSelector | None:
+        if state is None:
+            return default_selector(pod, workloads)
+        kept: tuple[Workloads, LabelSelector | None] | None = state.get(_DEFAULT_SELECTOR_STATE_KEY)
+        if kept is None or kept[0] is not workloads:
+            kept = (workloads, default_selector(pod, workloads))
+            state.write(_DEFAULT_SELECTOR_STATE_KEY, kept)
+        return kept[1]
+
+    def _hint_constraints(self, pod: Pod) -> tuple[SpreadConstraint, ...] | None:
+        """The DoNotSchedule constraints queueing hints look at: None when they are default ones,
+        whose selector comes from workloads the hints do not see."""
+        if pod.spec.topology_spread_constraints:
+            return self.constraints(pod, DO_NOT_SCHEDULE)
+        return None if self._hard_defaults else ()
+
+    def _selectors(
+        self, state: CycleState, pod: Pod, workloads: Workloads = NO_WORKLOADS
+    ) -> tuple[LabelSelector | None, ...]:
         selectors: tuple[LabelSelector | None, ...] | None = state.get(_SELECTORS_STATE_KEY)
         if selectors is None:
             selectors = tuple(
-                c.selector for action in (DO_NOT_SCHEDULE, SCHEDULE_ANYWAY) for c in self.constraints(pod, action)
+                c.selector
+                for action in (DO_NOT_SCHEDULE, SCHEDULE_ANYWAY)
+                for c in self.constraints(pod, action, workloads, state)
             )
             state.write(_SELECTORS_STATE_KEY, selectors)
         return selectors
 
     def placement_affects(self, state: CycleState, pod: Pod, placed: PodInfo) -> bool:
         """True when ``placed`` is in the pod's namespace and one of the pod's constraints (hard
-        or soft) selects it: only such a pod changes a domain's count."""
+        or soft) selects it: only such a pod changes a domain's count. The constraints are those
+        PreFilter saw (without it, those of a cluster with no workloads)."""
         other = placed.pod
         if other.namespace != pod.namespace:
             return False
@@ -300,8 +371,8 @@ class PodTopologySpread:
     def pre_filter(self, state: CycleState, pod: Pod, table: NodeTable) -> tuple[frozenset[str] | None, Status]:
         """kube's calPreFilterState over every node; Skip when the pod has no DoNotSchedule
         constraint."""
-        self._selectors(state, pod)
-        constraints = self.constraints(pod, DO_NOT_SCHEDULE)
+        self._selectors(state, pod, table.workloads)
+        constraints = self.constraints(pod, DO_NOT_SCHEDULE, table.workloads, state)
         if not constraints:
             return None, Status.skip()
         state.write(PRE_FILTER_STATE_KEY, self._pre_filter_state(pod, table, constraints))
@@ -333,7 +404,8 @@ class PodTopologySpread:
         s: _PreFilterState | None = state.get(PRE_FILTER_STATE_KEY)
         if s is None:
             # PreFilter did not run (kube errors): compute what it would have stored
-            s = self._pre_filter_state(pod, view.table, self.constraints(pod, DO_NOT_SCHEDULE))
+            table = view.table
+            s = self._pre_filter_state(pod, table, self.constraints(pod, DO_NOT_SCHEDULE, table.workloads, state))
         at = _host_rows(view, rows)
         n = int(view.valid[rows].shape[0])
         # 0 passes, 1 skew too large, 2 missing the topology key: the first failing constraint's
@@ -405,7 +477,7 @@ class PodTopologySpread:
         # pods, equal constraints), and building the defaults showed in its profile.
         constraints: tuple[SpreadConstraint, ...] | None = state.get(_SCORE_CONSTRAINTS_STATE_KEY)
         if constraints is None:
-            constraints = self.constraints(pod, SCHEDULE_ANYWAY)
+            constraints = self.constraints(pod, SCHEDULE_ANYWAY, table.workloads, state)
             state.write(_SCORE_CONSTRAINTS_STATE_KEY, constraints)
         if not constraints:
             return Status.skip()
@@ -418,7 +490,7 @@ class PodTopologySpread:
 
     def _score_nodes(self, pod: Pod, table: NodeTable, constraints: tuple[SpreadConstraint, ...]) -> _ScoreNodes:
         # kube requires every topology key unless the constraints are the System defaults of a
-        # pod without its own; those never apply in kubus (see the module docstring)
+        # pod without its own (there a node lacking the zone counts as a "" zone of its own)
         require_all = bool(pod.spec.topology_spread_constraints) or not self.system_defaulted
         cols = tuple(_label_column(table, c.topology_key) for c in constraints)
         has_all = np.ones(table.rows, dtype=bool)
@@ -501,7 +573,10 @@ class PodTopologySpread:
         if s is None:
             # PreScore did not run (kube errors): compute what it would have stored
             scored = np.arange(view.table.rows)[at] if isinstance(at, slice) else np.asarray(at, dtype=np.intp)
-            s = self._pre_score_state(pod, view.table, self.constraints(pod, SCHEDULE_ANYWAY), scored)
+            table = view.table
+            s = self._pre_score_state(
+                pod, table, self.constraints(pod, SCHEDULE_ANYWAY, table.workloads, state), scored
+            )
             state.write(PRE_SCORE_STATE_KEY, s)
         return view.xp.asarray(s.raw[at])
 
@@ -553,7 +628,9 @@ class PodTopologySpread:
             original is not None and not _involved(original, pod)
         ):
             return QueueingHint.QUEUE_SKIP
-        constraints = self.constraints(pod, DO_NOT_SCHEDULE)
+        constraints = self._hint_constraints(pod)
+        if constraints is None:
+            return QueueingHint.QUEUE
         if modified is not None and original is not None:
             if (
                 _uid(pod) == _uid(modified)
@@ -585,7 +662,9 @@ class PodTopologySpread:
         original, modified = node_change(old, new)
         if original is None and modified is None:
             return QueueingHint.QUEUE
-        constraints = self.constraints(pod, DO_NOT_SCHEDULE)
+        constraints = self._hint_constraints(pod)
+        if constraints is None:
+            return QueueingHint.QUEUE
         was = original is not None and _has_keys(original, constraints)
         now = modified is not None and _has_keys(modified, constraints)
         if original is not None and modified is not None:
@@ -608,11 +687,10 @@ class PodTopologySpread:
         taint change of such a node."""
         original, modified = node_change(old, new)
         node = modified if modified is not None else original
-        if node is None:
+        constraints = self._hint_constraints(pod)
+        if node is None or constraints is None:
             return QueueingHint.QUEUE
-        return (
-            QueueingHint.QUEUE if _has_keys(node, self.constraints(pod, DO_NOT_SCHEDULE)) else QueueingHint.QUEUE_SKIP
-        )
+        return QueueingHint.QUEUE if _has_keys(node, constraints) else QueueingHint.QUEUE_SKIP
 
 
 # ---- helpers ------------------------------------------------------------------------------------
@@ -698,7 +776,8 @@ def _valid_mask(table: NodeTable) -> np.ndarray:
 
 
 def _matching_pods(table: NodeTable, pod: Pod, c: SpreadConstraint) -> np.ndarray:
-    """Pods of the pod's namespace the constraint's selector selects, per row (int64)."""
+    """Pods of the pod's namespace the constraint's selector selects, per row (int64), leaving
+    out terminating ones (kube's countPodsMatchSelector skips a pod with a deletionTimestamp)."""
     if c.selector is None:
         return np.zeros(table.rows, dtype=np.int64)
     namespace, selector = pod.namespace, c.selector
@@ -706,6 +785,7 @@ def _matching_pods(table: NodeTable, pod: Pod, c: SpreadConstraint) -> np.ndarra
         table.rows,
         lambda ns, labels: ns == namespace and selector_matches(selector, labels),
         ("PodTopologySpread", namespace, selector_key(selector)),
+        terminating=False,
     )
 
 

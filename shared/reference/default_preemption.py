@@ -8,8 +8,9 @@ pkg/scheduler/framework/plugins/defaultpreemption/default_preemption.go (PostFil
 SelectVictimsOnNode, PodEligibleToPreemptOthers, filterPodsWithPDBViolation), with kube's
 DryRunPreemption run sequentially (parallelism 1, as kube's own tests pin it) from a given
 offset; victims of equal importance keep their node's pod order (a stable sort), and a pod with
-no start time started "now". kube's extenders, nominated pods and terminating victims do not
-exist in kubus.
+no start time started "now". kube's extenders and nominated pods do not exist in kubus, so
+PodEligibleToPreemptOthers' rule about pods terminating on the nominated node never applies;
+terminating pods (deletionTimestamp set) are victims like any other, as in kube 1.28.
 """
 
 from __future__ import annotations

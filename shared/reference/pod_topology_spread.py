@@ -12,11 +12,12 @@ every node's pods into them; Score sums count * weight + maxSkew - 1, rounded as
 hostname topology counting the node's own pods; NormalizeScore maps ignored nodes to 0.
 
 Default constraints (System or List) get their selector from the Services, ReplicationControllers,
-ReplicaSets and StatefulSets selecting the pod (kube's helper.DefaultSelector); kubus has none of
-them, the selector is empty, and kube then drops the constraints: they apply to no pod here.
-kube skips terminating pods when counting; kubus has none. An empty (`{}`) labelSelector counts
-every pod of the namespace, as kube does since kubernetes/kubernetes#141340 (before it, kube
-counted none).
+ReplicaSets and StatefulSets selecting the pod (kube's helper.DefaultSelector), read from the
+cycle state (WORKLOADS_STATE_KEY, as kube's plugin reads its listers); an empty selector drops them.
+Terminating pods (deletionTimestamp set) are skipped when counting, as kube's
+countPodsMatchSelector skips them (AddPod/RemovePod do not check, as kube's updateWithPod does
+not). An empty (`{}`) labelSelector counts every pod of the namespace, as kube does since
+kubernetes/kubernetes#141340 (before it, kube counted none).
 """
 
 from __future__ import annotations
@@ -27,12 +28,14 @@ from typing import Any, ClassVar
 
 from kubus.api.objects import (
     LabelSelector,
+    OwnerReference,
     Pod,
     SelectorOperator,
     Taint,
     TaintEffect,
     TopologySpreadConstraint,
 )
+from kubus.api.workloads import NO_WORKLOADS, ReplicaSet, ReplicationController, Service, StatefulSet, Workloads
 from kubus.framework.cycle_state import CycleState
 from kubus.framework.interface import MAX_NODE_SCORE
 from kubus.framework.status import Code, Status
@@ -53,6 +56,9 @@ NODE_INCLUSION_POLICY_IGNORE = "Ignore"
 LABEL_HOSTNAME = "kubernetes.io/hostname"
 LABEL_TOPOLOGY_ZONE = "topology.kubernetes.io/zone"
 INVALID_SCORE = -1
+WORKLOADS_STATE_KEY = "kubus/workloads"
+"""Where a scheduler leaves the cluster's `Workloads` (Services, ReplicationControllers,
+ReplicaSets, StatefulSets) for default spreading (kube's plugin reads its listers)."""
 MAX_INT32 = 2**31 - 1
 MAX_INT64 = 2**63 - 1
 
@@ -170,10 +176,68 @@ def filter_topology_spread_constraints(
     return result
 
 
-def default_selector(pod: Pod) -> Selector:
+def default_selector(pod: Pod, workloads: Workloads) -> Selector:
     """helper.DefaultSelector: the selectors of the Services, ReplicationControllers, ReplicaSets
-    and StatefulSets that select ``pod``. kubus has none of those objects: always empty."""
-    return Selector()
+    and StatefulSets that select ``pod``."""
+    label_set: dict[str, str] = {}
+    for service in get_pod_services(workloads, pod):
+        label_set.update(service.selector or {})  # labels.Merge: the later wins
+    selector = Selector.of(LabelSelector(dict(label_set)))
+    owner = metadata_controller(pod)
+    if owner is None:
+        return selector
+    group_version = parse_group_version(owner.api_version)
+    if group_version is None:
+        return selector
+    gvk = (*group_version, owner.kind)
+    if gvk == ("", "v1", "ReplicationController"):
+        rc = workloads.get("ReplicationController", pod.namespace, owner.name)
+        if isinstance(rc, ReplicationController):
+            label_set.update(rc.selector)
+            selector = Selector.of(LabelSelector(dict(label_set)))
+    elif gvk in (("apps", "v1", "ReplicaSet"), ("apps", "v1", "StatefulSet")):
+        found = workloads.get(owner.kind, pod.namespace, owner.name)
+        if isinstance(found, ReplicaSet | StatefulSet):
+            other = Selector.of(found.selector)
+            if not other.nothing:  # other.Requirements() is (nil, false) for labels.Nothing
+                selector = Selector(selector.requirements + other.requirements)
+    return selector
+
+
+def get_pod_services(workloads: Workloads, pod: Pod) -> list[Service]:
+    """helper.GetPodServices: the Services of the pod's namespace whose selector selects it
+    (a nil selector selects nothing, not everything)."""
+    services = []
+    for service in workloads.services(pod.namespace):
+        if service.selector is None:
+            continue
+        if Selector.of(LabelSelector(dict(service.selector))).matches(pod.metadata.labels):
+            services.append(service)
+    return services
+
+
+def metadata_controller(pod: Pod) -> OwnerReference | None:
+    """metav1.GetControllerOfNoCopy: the first owner reference with controller true."""
+    return next((ref for ref in pod.metadata.owner_references if ref.controller), None)
+
+
+def parse_group_version(api_version: str) -> tuple[str, str] | None:
+    """schema.ParseGroupVersion: "" -> ("", ""), "v1" -> ("", "v1"), "g/v" -> ("g", "v"), an error
+    (None) for more than one slash."""
+    if not api_version:
+        return "", ""
+    parts = api_version.split("/")
+    if len(parts) == 1:
+        return "", api_version
+    if len(parts) == 2:
+        return parts[0], parts[1]
+    return None
+
+
+def cycle_workloads(state: CycleState) -> Workloads:
+    """The cluster's workloads a scheduler left in the cycle state (none when absent)."""
+    workloads: Workloads | None = state.get(WORKLOADS_STATE_KEY)
+    return NO_WORKLOADS if workloads is None else workloads
 
 
 def node_labels_match_spread_constraints(labels: Mapping[str, str], constraints: Sequence[Constraint]) -> bool:
@@ -181,8 +245,13 @@ def node_labels_match_spread_constraints(labels: Mapping[str, str], constraints:
 
 
 def count_pods_match_selector(pods: Sequence[PodInfo], selector: Selector, namespace: str) -> int:
-    # kube also skips terminating pods (DeletionTimestamp set); kubus has none
-    return sum(1 for p in pods if p.pod.namespace == namespace and selector.matches(p.pod.metadata.labels))
+    """kube's countPodsMatchSelector: pods of ``namespace`` the selector selects, bypassing
+    terminating pods (DeletionTimestamp set, kubernetes/kubernetes#87621)."""
+    return sum(
+        1
+        for p in pods
+        if not p.pod.terminating and p.pod.namespace == namespace and selector.matches(p.pod.metadata.labels)
+    )
 
 
 # ---- states ------------------------------------------------------------------------------------
@@ -235,16 +304,16 @@ class PodTopologySpread:
 
     # ---- constraints -------------------------------------------------------------------------
 
-    def get_constraints(self, pod: Pod, action: str) -> list[Constraint]:
+    def get_constraints(self, pod: Pod, action: str, workloads: Workloads = NO_WORKLOADS) -> list[Constraint]:
         if pod.spec.topology_spread_constraints:
             return filter_topology_spread_constraints(pod.spec.topology_spread_constraints, pod.metadata.labels, action)
-        return self.build_default_constraints(pod, action)
+        return self.build_default_constraints(pod, action, workloads)
 
-    def build_default_constraints(self, pod: Pod, action: str) -> list[Constraint]:
+    def build_default_constraints(self, pod: Pod, action: str, workloads: Workloads = NO_WORKLOADS) -> list[Constraint]:
         constraints = filter_topology_spread_constraints(self.default_constraints, pod.metadata.labels, action)
         if not constraints:
             return []
-        selector = default_selector(pod)
+        selector = default_selector(pod, workloads)
         if selector.empty:
             return []
         return [replace(c, selector=selector) for c in constraints]
@@ -254,14 +323,16 @@ class PodTopologySpread:
     def pre_filter(
         self, state: CycleState, pod: Pod, nodes: Sequence[NodeInfo]
     ) -> tuple[frozenset[str] | None, Status]:
-        s = self.cal_pre_filter_state(pod, nodes)
+        s = self.cal_pre_filter_state(pod, nodes, cycle_workloads(state))
         if not s.constraints:
             return None, Status.skip()
         state.write(PRE_FILTER_STATE_KEY, s)
         return None, Status.success()
 
-    def cal_pre_filter_state(self, pod: Pod, all_nodes: Sequence[NodeInfo]) -> PreFilterState:
-        constraints = self.get_constraints(pod, DO_NOT_SCHEDULE)
+    def cal_pre_filter_state(
+        self, pod: Pod, all_nodes: Sequence[NodeInfo], workloads: Workloads = NO_WORKLOADS
+    ) -> PreFilterState:
+        constraints = self.get_constraints(pod, DO_NOT_SCHEDULE, workloads)
         if not constraints:
             return PreFilterState()
         s = PreFilterState(constraints, [{} for _ in constraints])
@@ -339,7 +410,7 @@ class PodTopologySpread:
             return Status.skip()
         s = PreScoreState()
         require_all_topologies = bool(pod.spec.topology_spread_constraints) or not self.system_defaulted
-        self.init_pre_score_state(s, pod, nodes, require_all_topologies)
+        self.init_pre_score_state(s, pod, nodes, require_all_topologies, cycle_workloads(state))
         if not s.constraints:
             return Status.skip()
         require = RequiredNodeAffinity.of(pod)
@@ -359,9 +430,14 @@ class PodTopologySpread:
         return Status.success()
 
     def init_pre_score_state(
-        self, s: PreScoreState, pod: Pod, filtered_nodes: Sequence[NodeInfo], require_all_topologies: bool
+        self,
+        s: PreScoreState,
+        pod: Pod,
+        filtered_nodes: Sequence[NodeInfo],
+        require_all_topologies: bool,
+        workloads: Workloads = NO_WORKLOADS,
     ) -> None:
-        s.constraints = self.get_constraints(pod, SCHEDULE_ANYWAY)
+        s.constraints = self.get_constraints(pod, SCHEDULE_ANYWAY, workloads)
         if not s.constraints:
             return
         s.topology_value_to_pod_counts = [{} for _ in s.constraints]

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from kubus.api.objects import Pod
+from kubus.api.workloads import NO_WORKLOADS, Workloads
 from kubus.framework.cycle_state import GPU_DEVICES_STATE_KEY, SNAPSHOT_STATE_KEY, CycleState
 from kubus.framework.interface import MAX_NODE_SCORE
 from kubus.framework.nodewise import (
@@ -49,6 +50,7 @@ from kubus.framework.status import Code, Status
 from kubus.kernels.nodeinfo import NodeInfo, PodInfo
 from kubus.kernels.tiebreak import node_tie_hash, pod_tie_hash, tie_key
 from kubus.reference._normalize import MIN_NODE_SCORE
+from kubus.reference.pod_topology_spread import WORKLOADS_STATE_KEY
 
 NO_NODE_AVAILABLE_MSG = "0/{} nodes are available"
 ERR_NO_NODES_AVAILABLE = "no nodes available to schedule pods"
@@ -188,11 +190,16 @@ class ReferenceScheduler:
         profile: ReferenceProfile,
         seed: int = 0,
         percentage_of_nodes_to_score: int | None = None,
+        *,
+        workloads: Workloads = NO_WORKLOADS,
     ) -> None:
         self.profile = profile
         self.seed = seed
         self.percentage_of_nodes_to_score = percentage_of_nodes_to_score
         """The global percentageOfNodesToScore; the profile's own value wins over it."""
+        self.workloads = workloads
+        """The cluster's Services and workload controllers (default topology spreading's), left
+        in each cycle state under WORKLOADS_STATE_KEY when there are any."""
         self.next_start_node_index = 0
 
     # ---- public ------------------------------------------------------------------------------
@@ -217,6 +224,8 @@ class ReferenceScheduler:
             return ReferenceResult(pod, None, status, ERR_NO_NODES_AVAILABLE)
         state = CycleState()
         state.write(SNAPSHOT_STATE_KEY, node_infos)
+        if self.workloads:
+            state.write(WORKLOADS_STATE_KEY, self.workloads)
 
         allowed, status, narrowing = self._run_pre_filter(state, pod, node_infos)
         if not status.is_success:

@@ -64,6 +64,8 @@ Objects `kubus apply` stores whole, one hash per kind (tag ``{idx}``; see kubus.
     <p>:{idx}:namespaces       hash  name -> Namespace JSON
     <p>:{idx}:priority-classes hash  name -> PriorityClass JSON
     <p>:{idx}:pdbs             hash  "namespace/name" -> PodDisruptionBudget JSON
+    <p>:{idx}:workloads        hash  "Kind/namespace/name" -> Service, ReplicationController,
+                                      ReplicaSet or StatefulSet JSON (default spreading's)
     <p>:{idx}:<kind>:version   string bumped (INCR) by every change of that hash: readers that
                                       cache a kind read it again only when this moved
 
@@ -243,6 +245,9 @@ class Keys:
 
     def disruption_budgets(self) -> str:
         return f"{self.prefix}:{{idx}}:pdbs"
+
+    def workloads(self) -> str:
+        return f"{self.prefix}:{{idx}}:workloads"
 
     @staticmethod
     def version_of(objects: str) -> str:

@@ -1,4 +1,6 @@
-"""The objects `kubus apply` stores whole: Namespaces, PriorityClasses and PodDisruptionBudgets.
+"""The objects `kubus apply` stores whole: Namespaces, PriorityClasses, PodDisruptionBudgets and
+the workloads default spreading reads (Services, ReplicationControllers, ReplicaSets,
+StatefulSets: one hash for the four kinds, keyed ``Kind/namespace/name``).
 
 One hash per kind, each object's JSON under its name (kubus.store.keys), and a version counter
 that every change of the hash bumps: a reader that caches a kind (the cycle its namespaces, the
@@ -24,6 +26,15 @@ from kubus.api.disruption import IntOrPercent, PodDisruptionBudget
 from kubus.api.namespaces import Namespace
 from kubus.api.objects import LabelSelector, LabelSelectorRequirement, PreemptionPolicy, SelectorOperator
 from kubus.api.priority import PriorityClass, check_priority_class
+from kubus.api.workloads import (
+    NO_WORKLOADS,
+    ReplicaSet,
+    ReplicationController,
+    Service,
+    StatefulSet,
+    Workload,
+    Workloads,
+)
 from kubus.codec import text
 from kubus.store._core import StoreCore
 
@@ -35,6 +46,8 @@ __all__ = [
     "class_to_json",
     "namespace_from_json",
     "namespace_to_json",
+    "workload_from_json",
+    "workload_to_json",
 ]
 
 
@@ -129,16 +142,45 @@ def budget_from_json(data: bytes | str) -> PodDisruptionBudget:
     )
 
 
+def workload_to_json(obj: Workload) -> bytes:
+    selector: Any
+    if isinstance(obj, ReplicaSet | StatefulSet):
+        selector = _selector_to_json(obj.selector)
+    else:
+        selector = None if obj.selector is None else dict(sorted(obj.selector.items()))
+    return codec.dumps(
+        {"kind": obj.kind, "name": obj.name, "namespace": obj.namespace, "selector": selector, "uid": obj.uid}
+    )
+
+
+def workload_from_json(data: bytes | str) -> Workload:
+    """Raises ValueError (DecodeError, an unknown kind or operator) or KeyError when malformed."""
+    raw = codec.loads(data)
+    kind, namespace, name, uid = str(raw["kind"]), str(raw["namespace"]), str(raw["name"]), str(raw.get("uid") or "")
+    selector = raw.get("selector")
+    if kind in ("ReplicaSet", "StatefulSet"):
+        cls = ReplicaSet if kind == "ReplicaSet" else StatefulSet
+        return cls(namespace=namespace, name=name, selector=_selector_from_json(selector), uid=uid)
+    labels = None if selector is None else {str(k): str(v) for k, v in selector.items()}
+    if kind == "Service":
+        return Service(namespace=namespace, name=name, selector=labels, uid=uid)
+    if kind == "ReplicationController":
+        return ReplicationController(namespace=namespace, name=name, selector=labels or {}, uid=uid)
+    raise ValueError(f"unknown workload kind {kind!r}")
+
+
 # ---- the store ----------------------------------------------------------------------------------
 
 
 class ObjectStore(StoreCore):
-    """Namespaces, PriorityClasses and PodDisruptionBudgets: `ClusterState` is one."""
+    """Namespaces, PriorityClasses, PodDisruptionBudgets and workloads: `ClusterState` is one."""
 
     _namespaces_read: tuple[int, dict[str, dict[str, str]]] | None = None
     """(version, namespaces) as last read; set per instance."""
     _classes_read: tuple[int, Mapping[str, PriorityClass]] | None = None
     """(version, classes) as last read; set per instance."""
+    _workloads_read: tuple[int, Workloads] | None = None
+    """(version, workloads) as last read; set per instance."""
 
     async def put_namespace(self, namespace: Namespace) -> bool:
         """Insert or replace the namespace. True when it changed (new, or other labels), False
@@ -190,6 +232,26 @@ class ObjectStore(StoreCore):
         raw = await self.redis.hgetall(self.keys.disruption_budgets())
         budgets = sorted(map(budget_from_json, raw.values()), key=lambda b: b.key)
         return [b for b in budgets if namespace is None or b.namespace == namespace]
+
+    async def put_workload(self, obj: Workload) -> bool:
+        """Insert or replace the Service, ReplicationController, ReplicaSet or StatefulSet (keyed
+        ``Kind/namespace/name``). True when it changed, False when stored as is. Idempotent."""
+        return await self._put(self.keys.workloads(), obj.key, workload_to_json(obj))
+
+    async def workloads(self) -> Workloads:
+        """Every stored workload: the node table's `workloads`. Immutable; the same object while
+        nothing changed, at the cost of one GET (two round trips when something did)."""
+        version = await self._version(self.keys.workloads())
+        if self._workloads_read is not None and self._workloads_read[0] == version:
+            return self._workloads_read[1]
+        version, raw = await self._read_all(self.keys.workloads())
+        workloads = Workloads(map(workload_from_json, raw.values())) if raw else NO_WORKLOADS
+        self._workloads_read = (version, workloads)
+        return workloads
+
+    async def delete_workload(self, key: str) -> bool:
+        """Forget the workload ``Kind/namespace/name``. True when it was stored. Idempotent."""
+        return await self._delete(self.keys.workloads(), key)
 
     async def delete_namespace(self, name: str) -> bool:
         """Forget the namespace. True when it was stored. Idempotent."""

@@ -410,6 +410,10 @@ class Reservation:
     """Labels of the pod's namespace (kube's kubernetes.io/metadata.name left implied), for the
     namespaceSelectors of RESERVE's anti-affinity check; empty when it has no others."""
     reserved_at: float = 0.0
+    deletion_timestamp: float | None = None
+    """The pod's metadata.deletionTimestamp (seconds since the epoch): it is terminating on the
+    node, still holding its room (cluster mode: deleted gracefully, running out its grace
+    period); None when it is not. Stored only when set, so older JSON reads as not terminating."""
     state: ReservationState = ReservationState.RESERVED
     """Not part of the stored JSON: Redis keeps it in the node's bound set."""
 
@@ -479,6 +483,7 @@ class Reservation:
             priority=pod.spec.priority,
             namespace_labels={k: v for k, v in (namespace_labels or {}).items() if k != NAMESPACE_NAME_LABEL},
             reserved_at=time.time() if now is None else now,
+            deletion_timestamp=pod.metadata.deletion_timestamp,
         )
 
     def pod_info(self, pod: Pod | None = None) -> PodInfo:
@@ -490,7 +495,11 @@ class Reservation:
         if pod is None:
             pod = Pod(
                 metadata=ObjectMeta(
-                    name=self.pod_name, namespace=self.namespace, uid=self.pod_uid, labels=dict(self.labels)
+                    name=self.pod_name,
+                    namespace=self.namespace,
+                    uid=self.pod_uid,
+                    labels=dict(self.labels),
+                    deletion_timestamp=self.deletion_timestamp,
                 ),
                 spec=PodSpec(affinity=self.affinity, priority=self.priority),
             )
@@ -541,6 +550,7 @@ class Reservation:
             "priority": self.priority,
             **self._anti_affinity_guard(),
             **({"gpu_pick": self.gpu_pick, "gpu_models": list(self.gpu_models)} if self.gpu_pick else {}),
+            **({"deleted_at": self.deletion_timestamp} if self.deletion_timestamp is not None else {}),
         }
 
     def anti_affinity_on_host(self) -> tuple[AffinityTerm, ...]:
@@ -605,6 +615,7 @@ class Reservation:
             namespace_labels=dict(d.get("nsl") or {}),
             priority=int(d.get("priority", 0)),
             reserved_at=float(d["reserved_at"]),
+            deletion_timestamp=float(d["deleted_at"]) if d.get("deleted_at") is not None else None,
             state=ReservationState.BOUND if bound else ReservationState.RESERVED,
         )
 

@@ -796,6 +796,8 @@ OBSERVE_PLACED = (
 -- record when it has none) Bound, or Running when the apiserver says it runs (never backwards),
 -- on that node, bound once, and its room held there, marked bound: the room kept when it holds
 -- it (its own reservation), else taken whatever is left, as the kubelet, not kubus, admitted it.
+-- A reservation JSON with "deleted_at" (the pod is terminating) stamps the room it holds with it
+-- (appended to the stored JSON, its other keys and their order kept), once.
 -- KEYS: the pod's 10 (record, keys index, 7 phase indexes, its profile's pending index), then
 -- the node's 5 (node_keys). ARGV: uid, namespace/name, now, reservation JSON (node, devices),
 -- phase wanted (Bound|Running), '1' when the caller gave back the room the record's other node
@@ -818,6 +820,13 @@ local wrote = false
 if redis.call('HEXISTS', resv, uid) == 0 then
   reserve_write(info, usage, resv, fences, uid, j, r)
   wrote = true
+elseif r.deleted_at then
+  local held = redis.call('HGET', resv, uid)
+  if cjson.decode(held).deleted_at == nil then
+    redis.call('HSET', resv, uid,
+               string.sub(held, 1, -2) .. ',"deleted_at":' .. string.format('%.17g', r.deleted_at) .. '}')
+    wrote = true
+  end
 end
 if redis.call('SADD', bound, uid) == 1 then wrote = true end
 local new = want

@@ -229,7 +229,11 @@ BAD_EFFECT = "apiVersion: v1\nkind: Node\nmetadata: {name: n}\nspec:\n  taints: 
     ("manifest", "expected"),
     [
         (BAD_CPU, "{bad}: Pod default/p: spec.containers[0].resources.requests.cpu: "),
-        ("apiVersion: v1\nkind: Service\nmetadata: {name: s}\n", "{bad}: "),
+        ("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\n", "{bad}: "),
+        (
+            "apiVersion: v1\nkind: Service\nmetadata: {name: s}\nspec: {selecter: {app: web}}\n",
+            "{bad}: Service default/s: spec.selecter: unknown field",
+        ),
         ("{not yaml: [", "{bad}: "),
         (BAD_EFFECT, "{bad}: Node n: spec.taints[0].effect: "),
     ],

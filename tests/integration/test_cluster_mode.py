@@ -32,6 +32,8 @@ from kubus.kubeapi import (
     POD_GROUPS,
     PODS,
     PRIORITY_CLASSES,
+    REPLICA_SETS,
+    SERVICES,
     KubeAPIError,
     KubeClient,
     PatchType,
@@ -317,6 +319,59 @@ async def test_a_pod_group_from_the_api_is_placed_all_together_or_not_at_all(
             assert all(pods[f"worker-{i}"]["spec"].get("nodeName") for i in range(3)), pods
 
         await eventually(all_bound, timeout=60, interval=0.2)
+    assert await check_invariants(state) == []
+
+
+async def test_the_pods_of_a_service_are_spread_by_the_system_default_constraints(
+    settings: ConnectionSettings, state: ClusterState, kube: KubeTest
+) -> None:
+    """A Service of the apiserver reaches the cycle: its six pods, on one big node and two small
+    ones in three zones, are spread 2/2/2 by PodTopologySpread's system defaults (without it,
+    the big node takes most), as kube-scheduler spreads them. The Service deleted, the store
+    forgets it."""
+    profile = f"kubus-{kube.namespace}"
+    [big] = await kube.make_nodes(1, cpu="64")
+    small = await kube.make_nodes(2, cpu="16", zones=("zone-b", "zone-c"))
+    service = {"metadata": {"name": "web"}, "spec": {"clusterIP": "None", "selector": {"app": "web"}}}
+    await kube.client.create(SERVICES, service, namespace=kube.namespace)
+    replica_set = {
+        "metadata": {"name": "web-1"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}}, "spec": pod_manifest("t")["spec"]},
+        },
+    }
+    await kube.client.create(REPLICA_SETS, {**replica_set, "spec": {**replica_set["spec"], "replicas": 0}},
+                             namespace=kube.namespace)  # fmt: skip
+    pods = []
+    for i in range(6):
+        p = pod_manifest(f"web-{i}", cpu="500m", memory="1Gi", scheduler=profile)
+        p["metadata"]["labels"] = {"app": "web"}
+        pods.append(p)
+    async with cluster_mode(settings, kube, profile):
+
+        async def stored() -> None:
+            keys = {w.key for w in (await state.workloads()).objects}
+            assert {f"Service/{kube.namespace}/web", f"ReplicaSet/{kube.namespace}/web-1"} <= keys, keys
+
+        await eventually(stored, timeout=30, interval=0.2)
+        for p in pods:  # one by one: each pod's spreading sees the ones before it
+            await create_pods(kube, [p])
+
+            async def bound(name: str = p["metadata"]["name"]) -> None:
+                assert (await api_pods(kube))[name]["spec"].get("nodeName")
+
+            await eventually(bound, timeout=30, interval=0.1)
+        placed = [p["spec"]["nodeName"] for p in (await api_pods(kube)).values()]
+        nodes = [big["metadata"]["name"], *(n["metadata"]["name"] for n in small)]
+        assert sorted(placed.count(n) for n in nodes) == [2, 2, 2], placed
+        await kube.client.delete(SERVICES, "web", namespace=kube.namespace)
+
+        async def forgotten() -> None:
+            keys = {w.key for w in (await state.workloads()).objects}
+            assert f"Service/{kube.namespace}/web" not in keys, keys
+
+        await eventually(forgotten, timeout=30, interval=0.2)
     assert await check_invariants(state) == []
 
 

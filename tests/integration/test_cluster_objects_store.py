@@ -1,5 +1,6 @@
-"""kubus.store's Namespaces, PriorityClasses and PodDisruptionBudgets against a real Redis: put and
-read back, unchanged puts, the version counters readers cache on, and kube's PriorityClass checks."""
+"""kubus.store's Namespaces, PriorityClasses, PodDisruptionBudgets and workloads (Services,
+ReplicationControllers, ReplicaSets, StatefulSets) against a real Redis: put and read back,
+unchanged puts, the version counters readers cache on, and kube's PriorityClass checks."""
 
 from __future__ import annotations
 
@@ -14,12 +15,14 @@ from kubus.api.disruption import PodDisruptionBudget
 from kubus.api.namespaces import NAMESPACE_NAME_LABEL, Namespace
 from kubus.api.objects import LabelSelector, LabelSelectorRequirement, PreemptionPolicy, SelectorOperator
 from kubus.api.priority import PriorityClass, PriorityError
+from kubus.api.workloads import ReplicaSet, ReplicationController, Service, StatefulSet, Workloads
 from kubus.cli.cluster import apply
 from kubus.settings import ConnectionSettings
 from kubus.store import ClusterState
 
 HIGH = PriorityClass("high", 1000, preemption_policy=PreemptionPolicy.NEVER, description="batch")
 LOW = PriorityClass("low", -5, global_default=True)
+EXISTS = SelectorOperator.EXISTS
 
 
 async def test_namespaces_are_put_and_read_back_with_the_name_label(state: ClusterState) -> None:
@@ -125,3 +128,39 @@ async def test_apply_stores_namespaces_and_budgets(
     out = io.StringIO()
     assert await apply(settings, [str(path)], out, quiet=True) == 0
     assert out.getvalue() == "2 objects configured (0 changed)\n"
+
+
+async def test_workloads_round_trip_one_hash_for_the_four_kinds(state: ClusterState, redis: aioredis.Redis) -> None:
+    assert not await state.workloads()
+    web = Service("ml", "web", {"app": "web"}, uid="s-1")
+    headless = Service("ml", "none")  # no selector: selects no pod
+    rc = ReplicationController("ml", "rc", {"app": "old"})
+    rs = ReplicaSet("ml", "web-1", LabelSelector({"app": "web"}, (LabelSelectorRequirement("tier", EXISTS),)))
+    ss = StatefulSet("db", "db", LabelSelector({"app": "db"}))
+    for obj in (web, headless, rc, rs, ss):
+        assert await state.put_workload(obj)
+    assert not await state.put_workload(web)  # the same: unchanged
+    workloads = await state.workloads()
+    assert workloads == Workloads([web, headless, rc, rs, ss])
+    assert workloads.services("ml") == (headless, web) and workloads.get("ReplicaSet", "ml", "web-1") == rs
+    # read again only when the version moved: the same object meanwhile
+    assert await state.workloads() is workloads
+    assert await redis.exists("kubus:{idx}:workloads:version")
+    assert await state.delete_workload("Service/ml/web")
+    assert not await state.delete_workload("Service/ml/web")
+    assert await state.workloads() == Workloads([headless, rc, rs, ss])
+
+
+async def test_apply_stores_workloads(settings: ConnectionSettings, state: ClusterState, tmp_path: Path) -> None:
+    path = tmp_path / "objects.yaml"
+    path.write_text(
+        "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {selector: {app: web}, ports: [{port: 80}]}\n"
+        "---\napiVersion: apps/v1\nkind: StatefulSet\nmetadata: {name: db}\n"
+        "spec: {selector: {matchLabels: {app: db}}, serviceName: db, template: {metadata: {labels: {app: db}}}}\n"
+    )
+    out = io.StringIO()
+    assert await apply(settings, [str(path)], out) == 0
+    assert out.getvalue().splitlines() == ["service/web configured", "statefulset/db configured"]
+    workloads = await state.workloads()
+    assert [w.key for w in workloads.objects] == ["Service/default/web", "StatefulSet/default/db"]
+    assert workloads.services("default")[0].selector == {"app": "web"}

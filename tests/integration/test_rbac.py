@@ -346,7 +346,8 @@ FORBIDDEN: list[tuple[str, Request]] = [
     ("get secrets", lambda c, ns, node: c.get(SECRETS, "anything", namespace=ns)),
     ("list secrets", lambda c, ns, node: c.list(SECRETS)),
     ("list configmaps", lambda c, ns, node: c.list(CONFIG_MAPS)),
-    ("list services", lambda c, ns, node: c.list(SERVICES)),
+    # services are read (default spreading), never written
+    ("create services", lambda c, ns, node: c.create(SERVICES, {"metadata": {"name": "s"}}, namespace=ns)),
     ("create leases.coordination.k8s.io", lambda c, ns, node: c.create(LEASES, {"metadata": {}}, namespace=ns)),
     ("create events", lambda c, ns, node: c.create(CORE_EVENTS, {"metadata": {"name": "e"}}, namespace=ns)),
     ("delete events.events.k8s.io", lambda c, ns, node: c.delete(EVENTS, "anything", namespace=ns)),

@@ -1,16 +1,19 @@
 """The watcher's pod mirror against real NATS and Redis: what it does with pods kubus's binder is
-binding (settling), when events arrive while it records one."""
+binding (settling), when events arrive while it records one; bound pods whose deletion began."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
 from nats.js import JetStreamContext
 
+from kubus.api.manifests import parse_node, parse_pod
 from kubus.bus.connection import ensure_streams
+from kubus.kernels.nodeinfo import PodInfo
 from kubus.service import logger
-from kubus.store import ClusterState
+from kubus.store import ClusterState, PodPhase, PodRecord, Reservation
 from kubus.watcher.pods import SETTLE, PodMirror
 
 
@@ -55,3 +58,37 @@ async def test_settling_survives_a_binding_reported_while_another_is_recorded(
     assert len(recorded) == 1, recorded
     await mirror.settle()
     assert len(recorded) == 1, "nothing is left settling"
+
+
+async def test_a_bound_pod_being_deleted_is_recorded_terminating(state: ClusterState, js: JetStreamContext) -> None:
+    """A pod bound outside kubus whose graceful deletion began (deletionTimestamp set; it runs
+    out its grace period on the node) keeps its room there, now marked terminating, its
+    reservation otherwise unchanged; the final deletion deletes it as before. The same for a
+    pod kubus's binder bound (its reservation is stamped, not replaced)."""
+    await ensure_streams(js)
+    await state.put_node(parse_node({"metadata": {"name": "n1"}, "status": {"capacity": {"cpu": "4", "pods": "10"}}}))
+    mirror = PodMirror(store=state, js=js, profiles=["kubus"], log=logger("test"), clock=lambda: 1000.0)
+    outside = api_pod("u1", node="n1")
+    outside["spec"]["schedulerName"] = "other"
+    await mirror.changed(outside)
+    before = await state.reservation("n1", "u1")
+    assert before is not None and before.deletion_timestamp is None
+    deleting = {**outside, "metadata": {**outside["metadata"], "deletionTimestamp": "2024-05-01T12:00:00Z"}}
+    await mirror.changed(deleting)
+    after = await state.reservation("n1", "u1")
+    assert after is not None and after.deletion_timestamp == 1714564800.0
+    assert dataclasses.replace(after, deletion_timestamp=None) == before
+    assert after.pod_info().pod.terminating
+    record = await state.get_pod("u1")
+    assert record is not None and record.phase is PodPhase.BOUND and record.node == "n1"
+    await mirror.changed(deleting)  # seen: nothing more
+    assert await state.reservation("n1", "u1") == after
+
+    await mirror.changed(api_pod("u2"))  # submitted, then bound by kubus's binder (its room)
+    held = Reservation.of(PodInfo.of(parse_pod(api_pod("u2", node="n1"))), "n1", attempt="a1", now=5.0)
+    await state.observe_placed(PodRecord.of(parse_pod(api_pod("u2")), b"{}"), held, running=False)
+    await mirror.changed(api_pod("u2", node="n1"))
+    bound = api_pod("u2", node="n1")
+    await mirror.changed({**bound, "metadata": {**bound["metadata"], "deletionTimestamp": "2024-05-01T12:00:01Z"}})
+    stamped = await state.reservation("n1", "u2")
+    assert stamped is not None and stamped.attempt == "a1" and stamped.deletion_timestamp == 1714564801.0

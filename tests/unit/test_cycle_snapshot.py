@@ -99,6 +99,23 @@ def test_a_new_incarnation_or_other_devices_replace_the_pod() -> None:
     assert snapshot.placed["default/g"] == PlacedPod("n1", "uid-g2")
 
 
+def test_a_pod_that_begins_terminating_is_taken_in_again() -> None:
+    """Its reservation now carries the deletionTimestamp: the table's pod is replaced, so the
+    pod index groups it with the terminating pods (PodTopologySpread stops counting it)."""
+    snapshot = NodeSnapshot()
+    a = pod("a")
+    snapshot.load([(node("n1"), [reservation(a, "n1")])])
+    terminating = dataclasses.replace(reservation(a, "n1"), deletion_timestamp=1_700_000_000.0)
+    stats = snapshot.sync_nodes(["n1"], [(node("n1"), [terminating])])
+    assert (stats.pods_forgotten, stats.pods_assumed) == (1, 1)
+    assert snapshot.table.node_info("n1").pods["default/a"].pod.terminating
+    table = snapshot.table
+    assert list(table.pods.count(table.rows, lambda ns, labels: True, terminating=False)) == [0] * table.rows
+    assert sum(table.pods.count(table.rows, lambda ns, labels: True)) == 1
+    assert cpu_requested(snapshot, "n1") == 1000  # still holding its room
+    assert snapshot.sync_nodes(["n1"], [(node("n1"), [terminating])]).changed is False
+
+
 def test_a_changed_node_keeps_its_pods_and_a_missing_one_is_removed() -> None:
     snapshot = NodeSnapshot()
     a = pod("a")

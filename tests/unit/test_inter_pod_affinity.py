@@ -13,6 +13,7 @@ kube's test pods live in namespace "" (its tests' defaultNamespace); so do these
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 from dataclasses import dataclass, field
@@ -778,6 +779,30 @@ OWN_FILTER = [
 @pytest.mark.parametrize(("name", "pod", "pods", "want"), OWN_FILTER, ids=[c[0] for c in OWN_FILTER])
 def test_filter_own_cases(name: str, pod: Pod, pods: list[Pod], want: Any) -> None:
     assert both_filter(Cluster(ZONES, pods, {"listed": {"team": "x"}}), pod) == want
+
+
+def test_terminating_pods_still_count() -> None:
+    """kube 1.28's InterPodAffinity has no DeletionTimestamp check (unlike PodTopologySpread's
+    countPodsMatchSelector): a terminating pod still matches affinity and anti-affinity terms,
+    and its own anti-affinity still keeps pods away, in Filter and in Score."""
+
+    def terminating(p: Pod) -> Pod:
+        return dataclasses.replace(p, metadata=dataclasses.replace(p.metadata, deletion_timestamp=1_700_000_000.0))
+
+    db = terminating(mkpod({"app": "db"}, ns="default", node="a1"))
+    anti = mkpod(ns="default", anti=(t_in("app", "zone", "db"),))
+    assert both_filter(Cluster(ZONES, [db]), anti) == [ANTI, ANTI, None, None]
+    near = mkpod(ns="default", aff=(t_in("app", "zone", "db"),))
+    assert both_filter(Cluster(ZONES, [db]), near) == [None, None, AFF, AFF]
+    keeper = terminating(mkpod({"app": "db"}, ns="default", node="a1", anti=(t_in("app", "zone", "web"),)))
+    assert both_filter(Cluster(ZONES, [keeper]), mkpod({"app": "web"}, ns="default")) == [
+        (U, "node(s) didn't satisfy existing pods anti-affinity rules"),
+        (U, "node(s) didn't satisfy existing pods anti-affinity rules"),
+        None,
+        None,
+    ]
+    preferred = mkpod(ns="default", pref=(w(10, t_in("app", "zone", "db")),))
+    assert both_normalized(Cluster(ZONES, [db]), preferred) == [100, 100, 0, 0]
 
 
 # ---- PreFilter state: TestPreFilterStateAddRemovePod, TestGetTPMapMatchingIncomingAffinityAntiAffinity

@@ -35,6 +35,7 @@ from kubus.api import (
     NodeSpec,
     NodeStatus,
     ObjectMeta,
+    OwnerReference,
     Pod,
     PodAffinity,
     PodAffinityTerm,
@@ -144,7 +145,9 @@ metadata:
   labels: {app: trainer, tier: "1"}
   annotations: {kubus.io/gpu-model: "NVIDIA-H100-80GB-HBM3", note: hello}
   creationTimestamp: "2024-05-01T12:00:00Z"
-  ownerReferences: [{kind: Job, name: j}]        # ignored
+  ownerReferences:
+  - {apiVersion: batch/v1, kind: Job, name: j, uid: j-1, controller: true}
+  - {apiVersion: v1, kind: ConfigMap, name: c}
 spec:
   schedulerName: gpu-scheduler
   priority: 1000
@@ -229,6 +232,10 @@ FULL_POD_EXPECTED = Pod(
         labels={"app": "trainer", "tier": "1"},
         annotations={"kubus.io/gpu-model": "NVIDIA-H100-80GB-HBM3", "note": "hello"},
         creation_timestamp=1714564800.0,
+        owner_references=(
+            OwnerReference("batch/v1", "Job", "j", "j-1", controller=True),
+            OwnerReference("v1", "ConfigMap", "c"),
+        ),
     ),
     spec=PodSpec(
         containers=(
@@ -1480,12 +1487,15 @@ def test_file_errors(tmp_path: Path) -> None:
         ("metadata: {name: a}\n", "m.yaml: document 1: kind: is required (Pod, Node or List)"),
         (
             "kind: Deployment\napiVersion: apps/v1\nmetadata: {name: a}\n",
-            'm.yaml: document 1: kind: "Deployment" is not supported; kubus reads Pod, Node and '
+            'm.yaml: document 1: kind: "Deployment" is not supported; kubus reads Pod, Node, PodGroup, Namespace, '
+            "PriorityClass, PodDisruptionBudget, Service, ReplicationController, ReplicaSet, StatefulSet and "
             "List (PodList, NodeList)",
         ),
         (
             "kind: 3\n",
-            "m.yaml: document 1: kind: integer 3 is not supported; kubus reads Pod, Node and List (PodList, NodeList)",
+            "m.yaml: document 1: kind: integer 3 is not supported; kubus reads "
+            "Pod, Node, PodGroup, Namespace, PriorityClass, PodDisruptionBudget, "
+            "Service, ReplicationController, ReplicaSet, StatefulSet and List (PodList, NodeList)",
         ),
         (
             "kind: List\napiVersion: v2\nitems: []\n",
@@ -1539,7 +1549,7 @@ def test_every_bad_object_is_reported_once() -> None:
         [
             POD_A.replace("name: a}", "name: a, labels: [x]}"),
             POD_A.replace("name: a", "name: b"),
-            "kind: Service\n",
+            "kind: Deployment\n",
             NODE_N.replace("{name: n}", "{name: n, annotations: {kubus.io/gpus: '[1]'}}"),
             POD_A.replace("{name: c}", "{name: c, ports: [{containerPort: 0}]}").replace("name: a}", "name: e}"),
         ]
@@ -1548,7 +1558,9 @@ def test_every_bad_object_is_reported_once() -> None:
         load_manifests(text, source="all.yaml")
     assert str(info.value).splitlines() == [
         "all.yaml: Pod default/a: metadata.labels: expected a mapping, got list",
-        'all.yaml: document 3: kind: "Service" is not supported; kubus reads Pod, Node and List (PodList, NodeList)',
+        'all.yaml: document 3: kind: "Deployment" is not supported; kubus reads '
+        "Pod, Node, PodGroup, Namespace, PriorityClass, PodDisruptionBudget, "
+        "Service, ReplicationController, ReplicaSet, StatefulSet and List (PodList, NodeList)",
         "all.yaml: Node n: metadata.annotations[kubus.io/gpus]: [0]: expected a GPU object, got integer",
         "all.yaml: Pod default/e: spec.containers[0].ports[0].containerPort: must be between 1 and 65535, inclusive",
     ]
@@ -1672,7 +1684,9 @@ def test_merge_keys_may_be_overridden_but_not_given_twice() -> None:
 
 def test_a_key_given_twice_in_another_kind_is_left_to_the_kind_error() -> None:
     assert load_error("kind: Deployment\nmetadata: {name: a}\nspec: {}\nspec: {}\n") == (
-        'm.yaml: document 1: kind: "Deployment" is not supported; kubus reads Pod, Node and List (PodList, NodeList)'
+        'm.yaml: document 1: kind: "Deployment" is not supported; kubus reads '
+        "Pod, Node, PodGroup, Namespace, PriorityClass, PodDisruptionBudget, "
+        "Service, ReplicationController, ReplicaSet, StatefulSet and List (PodList, NodeList)"
     )
 
 
@@ -2070,3 +2084,16 @@ def test_a_wire_pod_that_is_no_json_pod_is_read_as_any_manifest() -> None:
         wire_pod(orjson.dumps({"kind": "List", "items": []}), "u", "ns/p")
     with pytest.raises(ManifestError, match="invalid"):
         wire_pod(b'{"kind": "Pod", ', "u", "ns/p")
+
+
+def test_deletion_timestamp_marks_a_terminating_pod() -> None:
+    """metadata.deletionTimestamp (RFC 3339) is carried as seconds since the epoch: the pod is
+    terminating (kube's DeletionTimestamp != nil); without it, or empty, it is not."""
+    meta = {"name": "a", "deletionTimestamp": "2024-05-01T12:00:00Z"}
+    p = parse_pod({**a_pod(), "metadata": meta})
+    assert p.metadata.deletion_timestamp == 1714564800.0 and p.terminating
+    for meta in ({"name": "a"}, {"name": "a", "deletionTimestamp": None}, {"name": "a", "deletionTimestamp": ""}):
+        p = parse_pod({**a_pod(), "metadata": meta})
+        assert p.metadata.deletion_timestamp is None and not p.terminating
+    with pytest.raises(ManifestError, match=r"metadata\.deletionTimestamp.*not an RFC 3339 time"):
+        parse_pod({**a_pod(), "metadata": {"name": "a", "deletionTimestamp": "soon"}})

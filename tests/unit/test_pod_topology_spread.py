@@ -10,7 +10,6 @@ and hypothesis checks that both forms agree on random clusters, alone and inside
 
 from __future__ import annotations
 
-import logging
 import random
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -57,6 +56,7 @@ from kubus.framework.status import Code, Status
 from kubus.kernels.node_table import NodeTable
 from kubus.kernels.nodeinfo import NodeInfo, PodInfo
 from kubus.plugins import in_tree_registry
+from kubus.plugins._gomath import go_log
 from kubus.plugins.pod_topology_spread import (
     ERR_REASON_CONSTRAINTS_NOT_MATCH,
     ERR_REASON_NODE_LABEL_NOT_MATCH,
@@ -114,11 +114,14 @@ def pod(
     node_selector: dict[str, str] | None = None,
     affinity: Affinity | None = None,
     tolerations: tuple[Toleration, ...] = (),
+    terminating: bool = False,
 ) -> Pod:
-    """A pod; each of `labels` is `key` (value "") or `key=value`."""
+    """A pod; each of `labels` is `key` (value "") or `key=value`; `terminating`: kube's
+    st.MakePod().Terminating() (a deletionTimestamp)."""
     lab = dict(lb.split("=", 1) if "=" in lb else (lb, "") for lb in labels)
+    deleted = 1_700_000_000.0 if terminating else None
     return Pod(
-        ObjectMeta(name=name, namespace=ns, uid=f"{ns}/{name}", labels=lab),
+        ObjectMeta(name=name, namespace=ns, uid=f"{ns}/{name}", labels=lab, deletion_timestamp=deleted),
         PodSpec(
             node_name=node,
             topology_spread_constraints=spreads,
@@ -425,6 +428,13 @@ SINGLE = [
         [node(A, node=A, foo=""), node(B, node=B, foo=""), node(X, node=X, foo=""), node(Y, TAINTS, node=Y)],
         foo_pods({A: 1, B: 1, Y: 1}),
         _codes(U, U, OK, U),
+    ),
+    FilterCase(
+        "terminating Pods should be excluded",
+        _fp(spread(1, "node", DNS, FOO)),
+        [node(A, node=A), node(B, node=B)],
+        [pod("p-a", "foo", node=A, terminating=True), pod("p-b", "foo", node=B)],
+        {A: OK, B: U},
     ),
 ]
 
@@ -837,6 +847,13 @@ SCORES = [
         {A: 100, B: 33},
     ),
     ScoreCase(
+        "terminating Pods should be excluded",
+        _sp(HOST_FOO),
+        AB,
+        [pod("p-a", "foo", node=A, terminating=True), pod("p-b", "foo", node=B)],
+        {A: 100, B: 0},
+    ),
+    ScoreCase(
         "minDomains has no effect when ScheduleAnyway",
         _sp(spread(2, "node", SA, FOO, min_domains=10)),
         [node(n, node=n) for n in (A, B, C)],
@@ -928,6 +945,43 @@ SCORES = [
     ),
     # what kubus adds
     ScoreCase(
+        # kube's Legend "X/?Y?": a node without the key is ignored (score 0, the lowest), its
+        # pods counted nowhere, and left out of the domains and of NormalizeScore's max and min
+        "one constraint on zone, one node doesn't have the zone",
+        _sp(spread(1, "zone", SA, FOO)),
+        [*ZONE_NODES[:2], _host_node(X), _host_node(Y, zone="zone2")],
+        foo_pods({A: 2, B: 1, X: 3, Y: 1}),
+        {A: 25, B: 25, X: 0, Y: 100},
+    ),
+    ScoreCase(
+        "two constraints on zone and node, one node doesn't have the zone",
+        _sp(spread(1, "zone", SA, FOO), HOST_FOO),
+        [*ZONE_NODES[:2], _host_node(X), _host_node(Y, zone="zone2")],
+        foo_pods({A: 2, B: 1, X: 3, Y: 1}),
+        {A: 42, B: 57, X: 0, Y: 100},
+    ),
+    ScoreCase(
+        "NodeTaintsPolicy honored, one node doesn't have the zone",
+        _sp(spread(1, "zone", SA, FOO, taints_policy="Honor")),
+        [*ZONE_NODES[:2], _host_node(X), node(Y, TAINTS, **{HOST: Y, "zone": "zone2"})],
+        foo_pods({A: 2, B: 1, X: 3, Y: 1}),
+        {A: 0, B: 0, X: 0, Y: 100},
+    ),
+    ScoreCase(
+        "NodeAffinityPolicy ignored, one node doesn't have the zone",
+        _sp(spread(1, "zone", SA, FOO, affinity_policy="Ignore"), node_selector={"zone": "zone1"}),
+        [*ZONE_NODES[:2], _host_node(X), _host_node(Y, zone="zone2")],
+        foo_pods({A: 2, B: 1, X: 3, Y: 1}),
+        {A: 25, B: 25, X: 0, Y: 100},
+    ),
+    ScoreCase(
+        "NodeAffinityPolicy honored, one node doesn't have the zone",
+        _sp(spread(1, "zone", SA, FOO), node_selector={"zone": "zone1"}),
+        [*ZONE_NODES[:2], _host_node(X), _host_node(Y, zone="zone2")],
+        foo_pods({A: 2, B: 1, X: 3, Y: 1}),
+        {A: 0, B: 0, X: 0, Y: 100},
+    ),
+    ScoreCase(
         "every scored node ignored: all 0",
         _sp(spread(1, "rack", SA, FOO)),
         ABCD,
@@ -961,6 +1015,28 @@ def test_score(case: ScoreCase) -> None:
     assert vec_raw == ref_raw
 
 
+def test_pre_score_state_node_without_the_zone() -> None:
+    """kube's TestPreScoreStateEmptyNodes "node-x doesn't have label zone": node-x is ignored,
+    zone1 is the zone constraint's one domain (weight log(1 + 2)), and the hostname constraint
+    has the two nodes left (log(2 + 2))."""
+    p = _sp(spread(1, "zone", SA, FOO), spread(1, HOST, SA, BAR))
+    nodes = [_host_node(A, zone="zone1"), _host_node(B, zone="zone1"), _host_node(X)]
+    infos = infos_of(nodes, [])
+    plugin, state = RefPodTopologySpread(), CycleState()
+    state.write(SNAPSHOT_STATE_KEY, infos)
+    assert plugin.pre_score(state, p, infos).is_success
+    s = state.read("PreScorePodTopologySpread")
+    assert s.ignored_nodes == {X}
+    assert s.topology_value_to_pod_counts[0] == {"zone1": 0}
+    assert s.topology_normalizing_weight == [go_log(3.0), go_log(4.0)]
+    table = table_of(nodes, [])
+    vec, vec_state = PodTopologySpread(), CycleState()
+    rows = np.array([table.row_of[n.name] for n in nodes], dtype=np.intp)
+    assert vec.pre_score_feasible(vec_state, p, table, rows).is_success
+    v = vec_state.read("PreScorePodTopologySpread")
+    assert {table.node_info(int(r)).name for r in np.flatnonzero(v.ignored)} == {X}
+
+
 def test_round_halves_away_from_zero_and_go_log() -> None:
     """Score rounds x.5 up as Go's math.Round does, with Go's math.Log (not the C library's,
     which differs for log(3): one domain)."""
@@ -983,15 +1059,15 @@ def test_round_halves_away_from_zero_and_go_log() -> None:
             PodTopologySpreadArgs(defaulting_type=DefaultingType.LIST),
         ),
         (
-            # kube: "default constraints and a replicaset that doesn't match"; kubus has no
-            # ReplicaSets: the default selector is empty, the List constraints apply to no pod
+            # no workload selects the pod: the default selector is empty, the List constraints
+            # apply to no pod (kube's own case, with a ReplicaSet: test_default_spreading.py)
             "default constraints without a selecting workload",
             pod("p", "foo=bar", "baz=sup"),
             PodTopologySpreadArgs((spread(2, "planet", SA, None),), DefaultingType.LIST),
         ),
         (
-            # kube: "system defaulting, nodes don't have zone, pods match service" scores; kubus
-            # has no Service to build the selector from
+            # no Service selects the pod (kube's "system defaulting, nodes don't have zone, pods
+            # match service" scores: test_default_spreading.py)
             "system defaults without a selecting workload",
             pod("p", "foo"),
             PodTopologySpreadArgs(),
@@ -1011,11 +1087,12 @@ def test_pre_score_skips_without_nodes() -> None:
     assert RefPodTopologySpread().pre_score(CycleState(), p, []).is_skip
 
 
-def test_default_constraints_apply_to_no_pod(caplog: pytest.LogCaptureFixture) -> None:
+def test_default_constraints_without_workloads_apply_to_no_pod() -> None:
+    """Without a Service or workload controller selecting the pod (here: none at all), its
+    default constraints select nothing and are dropped, as kube drops them (tests/unit/
+    test_default_spreading.py has the pods some do select)."""
     args = PodTopologySpreadArgs((spread(1, "zone", DNS, None), spread(1, HOST, SA, None)), DefaultingType.LIST)
-    with caplog.at_level(logging.WARNING):
-        plugin = PodTopologySpread(args)
-    assert "apply to no pod" in caplog.text
+    plugin = PodTopologySpread(args)
     p = pod("p", "app=web")
     assert plugin.constraints(p, DNS) == () and plugin.constraints(p, SA) == ()
     assert vec_filter(p, FOUR, foo_pods({A: 4}), args) == dict.fromkeys([A, B, X, Y], None)
@@ -1023,11 +1100,6 @@ def test_default_constraints_apply_to_no_pod(caplog: pytest.LogCaptureFixture) -
     # the pod's own constraints win over the defaults
     own = pod("p", "foo", spreads=(spread(1, "node", DNS, FOO),))
     assert codes(vec_filter(own, FOUR, foo_pods({A: 1}), args)) == _codes(U, OK, OK, OK)
-    caplog.clear()
-    with caplog.at_level(logging.WARNING):
-        PodTopologySpread(PodTopologySpreadArgs())
-        PodTopologySpread(PodTopologySpreadArgs(defaulting_type=DefaultingType.LIST))
-    assert caplog.text == ""
 
 
 def test_normalize_score_wants_the_rows_of_pre_score() -> None:
@@ -1365,8 +1437,12 @@ def random_pod(rng: random.Random, name: str, node_name: str = "") -> Pod:
     node_selector = {"pool": rng.choice(("a", "b"))} if rng.random() < 0.2 else {}
     affinity = affinity_in("zone", *rng.sample(VALUES["zone"], 2)) if rng.random() < 0.2 else None
     tolerations = (Toleration("gpu", TolerationOperator.EXISTS),) if rng.random() < 0.3 else ()
+    # some placed pods are terminating (deletionTimestamp set): not counted, still on the node
+    deleted = 1_700_000_000.0 if node_name and rng.random() < 0.2 else None
     return Pod(
-        ObjectMeta(name=name, namespace=rng.choice(NAMESPACES), uid=name, labels=random_labels(rng)),
+        ObjectMeta(
+            name=name, namespace=rng.choice(NAMESPACES), uid=name, labels=random_labels(rng), deletion_timestamp=deleted
+        ),
         PodSpec(
             containers=(Container("c", requests={CPU: 100}),),
             node_name=node_name,

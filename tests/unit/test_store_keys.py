@@ -166,6 +166,28 @@ def test_reservation_validates_devices() -> None:
     assert Reservation.decode(r.encode(), bound=True).state is ReservationState.BOUND
 
 
+def test_a_terminating_pod_s_reservation_says_so() -> None:
+    """A pod with a deletionTimestamp keeps its room, marked terminating: "deleted_at" in the
+    JSON, the stand-in pod terminating; JSON without it (stored before) reads as not terminating."""
+    manifest = {
+        "metadata": {"name": "p", "deletionTimestamp": "2024-05-01T12:00:00Z"},
+        "spec": {"containers": [{"name": "c"}]},
+    }
+    r = Reservation.of(PodInfo.of(parse_pod(manifest)), "n1", now=1.5)
+    assert r.deletion_timestamp == 1714564800.0
+    back = Reservation.decode(r.encode())
+    assert back == r and back.pod_info().pod.terminating
+    assert back.pod_info().label_key[2] is True
+    older = r.to_json()
+    del older["deleted_at"]
+    plain = Reservation.from_json(older)
+    assert plain.deletion_timestamp is None and not plain.pod_info().pod.terminating
+    assert (
+        "deleted_at"
+        not in Reservation.of(PodInfo.of(parse_pod({**manifest, "metadata": {"name": "p"}})), "n1").to_json()
+    )
+
+
 def test_requests_are_checked_in_kube_order() -> None:
     got = ordered_requests({"nvidia.com/gpu": 1, "pods": 1, "memory": 2, "cpu": 3, "example.com/foo": 1})
     assert got == [("cpu", 3), ("memory", 2), ("example.com/foo", 1), ("nvidia.com/gpu", 1)]
