@@ -50,6 +50,13 @@ grace period) are not counted, in PreFilter and PreScore alike, as kube's countP
 skips them; AddPod/RemovePod move the counts for any pod, terminating or not, as kube's
 updateWithPod does (it has no such check).
 
+Counts are kept per constraint. kube 1.28 keys them by topologyPair{key, value} instead
+(calPreFilterState's TpPairToMatchNum, where a later constraint's count of a node overwrites an
+earlier one's on the same key; PreScore's TopologyPairToPodCounts, where they add up). That
+differs only for two constraints of one whenUnsatisfiable on one key, and the API rejects those
+(a repeated {topologyKey, whenUnsatisfiable}; kubus's manifests and args too), so the results are
+kube's; kube itself went per constraint in kubernetes/kubernetes#129119.
+
 Divergences from kube, on purpose: kube's countPodsMatchSelector counted no pod for an empty
 (`{}`) labelSelector from 1.27 until kubernetes/kubernetes#141340 fixed it; kubus counts every
 pod of the namespace, as the fix does.

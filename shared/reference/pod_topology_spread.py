@@ -18,6 +18,10 @@ Terminating pods (deletionTimestamp set) are skipped when counting, as kube's
 countPodsMatchSelector skips them (AddPod/RemovePod do not check, as kube's updateWithPod does
 not). An empty (`{}`) labelSelector counts every pod of the namespace, as kube does since
 kubernetes/kubernetes#141340 (before it, kube counted none).
+Counts are per constraint (TpValueToMatchNum, TopologyValueToPodCounts: kube since
+kubernetes/kubernetes#129119); kube 1.28's maps keyed by topologyPair{key, value} differ only for
+two constraints of one whenUnsatisfiable on one key, which the API (and kubus's manifests and
+args) reject.
 """
 
 from __future__ import annotations

@@ -1015,6 +1015,25 @@ def test_score(case: ScoreCase) -> None:
     assert vec_raw == ref_raw
 
 
+def test_one_key_under_both_actions_counts_each_constraint_alone() -> None:
+    """The only way two constraints of a pod share a topology key: one DoNotSchedule, one
+    ScheduleAnyway (the API rejects a repeated {topologyKey, whenUnsatisfiable}). Filter sees the
+    first alone and Score the second, so kube 1.28's maps keyed by {key, value} hold one
+    constraint's counts each. Expected values worked out by hand from kube's code: foo pods
+    zone1 2, zone2 0; bar pods zone1 0, zone2 3. Filter: 2 + 1 - 0 > 1 in zone1, 0 + 1 - 0 in
+    zone2. Score: two zones, weight log(4); zone1 0, zone2 round(3 * 1.386) = 4; normalized
+    100 * (4 + 0 - s) / 4."""
+    p = _fp(spread(1, "zone", DNS, FOO), spread(1, "zone", SA, BAR))
+    pods = foo_pods({A: 2}) + foo_pods({X: 1, Y: 2}, label="bar")
+    assert codes(vec_filter(p, FOUR, pods)) == _codes(U, U, OK, OK)
+    assert vec_filter(p, FOUR, pods) == ref_filter(p, FOUR, pods)
+    vec_status, vec_raw, vec_norm = vec_scores(p, FOUR, [], pods)
+    ref_status, ref_raw, ref_norm = ref_scores(p, FOUR, [], pods)
+    assert vec_status.is_success and ref_status.is_success
+    assert vec_raw == ref_raw == {A: 0, B: 0, X: 4, Y: 4}
+    assert vec_norm == ref_norm == {A: 100, B: 100, X: 0, Y: 0}
+
+
 def test_pre_score_state_node_without_the_zone() -> None:
     """kube's TestPreScoreStateEmptyNodes "node-x doesn't have label zone": node-x is ignored,
     zone1 is the zone constraint's one domain (weight log(1 + 2)), and the hostname constraint
@@ -1419,6 +1438,7 @@ def random_pod(rng: random.Random, name: str, node_name: str = "") -> Pod:
     used: set[tuple[str, str]] = set()
     for _ in range(rng.randint(0 if node_name else 1, 3)):
         key, when = rng.choice(KEYS), rng.choice((DNS, SA))
+        # the API rejects a repeated {topologyKey, whenUnsatisfiable}; one key under both is valid
         if (key, when) in used:
             continue
         used.add((key, when))
