@@ -70,7 +70,7 @@ class Finishing(AgentCore):
             self.metrics.rejected_messages.labels(subject=event_filter(EventKind.POD_DELETED)).inc()
             self.log.warning("pod.deleted event unreadable", subject=msg.subject, error=str(exc))
             return
-        uid = event.data.uid if isinstance(event.data, PodChange) else ""
+        uid: str | None = event.data.uid if isinstance(event.data, PodChange) else ""
         if not uid:  # no uid in the event: the pod of that name
             uid = self.running.uid_of(event.name)
         pod = self.running.get(uid) if uid else None

@@ -75,8 +75,8 @@ class Janitor(NodePlacement):
             stale = sorted(uid for uid in known - pending if queue.where(uid) is not QueueName.IN_FLIGHT)
             dropped = 0
             if stale:
-                for uid, record in zip(stale, await state.get_pods(stale), strict=True):
-                    if record is None or record.phase is not PodPhase.PENDING:
+                for uid, stored in zip(stale, await state.get_pods(stale), strict=True):
+                    if stored is None or stored.phase is not PodPhase.PENDING:
                         queue.delete(uid)
                         dropped += 1
             if added or dropped:
