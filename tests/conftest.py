@@ -31,6 +31,7 @@ import os
 import signal
 import socket
 import sys
+import tempfile
 from collections.abc import AsyncIterator, Generator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,6 +54,10 @@ if TYPE_CHECKING:  # imported by the kube fixtures only when used: kubus.kubeapi
     from kube_support import KubeApiServer, KubeTest
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+# Every `kubus up` records its cluster in the per-user file (kubus.cli.endpoints): the tests' own
+# clusters go to a file of the test run's, never to the user's ~/.kubus/config.
+os.environ.setdefault("KUBUS_CONFIG", os.path.join(tempfile.mkdtemp(prefix="kubus-test-config-"), "config"))
 
 # Timing is not correctness: on a shared, noisy machine example generation and runs may be slow.
 settings.register_profile("kubus", deadline=None, suppress_health_check=[HealthCheck.too_slow])

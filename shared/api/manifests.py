@@ -27,6 +27,17 @@ it (`duplicate field "spec.containers[0].resources"`), never read as "the last o
 
     pods.yaml: Pod default/web-1: spec.containers[0].resources: duplicate field "resources" at line 14 (first at line 9)
 
+With ``validate=FieldValidation.STRICT`` (what `kubus apply` and `kubus simulate` pass by default,
+as kubectl's ``--validate=strict``), a field that the object's Kubernetes schema does not have
+(`kubus.api.schema`) is refused too, naming it::
+
+    pods.yaml: Pod default/web-1: spec.containers[0].resourcse: unknown field "resourcse" (...)
+
+``FieldValidation.WARN`` accepts unknown and duplicate fields, each said in
+``Manifests.warnings``; ``IGNORE`` accepts them silently (kubectl's ``--validate=false``). The
+default, None, is what a service reading a manifest kubus already checked wants: a duplicate
+field refused, an unknown one ignored.
+
 `load_manifests` (a file, standard input or text) and `parse_manifests` (text only) report
 every bad object of the input at once (ManifestErrors), the first problem of each; `parse_pod`
 and `parse_node` read one decoded object.
@@ -83,6 +94,7 @@ import os
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -108,6 +120,7 @@ from kubus.api.objects import (
 )
 from kubus.api.podgroups import PodGroup
 from kubus.api.priority import PriorityClass, PriorityError, check_priority_class
+from kubus.api.schema import unknown_fields
 from kubus.api.workloads import Workload
 
 _T = TypeVar("_T")
@@ -116,6 +129,7 @@ __all__ = [
     "DEFAULT_MAX_PODS",
     "DEFAULT_SCHEDULER_NAME",
     "HOSTNAME_LABEL",
+    "FieldValidation",
     "KubeObject",
     "Manifests",
     "json_document",
@@ -143,6 +157,34 @@ _NAMESPACED = {
     "StatefulSet": True,
 }
 """The kinds read, and whether their objects are namespaced (for the label errors give them)."""
+
+
+
+class FieldValidation(Enum):
+    """What a load does with a field the object's schema lacks, or a field given twice:
+    kubectl's ``--validate`` values."""
+
+    STRICT = "strict"
+    """Refuse it, naming the object and the field (kubectl's default, ``--validate=true``)."""
+    WARN = "warn"
+    """Accept it (the last of a field given twice wins), with a line in ``Manifests.warnings``."""
+    IGNORE = "ignore"
+    """Accept it silently (``--validate=false``)."""
+
+    @classmethod
+    def parse(cls, value: str) -> FieldValidation:
+        """kubectl's spellings: strict or true, warn, ignore or false. Raises ValueError."""
+        aliases = {"true": cls.STRICT, "false": cls.IGNORE}
+        if value.lower() in aliases:
+            return aliases[value.lower()]
+        try:
+            return cls(value.lower())
+        except ValueError:
+            expected = "strict (or true), warn, or ignore (or false)"
+            raise ValueError(f"--validate: expected {expected}, got {value!r}") from None
+
+
+_STRICT_HINT = "to accept it: --validate=false"
 
 _Duplicates = Mapping[int, tuple[str, str]]
 """id() of each mapping of a document that had a key twice -> (the key, the reason, one line)."""
@@ -283,13 +325,17 @@ class Manifests:
     workloads: tuple[Workload, ...] = ()
     """Services, ReplicationControllers (v1), ReplicaSets and StatefulSets (`apps/v1`), in file
     order: what default topology spreading selects pods by."""
+    warnings: list[str] = field(default_factory=list)
+    """Unknown and duplicate fields accepted (`FieldValidation.WARN`), one line each, naming the
+    file, the object and the field."""
 
 
 class _Collector:
     """Parses documents into a Manifests, gathering one error per bad object."""
 
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, validate: FieldValidation | None = None) -> None:
         self.source = source
+        self.validate = validate
         self.result = Manifests()
         self.errors: list[ManifestError] = []
         self.pod_at: dict[str, str] = {}
@@ -329,6 +375,8 @@ class _Collector:
         try:
             if self.duplicates and isinstance(kind, str) and (kind in _NAMESPACED or kind in _LIST_KINDS):
                 self.refuse_duplicates(doc, where, kind)
+            if self.validate in (FieldValidation.STRICT, FieldValidation.WARN) and isinstance(kind, str):
+                self.check_known(doc, where, kind)
             if kind == "Pod":
                 self.add_pod(read_pod(doc, self.source, where), where)
             elif kind == "Node":
@@ -360,12 +408,38 @@ class _Collector:
 
     def refuse_duplicates(self, doc: dict[str, Any], where: str, kind: str) -> None:
         """Raise a ManifestError for the first field of the object `doc` (a List: less its items)
-        given twice, as kube's strict decoding refuses it."""
+        given twice, as kube's strict decoding refuses it (only a warning, or nothing, when the
+        load's validation is WARN or IGNORE)."""
+        if self.validate is FieldValidation.IGNORE:
+            return
         is_list = kind in _LIST_KINDS
         if found := _duplicate_in(doc, self.duplicates, items=not is_list):
             path, reason = found
             obj = where if is_list else object_label(kind, doc, where, namespaced=_NAMESPACED[kind])
+            if self.validate is FieldValidation.WARN:
+                warning = ManifestError(self.source, obj, path, f"{reason}: the last one is used")
+                self.result.warnings.append(str(warning))
+                return
+            if self.validate is FieldValidation.STRICT:
+                reason = f"{reason} ({_STRICT_HINT})"
             raise ManifestError(self.source, obj, path, reason)
+
+    def check_known(self, doc: dict[str, Any], where: str, kind: str) -> None:
+        """Raise a ManifestError for the first field of the object `doc` that its kind's schema
+        lacks (`kubus.api.schema`); with WARN, note each in the warnings instead."""
+        if kind in _LIST_KINDS:
+            unknown = [key for key in doc if key not in ("apiVersion", "kind", "metadata", "items")]
+        else:
+            unknown = list(unknown_fields(kind, doc))
+        if not unknown:
+            return
+        obj = where if kind in _LIST_KINDS else object_label(kind, doc, where, namespaced=_NAMESPACED.get(kind, True))
+        for path in unknown:
+            name = path.rsplit(".", 1)[-1] if not path.endswith("]") else path
+            reason = f"unknown field {quote(name)}"
+            if self.validate is FieldValidation.STRICT:
+                raise ManifestError(self.source, obj, path, f"{reason} ({_STRICT_HINT})")
+            self.result.warnings.append(str(ManifestError(self.source, obj, path, f"{reason}: ignored")))
 
     def list(self, doc: dict[str, Any], where: str, kind: str) -> None:
         r = Reader(self.source, where)
@@ -596,28 +670,32 @@ def _read(path_or_text: str | bytes | os.PathLike[str], source: str | None) -> t
         raise ManifestError(name, "", "", f"not UTF-8 text: {e.reason} at byte {e.start}") from None
 
 
-def load_manifests(path_or_text: str | bytes | os.PathLike[str], *, source: str | None = None) -> Manifests:
+def load_manifests(
+    path_or_text: str | bytes | os.PathLike[str], *, source: str | None = None, validate: FieldValidation | None = None
+) -> Manifests:
     """Read the objects of a manifest file or text (YAML or JSON, multi-document, Lists).
 
     The argument is a path (a `pathlib.Path`, or a non-blank one-line string), "-" for standard
     input, or the manifest text itself (bytes, or a string that has a newline, starts with `{`
     or `[`, or is blank).
     `source` names the input in errors; by default the path as given, or "<stdin>".
+    `validate` says what becomes of unknown and duplicate fields (`FieldValidation`; None: a
+    duplicate is refused, an unknown field ignored).
 
     Raises ManifestError for the first problem when only one object is bad, ManifestErrors
     (a ManifestError) listing the first problem of every bad object otherwise. Never raises
     anything else for bad input.
     """
     text, name = _read(path_or_text, source)
-    return parse_manifests(text, source=name)
+    return parse_manifests(text, source=name, validate=validate)
 
 
-def parse_manifests(text: str | bytes, *, source: str = STDIN) -> Manifests:
+def parse_manifests(text: str | bytes, *, source: str = STDIN, validate: FieldValidation | None = None) -> Manifests:
     """Like `load_manifests`, for manifest text that is never taken for a path (what a client
     published on the bus, what was read from standard input)."""
     if isinstance(text, bytes):
         text, source = _read(text, source)
-    collector = _Collector(source)
+    collector = _Collector(source, validate)
     _documents(text, collector)
     if len(collector.errors) == 1:
         raise collector.errors[0]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TypeVar
 
 from kubus.access import ensure_credentials
 from kubus.access.credentials import AccessError
@@ -18,8 +19,10 @@ from kubus.cli.connect import UsageError
 
 __all__ = ["add_access_command", "run_access"]
 
+P = TypeVar("P", bound=argparse.ArgumentParser)
 
-def add_access_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+
+def add_access_command(sub: argparse._SubParsersAction[P]) -> None:
     access = sub.add_parser(
         "access",
         help="make the credentials of a deployment: users, server configs, settings files",

@@ -1,9 +1,10 @@
-"""`kubus apply`, `kubus get` and `kubus delete`: the cluster as kubectl users know it.
+"""`kubus apply`, `kubus get`, `kubus top` and `kubus delete`: the cluster as kubectl users know it.
 
 apply validates every manifest locally first (nothing is stored or published if one is wrong),
 stores the Namespaces, PriorityClasses, PodDisruptionBudgets, workloads (Services,
 ReplicationControllers, ReplicaSets, StatefulSets) and PodGroups in Redis, then
-publishes each pod on its own to ``kubus.pods.submit``; get reads Redis; delete publishes a
+publishes each pod on its own to ``kubus.pods.submit``; get and top read Redis (get prints v1
+objects, `kubus.cli.kube_objects`, or tables, `kubus.cli.output`); delete publishes a
 PodDeletion and waits until the queue has recorded it.
 """
 
@@ -12,20 +13,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
-import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TextIO
 
-import yaml
 from nats.js.api import DeliverPolicy
 
 from kubus import codec
 from kubus.api.disruption import PodDisruptionBudget
 from kubus.api.errors import ManifestError
-from kubus.api.manifests import Manifests, parse_manifests, parse_pod, read_documents, wire_pod
+from kubus.api.manifests import FieldValidation, Manifests, parse_manifests, parse_pod, read_documents, wire_pod
 from kubus.api.namespaces import Namespace
 from kubus.api.objects import LabelSelector
 from kubus.api.pod_affinity import selector_matches
@@ -33,13 +32,32 @@ from kubus.api.podgroups import PodGroup
 from kubus.api.priority import PriorityClass, PriorityError, check_priority_class
 from kubus.api.quantity import format_bytes, format_cpu
 from kubus.api.submission import Rejected, admit_priority, read_submission
-from kubus.api.workloads import Workload
+from kubus.api.workloads import WORKLOAD_KINDS, Workload
 from kubus.bus import msgids
 from kubus.bus.connection import Publication, publish_durable, publish_durable_many, settle
 from kubus.bus.messages import ClusterEvent, PodDeletion, decode, encode
 from kubus.bus.subjects import EVENTS_STREAM, MAX_MANIFEST_SIZE, POD_EVENTS, PODS_DELETE, PODS_SUBMIT, EventKind
 from kubus.cli.connect import UsageError, open_bus, open_state
-from kubus.kernels.nodeinfo import NodeInfo
+from kubus.cli.kube_objects import (
+    CollapsedEvent,
+    collapse_events,
+    event_object,
+    node_object,
+    pod_object,
+    same_pod,
+)
+from kubus.cli.output import (
+    DOCUMENT_OUTPUTS,
+    Listing,
+    Output,
+    format_age,
+    output_of,
+    print_listing,
+    write_document,
+    write_table,
+)
+from kubus.errors import KubusError
+from kubus.kernels.nodeinfo import NodeInfo, PodInfo
 from kubus.service import TRANSIENT_ERRORS
 from kubus.settings import ConnectionSettings
 from kubus.store.cluster_state import ClusterState, node_info_of
@@ -49,19 +67,32 @@ from kubus.store.records import NodeRecord, PodPhase, PodRecord
 __all__ = [
     "APPLY_TIMEOUT",
     "ApplyObjects",
+    "NotFoundError",
     "SubmitManifest",
     "apply",
+    "delete_objects",
     "delete_pod",
+    "delete_pods",
+    "event_age",
+    "event_listing",
     "format_age",
     "format_bytes",
     "format_cpu",
+    "get_events",
     "get_nodes",
     "get_pods",
+    "get_resources",
     "list_pods",
+    "node_listing",
+    "nodes_in_use",
+    "not_found",
+    "pod_listing",
     "pod_manifests",
     "read_apply_manifests",
     "read_pod_manifests",
     "submit",
+    "top_nodes",
+    "top_pods",
     "write_table",
 ]
 
@@ -119,10 +150,10 @@ class ApplyObjects:
         )
 
 
-def _objects(text: str) -> list[Any]:
+def _objects(text: str, *, refuse_duplicates: bool = True) -> list[Any]:
     """The top-level objects of a manifest text, List items flattened, in order."""
     out: list[Any] = []
-    for doc in read_documents(text):
+    for doc in read_documents(text, refuse_duplicates=refuse_duplicates):
         if isinstance(doc, dict) and doc.get("kind") in _LIST_KINDS and isinstance(doc.get("items"), list):
             implied = {"PodList": "Pod", "NodeList": "Node"}.get(doc["kind"])
             for item in doc["items"]:
@@ -174,9 +205,17 @@ def read_pod_manifests(paths: Sequence[str], stdin: Any = None) -> list[SubmitMa
     return read_apply_manifests(paths, stdin).pods
 
 
-def read_apply_manifests(paths: Sequence[str], stdin: Any = None) -> ApplyObjects:
+def read_apply_manifests(
+    paths: Sequence[str],
+    stdin: Any = None,
+    *,
+    validate: FieldValidation | None = FieldValidation.STRICT,
+    warnings: list[str] | None = None,
+) -> ApplyObjects:
     """`read_pod_manifests`, and the files' other objects. Raises as it does; the same object
-    in two files, or a second globalDefault PriorityClass, is a UsageError."""
+    in two files, or a second globalDefault PriorityClass, is a UsageError. ``validate``: what
+    an unknown or duplicate field is (kubectl's ``--validate``; strict by default), the accepted
+    ones said in ``warnings``."""
     result = ApplyObjects()
     out, groups = result.pods, result.pod_groups
     group_seen: dict[str, str] = {}
@@ -196,7 +235,9 @@ def read_apply_manifests(paths: Sequence[str], stdin: Any = None) -> ApplyObject
                     raw = f.read()
             except OSError as e:
                 raise ManifestError(path, "", "", f"cannot read the file: {e.strerror or e}") from None
-        manifests = parse_manifests(raw, source=source)  # validates; raises ManifestError(s)
+        manifests = parse_manifests(raw, source=source, validate=validate)  # validates; raises ManifestError(s)
+        if warnings is not None:
+            warnings.extend(manifests.warnings)
         if manifests.nodes:
             raise UsageError(
                 f"{source}: Node {manifests.nodes[0].name}: kubus apply submits pods; nodes join the "
@@ -204,7 +245,7 @@ def read_apply_manifests(paths: Sequence[str], stdin: Any = None) -> ApplyObject
             )
         _take_cluster_objects(result, manifests, source, others_seen)
         text = raw.decode("utf-8-sig") if isinstance(raw, bytes) else raw
-        every = _objects(text)
+        every = _objects(text, refuse_duplicates=validate in (None, FieldValidation.STRICT))
         objects = [o for o in every if isinstance(o, dict) and o.get("kind", "Pod") == "Pod"]
         group_objects = [o for o in every if isinstance(o, dict) and o.get("kind") == "PodGroup"]
         if len(group_objects) != len(manifests.pod_groups):  # cannot happen: both read the same documents
@@ -336,7 +377,8 @@ def _verdict(item: _Applied, existing: PodRecord | None) -> None:
     name = item.pod.name
     if existing is None:
         item.verdict = "created"
-    elif existing.manifest == item.expected:
+    elif same_pod(existing.manifest, item.expected, node=existing.node, devices=existing.gpu_devices):
+        # what `kubus get -o yaml` adds (status, spec.nodeName, ...) is the server's: not a change
         item.verdict = "unchanged"
     elif existing.phase is not PodPhase.PENDING:
         where = f" on node {existing.node}" if existing.node else ""
@@ -390,7 +432,8 @@ async def _wait_stored(
                     if not item.verdict:
                         item.verdict = "created" if record.version <= 1 else "configured"
                 elif time.monotonic() - since > 1.0:
-                    rejected = [e for e in await state.events(item.pod.uid) if e.reason == "Rejected" and e.at >= since]
+                    history = await state.events(item.pod.uid)
+                    rejected = [e for e in history if e.reason == "Rejected" and e.time >= since]
                     if rejected:
                         item.error = rejected[-1].message
             why = "the queue has not stored them yet (is the queue service running?)"
@@ -409,6 +452,7 @@ async def apply(
     quiet: bool = False,
     timeout: float | None = APPLY_TIMEOUT,
     err: TextIO | None = None,
+    validate: FieldValidation = FieldValidation.STRICT,
 ) -> int:
     """`kubus apply -f ...`: validate everything, store the other objects in Redis before the
     pods (a pod's PriorityClass must be there when the queue admits it, a gang's group before
@@ -423,7 +467,10 @@ async def apply(
     (or accepted, without waiting), 1 when one was refused or is not confirmed stored (each
     named on ``err``, stderr by default)."""
     err = err or sys.stderr
-    objects = read_apply_manifests(paths)
+    warnings: list[str] = []
+    objects = read_apply_manifests(paths, validate=validate, warnings=warnings)
+    for line in warnings:
+        err.write(f"Warning: {line}\n")
     pods = objects.pods
     if not pods and not objects.stored:
         raise UsageError(f"nothing to apply in {', '.join(paths)}")
@@ -469,85 +516,6 @@ async def apply(
 # ---- get ---------------------------------------------------------------------------------------
 
 
-DOCUMENT_OUTPUTS = ("json", "yaml")
-"""`-o` values that print one document instead of a table."""
-
-
-def write_document(doc: Mapping[str, Any], out: TextIO, output: str) -> None:
-    """``doc`` as pretty JSON or as YAML (``output``: one of DOCUMENT_OUTPUTS), the keys in order."""
-    if output == "yaml":
-        out.write(yaml.safe_dump(dict(doc), sort_keys=False, allow_unicode=True))
-    else:
-        out.write(codec.dumps(doc, pretty=True).decode() + "\n")
-
-
-def write_table(
-    rows: Sequence[Sequence[str]], out: TextIO, *, colour_column: int | None = None, header: bool = True
-) -> None:
-    """Left-aligned columns three spaces apart, as kubectl prints them; the last one unpadded.
-    On a terminal (and without NO_COLOR), the cells of ``colour_column`` below the header (the
-    first row, unless ``header`` is False) are coloured by what they say (`STATE_COLOURS`);
-    aligned first, so colour never shifts a column."""
-    if not rows:
-        return
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-    paint = colour_column is not None and uses_colour(out)
-    for n, r in enumerate(rows):
-        cells = [c.ljust(w) for c, w in zip(r, widths, strict=False)] + [r[-1]]
-        if paint and (n > 0 or not header) and colour_column is not None and colour_column < len(cells):
-            cells[colour_column] = coloured(cells[colour_column])
-        out.write("   ".join(cells).rstrip() + "\n")
-
-
-STATE_COLOURS = {
-    "Running": "32",
-    "Succeeded": "32",
-    "Bound": "32",
-    "Ready": "32",
-    "Normal": "32",
-    "Pending": "33",
-    "Reserved": "33",
-    "Waiting": "33",
-    "Warning": "33",
-    "Failed": "31",
-    "NotReady": "31",
-    "Unreachable": "31",
-    "Deleted": "2",
-}
-"""ANSI SGR codes by the first word of a state cell: green done or well, yellow on its way or
-a warning, red failed or lost, dim gone."""
-
-
-def uses_colour(out: TextIO) -> bool:
-    """Colour only on a terminal, and never with NO_COLOR set (no-color.org)."""
-    isatty = getattr(out, "isatty", None)
-    return bool(isatty and isatty()) and not os.environ.get("NO_COLOR")
-
-
-def coloured(cell: str) -> str:
-    """``cell`` in the colour of its first word, padding included; unchanged for an unknown state."""
-    word = cell.split(" ", 1)[0].split(",", 1)[0]
-    code = STATE_COLOURS.get(word)
-    return f"\x1b[{code}m{cell}\x1b[0m" if code else cell
-
-
-def format_age(seconds: float) -> str:
-    """kubectl's short duration: 45s, 3m12s, 5m, 2h10m, 3d4h, 12d."""
-    s = max(0, int(seconds))
-    if s < 120:
-        return f"{s}s" if s < 60 else f"{s // 60}m{s % 60}s"
-    m = s // 60
-    if m < 10:
-        return f"{m}m{s % 60}s" if s % 60 else f"{m}m"
-    if m < 180:
-        return f"{m}m" if m < 60 else f"{m // 60}h{m % 60}m" if m % 60 else f"{m // 60}h"
-    h = m // 60
-    if h < 48:
-        return f"{h}h"
-    d = h // 24
-    return f"{d}d{h % 24}h" if d < 8 and h % 24 else f"{d}d"
-
-
 async def list_pods(state: ClusterState, namespace: str | None) -> list[PodRecord]:
     """The newest pod of every namespace/name (of one namespace unless None), sorted by key."""
     index = await state.redis.hgetall(state.keys.pod_keys_index())
@@ -561,22 +529,14 @@ def _devices(devices: Sequence[int]) -> str:
     return ",".join(str(d) for d in devices) if devices else "-"
 
 
-def _pod_json(p: PodRecord, now: float) -> dict[str, Any]:
-    return {
-        "namespace": p.namespace,
-        "name": p.name,
-        "uid": p.uid,
-        "phase": str(p.phase),
-        "node": p.node or None,
-        "gpuDevices": list(p.gpu_devices),
-        "schedulerName": p.profile,
-        "attempts": p.attempts,
-        "reason": p.reason,
-        "message": p.message,
-        "createdAt": p.created_at,
-        "updatedAt": p.updated_at,
-        "ageSeconds": round(now - p.created_at, 3) if p.created_at else None,
-    }
+class NotFoundError(KubusError):
+    """What a command was asked about is not there (kubectl's NotFound); str() is one line.
+    Commands exit 1 for it, as kubectl does."""
+
+
+def not_found(resource: str, name: str, namespace: str | None = None) -> str:
+    """kube's NotFound line: 'pods "web" not found in namespace "shop"'."""
+    return f'{resource} "{name}" not found' + (f' in namespace "{namespace}"' if namespace else "")
 
 
 def _pod_labels(record: PodRecord) -> dict[str, str]:
@@ -588,45 +548,89 @@ def _pod_labels(record: PodRecord) -> dict[str, str]:
     return {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
 
 
+POD_COLUMNS = ("NAMESPACE", "NAME", "PHASE", "NODE", "GPUS", "AGE", "REASON")
+POD_WIDE_COLUMNS = ("SCHEDULER", "ATTEMPTS", "MESSAGE")
+
+
+async def pod_listing(
+    state: ClusterState,
+    *,
+    namespace: str | None,
+    output: Output,
+    names: Sequence[str] = (),
+    show_deleted: bool = False,
+    selector: LabelSelector | None = None,
+) -> tuple[Listing, list[str]]:
+    """The pods `kubus get pods` shows (of ``namespace``, every one for None; those ``names``
+    when given; Deleted ones only with ``show_deleted``; only those whose labels ``selector``
+    matches), each as a v1 Pod with its table row (NAMESPACE only across namespaces), and a
+    NotFound line per name that is not there."""
+    missing: list[str] = []
+    if names:
+        where = namespace or "default"
+        pods = []
+        for name in dict.fromkeys(names):
+            record = await state.find_pod(where, name)
+            if record is None or (record.phase is PodPhase.DELETED and not show_deleted):
+                missing.append(not_found("pods", name, where))
+            else:
+                pods.append(record)
+    else:
+        pods = await list_pods(state, namespace)
+        if not show_deleted:
+            pods = [p for p in pods if p.phase is not PodPhase.DELETED]
+    if selector is not None:
+        pods = [p for p in pods if selector_matches(selector, _pod_labels(p))]
+    reserved = [p.uid for p in pods if p.phase is PodPhase.RESERVED]
+    waits = await state.permit_states(reserved) if reserved else {}
+    waiting = {uid: w for uid, w in waits.items() if w is not None and w.pending and not w.rejected}
+    # the events give the conditions' times and startTime: read them only for the objects' sake
+    histories = await state.events_of([p.uid for p in pods]) if pods and not output.table else [[] for _ in pods]
+    now = time.time()
+    header = [*POD_COLUMNS, *(POD_WIDE_COLUMNS if output.format == "wide" else ())]
+    across = namespace is None and not names
+    listing = Listing("pod", header if across else header[1:], colour_column=2 if across else 1)
+    listing.single = len(names) == 1
+    for p, events in zip(pods, histories, strict=True):
+        wait = waiting.get(p.uid)
+        row = _pod_row(p, now, wait, output.format)
+        listing.rows.append((pod_object(p, events=events, waiting=wait), row if across else row[1:]))
+    return listing, missing
+
+
+def _no_pods(namespace: str | None) -> str:
+    return f"No pods found in {'any namespace' if namespace is None else f'namespace {namespace}'}."
+
+
+def report(listing: Listing, missing: Sequence[str], out: TextIO, output: Output, *, empty: str) -> int:
+    """Print a listing, then its NotFound lines on stderr (nothing else when every name asked
+    for was missing); exit status 1 when a name was missing, else 0."""
+    if listing.rows or not missing:
+        print_listing(listing, out, output, empty=empty)
+    for line in missing:
+        sys.stderr.write(f"error: {line}\n")
+    return 1 if missing else 0
+
+
 async def get_pods(
     settings: ConnectionSettings,
     out: TextIO,
     *,
     namespace: str | None,
-    output: str,
+    output: str | Output,
     show_deleted: bool = False,
     selector: LabelSelector | None = None,
+    names: Sequence[str] = (),
 ) -> int:
-    """`kubus get pods`: one row per pod (Deleted ones hidden unless ``show_deleted``; only those
-    whose labels ``selector`` matches, when given)."""
+    """`kubus get pods [NAME...]`: one row per pod (Deleted ones hidden unless ``show_deleted``;
+    only those whose labels ``selector`` matches, when given), or the v1 Pods. Exit status 1
+    when a name is not found (each said on stderr), else 0."""
+    shape = output if isinstance(output, Output) else output_of(output)
     async with open_state(settings) as state:
-        pods = await list_pods(state, namespace)
-        if selector is not None:
-            pods = [p for p in pods if selector_matches(selector, _pod_labels(p))]
-        reserved = [p.uid for p in pods if p.phase is PodPhase.RESERVED]
-        waits = await state.permit_states(reserved) if reserved else {}
-    waiting = {uid: w for uid, w in waits.items() if w is not None and w.pending and not w.rejected}
-    now = time.time()
-    if not show_deleted:
-        pods = [p for p in pods if p.phase is not PodPhase.DELETED]
-    if output in DOCUMENT_OUTPUTS:
-        items = []
-        for p in pods:
-            item = _pod_json(p, now)
-            if p.uid in waiting:
-                item["waitingOnPermit"] = sorted(waiting[p.uid].pending)
-            items.append(item)
-        write_document({"pods": items}, out, output)
-        return 0
-    if not pods:
-        where = "any namespace" if namespace is None else f"namespace {namespace}"
-        sys.stderr.write(f"No pods found in {where}.\n")
-        return 0
-    header = ["NAMESPACE", "NAME", "PHASE", "NODE", "GPUS", "AGE", "REASON"]
-    if output == "wide":
-        header += ["SCHEDULER", "ATTEMPTS", "MESSAGE"]
-    write_table([header, *(_pod_row(p, now, waiting.get(p.uid), output) for p in pods)], out, colour_column=2)
-    return 0
+        listing, missing = await pod_listing(
+            state, namespace=namespace, output=shape, names=names, show_deleted=show_deleted, selector=selector
+        )
+    return report(listing, missing, out, shape, empty=_no_pods(namespace))
 
 
 def _pod_row(p: PodRecord, now: float, wait: PermitState | None, output: str) -> list[str]:
@@ -670,14 +674,15 @@ async def watch_pods(
     out: TextIO,
     *,
     namespace: str | None,
-    output: str,
+    output: str | Output,
     selector: LabelSelector | None = None,
     stop: asyncio.Event | None = None,
 ) -> int:
     """`kubus get pods -w`: after the list, one line for each change of a pod (of the namespace,
     matching ``selector``) as the services announce it on the bus, read again from Redis, until
     ``stop`` is set or the command is interrupted (Ctrl-C: exit 0). A JSON/YAML watch prints one
-    document per change."""
+    Pod per change (YAML documents separated by ---)."""
+    shape = output if isinstance(output, Output) else output_of(output)
     changed: asyncio.Queue[ClusterEvent] = asyncio.Queue()
 
     async def on_event(msg: Any) -> None:
@@ -701,7 +706,7 @@ async def watch_pods(
         )
         await settle(nc)  # subscribed before the list is read: no change between them is missed
         try:
-            await get_pods(settings, out, namespace=namespace, output=output, selector=selector)
+            await get_pods(settings, out, namespace=namespace, output=shape, selector=selector)
             out.flush()
             stopping = asyncio.create_task(stop.wait())
             while not stop.is_set():
@@ -722,61 +727,83 @@ async def watch_pods(
                 if phase is PodPhase.SUCCEEDED and record.phase in (PodPhase.SUCCEEDED, PodPhase.FAILED):
                     phase = record.phase
                 record = replace(record, phase=phase, node=event.node or record.node)
-                if output in DOCUMENT_OUTPUTS:
-                    write_document({"pods": [_pod_json(record, time.time())]}, out, output)
-                else:
-                    row = _pod_row(record, time.time(), None, output)
-                    write_table([row], out, colour_column=2, header=False)
+                row = _pod_row(record, time.time(), None, shape.format)
+                change = Listing("pod", [], [(pod_object(record), row if namespace is None else row[1:])])
+                change.colour_column, change.single = (2 if namespace is None else 1), True
+                if shape.format == "yaml":
+                    out.write("---\n")
+                print_listing(change, out, replace(shape, headers=False))
                 out.flush()
         finally:
             await sub.unsubscribe()
     return 0
 
 
+def event_age(event: CollapsedEvent, now: float) -> str:
+    """When an event was seen, as kubectl writes it: '12s', or '3s (x4 over 40s)' for one seen
+    several times."""
+    if event.count > 1:
+        return f"{format_age(now - event.last)} (x{event.count} over {format_age(now - event.first)})"
+    return format_age(now - event.first)
+
+
+async def event_listing(
+    state: ClusterState, *, namespace: str | None, output: Output, pod: str | None = None, names: Sequence[str] = ()
+) -> tuple[Listing, list[str]]:
+    """Every pod's events (of one namespace unless None; of one pod with ``pod``; those named
+    ``names``), identical ones collapsed with their count, by when they were last seen, each as
+    a v1 Event with its table row. Raises NotFoundError for an unknown ``pod``."""
+    if pod is not None:
+        record = await state.find_pod(namespace or "default", pod)
+        if record is None:
+            raise NotFoundError(not_found("pods", pod, namespace or "default"))
+        pods = [record]
+    else:
+        pods = await list_pods(state, namespace)
+    histories = await state.events_of([p.uid for p in pods])
+    now = time.time()
+    found = sorted(
+        ((c, p) for p, history in zip(pods, histories, strict=True) for c in collapse_events(history)),
+        key=lambda cp: (cp[0].last, cp[0].first),
+    )
+    header = ["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
+    if output.format == "wide":
+        header += ["SOURCE", "FIRST SEEN", "COUNT", "NAME"]
+    across = namespace is None and pod is None
+    if across:
+        header.insert(0, "NAMESPACE")
+    listing = Listing("event", header, colour_column=2 if across else 1, single=len(names) == 1)
+    wanted = set(names)
+    for c, p in found:
+        obj = event_object(c, p)
+        if wanted and obj["metadata"]["name"] not in wanted:
+            continue
+        wanted.discard(obj["metadata"]["name"])
+        row = [event_age(c, now), c.type, c.reason, f"pod/{p.name}", c.message]
+        if output.format == "wide":
+            row += [c.source or "-", format_age(now - c.first), str(c.count), obj["metadata"]["name"]]
+        listing.rows.append((obj, [p.namespace, *row] if across else row))
+    missing = [not_found("events", name, namespace) for name in names if name in wanted]
+    return listing, missing
+
+
 async def get_events(
-    settings: ConnectionSettings, out: TextIO, *, namespace: str | None, pod: str | None, output: str
+    settings: ConnectionSettings,
+    out: TextIO,
+    *,
+    namespace: str | None,
+    pod: str | None,
+    output: str | Output,
+    names: Sequence[str] = (),
 ) -> int:
     """`kubus get events`: every pod's events (of one namespace unless None; of one pod with
-    ``pod``), oldest first. Raises UsageError for an unknown ``pod``."""
+    ``pod``), identical ones collapsed as kubectl shows them, by when they were last seen.
+    Raises NotFoundError for an unknown ``pod``; exit status 1 when one of ``names`` is not
+    found."""
+    shape = output if isinstance(output, Output) else output_of(output)
     async with open_state(settings) as state:
-        if pod is not None:
-            record = await state.find_pod(namespace or "default", pod)
-            if record is None:
-                raise UsageError(f'pod "{pod}" not found in namespace "{namespace or "default"}"')
-            pods = [record]
-        else:
-            pods = await list_pods(state, namespace)
-        histories = await state.events_of([p.uid for p in pods])
-    now = time.time()
-    events = sorted(
-        ((e, p) for p, history in zip(pods, histories, strict=True) for e in history), key=lambda ep: ep[0].time
-    )
-    if output in DOCUMENT_OUTPUTS:
-        items = [
-            {
-                "namespace": p.namespace,
-                "object": f"pod/{p.name}",
-                "time": e.time,
-                "type": str(e.type),
-                "reason": e.reason,
-                "source": e.source,
-                "message": e.message,
-            }
-            for e, p in events
-        ]
-        write_document({"events": items}, out, output)
-        return 0
-    if not events:
-        sys.stderr.write("No events found.\n")
-        return 0
-    rows = [["LAST SEEN", "TYPE", "REASON", "OBJECT", "SOURCE", "MESSAGE"]]
-    if namespace is None:
-        rows[0].insert(0, "NAMESPACE")
-    for e, p in events:
-        row = [format_age(now - e.time), str(e.type), e.reason, f"pod/{p.name}", e.source or "-", e.message]
-        rows.append([p.namespace, *row] if namespace is None else row)
-    write_table(rows, out, colour_column=2 if namespace is None else 1)
-    return 0
+        listing, missing = await event_listing(state, namespace=namespace, output=shape, pod=pod, names=names)
+    return report(listing, missing, out, shape, empty="No events found.")
 
 
 def _node_status(record: NodeRecord) -> str:
@@ -791,16 +818,16 @@ def _node_status(record: NodeRecord) -> str:
     return status
 
 
-async def _nodes_in_use(
-    settings: ConnectionSettings, selector: LabelSelector | None
-) -> list[tuple[NodeRecord, NodeInfo]]:
-    """Every node (whose labels ``selector`` matches) with what its reservations use, by name."""
-    async with open_state(settings) as state:
-        records = {
-            r.name: r for r in await state.list_nodes() if selector is None or selector_matches(selector, r.labels)
-        }
-        snapshot = await state.load_snapshot()
-    return [(records[node.name], node_info_of(node, held)) for node, held in snapshot if node.name in records]
+async def nodes_in_use(
+    state: ClusterState, selector: LabelSelector | None, names: Sequence[str] = ()
+) -> tuple[list[tuple[NodeRecord, NodeInfo]], list[str]]:
+    """Every node (those ``names`` when given; whose labels ``selector`` matches) with what its
+    reservations use, by name; and a NotFound line per name that is not there."""
+    records = {r.name: r for r in await state.list_nodes() if selector is None or selector_matches(selector, r.labels)}
+    missing = [not_found("nodes", n) for n in dict.fromkeys(names) if n not in records]
+    wanted = [n for n in dict.fromkeys(names) if n in records] if names else None
+    snapshot = await state.load_snapshot(wanted) if wanted is None or wanted else []
+    return [(records[node.name], node_info_of(node, held)) for node, held in snapshot if node.name in records], missing
 
 
 def _percent(used: int, total: int) -> str:
@@ -817,12 +844,27 @@ def gpu_bar(used: int, total: int, width: int = GPU_BAR_WIDTH) -> str:
     return "[" + "#" * filled + "-" * (width - filled) + "]"
 
 
+_NO_NODES = "No nodes found (start nodes with `kubus up --nodes N`, or run gpu-agents)."
+
+
 async def top_nodes(
-    settings: ConnectionSettings, out: TextIO, *, output: str, gpus: bool, selector: LabelSelector | None = None
+    settings: ConnectionSettings,
+    out: TextIO,
+    *,
+    output: str,
+    gpus: bool,
+    selector: LabelSelector | None = None,
+    names: Sequence[str] = (),
+    headers: bool = True,
 ) -> int:
-    """`kubus top nodes`: requested against allocatable per node, in percent; with ``gpus`` each
-    GPU's memory as a bar (used / total), its pods and health."""
-    nodes = await _nodes_in_use(settings, selector)
+    """`kubus top nodes [NAME...]`: requested against allocatable per node, in percent (kubus has
+    no usage metrics: requests are what it accounts); with ``gpus`` each GPU's memory as a bar
+    (used / total), its pods and health. Exit status 1 when a name is not found."""
+    async with open_state(settings) as state:
+        nodes, missing = await nodes_in_use(state, selector, names)
+    for line in missing:
+        sys.stderr.write(f"error: {line}\n")
+    status = 1 if missing else 0
     if output in DOCUMENT_OUTPUTS:
         doc = []
         for record, info in nodes:
@@ -845,10 +887,11 @@ async def top_nodes(
                 ]
             doc.append(item)
         write_document({"nodes": doc}, out, output)
-        return 0
+        return status
     if not nodes:
-        sys.stderr.write("No nodes found (start nodes with `kubus up --nodes N`, or run gpu-agents).\n")
-        return 0
+        if not missing:
+            sys.stderr.write(_NO_NODES + "\n")
+        return status
     rows = [["NAME", "CPU(req)", "CPU%", "MEMORY(req)", "MEMORY%", "GPUS(used/total)", "GPU-MEMORY%", "PODS"]]
     for record, info in nodes:
         alloc, req = record.allocatable, info.requested
@@ -867,12 +910,13 @@ async def top_nodes(
             ]
         )
     if not gpus:
-        write_table(rows, out)
-        return 0
+        write_table(rows if headers else rows[1:], out)
+        return status
     aligned = io.StringIO()
     write_table(rows, aligned)
     header, *lines = aligned.getvalue().splitlines()
-    out.write(header + "\n")
+    if headers:
+        out.write(header + "\n")
     for (record, info), line in zip(nodes, lines, strict=True):
         out.write(line + "\n")
         for g, free, pods in zip(record.gpus, info.gpu_free_memory, info.gpu_pod_count, strict=False):
@@ -882,20 +926,109 @@ async def top_nodes(
                 f"  gpu{g.index} {gpu_bar(used, g.memory)} {format_bytes(used)}/{format_bytes(g.memory)}"
                 f"  {pods} pod(s)  {g.model}{health}\n"
             )
-    return 0
+    return status
 
 
-async def get_nodes(
-    settings: ConnectionSettings, out: TextIO, *, output: str, selector: LabelSelector | None = None
+async def top_pods(
+    settings: ConnectionSettings,
+    out: TextIO,
+    *,
+    namespace: str | None,
+    output: str,
+    selector: LabelSelector | None = None,
+    names: Sequence[str] = (),
+    headers: bool = True,
+    sort_by: str | None = None,
 ) -> int:
-    """`kubus get nodes`: status, requests against allocatable, GPUs in use, pods, age (only the
-    nodes whose labels ``selector`` matches, when given)."""
+    """`kubus top pods [NAME...]`: what each pod that holds room on a node (reserved, bound or
+    running) requested: cpu, memory, GPUs and GPU memory, and its node. kubus has no usage
+    metrics: requests are what it accounts. ``sort_by`` is kubectl top's: cpu or memory. Exit
+    status 1 when a name is not found."""
+    async with open_state(settings) as state:
+        nodes, _ = await nodes_in_use(state, None)
+    held: list[tuple[str, PodInfo, NodeRecord]] = []
+    for record, info in nodes:
+        for key, pod in info.pods.items():
+            ns, _, name = key.partition("/")
+            if namespace is not None and ns != namespace:
+                continue
+            if selector is not None and not selector_matches(selector, pod.pod.metadata.labels):
+                continue
+            if names and name not in names:
+                continue
+            held.append((key, pod, record))
+    seen = {key.partition("/")[2] for key, _, _ in held}
+    missing = [not_found("pods", n, namespace or "default") + " on any node" for n in names if n not in seen]
+    if sort_by == "cpu":
+        held.sort(key=lambda h: -h[1].requests.get("cpu", 0))
+    elif sort_by == "memory":
+        held.sort(key=lambda h: -h[1].requests.get("memory", 0))
+    else:
+        held.sort(key=lambda h: h[0])
+    for line in missing:
+        sys.stderr.write(f"error: {line}\n")
+    status = 1 if missing else 0
+
+    def gpu_memory(pod: PodInfo, node: NodeRecord) -> int:
+        if pod.gpu is None or not pod.gpu_devices:
+            return 0
+        if pod.gpu.shared:
+            return pod.gpu.memory * len(pod.gpu_devices)
+        sizes = {g.index: g.memory for g in node.gpus}
+        return sum(sizes.get(d, 0) for d in pod.gpu_devices)
+
+    if output in DOCUMENT_OUTPUTS:
+        doc = [
+            {
+                "namespace": key.partition("/")[0],
+                "name": key.partition("/")[2],
+                "node": node.name,
+                "requested": dict(pod.requests),
+                "gpuDevices": list(pod.gpu_devices),
+                "gpuMemory": gpu_memory(pod, node),
+            }
+            for key, pod, node in held
+        ]
+        write_document({"pods": doc}, out, output)
+        return status
+    if not held:
+        if not missing:
+            where = f" in namespace {namespace}" if namespace else ""
+            sys.stderr.write(f"No pods hold room on a node{where}.\n")
+        return status
+    rows = [["NAMESPACE", "NAME", "CPU(req)", "MEMORY(req)", "GPUS", "GPU-MEMORY", "NODE"]]
+    for key, pod, node in held:
+        ns, _, name = key.partition("/")
+        memory = gpu_memory(pod, node)
+        rows.append(
+            [
+                ns,
+                name,
+                format_cpu(pod.requests.get("cpu", 0)),
+                format_bytes(pod.requests.get("memory", 0)),
+                _devices(pod.gpu_devices),
+                format_bytes(memory) if memory else "-",
+                node.name,
+            ]
+        )
+    if namespace is not None:
+        rows = [row[1:] for row in rows]
+    write_table(rows if headers else rows[1:], out)
+    return status
+
+
+async def node_listing(
+    state: ClusterState, *, output: Output, names: Sequence[str] = (), selector: LabelSelector | None = None
+) -> tuple[Listing, list[str]]:
+    """The nodes `kubus get nodes` shows (those ``names`` when given; whose labels ``selector``
+    matches), each as a v1 Node with its table row, and a NotFound line per name not there."""
+    nodes, missing = await nodes_in_use(state, selector, names)
     now = time.time()
-    rows_json = []
-    rows = [["NAME", "STATUS", "CPU(req/alloc)", "MEMORY(req/alloc)", "GPUS(used/total)", "PODS", "AGE"]]
-    if output == "wide":
-        rows[0] += ["GPU-MEMORY(used/total)", "HEARTBEAT", "TAINTS"]
-    for record, info in await _nodes_in_use(settings, selector):
+    header = ["NAME", "STATUS", "CPU(req/alloc)", "MEMORY(req/alloc)", "GPUS(used/total)", "PODS", "AGE"]
+    if output.format == "wide":
+        header += ["GPU-MEMORY(used/total)", "HEARTBEAT", "TAINTS"]
+    listing = Listing("node", header, colour_column=1, single=len(names) == 1)
+    for record, info in nodes:
         alloc = record.allocatable
         gpus_total = len(record.gpus)
         gpus_used = sum(1 for count in info.gpu_pod_count if count > 0)
@@ -903,26 +1036,6 @@ async def get_nodes(
         gpu_mem_used = gpu_mem_total - sum(info.gpu_free_memory)
         age = now - record.creation_timestamp if record.creation_timestamp else None
         heartbeat = now - record.heartbeat if record.heartbeat else None
-        if output in DOCUMENT_OUTPUTS:
-            rows_json.append(
-                {
-                    "name": record.name,
-                    "status": _node_status(record),
-                    "requested": dict(info.requested),
-                    "allocatable": dict(alloc),
-                    "pods": len(info.pods),
-                    "gpus": {
-                        "used": gpus_used,
-                        "total": gpus_total,
-                        "memoryUsed": gpu_mem_used,
-                        "memory": gpu_mem_total,
-                    },
-                    "heartbeatAgeSeconds": None if heartbeat is None else round(heartbeat, 3),
-                    "unreachable": record.unreachable,
-                    "unschedulable": record.unschedulable,
-                }
-            )
-            continue
         row = [
             record.name,
             _node_status(record),
@@ -930,9 +1043,9 @@ async def get_nodes(
             f"{format_bytes(info.requested.get('memory', 0))}/{format_bytes(alloc.get('memory', 0))}",
             f"{gpus_used}/{gpus_total}",
             f"{len(info.pods)}/{alloc.get('pods', 0)}",
-            format_age(age) if age is not None else "-",
+            format_age(age) if age is not None else "<unknown>",
         ]
-        if output == "wide":
+        if output.format == "wide":
             taints = ",".join(
                 f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}" for t in record.taints
             )
@@ -941,47 +1054,199 @@ async def get_nodes(
                 format_age(heartbeat) + " ago" if heartbeat is not None else "never",
                 taints or "<none>",
             ]
-        rows.append(row)
-    if output in DOCUMENT_OUTPUTS:
-        write_document({"nodes": rows_json}, out, output)
-        return 0
-    if len(rows) == 1:
-        sys.stderr.write("No nodes found (start nodes with `kubus up --nodes N`, or run gpu-agents).\n")
-        return 0
-    write_table(rows, out, colour_column=1)
-    return 0
+        listing.rows.append((node_object(record, info, now=now), row))
+    return listing, missing
+
+
+async def get_nodes(
+    settings: ConnectionSettings,
+    out: TextIO,
+    *,
+    output: str | Output,
+    selector: LabelSelector | None = None,
+    names: Sequence[str] = (),
+) -> int:
+    """`kubus get nodes [NAME...]`: status, requests against allocatable, GPUs in use, pods, age
+    (only the nodes whose labels ``selector`` matches, when given), or the v1 Nodes. Exit
+    status 1 when a name is not found."""
+    shape = output if isinstance(output, Output) else output_of(output)
+    async with open_state(settings) as state:
+        listing, missing = await node_listing(state, output=shape, names=names, selector=selector)
+    return report(listing, missing, out, shape, empty=_NO_NODES)
 
 
 # ---- delete ------------------------------------------------------------------------------------
 
 
+async def delete_pods(
+    settings: ConnectionSettings,
+    out: TextIO,
+    *,
+    namespace: str,
+    names: Sequence[str],
+    wait: float | None,
+    ignore_not_found: bool = False,
+    output: str = "",
+) -> int:
+    """`kubus delete pod NAME...`: publish each deletion; unless ``wait`` is None, wait that
+    many seconds for each pod to be recorded Deleted. A pod not there (or deleted already) is
+    kubectl's NotFound, on stderr (silent with ``ignore_not_found``). Each pod deleted is said
+    as kubectl says it (``pod "web" deleted``; ``pod/web`` with ``output`` "name"). Exit status
+    1 when a pod was not found or not deleted in time, else 0."""
+    failed = 0
+
+    def done(name: str, what: str) -> None:
+        out.write(f"pod/{name}\n" if output == "name" else f'pod "{name}" {what}\n')
+
+    async with open_state(settings) as state:
+        targets: list[PodRecord] = []
+        for name in dict.fromkeys(names):
+            pod = await state.find_pod(namespace, name)
+            if pod is None or pod.phase is PodPhase.DELETED:
+                if not ignore_not_found:
+                    failed += 1
+                    sys.stderr.write(f"error: {not_found('pods', name, namespace)}\n")
+                continue
+            targets.append(pod)
+        if targets:
+            async with open_bus(settings) as (_, js):
+                for pod in targets:
+                    msg_id = msgids.delete(namespace, pod.name, pod.uid, time.time_ns())
+                    deletion = encode(PodDeletion(namespace=namespace, name=pod.name))
+                    await publish_durable(js, PODS_DELETE, deletion, msg_id)
+        if wait is None:
+            for pod in targets:
+                done(pod.name, "deletion submitted")
+            return 1 if failed else 0
+        deadline = time.monotonic() + wait
+        waiting = list(targets)
+        while waiting:
+            current = await state.get_pods([p.uid for p in waiting])
+            left = []
+            for pod, now in zip(waiting, current, strict=True):
+                if now is None or now.phase is PodPhase.DELETED:
+                    done(pod.name, "deleted")
+                else:
+                    left.append(pod)
+            waiting = left
+            if not waiting or time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(0.1)
+    for pod in waiting:
+        failed += 1
+        sys.stderr.write(
+            f"error: pod {namespace}/{pod.name}: deletion submitted but not recorded within {wait:g}s "
+            "(is the queue service running?)\n"
+        )
+    return 1 if failed else 0
+
+
 async def delete_pod(
     settings: ConnectionSettings, out: TextIO, *, namespace: str, name: str, wait: float | None
 ) -> int:
-    """`kubus delete pod NAME`: publish the deletion; unless ``wait`` is None, wait that many
-    seconds for the pod to be recorded Deleted. Raises UsageError for an unknown pod."""
+    """`kubus delete pod NAME` (`delete_pods` of one)."""
+    return await delete_pods(settings, out, namespace=namespace, names=[name], wait=wait)
+
+
+_STORED_KINDS = ("Namespace", "PriorityClass", "PodDisruptionBudget", "PodGroup", *WORKLOAD_KINDS)
+"""What `kubus delete -f` deletes from the store itself (pods go through the queue)."""
+
+
+async def delete_objects(
+    settings: ConnectionSettings,
+    out: TextIO,
+    objects: Sequence[tuple[str, str, str]],
+    *,
+    wait: float | None,
+    ignore_not_found: bool = False,
+    output: str = "",
+) -> int:
+    """`kubus delete -f FILE|DIR`: the (kind, namespace, name) of `objects_in_files`. Pods are
+    deleted as `delete_pods` deletes them; Namespaces, PriorityClasses, PodDisruptionBudgets,
+    PodGroups and workloads are forgotten by the store (their pods stay: kubus has no garbage
+    collector). A node is refused (it leaves with its gpu-agent), an object not there is
+    kubectl's NotFound: exit status 1 for either, else 0."""
+    failed = 0
+    stored = [(k, ns, n) for k, ns, n in objects if k in _STORED_KINDS]
+    if stored:
+        async with open_state(settings) as state:
+            for kind, namespace, name in stored:
+                if kind == "Namespace":
+                    gone = await state.delete_namespace(name)
+                elif kind == "PriorityClass":
+                    gone = await state.delete_priority_class(name)
+                elif kind == "PodDisruptionBudget":
+                    gone = await state.delete_pod_disruption_budget(f"{namespace}/{name}")
+                elif kind == "PodGroup":
+                    gone = await state.delete_pod_group(f"{namespace}/{name}")
+                else:
+                    gone = await state.delete_workload(f"{kind}/{namespace}/{name}")
+                if gone:
+                    out.write(f"{kind.lower()}/{name}\n" if output == "name" else f'{kind.lower()} "{name}" deleted\n')
+                elif not ignore_not_found:
+                    failed += 1
+                    sys.stderr.write(f"error: {not_found(kind.lower() + 's', name, namespace)}\n")
+    for kind, _, name in objects:
+        if kind not in _STORED_KINDS and kind != "Pod":
+            failed += 1
+            why = "nodes leave the cluster with their gpu-agent" if kind == "Node" else "kubus does not store it"
+            sys.stderr.write(f"error: {kind} {name}: not deleted: {why}\n")
+    by_namespace: dict[str, list[str]] = {}
+    for kind, namespace, name in objects:
+        if kind == "Pod":
+            by_namespace.setdefault(namespace, []).append(name)
+    for namespace, names in by_namespace.items():
+        code = await delete_pods(
+            settings,
+            out,
+            namespace=namespace,
+            names=names,
+            wait=wait,
+            ignore_not_found=ignore_not_found,
+            output=output,
+        )
+        failed += code
+    return 1 if failed else 0
+
+
+async def get_resources(
+    settings: ConnectionSettings,
+    out: TextIO,
+    groups: Sequence[tuple[str, Sequence[str]]],
+    *,
+    namespace: str | None,
+    output: Output,
+    show_deleted: bool = False,
+    selector: LabelSelector | None = None,
+) -> int:
+    """`kubus get pod/web node/sim-00001 ...`: each resource's listing (`pod_listing`,
+    `node_listing`, `event_listing`), tables one after the other (a blank line between), or one
+    v1 List of them all for -o json|yaml|jsonpath|name, as kubectl prints them. Exit status 1
+    when a name is not found."""
+    listings: list[Listing] = []
+    missing: list[str] = []
     async with open_state(settings) as state:
-        pod = await state.find_pod(namespace, name)
-        if pod is None:
-            raise UsageError(f'pod "{name}" not found in namespace "{namespace}"')
-        if pod.phase is PodPhase.DELETED:
-            out.write(f"pod/{name} already deleted\n")
-            return 0
-        async with open_bus(settings) as (_, js):
-            msg_id = msgids.delete(namespace, name, pod.uid, time.time_ns())
-            await publish_durable(js, PODS_DELETE, encode(PodDeletion(namespace=namespace, name=name)), msg_id)
-        if wait is None:
-            out.write(f"pod/{name} deletion submitted\n")
-            return 0
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            current = await state.get_pod(pod.uid)
-            if current is None or current.phase is PodPhase.DELETED:
-                out.write(f"pod/{name} deleted\n")
-                return 0
-            await asyncio.sleep(0.1)
-    sys.stderr.write(
-        f"error: pod {namespace}/{name}: deletion submitted but not recorded within {wait:g}s "
-        "(is the queue service running?)\n"
-    )
-    return 1
+        for plural, names in groups:
+            if plural == "pods":
+                found = await pod_listing(
+                    state, namespace=namespace, output=output, names=names, show_deleted=show_deleted, selector=selector
+                )
+            elif plural == "nodes":
+                found = await node_listing(state, output=output, names=names, selector=selector)
+            else:
+                found = await event_listing(state, namespace=namespace, output=output, names=names)
+            listings.append(found[0])
+            missing += found[1]
+    if output.table or output.format == "custom-columns":
+        shown = [listing for listing in listings if listing.rows]
+        for i, listing in enumerate(shown):
+            if i:
+                out.write("\n")
+            print_listing(listing, out, output)
+    else:
+        every = Listing("", [], [row for listing in listings for row in listing.rows])
+        if every.rows or not missing:
+            print_listing(every, out, output)
+    for line in missing:
+        sys.stderr.write(f"error: {line}\n")
+    return 1 if missing else 0

@@ -46,6 +46,7 @@ async def run_demo(
     pods: int,
     timeout: float = 600.0,
     pods_finish: bool = True,
+    pod_duration: float | None = None,
 ) -> int:
     """Submit the demo workload, show progress until every pod that can run has finished (or
     is running, when ``pods_finish`` is False) and the impossible ones are pending with a
@@ -99,6 +100,7 @@ async def run_demo(
         line.show(status_line(counts, len(manifests), tracker.rate(), time.time() - started), force=True)
         line.done()
     pending = _summary(tracker, kinds, namespace, time.time() - started)
+    _bounds(cluster.nodes, pod_duration)
     if pending:
         # The "why is my pod pending" answer, while the cluster still runs.
         name = pending[0].key.partition("/")[2]
@@ -113,6 +115,17 @@ async def run_demo(
         )
     sys.stdout.flush()
     return 0 if completed else 1
+
+
+def _bounds(nodes: int, pod_duration: float | None) -> None:
+    """Say what bounds the demo's throughput, so that it is not read against `kubus bench`."""
+    runs = f"{pod_duration:g} s" if pod_duration else "until deleted"
+    print(
+        f"what bounds this rate: the workload, not the scheduler. Each pod runs {runs} on {nodes} simulated "
+        f"nodes of 8 GPUs; the GPU pods wait for GPUs that running pods hold, so pods are bound about as fast "
+        "as earlier ones finish. `kubus bench` (no finishing pods, 1,000+ nodes) measures the scheduler: "
+        "the README's table."
+    )
 
 
 def _settled(tracker: PodTracker, kinds: dict[str, str], pods_finish: bool) -> bool:

@@ -28,6 +28,8 @@ __all__ = ["PHASE_GROUPS", "LiveLine", "PodTimes", "PodTracker", "percentile", "
 
 _BATCH = 1000
 _POLL_LIMIT = 250
+RATE_WINDOW = 5.0
+"""Seconds of polls the live line's rate is taken over."""
 """Records a poll with ``skip`` reads at most (`PodTracker.poll`): 500 a second at the bench's
 two polls a second. The events say when pods are bound and running; the polls only catch a
 missed event and read when each pod was accepted, so a lap over 10,000 pods may take 20 s
@@ -180,8 +182,9 @@ class PodTracker:
         """Pods bound at some point (bound, running or finished now)."""
         return sum(1 for p in self.pods.values() if p.bound)
 
-    def rate(self, window: float = 3.0) -> float:
-        """Pods bound per second over the last ``window`` seconds of polls."""
+    def rate(self, window: float = RATE_WINDOW) -> float:
+        """Pods bound per second over the last ``window`` seconds of polls (the recent rate, not
+        the average since the start)."""
         if len(self._history) < 2:
             return 0.0
         t1, n1 = self._history[-1]
@@ -200,13 +203,18 @@ class PodTracker:
 
 
 def status_line(counts: Counter[PodPhase | None], total: int, rate: float, elapsed: float) -> str:
-    """``pending 12  reserved 0  bound 40  running 200  finished 37  |  85.3 pods/s  12s``."""
+    """``pending 12  reserved 0  bound 40  running 200  finished 37  |  bound 85.3/s (last 5s)  12s``:
+    ``rate`` is the recent rate (`PodTracker.rate`). When none was bound of late while pods wait
+    and others run, it says so: they wait for room the running pods hold, not for the scheduler."""
     parts = [f"submitted {total - counts.get(None, 0)}/{total}"] if counts.get(None) else []
     for label, phases in PHASE_GROUPS:
         n = sum(counts.get(p, 0) for p in phases)
         if n or label != "deleted":
             parts.append(f"{label} {n}")
-    return "  ".join(parts) + f"  |  {rate:.1f} pods/s  {elapsed:.0f}s"
+    recent = f"bound {rate:.1f}/s (last {RATE_WINDOW:g}s)"
+    if rate == 0 and counts.get(PodPhase.PENDING) and counts.get(PodPhase.RUNNING):
+        recent += ", pending pods wait for running ones to finish"
+    return "  ".join(parts) + f"  |  {recent}  {elapsed:.0f}s"
 
 
 class LiveLine:

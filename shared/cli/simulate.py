@@ -329,14 +329,17 @@ def _explain_json(e: NodeExplain) -> dict[str, Any]:
     }
 
 
-def print_table(outcomes: Sequence[PodOutcome], out: TextIO, *, explain: bool) -> None:
+def print_table(outcomes: Sequence[PodOutcome], out: TextIO, *, explain: bool, running: int = 0) -> None:
+    """The table of ``outcomes``; ``running`` pods were given with spec.nodeName (counted on their
+    nodes, not scheduled), said under the count so that no pod of the input goes unmentioned."""
     rows = [("POD", "NODE", "STATUS", "GPUS", "MESSAGE")]
     for o in outcomes:
         gpus = ",".join(str(d) for d in o.gpu_devices) or "-"
         rows.append((o.pod.key, o.node or "-", o.status, gpus, o.message))
     write_columns(rows, out)
     scheduled = sum(1 for o in outcomes if o.node)
-    out.write(f"\n{scheduled}/{len(outcomes)} pods scheduled\n")
+    given = f"; {running} more given as running on their nodes (spec.nodeName)" if running else ""
+    out.write(f"\n{scheduled}/{len(outcomes)} pods scheduled{given}\n")
     warnings = [(o.pod.key, line) for o in outcomes for line in o.pod.spec.unhonoured]
     if warnings:
         out.write("\nWarnings (fields kubus does not honour):\n")
@@ -345,6 +348,10 @@ def print_table(outcomes: Sequence[PodOutcome], out: TextIO, *, explain: bool) -
     if not explain:
         return
     for o in outcomes:
+        if o.node is None and o.status != UNSCHEDULABLE:
+            # Gated, rejected, preempted, or no such profile: no node was looked at, nothing to tabulate.
+            out.write(f"\n{o.pod.key} -> {o.status}: {o.message or 'not scheduled'}\n")
+            continue
         out.write(f"\n{o.pod.key} -> {o.node or 'unschedulable'}\n")
         if o.status == UNSCHEDULABLE:
             out.write(hints_text(o.hints))

@@ -8,6 +8,7 @@ import itertools
 import json
 import os
 import re
+import shlex
 import signal
 import stat
 import sys
@@ -225,7 +226,7 @@ async def test_apply_publishes_one_message_per_pod_with_its_msg_id(kubus: Any, j
 
 
 async def test_apply_get_describe_delete(
-    services: StartServices, kubus: Any, redis: aioredis.Redis, tmp_path: Path
+    services: StartServices, kubus: Any, cli_env: dict[str, str], redis: aioredis.Redis, tmp_path: Path
 ) -> None:
     cluster = await services(nodes=20)
     state = ClusterState(redis)
@@ -259,7 +260,45 @@ async def test_apply_get_describe_delete(
     default_only = await kubus("get", "pods")
     assert "shop" not in default_only.out and len(default_only.out.splitlines()) == 4
     as_json = json.loads((await kubus("get", "pods", "-n", "shop", "-o", "json")).out)
-    assert [p["name"] for p in as_json["pods"]] == ["web"] and as_json["pods"][0]["node"].startswith("sim-")
+    assert (as_json["apiVersion"], as_json["kind"]) == ("v1", "List")
+    [web] = as_json["items"]
+    assert web["metadata"]["name"] == "web" and web["spec"]["nodeName"].startswith("sim-")
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", web["metadata"]["creationTimestamp"])
+    assert web["status"]["phase"] in ("Pending", "Running")  # Bound is kube's Pending until it starts
+    assert {"type": "PodScheduled", "status": "True"}.items() <= web["status"]["conditions"][0].items()
+
+    # kubectl's forms: by name, TYPE/NAME, -o name|jsonpath|custom-columns, --no-headers, --sort-by
+    one = yaml.safe_load((await kubus("get", "pod", "huge", "-o", "yaml")).out)
+    assert one["kind"] == "Pod" and one["metadata"]["name"] == "huge"
+    scheduled = next(c for c in one["status"]["conditions"] if c["type"] == "PodScheduled")
+    assert scheduled["status"] == "False" and scheduled["reason"] == "Unschedulable", one["status"]
+    slash = await kubus("get", "pod/train", "pod/infer", "-o", "name")
+    assert slash.out.splitlines() == ["pod/train", "pod/infer"]
+    named = await kubus("get", "pods", "-A", "--no-headers", "--sort-by", ".metadata.name", "-o", "name")
+    assert named.out.splitlines() == ["pod/huge", "pod/infer", "pod/train", "pod/web"]
+    bare = await kubus("get", "pods", "-A", "--no-headers", "--sort-by", "{.metadata.name}")
+    assert [line.split()[1] for line in bare.out.splitlines()] == ["huge", "infer", "train", "web"]
+    template = '{range .items[*]}{.metadata.name}{"\\t"}{.spec.nodeName}{"\\n"}{end}'
+    ranged = await kubus("get", "pods", "-n", "shop", "-o", f"jsonpath={template}")
+    assert ranged.out == f"web\t{web['spec']['nodeName']}\n", ranged
+    columns = await kubus("get", "pods", "-o", "custom-columns=NAME:.metadata.name,PHASE:.status.phase")
+    assert columns.out.splitlines()[0].split() == ["NAME", "PHASE"] and len(columns.out.splitlines()) == 4
+    nope = await kubus("get", "pods", "nope", "-o", "yaml")
+    assert nope.code == 1 and nope.out == "" and 'pods "nope" not found' in one_error_line(nope)
+    # what get prints, applied back, is the same pod: status and spec.nodeName are the server's
+    printed = (await kubus("get", "pods", "-A", "-o", "yaml")).out
+    again = await kubus("apply", "-f", "-", stdin=printed.encode())
+    assert again.code == 0 and sorted(again.out.splitlines()) == [
+        f"pod/{n} unchanged" for n in ("huge", "infer", "train", "web")
+    ], again
+    # a reader that is gone (`| head`, here `| true`, gone before kubus writes): no error line
+    line = f"{shlex.quote(sys.executable)} -m kubus.cli get pods -A -o yaml | true; echo $" + "{PIPESTATUS[0]}"
+    piped = await asyncio.create_subprocess_exec(
+        "bash", "-c", line, env={**os.environ, **cli_env},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    status, err = await asyncio.wait_for(piped.communicate(), 60)
+    assert err.decode() == "" and status.decode().strip() == "141", (status, err)
 
     # kubectl habits: label selectors, YAML
     ml = await kubus("get", "pods", "-A", "-l", "team=ml")
@@ -269,7 +308,7 @@ async def test_apply_get_describe_delete(
     bad = await kubus("get", "pods", "-l", "team in (ml")
     assert bad.code == 2 and 'unbalanced "("' in one_error_line(bad)
     as_yaml = yaml.safe_load((await kubus("get", "pods", "-n", "shop", "-o", "yaml")).out)
-    assert [p["name"] for p in as_yaml["pods"]] == ["web"]
+    assert [p["metadata"]["name"] for p in as_yaml["items"]] == ["web"]
 
     top = await kubus("top", "nodes", "--gpus", "-l", "kubernetes.io/hostname in (sim-00000,sim-00001)")
     assert top.code == 0, top.err
@@ -309,16 +348,31 @@ async def test_apply_get_describe_delete(
     assert "Node:" in bound.out and "sim-" in bound.out and "Why pending" not in bound.out
 
     missing = await kubus("describe", "pod", "nope")
-    assert missing.code == 2 and "not found" in one_error_line(missing)
+    assert missing.code == 1 and "not found" in one_error_line(missing)
+    every = await kubus("describe", "pods", "-A")
+    assert every.code == 0 and every.out.count("\nName:") + every.out.startswith("Name:") == 4, every.out
+    node = await kubus("describe", "node", web["spec"]["nodeName"])
+    assert node.code == 0 and "Allocatable:" in node.out and "Non-terminated Pods:" in node.out, node.out
+    assert re.search(r"^  shop\s+web\s+500m \(\d+%\)\s+1Gi", node.out, re.M), node.out
+    top_pods = await kubus("top", "pods", "-A")
+    assert top_pods.code == 0 and top_pods.out.splitlines()[0].split()[:4] == [
+        "NAMESPACE", "NAME", "CPU(req)", "MEMORY(req)"
+    ], top_pods.out  # fmt: skip
+    assert any(line.split()[:2] == ["default", "train"] for line in top_pods.out.splitlines())
 
     deleted = await kubus("delete", "pod", "web", "-n", "shop")
     assert deleted.code == 0, deleted.err + service_logs(cluster)
-    assert deleted.out.strip() == "pod/web deleted"
+    assert deleted.out.strip() == 'pod "web" deleted'
     assert (await state.find_pod("shop", "web")).phase is PodPhase.DELETED  # type: ignore[union-attr]
     assert "web" not in (await kubus("get", "pods", "-A")).out
     assert "web" in (await kubus("get", "pods", "-A", "--show-deleted")).out
     gone = await kubus("delete", "pod", "nope")
-    assert gone.code == 2 and "not found" in one_error_line(gone)
+    assert gone.code == 1 and "not found" in one_error_line(gone)
+    assert (await kubus("delete", "pod", "nope", "--ignore-not-found")).code == 0
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "dir" / "huge.yaml").write_text(IMPOSSIBLE)
+    by_file = await kubus("delete", "-f", str(tmp_path / "dir"))
+    assert by_file.code == 0 and by_file.out.strip() == 'pod "huge" deleted', by_file
     assert await check_invariants_settled(state) == []
 
 
@@ -411,11 +465,12 @@ async def test_get_pods_watch_follows_changes_and_events_tell_a_pod_s_story(
     lines = events.out.splitlines()
     assert lines[0].split()[:4] == ["LAST", "SEEN", "TYPE", "REASON"]
     assert all(" pod/train " in ln for ln in lines[1:]) and len(lines) >= 2, events.out
-    everything = json.loads((await kubus("get", "events", "-A", "-o", "json")).out)["events"]
-    assert {e["object"] for e in everything} == {"pod/web", "pod/train", "pod/infer"}
-    assert [e["time"] for e in everything] == sorted(e["time"] for e in everything)
+    everything = json.loads((await kubus("get", "events", "-A", "-o", "json")).out)["items"]
+    assert {e["involvedObject"]["name"] for e in everything} == {"web", "train", "infer"}
+    assert all(e["kind"] == "Event" and e["count"] >= 1 for e in everything)
+    assert [e["lastTimestamp"] for e in everything] == sorted(e["lastTimestamp"] for e in everything)
     missing = await kubus("get", "events", "--for", "pod/nope")
-    assert missing.code == 2 and 'pod "nope" not found' in one_error_line(missing)
+    assert missing.code == 1 and 'pods "nope" not found' in one_error_line(missing)
     wrong = await kubus("get", "events", "--for", "node/n1")
     assert wrong.code == 2 and "expected pod/NAME" in one_error_line(wrong)
 
@@ -577,7 +632,7 @@ async def test_kubus_up_schedules_2000_pods_on_200_nodes(tmp_path: Path) -> None
             await eventually(all_running, timeout=120, interval=0.5)
             assert await check_invariants_settled(state) == []
             listed = await run_kubus("get", "pods", "-n", "e2e", "-o", "json", env=env)
-            assert len(json.loads(listed.out)["pods"]) == 2000
+            assert len(json.loads(listed.out)["items"]) == 2000
             print(f"\nkubus up + 2000 pods on 200 nodes: {elapsed:.1f}s")
         finally:
             await client.aclose()

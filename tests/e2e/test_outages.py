@@ -270,7 +270,7 @@ async def test_nats_then_valkey_killed_under_8000_pods_every_pod_runs(tmp_path: 
         async def all_running() -> None:
             listed = await run_kubus("get", "pods", "-n", "wave", "-o", "json", env=env)
             assert listed.code == 0, listed.err
-            phases = Counter(p["phase"] for p in codec.loads(listed.out)["pods"])
+            phases = Counter(p["status"]["phase"] for p in codec.loads(listed.out)["items"])
             assert phases == {"Running": 8000}, phases
 
         await eventually(all_running, timeout=240, interval=2.0)

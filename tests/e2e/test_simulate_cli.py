@@ -199,7 +199,7 @@ def test_table_output_is_aligned_and_summarized(capsys: pytest.CaptureFixture[st
     ]
     train = next(line for line in body if line.startswith("default/train"))
     assert train.split()[1:4] == ["gpu-1", "Scheduled", "-"]  # devices are picked by GPUFit, not enabled here
-    assert lines[-1] == "2/5 pods scheduled"
+    assert lines[-1] == "2/5 pods scheduled; 1 more given as running on their nodes (spec.nodeName)"
 
 
 def test_gpu_profile_picks_devices(capsys: pytest.CaptureFixture[str], files: tuple[str, str], tmp_path: Path) -> None:

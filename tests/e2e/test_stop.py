@@ -197,7 +197,12 @@ async def test_kubus_up_restarts_a_dead_server_and_loses_no_acknowledged_pod(tmp
         async def all_placed() -> None:
             listed = await run_kubus("get", "pods", "-n", "up", "-o", "json", env=env)
             assert listed.code == 0, listed.err
-            phases = {p["name"]: p["phase"] for p in codec.loads(listed.out)["pods"]}
+            phases = {
+                p["metadata"]["name"]: next(
+                    c["reason"] for c in p["status"]["conditions"] if c["type"] == "kubus.io/Phase"
+                )
+                for p in codec.loads(listed.out)["items"]
+            }
             assert len(phases) == 60, sorted(phases)
             stuck = {n: ph for n, ph in phases.items() if ph not in ("Bound", "Running", "Succeeded")}
             assert not stuck, stuck

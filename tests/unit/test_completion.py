@@ -29,7 +29,17 @@ def test_bash_completes_commands_resources_options_and_their_choices() -> None:
     assert complete("ge") == ["get"]
     assert "completion" in complete("")
     assert complete("get", "ev") == ["ev", "event", "events"]
-    assert complete("get", "pods", "-o", "") == ["json", "table", "wide", "yaml"]
+    assert complete("get", "pods", "-o", "") == [
+        "custom-columns=",
+        "json",
+        "jsonpath-file=",
+        "jsonpath=",
+        "name",
+        "table",
+        "wide",
+        "yaml",
+    ]
+    assert complete("describe", "no") == ["no", "node", "nodes"]
     assert complete("top", "nodes", "--g") == ["--gpus"]
     assert complete("completion", "") == ["bash", "zsh"]
 

@@ -25,7 +25,7 @@ from kubus.framework.config._fields import (
 )
 from kubus.framework.config.args import DecodableArgs
 from kubus.framework.config.catalog import PluginCatalog, PluginInfo, catalog_of
-from kubus.framework.config.defaults import KUBE_IN_TREE_PLUGINS
+from kubus.framework.config.defaults import KUBE_IN_TREE_PLUGINS, REMOVED_PLUGINS
 from kubus.framework.config.model import (
     API_VERSION,
     KIND,
@@ -166,6 +166,12 @@ def _decode_profile(
         ignored.append(f"{ignored_prefix}.percentageOfPlacementsToScore")
 
     custom = decode_plugins(m.get("plugins"), "plugins")
+    for key, custom_set in custom.items():
+        for j, disabled in enumerate(custom_set.disabled):
+            # kube drops an unknown name here in silence; a typo would leave the plugin running.
+            # Names kube knows and kubus lacks (the volume plugins) stay accepted.
+            if disabled != "*" and disabled not in KUBE_IN_TREE_PLUGINS and disabled not in REMOVED_PLUGINS:
+                check_registered(disabled, f"plugins.{key}.disabled[{j}].name", catalog)
     defaults = default_plugin_sets()
     merged = {k: merge_plugin_set(defaults[k], custom[k]) for k in defaults}
     for pset in merged.values():
