@@ -247,6 +247,8 @@ class BinderService(Service):
     WaitOnPermit gate (default `AllowAll`). ``clock`` gives seconds since the epoch (tests).
     """
 
+    metrics_role = "binder"
+
     def __init__(
         self,
         settings: ConnectionSettings | None,

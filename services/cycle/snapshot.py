@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from kubus.api.objects import Node
 from kubus.kernels import NUMPY, Backend, NodeTable
 from kubus.kernels.nodeinfo import PodInfo
-from kubus.store import UNREACHABLE_TAINT_KEY, Reservation
+from kubus.store import UNREACHABLE_TAINT_KEY, Reservation, ReservationState
 
 __all__ = ["NodeSnapshot", "PlacedPod", "SyncStats"]
 
@@ -32,6 +32,9 @@ class PlacedPod:
     attempt: str = field(default="", compare=False)
     """The attempt of its reservation in Redis, when the table has it from there ('' for the
     cycle's own placements until a sync): preemption evicts exactly that reservation."""
+    bound: bool = field(default=False, compare=False)
+    """Whether its reservation was bound when the table last read it (scheduler_cache_size's
+    assumed_pods are the others)."""
 
 
 @dataclass(slots=True)
@@ -111,7 +114,7 @@ class NodeSnapshot:
                     reread.update((placed.node, r.node))
                 continue
             table.assume(r.pod_info(), r.node)
-            self.placed[r.pod_key] = PlacedPod(r.node, r.pod_uid, r.attempt)
+            self.placed[r.pod_key] = PlacedPod(r.node, r.pod_uid, r.attempt, _bound(r))
             stats.pods_assumed += 1
         return reread
 
@@ -148,6 +151,11 @@ class NodeSnapshot:
 
     # ---- queries -------------------------------------------------------------------------------
 
+    def sizes(self) -> tuple[int, int, int]:
+        """(nodes, pods, assumed pods: those whose reservation was not bound when last read)."""
+        placed = self.placed
+        return len(self.table), len(placed), sum(1 for p in placed.values() if not p.bound)
+
     def unreachable_nodes(self) -> int:
         """Nodes carrying kube's unreachable taint."""
         return sum(
@@ -169,14 +177,16 @@ class NodeSnapshot:
         for r in reservations:
             wanted.setdefault(r.pod_key, r)  # one pod per key and node, as NodeInfo keys them
         for key, pod_info in list(info.pods.items()):
-            r = wanted.get(key)
-            if r is None or not _same(pod_info, r):
+            held = wanted.get(key)
+            if held is None or not _same(pod_info, held):
                 table.forget(key, name)
                 if (p := self.placed.get(key)) is not None and p.node == name:
                     del self.placed[key]
                 stats.pods_forgotten += 1
         for key, r in wanted.items():
             if key in info.pods:
+                if (p := self.placed.get(key)) is not None and p.node == name and p.bound != _bound(r):
+                    self.placed[key] = PlacedPod(name, p.uid, p.attempt, _bound(r))
                 continue
             moved = self.placed.get(key)
             if moved is not None and moved.node != name and moved.node in table:
@@ -184,7 +194,7 @@ class NodeSnapshot:
                 self.forget(key, moved.node)
                 stats.pods_forgotten += 1
             table.assume(r.pod_info(), name)
-            self.placed[key] = PlacedPod(name, r.pod_uid, r.attempt)
+            self.placed[key] = PlacedPod(name, r.pod_uid, r.attempt, _bound(r))
             stats.pods_assumed += 1
 
     def _remove(self, name: str, stats: SyncStats) -> None:
@@ -193,6 +203,10 @@ class NodeSnapshot:
             if (p := self.placed.get(key)) is not None and p.node == name:
                 del self.placed[key]
         stats.nodes_removed += 1
+
+
+def _bound(r: Reservation) -> bool:
+    return r.state is ReservationState.BOUND
 
 
 def _same(pod_info: PodInfo, r: Reservation) -> bool:

@@ -9,7 +9,7 @@ import logging
 import socket
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from kubus.api.objects import Node
 from kubus.bus import EventKind, MessageFaults, Publication, announcements, publish_durable
@@ -27,6 +27,8 @@ _R = TypeVar("_R")
 
 class AgentCore(Service):
     """What every part of `kubus.gpu_agent.AgentService` shares."""
+
+    metrics_role = "gpu-agent"
 
     def __init__(
         self,
@@ -106,7 +108,7 @@ class AgentCore(Service):
         return self.stopping.is_set()
 
     def _log_failure(
-        self, event: str, exc: BaseException, *, log: StructuredLogger | None = None, **fields: Any
+        self, event: str, exc: BaseException, *, log: StructuredLogger | None = None, **fields: object
     ) -> None:
         log = log or self.log
         if isinstance(exc, TRANSIENT_ERRORS):

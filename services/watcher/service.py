@@ -101,6 +101,8 @@ class WatcherService(Service):
     """The watcher (see the module docstring). ``kube``: where the apiserver is and how to log
     in; ``config``: the scheduler profiles (whose pods kubus schedules)."""
 
+    metrics_role = "watcher"
+
     def __init__(
         self,
         settings: ConnectionSettings | None,
