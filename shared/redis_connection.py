@@ -20,23 +20,32 @@ away at that moment, the connection is never given back ("Unclosed Pipeline clie
 pipeline is collected). Every kill of Redis under load leaked a few, until the pool was empty and
 every command failed with "No connection available" long after Redis was back. `KubusRedis`'s
 pipelines give the connection back on that path too.
+
+**High availability.** Behind Sentinel (`sentinel_client`) the client finds the primary through
+the sentinels on every new connection (redis-py's ``master_for``), drops the connections of a
+primary that was demoted (its READONLY turns into a ConnectionError) and, like the plain client,
+blocks for a free connection instead of failing. Its scripts are loaded again on the new primary
+by redis-py itself (EVALSHA, then SCRIPT LOAD on NOSCRIPT). `KubusRedis.confirm_replicated`
+makes a write that must survive a failover wait until ``wait_replicas`` replicas have it (WAIT).
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import hiredis
 import redis.asyncio as aioredis
 from redis._parsers import _AsyncHiredisParser
 from redis.asyncio.client import Pipeline
-from redis.asyncio.connection import AbstractConnection
+from redis.asyncio.connection import AbstractConnection, BlockingConnectionPool
+from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-__all__ = ["DiskError", "KubusRedis", "fast_connection"]
+__all__ = ["DiskError", "KubusRedis", "ReplicationTimeout", "fast_connection", "sentinel_client"]
 
 _PACKABLE = frozenset({str, bytes, int, float})
 _CLASSES: dict[type, type] = {}
@@ -46,6 +55,15 @@ class DiskError(ResponseError):
     """Redis refuses writes (and PING) because it cannot write to its disk: a full or read-only
     disk under its append-only file or snapshot (``MISCONF``). Passes once the disk takes writes
     again; redis-py has no class of its own for it (a plain ResponseError)."""
+
+
+class ReplicationTimeout(RedisTimeoutError):
+    """Fewer replicas than required confirmed a write in time (WAIT): the write is on the primary
+    but a failover could still lose it, so it is not taken as done. Transient, like any redis
+    TimeoutError: the step is retried (idempotent), by which time the replica has caught up or
+    a new one is there."""
+
+    transient = True
 
 
 class _TimedSocketReads(_AsyncHiredisParser):
@@ -82,10 +100,77 @@ class _Pipeline(Pipeline):
 
 
 class KubusRedis(aioredis.Redis):
-    """The services' Redis client: redis-py's, with `_Pipeline` for pipelines."""
+    """The services' Redis client: redis-py's, with `_Pipeline` for pipelines, and the WAIT
+    that makes a write survive a failover (`confirm_replicated`)."""
+
+    wait_replicas: int = 0
+    """Replicas a write that must survive a failover waits for (`confirm_replicated`); 0: none
+    (a single Redis, or replication whose loss on failover is accepted)."""
+    wait_timeout: float = 1.0
+    """Seconds `confirm_replicated` waits for them before raising ReplicationTimeout."""
+    sentinel_manager: Sentinel | None = None
+    """The sentinels this client finds its primary through (closed with it), or None."""
 
     def pipeline(self, transaction: bool = True, shard_hint: str | None = None) -> Pipeline:
         return _Pipeline(self.connection_pool, self.response_callbacks, transaction, shard_hint)
+
+    async def confirm_replicated(self, fence_key: str) -> int:
+        """Return once every write this process made before the call (on any of its
+        connections) is on ``wait_replicas`` replicas; at once when ``wait_replicas`` is 0.
+
+        WAIT counts the replicas that acknowledged the connection's own last write, so a write
+        of another pooled connection, or none at all (a redelivered step whose script found the
+        work done), would prove nothing: one round trip increments ``fence_key`` and WAITs on the
+        same connection, and the replication stream is in order, so the replicas that have the
+        fence have every earlier write too. Returns the replicas that acknowledged; raises
+        ReplicationTimeout when fewer than ``wait_replicas`` did within ``wait_timeout`` seconds,
+        redis errors as any command.
+        """
+        if self.wait_replicas <= 0:
+            return 0
+        pipe = self.pipeline(transaction=False)
+        pipe.incr(fence_key)
+        pipe.execute_command("WAIT", self.wait_replicas, max(1, round(self.wait_timeout * 1000)))
+        _, acked = await pipe.execute()
+        if int(acked) < self.wait_replicas:
+            raise ReplicationTimeout(
+                f"{acked} of {self.wait_replicas} replica(s) confirmed the write within {self.wait_timeout:g}s"
+            )
+        return int(acked)
+
+    async def aclose(self, close_connection_pool: bool | None = None) -> None:
+        try:
+            await super().aclose(close_connection_pool)
+        finally:
+            if self.sentinel_manager is not None:
+                await self.sentinel_manager.aclose()
+
+
+class _BlockingSentinelPool(SentinelConnectionPool, BlockingConnectionPool):
+    """redis-py's Sentinel pool (connections to the primary the sentinels name) that blocks for
+    a free connection, as the plain client's pool does, instead of raising."""
+
+
+def sentinel_client(
+    sentinels: Sequence[tuple[str, int]],
+    master: str,
+    *,
+    sentinel_options: dict[str, Any],
+    **options: Any,
+) -> KubusRedis:
+    """A `KubusRedis` on the primary that ``sentinels`` name for ``master``: each new connection
+    asks them where it is (the first that answers and sees it up), so after a failover the
+    client follows; until the sentinels name a new one, commands fail with ConnectionError
+    (MasterNotFoundError), a transient error. ``sentinel_options``: the connections to the
+    sentinels (timeouts, their own login); ``options``: the connections to the primary."""
+    options.setdefault("max_connections", 32)
+    sentinel = Sentinel(list(sentinels), sentinel_kwargs=sentinel_options)  # type: ignore[no-untyped-call]
+    client = sentinel.master_for(master, redis_class=KubusRedis, connection_pool_class=_BlockingSentinelPool, **options)
+    assert isinstance(client, KubusRedis)
+    pool = client.connection_pool
+    pool.connection_class = fast_connection(pool.connection_class)
+    client.sentinel_manager = sentinel
+    return client
 
 
 def fast_connection(connection_class: type[AbstractConnection]) -> type[AbstractConnection]:

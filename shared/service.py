@@ -30,7 +30,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from types import TracebackType
-from typing import Any, Protocol, Self, TextIO, TypeVar
+from typing import Any, ClassVar, Protocol, Self, TextIO, TypeVar
 
 import nats.errors
 import nats.js.errors
@@ -60,7 +60,7 @@ __all__ = [
     "logger",
 ]
 
-TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
+TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
     redis.exceptions.ConnectionError,
     redis.exceptions.TimeoutError,
     redis.exceptions.BusyLoadingError,
@@ -337,13 +337,17 @@ class Service:
     raises RuntimeError.
     """
 
+    metrics_role: ClassVar[str | None] = None
+    """The role whose metric families `metrics` exports (`kubus.metrics.SERVICE_FAMILIES`); None: all."""
+
     def __init__(self, name: str, settings: ConnectionSettings | None = None, *, streams: bool = True) -> None:
         self.name = name
         """Service name: the NATS client name and the logger name ``kubus.<name>``."""
         self.settings = settings
         self.log = logger(f"kubus.{name}").bind(service=name)
-        self.metrics = Metrics()
-        """This service's metrics, in its own Prometheus registry (so tests stay isolated)."""
+        self.metrics = Metrics(service=self.metrics_role)
+        """This service's metrics, in its own Prometheus registry (so tests stay isolated): its
+        role's families only."""
         self.nc: NATS | None = None
         self.js: JetStreamContext | None = None
         self.redis: aioredis.Redis | None = None
@@ -540,7 +544,7 @@ class Service:
         if self.settings is not None:
             self.nc, self.js = await connect_bus(self.settings, self.name)
             if self._ensure_streams:
-                await ensure_streams(self.js)
+                await ensure_streams(self.js, replicas=self.settings.stream_replicas)
             self.redis = redis_client(self.settings)
             try:
                 await self.redis.ping()

@@ -18,7 +18,7 @@ import redis.asyncio as aioredis
 import yaml
 
 from kubus.errors import KubusError
-from kubus.redis_connection import KubusRedis, fast_connection
+from kubus.redis_connection import KubusRedis, fast_connection, sentinel_client
 
 __all__ = [
     "ENV_PREFIX",
@@ -27,6 +27,7 @@ __all__ = [
     "load_settings",
     "nats_connect_options",
     "redis_client",
+    "sentinel_addresses",
 ]
 
 ENV_PREFIX = "KUBUS_"
@@ -85,10 +86,38 @@ class ConnectionSettings:
     """Path of the private key (PEM) of ``redis_tls_cert``."""
     connect_timeout: float = 5.0
     """Seconds to wait for each connection attempt to NATS or Redis."""
+    stream_replicas: int = 1
+    """Copies JetStream keeps of every kubus stream (and its consumers): 1 on a single server,
+    3 on a NATS cluster of three or more, so losing one server loses no message and no ack."""
+    redis_sentinels: str | None = None
+    """Sentinels (``host:port``, comma-separated) that say which Redis is the primary: set, the
+    services find the primary through them and follow a failover; ``redis_url`` then gives only
+    the database number and TLS (``rediss://``), its host is not used."""
+    redis_master: str = "kubus"
+    """The name the sentinels monitor the primary under (``sentinel monitor <name> ...``)."""
+    redis_sentinel_username: str | None = None
+    """User name for the sentinels, when they require a login (``requirepass``/ACL)."""
+    redis_sentinel_password: str | None = None
+    """Password for the sentinels, when they require one."""
+    redis_wait_replicas: int = 0
+    """Replicas a write that must survive a failover waits for (WAIT) before it counts as done:
+    an accepted submission, a binding, a deletion. 0 (the default): none."""
+    redis_wait_timeout: float = 1.0
+    """Seconds such a write waits for ``redis_wait_replicas``; then the step is retried."""
 
     def __post_init__(self) -> None:
         if not self.connect_timeout > 0:
             raise SettingsError(f"connect_timeout: must be a positive number of seconds, got {self.connect_timeout!r}")
+        if not self.redis_wait_timeout > 0:
+            raise SettingsError(
+                f"redis_wait_timeout: must be a positive number of seconds, got {self.redis_wait_timeout!r}"
+            )
+        if not 1 <= self.stream_replicas <= 5:
+            raise SettingsError(f"stream_replicas: JetStream keeps 1 to 5 copies, got {self.stream_replicas!r}")
+        if self.redis_wait_replicas < 0:
+            raise SettingsError(f"redis_wait_replicas: expected 0 or more, got {self.redis_wait_replicas!r}")
+        if self.redis_sentinels is not None:
+            sentinel_addresses(self.redis_sentinels)  # SettingsError for a bad one
         for prefix in ("nats", "redis"):
             cert, key = getattr(self, f"{prefix}_tls_cert"), getattr(self, f"{prefix}_tls_key")
             if (cert is None) != (key is None):
@@ -96,19 +125,42 @@ class ConnectionSettings:
 
 
 _FIELDS = {f.name: f for f in fields(ConnectionSettings)}
+_INT_FIELDS = frozenset({"stream_replicas", "redis_wait_replicas"})
+
+
+def sentinel_addresses(text: str) -> list[tuple[str, int]]:
+    """``host:port,host:port`` as pairs. Raises SettingsError naming the entry that is not one."""
+    out: list[tuple[str, int]] = []
+    for entry in (e.strip() for e in text.split(",")):
+        if not entry:
+            continue
+        host, sep, port = entry.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise SettingsError(f"redis_sentinels: {entry!r} is not host:port")
+        out.append((host.strip("[]"), int(port)))
+    if not out:
+        raise SettingsError("redis_sentinels: no host:port given")
+    return out
 
 
 def _coerce(name: str, value: Any, source: str) -> Any:
     """The value converted to the field's type; SettingsError naming ``source`` and ``name`` if it can't be."""
     if value is None:
         return None
-    if name == "connect_timeout":
+    if name in ("connect_timeout", "redis_wait_timeout"):
         if isinstance(value, bool):
             raise SettingsError(f"{source}: {name}: expected a number of seconds, got {value!r}")
         try:
             return float(value)
         except (TypeError, ValueError):
             raise SettingsError(f"{source}: {name}: expected a number of seconds, got {value!r}") from None
+    if name in _INT_FIELDS:
+        if isinstance(value, bool | float):
+            raise SettingsError(f"{source}: {name}: expected a whole number, got {value!r}")
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            raise SettingsError(f"{source}: {name}: expected a whole number, got {value!r}") from None
     if isinstance(value, str | int) and not isinstance(value, bool):
         return str(value)
     raise SettingsError(f"{source}: {name}: expected a string, got {type(value).__name__} {value!r}")
@@ -196,11 +248,14 @@ def nats_connect_options(settings: ConnectionSettings) -> dict[str, Any]:
     return options
 
 
-def redis_client(settings: ConnectionSettings, **kwargs: Any) -> aioredis.Redis:
+def redis_client(settings: ConnectionSettings, **kwargs: Any) -> KubusRedis:
     """A redis.asyncio client for ``settings`` (bytes responses unless ``kwargs`` say otherwise).
 
-    No connection is made until the first command; at most `REDIS_POOL_SIZE` at once. Raises
-    SettingsError when TLS files are set but the URL is not ``rediss://``.
+    No connection is made until the first command; at most `REDIS_POOL_SIZE` at once. With
+    ``redis_sentinels``, the primary the sentinels name (`kubus.redis_connection.sentinel_client`),
+    followed through failovers. ``redis_wait_replicas``/``redis_wait_timeout`` go to the client
+    (`KubusRedis.confirm_replicated`). Raises SettingsError when TLS files are set but the URL is
+    not ``rediss://``.
     """
     options: dict[str, Any] = {
         "socket_connect_timeout": settings.connect_timeout,
@@ -222,6 +277,34 @@ def redis_client(settings: ConnectionSettings, **kwargs: Any) -> aioredis.Redis:
     options.setdefault("max_connections", REDIS_POOL_SIZE)
     options.setdefault("timeout", REDIS_POOL_WAIT)
     options.update(kwargs)
-    pool = aioredis.BlockingConnectionPool.from_url(settings.redis_url, **options)
-    pool.connection_class = fast_connection(pool.connection_class)
-    return KubusRedis.from_pool(pool)
+    client: KubusRedis
+    if settings.redis_sentinels:
+        url = urlparse(settings.redis_url)
+        if url.scheme == "rediss":
+            options["ssl"] = True
+        if url.username and "username" not in options:
+            options["username"] = url.username
+        if url.password and "password" not in options:
+            options["password"] = url.password
+        options["db"] = int(url.path.strip("/") or 0)
+        sentinel_options: dict[str, Any] = {
+            "socket_connect_timeout": settings.connect_timeout,
+            "socket_timeout": settings.connect_timeout,
+        }
+        if settings.redis_sentinel_username is not None:
+            sentinel_options["username"] = settings.redis_sentinel_username
+        if settings.redis_sentinel_password is not None:
+            sentinel_options["password"] = settings.redis_sentinel_password
+        client = sentinel_client(
+            sentinel_addresses(settings.redis_sentinels),
+            settings.redis_master,
+            sentinel_options=sentinel_options,
+            **options,
+        )
+    else:
+        pool = aioredis.BlockingConnectionPool.from_url(settings.redis_url, **options)
+        pool.connection_class = fast_connection(pool.connection_class)
+        client = KubusRedis.from_pool(pool)  # type: ignore[assignment]  # from_pool returns its cls
+    client.wait_replicas = settings.redis_wait_replicas
+    client.wait_timeout = settings.redis_wait_timeout
+    return client

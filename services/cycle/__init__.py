@@ -2,11 +2,11 @@
 
 Run it with ``python -m kubus.cycle --profile NAME [--config SCHED.yaml]``. The protocol it
 follows is in `kubus.cycle.service` and docs/services.md (steps 3 and 4); the node table it
-keeps equal to Redis in `kubus.cycle.snapshot`; its lease in `kubus.cycle.leadership`.
+keeps equal to Redis in `kubus.cycle.snapshot`; its lease in `kubus.leasing`.
 """
 
-from kubus.cycle.leadership import Leadership
 from kubus.cycle.service import CycleOptions, CycleService
 from kubus.cycle.snapshot import NodeSnapshot, PlacedPod, SyncStats
+from kubus.leasing import Leadership
 
 __all__ = ["CycleOptions", "CycleService", "Leadership", "NodeSnapshot", "PlacedPod", "SyncStats"]

@@ -45,6 +45,27 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         choices=BACKENDS,
         help=f"array backend of the node table (default {defaults.backend})",
     )
+    p.add_argument(
+        "--cold-standby",
+        action="store_true",
+        help="while standing by, do not keep the node table current: load it on taking the lease "
+        "(less memory for a standby; a slower takeover on a large cluster)",
+    )
+    p.add_argument(
+        "--lease-ttl",
+        type=float,
+        default=defaults.lease_ttl,
+        metavar="SECONDS",
+        help=f"the lease cycle/<profile> lasts this long unrenewed: a standby takes over this long after "
+        f"a crash (default {defaults.lease_ttl:g})",
+    )
+    p.add_argument(
+        "--renew-interval",
+        type=float,
+        default=defaults.renew_interval,
+        metavar="SECONDS",
+        help=f"seconds between lease renewals, below --lease-ttl (default {defaults.renew_interval:g})",
+    )
     return p.parse_args(argv)
 
 
@@ -64,7 +85,13 @@ def build(args: argparse.Namespace) -> CycleService:
         framework = Framework.from_profile(
             profile, registry, percentage_of_nodes_to_score=config.percentage_of_nodes_to_score, handle=waiting
         )
-        options = CycleOptions(batch_size=args.batch_size, backend=args.backend)
+        options = CycleOptions(
+            batch_size=args.batch_size,
+            backend=args.backend,
+            warm_standby=not args.cold_standby,
+            lease_ttl=args.lease_ttl,
+            renew_interval=args.renew_interval,
+        )
         return CycleService(settings, framework, options, waiting=waiting)
     except (ValueError, BackendUnavailable) as exc:  # ConfigError, SettingsError, RegistryError are ValueErrors
         raise UsageError(" ".join(str(exc).split("\n"))) from None

@@ -1,6 +1,6 @@
 """The scheduling cycle of one profile: pop a batch, schedule it, reserve, hand it to the binders.
 
-One active replica per profile holds the lease ``cycle/<profile>`` (`kubus.cycle.leadership`);
+One active replica per profile holds the lease ``cycle/<profile>`` (`kubus.leasing`);
 standbys run the same service and take over when the lease lapses. The leader, in a loop
 (docs/services.md, steps 3 and 4):
 
@@ -100,7 +100,6 @@ from kubus.bus.messages import (
     decode,
     encode,
 )
-from kubus.cycle.leadership import Leadership
 from kubus.cycle.snapshot import NodeSnapshot, SyncStats
 from kubus.framework.cycle_state import GPU_DEVICES_STATE_KEY, CycleState
 from kubus.framework.registry import ExtensionPoint
@@ -110,6 +109,7 @@ from kubus.framework.status import Code
 from kubus.framework.waiting import WaitingPods
 from kubus.kernels import NodeTable, select_backend
 from kubus.kernels.nodeinfo import PodInfo
+from kubus.leasing import Leadership
 from kubus.plugins.gpu_fit import GPUFit
 from kubus.plugins.node_resources_fit import NodeResourcesFit
 from kubus.service import TRANSIENT_ERRORS, Service, Throttle
@@ -196,6 +196,11 @@ class CycleOptions:
     announces its reservations only while another profile's cycle is there to take them in:
     one heard within 3 intervals, or in its own first 3 intervals of leading (before it could
     have heard any). Alone, it sends nothing more."""
+    warm_standby: bool = True
+    """A standby keeps its node table current while it waits for the lease: loaded at start,
+    the rows events name read again every ``renew_interval``, full re-reads as the leader's
+    (within ``resync_budget``). A takeover then reads only the rows changed since, instead of
+    every node (at 50,000 nodes: 7.5 s). False: the table is loaded on taking the lease."""
     backend: str = "auto"
     """Array backend of the node table: auto, numpy or cupy (`kubus.kernels.select_backend`)."""
     seed: int = 0
@@ -299,6 +304,8 @@ class CycleService(Service):
     `leading`, `fencing_token`, `table`.
     """
 
+    metrics_role = "cycle"
+
     def __init__(
         self,
         settings: ConnectionSettings | None,
@@ -323,6 +330,8 @@ class CycleService(Service):
         self.cluster: ClusterState | None = None
         self.leadership: Leadership | None = None
         self.snapshot: NodeSnapshot | None = None
+        # scheduler_cache_size describes the table: read at each scrape, in the loop that owns it.
+        self.metrics.sample(self._sample_cache_size)
         """The node table; None until loaded (and after an error that makes it suspect)."""
         self._scheduler: Scheduler | None = None
         self._term = 0
@@ -363,6 +372,9 @@ class CycleService(Service):
         """When another profile's cycle was last heard on kubus.reserved.* (the loop's clock)."""
         self._leading_since = -math.inf
         """When this replica's table was last loaded (a term began)."""
+        self._followed = False
+        """The table was kept current while standing by (`_follow`): a takeover catches up
+        on the rows changed since instead of loading every node."""
         self._present_due = 0.0
         """When the next presence notice is due (the loop's clock)."""
         fit = framework.plugins.get("NodeResourcesFit")
@@ -434,7 +446,7 @@ class CycleService(Service):
         ahead_token = 0
         try:
             while not self.stopping.is_set():
-                if not await leadership.wait(self.stopping):
+                if not await self._stand_by():
                     break
                 token = leadership.token
                 if token is None:
@@ -508,8 +520,10 @@ class CycleService(Service):
         """Load the table on a new term (or after an error), resync it when due, and read again
         the rows events named."""
         leadership = self._leadership()
-        if self.snapshot is None or self._term != leadership.term:
+        if self.snapshot is None or (self._term != leadership.term and not self._followed):
             await self._load()
+        elif self._term != leadership.term:
+            self._catch_up()
         elif self._resync_due():
             await self._resync_slice()
         await self._refresh()
@@ -518,9 +532,51 @@ class CycleService(Service):
         table.namespaces, table.workloads = await asyncio.gather(store.namespaces(), store.workloads())
         await self._say_present()
 
+    async def _stand_by(self) -> bool:
+        """Wait for the lease: True once leading, False once stopping. A warm standby
+        (`CycleOptions.warm_standby`) follows the cluster meanwhile (`_follow`, every
+        ``renew_interval``)."""
+        leadership = self._leadership()
+        while not self.stopping.is_set():
+            if leadership.leading:
+                return True
+            if self.options.warm_standby:
+                try:
+                    await self._follow()
+                except TRANSIENT_ERRORS as exc:
+                    self.log.warning("redis unavailable; the standby's node table will be reloaded", error=repr(exc))
+                    self.snapshot, self._followed = None, False
+            if await leadership.wait(self.stopping, timeout=self.options.renew_interval):
+                return True
+        return False
+
+    async def _follow(self) -> None:
+        """Keep the table current while standing by, as the leader does between batches: loaded
+        once, the rows events named read again, a full re-read every resync_interval within
+        resync_budget (a standby is never idle: it shares the machine with the leader)."""
+        self._idle = False
+        if self.snapshot is None:
+            await self._load()
+        elif self._resync_due():
+            await self._resync_slice()
+        await self._refresh()
+        self._followed = True
+
+    def _catch_up(self) -> None:
+        """Take over with the table followed while standing by: a new term begins on it, and
+        `_refresh` reads the rows changed since the last follow. The predecessor's reservations
+        not yet bound are news to it: a reservation there is refused (CONFLICT) and the row
+        read again, as for another profile's."""
+        term = self._leadership().term
+        self._term, self._followed = term, False
+        self._leading_since = asyncio.get_running_loop().time()
+        nodes = len(self._snapshot().table)
+        self.log.info("node table taken over warm", nodes=nodes, rows_to_read=len(self._dirty), term=term)
+
     async def _load(self) -> None:
         """Read every node and reservation into a new table (a new term, or after an error)."""
         started = time.perf_counter()
+        self._followed = False
         term = self._leadership().term
         self._dirty.clear()  # events from now on are read again after this snapshot
         self._noticed.clear()  # so are reservations announced from now on
@@ -545,6 +601,14 @@ class CycleService(Service):
             backend=self.backend.name,
             seconds=round(time.perf_counter() - started, 4),
         )
+
+    def _sample_cache_size(self) -> None:
+        snapshot = self.snapshot
+        nodes, pods, assumed = (0, 0, 0) if snapshot is None else snapshot.sizes()
+        gauge = self.metrics.cache_size
+        gauge.labels(type="nodes").set(nodes)
+        gauge.labels(type="pods").set(pods)
+        gauge.labels(type="assumed_pods").set(assumed)
 
     def _count_nodes(self, snapshot: NodeSnapshot) -> int:
         """Set the ready/unreachable node gauges from the whole table; returns the unreachable count."""
@@ -1267,11 +1331,15 @@ class CycleService(Service):
         for uid, outcome in batch.outcomes.items():
             if uid not in batch.skipped:
                 elapsed.setdefault(labels.get(outcome.kind, "error"), []).append(batch.elapsed[uid])
+        handed_over = time.perf_counter() - batch.started  # every pod of the batch ends with its hand-over
         for result, seconds in elapsed.items():  # one labels() per result, not per pod
             self.metrics.schedule_attempts.labels(result=result, profile=self.profile).inc(len(seconds))
             histogram = self.metrics.scheduling_attempt_duration.labels(result=result, profile=self.profile)
             for s in seconds:
                 histogram.observe(s)
+            e2e = self.metrics.e2e_scheduling_duration.labels(result=result, profile=self.profile)
+            for _ in seconds:
+                e2e.observe(handed_over)
         self.log.info(
             "batch scheduled",
             pods=len(batch.queued),

@@ -4,10 +4,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import socket
 import time
+import uuid
 from collections import Counter, OrderedDict
 from collections.abc import Awaitable
 from typing import Any
+
+from nats.aio.subscription import Subscription
 
 from kubus import codec
 from kubus.api.errors import ManifestError
@@ -32,6 +38,7 @@ from kubus.framework.config import SchedulerConfiguration
 from kubus.framework.registry import Registry
 from kubus.framework.runtime import Framework
 from kubus.framework.waiting import WaitingPods
+from kubus.leasing import Leadership
 from kubus.plugins import in_tree_registry
 from kubus.queue.options import QueueOptions
 from kubus.queue.queueing import QueueName, SchedulingQueue
@@ -53,6 +60,24 @@ batches' worth of bind and finish events find their pod there."""
 _PENDING_QUEUES = (QueueName.ACTIVE, QueueName.BACKOFF, QueueName.UNSCHEDULABLE, QueueName.GATED)
 
 
+class Subscriptions:
+    """NATS subscriptions held for a while (the queue's pop and done ones, while it serves), let
+    go together: `unsubscribe` is idempotent, so stop() may call it after a step-down did."""
+
+    def __init__(self) -> None:
+        self._held: list[Subscription] = []
+
+    def add(self, subscription: Subscription) -> None:
+        self._held.append(subscription)
+
+    async def unsubscribe(self) -> None:
+        held, self._held = self._held, []
+        for subscription in held:
+            # One closed already (its connection closed) has nothing left to undo.
+            with contextlib.suppress(Exception):
+                await subscription.unsubscribe()
+
+
 class Retry(Exception):
     """A message to process again later (the state it needs is changing); nak'd with a delay."""
 
@@ -63,6 +88,8 @@ class QueueBase(Service):
     every plugin's `events_to_register` for the QueueingHints (default: the in-tree plugins and
     the installed out-of-tree ones)."""
 
+    metrics_role = "queue"
+
     def __init__(
         self,
         settings: ConnectionSettings | None,
@@ -70,8 +97,19 @@ class QueueBase(Service):
         options: QueueOptions | None = None,
         *,
         registry: Registry | None = None,
+        holder: str | None = None,
     ) -> None:
         super().__init__("queue", settings)
+        self.holder = holder or f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:8]}"
+        """This replica's name in the lease ``queue`` (default: host/pid/random)."""
+        self.leadership: Leadership | None = None
+        """The lease ``queue``: only its holder takes pods in, serves the cycles and repairs."""
+        self._serving = asyncio.Event()
+        """Set while this replica serves (it leads, and its queues were rebuilt for this term)."""
+        self._served_term = 0
+        """The leadership term the queues were last rebuilt for (0: never)."""
+        self._serving_subs = Subscriptions()
+        """The pop and done subscriptions: held only while serving."""
         self.config = config
         self.options = options or QueueOptions()
         registry = registry if registry is not None else in_tree_registry(entry_points=True)
@@ -83,6 +121,9 @@ class QueueBase(Service):
         the janitor owes a pod it gives back."""
         self.queues: dict[str, SchedulingQueue] = {name: self._build_queue(name) for name in self.frameworks}
         """One scheduling queue per profile (schedulerName)."""
+        # scheduler_inflight_events describes the queues' state: read at each scrape, in the loop.
+        self._inflight_labels: set[str] = set()
+        self.metrics.sample(self._sample_inflight_events)
         self.store: ClusterState | None = None
         self._ready = {profile: asyncio.Event() for profile in self.queues}
         self._tokens: dict[str, int] = {}
@@ -111,6 +152,26 @@ class QueueBase(Service):
         Redis read and a second parse of the manifest (a pod's manifest never changes once it
         is reserved)."""
 
+    def _serves(self) -> bool:
+        """Whether this replica serves now: it holds the lease ``queue`` (not run out) and its
+        queues were rebuilt for this term. Pops, outcomes, intake, events and the periodic
+        repairs are all refused otherwise."""
+        leadership = self.leadership
+        return (
+            self._serving.is_set()
+            and leadership is not None
+            and leadership.leading
+            and leadership.term == self._served_term
+        )
+
+    async def _until_serving(self, timeout: float = 1.0) -> None:
+        """Wait (at most ``timeout`` seconds) for this replica to serve."""
+        if self._serving.is_set():  # the lease ran out, the step-down is under way
+            await asyncio.sleep(0.05)
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._serving.wait(), timeout)
+
     def _build_queue(self, name: str) -> SchedulingQueue:
         framework = self.frameworks[name]
         return SchedulingQueue(
@@ -137,6 +198,14 @@ class QueueBase(Service):
 
     def _count_incoming(self, queue: QueueName, event: str) -> None:
         self.metrics.queue_incoming_pods.labels(queue=str(queue), event=event).inc()
+
+    def _sample_inflight_events(self) -> None:
+        totals: Counter[str] = Counter()
+        for queue in self.queues.values():
+            totals.update(queue.inflight_events())
+        self._inflight_labels.update(totals)
+        for event in self._inflight_labels:  # an event no longer kept reads 0, not its last count
+            self.metrics.inflight_events.labels(event=event).set(totals[event])
 
     def _after_change(self) -> None:
         """Refresh the pending-pods gauges and wake pops waiting for a profile that has pods."""
@@ -190,7 +259,7 @@ class QueueBase(Service):
     async def _pod_event(self, uid: str, type_: EventType, reason: str, message: str, source: str) -> None:
         await self._cluster().append_event(uid, PodEvent(time.time(), type_, reason, message, source))
 
-    async def _settle(self, ack: Awaitable[Any]) -> None:
+    async def _settle(self, ack: Awaitable[object]) -> None:
         try:
             await ack
         except Exception as exc:  # the server redelivers it after ack_wait: handlers are idempotent

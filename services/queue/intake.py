@@ -213,6 +213,10 @@ class Intake(NodePlacement):
     async def _consume_pods(self) -> None:
         sub = self._pods_sub
         while not self.stopping.is_set():
+            if not self._serves():
+                # A standby takes nothing in (the pods it stored would wait in no served queue).
+                await self._until_serving()
+                continue
             msgs = await self.fetch(sub, self.options.fetch_batch, timeout=1.0, pace=self.options.fetch_pace)
             if not msgs:
                 continue
@@ -226,7 +230,8 @@ class Intake(NodePlacement):
                     lanes.setdefault(_lane(msg), []).append(msg)
                 for i in range(max((len(lane) for lane in lanes.values()), default=0)):
                     round_ = [lane[i] for lane in lanes.values() if i < len(lane)]
-                    if self.stopping.is_set():  # hand the rest back: the next queue gets them at once
+                    if self.stopping.is_set() or not self._serves():
+                        # Hand the rest back: the next queue (or the next leader) gets them at once.
                         for msg in round_:
                             await self._settle(msg.nak())
                         continue

@@ -62,6 +62,11 @@ class QueueOptions:
     """Most pods one pop hands out, whatever it asks."""
     max_pop_wait: float = 5.0
     """Longest a pop waits for a first pod, whatever it asks."""
+    lease_ttl: float = 5.0
+    """Seconds the queue's lease (``queue``) lasts without renewal: how long a standby queue
+    waits after the active one died (a clean stop gives it up at once)."""
+    renew_interval: float = 1.0
+    """Seconds between lease renewals (a standby's attempts to take it); below lease_ttl."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -76,10 +81,16 @@ class QueueOptions:
             "reconcile_interval",
             "node_interval",
             "ack_wait",
+            "lease_ttl",
+            "renew_interval",
         ):
             if not getattr(self, name) > 0:
                 value = getattr(self, name)
                 raise ValueError(f"queue option {name}: must be a positive number of seconds, got {value!r}")
+        if self.renew_interval >= self.lease_ttl:
+            raise ValueError(
+                f"queue option renew_interval ({self.renew_interval}s) must be below lease_ttl ({self.lease_ttl}s)"
+            )
         if not 0 <= self.fetch_pace <= 1:
             raise ValueError(f"queue option fetch_pace: must be 0 to 1 second, got {self.fetch_pace!r}")
         if self.fetch_batch < 1 or self.max_failures < 1 or self.max_pop < 1 or self.max_manifest_bytes < 1024:

@@ -584,6 +584,22 @@ class SchedulingQueue:
         seen = [change for number, change in self._recent if number > flight.since]
         return seen + flight.events if flight.events else seen
 
+    def inflight_events(self) -> Counter[str]:
+        """kube's scheduler_inflight_events, by event label: the events kept for the pods in
+        flight (those that arrived after the oldest of them was popped, and those noted for one
+        by hand). O(events kept + pods in flight)."""
+        counts: Counter[str] = Counter()
+        if not self._in_flight:
+            return counts
+        oldest = min(f.since for f in self._in_flight.values())
+        for number, change in self._recent:
+            if number > oldest:
+                counts[_EVENT_LABELS.get(change.kind, change.kind)] += 1
+        for flight in self._in_flight.values():
+            for change in flight.events:
+                counts[_EVENT_LABELS.get(change.kind, change.kind)] += 1
+        return counts
+
     def flush_backoff(self) -> int:
         """Move every pod whose backoff expired to the activeQ (kube's flushBackoffQCompleted,
         every second), and with a pod of a PodGroup its siblings still backing off: a gang's

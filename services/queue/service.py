@@ -14,7 +14,11 @@ What it does, per docs/services.md (the contract):
   Redis for the hints, and keeping the last copy of each node as the next event's ``old``),
   flushes the backoffQ every second and the unschedulable leftovers after five minutes;
 - repairs what crashed services leave (the janitor), watches node heartbeats, and resyncs
-  with Redis, which is also how a restarted queue rebuilds: nothing pending is lost.
+  with Redis, which is also how a restarted queue rebuilds: nothing pending is lost;
+- runs once: the replica holding the lease ``queue`` (`kubus.leasing`) serves; a standby
+  waits for the lease, and on winning it rebuilds its queues from Redis (`_take_over`, the
+  same resync) before it subscribes the pops. A queue that loses the lease stops serving at
+  once, and every pop is checked against the lease as Redis has it.
 
 Redis is the truth; the queues are an in-memory index over the Pending pods of each profile.
 """
@@ -22,10 +26,11 @@ Redis is the truth; the queues are an in-memory index over the Pending pods of e
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from functools import partial
-from typing import Any
 
 from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
@@ -48,6 +53,7 @@ from kubus.bus.messages import (
     decode,
 )
 from kubus.framework.queueing_hints import NODE_ADDED, NODE_DELETED, POD_BOUND, POD_FREED, WILDCARD, EventObject
+from kubus.leasing import Leadership
 from kubus.queue._base import QueueBase
 from kubus.queue.intake import Intake
 from kubus.queue.janitor import Janitor
@@ -59,6 +65,7 @@ from kubus.service import TRANSIENT_ERRORS
 from kubus.store import (
     ClusterState,
     NodeRecord,
+    queue_lease,
 )
 
 __all__ = ["QueueOptions", "QueueService"]
@@ -73,11 +80,12 @@ class QueueService(Intake, Serving, Janitor, NodeLifecycle, QueueBase):
         if self.nc is None or self.js is None or self.redis is None:
             return  # no connections: nothing to serve
         self.store = ClusterState(self.redis)
-        # Rebuild the queues from Redis before serving a pop: a restart loses nothing pending.
-        await self._resync()
-        for profile in self.queues:
-            self.intake(await self.nc.subscribe(queue_pop(profile), cb=partial(self._on_pop, profile)))
-            self.intake(await self.nc.subscribe(queue_done(profile), cb=partial(self._on_done, profile)))
+        o = self.options
+        self.leadership = Leadership(
+            self.store, queue_lease(), self.holder, ttl=o.lease_ttl, renew_interval=o.renew_interval, log=self.log
+        )
+        # Pops and outcomes are served by the lease holder alone (`_take_over` subscribes them).
+        self.intake(self._serving_subs)
         # Only the cluster events some plugin registered (`_event_kinds`): not the bookkeeping
         # ones, such as the pod.accepted this service publishes for every pod.
         only = ConsumerConfig(filter_subjects=[event_filter(kind) for kind in self._event_kinds()])
@@ -102,8 +110,20 @@ class QueueService(Intake, Serving, Janitor, NodeLifecycle, QueueBase):
                 description="the queue service: submitted, deleted and handed-back pods",
             )
         )
-        o = self.options
-        # Takes submitted, deleted and handed-back pods from JetStream, one at a time, in order.
+        # A queue alone takes the lease at once and serves before start() returns, as it always
+        # did; a standby's start leaves that to the lease loop.
+        if await self.leadership.try_acquire():
+            try:
+                await self._take_over()
+            except TRANSIENT_ERRORS as exc:
+                self.log.warning("taking over failed; trying again", error=repr(exc))
+        # Takes or renews the lease "queue": one queue serves; a standby waits here and takes over.
+        self.spawn("lease", self.leadership.keep)
+        # Serves while leading: rebuilds the queues from Redis on each new term, and stops
+        # serving (pops, outcomes, intake, repairs) the moment the lease is lost.
+        self.spawn("leadership", self._lead)
+        # Takes submitted, deleted and handed-back pods from JetStream, one at a time, in order
+        # (the durable consumer is shared with any standby; only the leader fetches).
         self.spawn("consume pods", self._consume_pods)
         # Pods whose backoff expired go to the activeQ (kube's flushBackoffQCompleted, every second).
         self.spawn("flush backoffQ", self._every, o.flush_interval, self._flush_backoff)
@@ -136,11 +156,88 @@ class QueueService(Intake, Serving, Janitor, NodeLifecycle, QueueBase):
     async def on_stop(self) -> None:
         # The message being handled finishes (its ack is sent); the rest of its batch is nak'd.
         await self._consumer_idle.wait()
+        # Then the lease is given up, so a standby takes over at once.
+        self._serving.clear()
+        if self.leadership is not None:
+            await self.leadership.release()
 
-    async def _every(self, interval: float, step: Callable[[], Awaitable[Any]]) -> None:
+    async def _lead(self) -> None:
+        """Serve in every term this replica leads: rebuild on winning the lease, stop serving on
+        losing it (`kubus.leasing.Leadership`)."""
+        leadership = self._leader()
+        while not self.stopping.is_set():
+            if not await leadership.wait(self.stopping):
+                return
+            term = leadership.term
+            if not self._serves():
+                try:
+                    await self._take_over()
+                except TRANSIENT_ERRORS as exc:
+                    self.log.warning("taking over failed; trying again", error=repr(exc))
+                    await self._stop_serving("taking over failed")
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self.stopping.wait(), 0.5)
+                    continue
+            await leadership.wait_lost(self.stopping, term)
+            if not self.stopping.is_set():
+                await self._stop_serving("the lease is lost")
+
+    async def _take_over(self) -> None:
+        """Start serving this term: the queues rebuilt from Redis (every Pending pod: a takeover
+        or a restart loses nothing pending; what another queue had in flight is handed out
+        again), then the pops and outcomes subscribed. Raises what Redis or NATS raise."""
+        leadership, nc = self._leader(), self.nc
+        assert nc is not None
+        term, started = leadership.term, time.perf_counter()
+        self._serving.clear()
+        await self._serving_subs.unsubscribe()
+        self._forget_all()
+        await self._resync()
+        for profile in self.queues:
+            self._serving_subs.add(await nc.subscribe(queue_pop(profile), cb=partial(self._on_pop, profile)))
+            self._serving_subs.add(await nc.subscribe(queue_done(profile), cb=partial(self._on_done, profile)))
+        self._served_term = term
+        self._serving.set()
+        self._after_change()
+        self.log.info(
+            "serving",
+            term=term,
+            token=leadership.token,
+            pods=sum(len(q) for q in self.queues.values()),
+            seconds=round(time.perf_counter() - started, 4),
+        )
+
+    async def _stop_serving(self, why: str) -> None:
+        """Stop serving at once: no pop, outcome, intake or repair from here on; the queues are
+        emptied (the next leader rebuilds its own from Redis)."""
+        was = self._serving.is_set()
+        self._serving.clear()
+        await self._serving_subs.unsubscribe()
+        self._forget_all()
+        self._after_change()
+        if was:
+            self.log.warning("stopped serving", reason=why)
+
+    def _forget_all(self) -> None:
+        """Drop everything held in memory about pods and nodes: fresh, empty queues."""
+        self.queues = {name: self._build_queue(name) for name in self.frameworks}
+        self._tokens.clear()
+        self._nodes.clear()
+        self._reserved_pods.clear()
+        self._lost_nodes = None
+        self._next_node_scan = 0.0
+
+    def _leader(self) -> Leadership:
+        if self.leadership is None:
+            raise RuntimeError("queue: not started")
+        return self.leadership
+
+    async def _every(self, interval: float, step: Callable[[], Awaitable[object]]) -> None:
         """Run ``step`` every ``interval`` seconds; a server being down is logged, not fatal."""
         while True:
             await asyncio.sleep(interval)
+            if not self._serves():
+                continue  # a standby repairs nothing: the leader does
             try:
                 await step()
             except TRANSIENT_ERRORS as exc:
@@ -152,6 +249,8 @@ class QueueService(Intake, Serving, Janitor, NodeLifecycle, QueueBase):
         # move any pod; they are dropped by their subject, unread. An event no hint would look
         # at now (no pod unschedulable or in flight, or no hint for its kind) is noted unread:
         # the pods in flight remember it, and plugins without a hint move pods on it.
+        if not self._serves():
+            return  # a standby holds no pods to move
         kind = event_kind_of(msg.subject)
         if kind is not None:
             if kind not in CLUSTER_EVENTS:
@@ -191,7 +290,7 @@ class QueueService(Intake, Serving, Janitor, NodeLifecycle, QueueBase):
             if event.kind.startswith("node."):
                 return await self._node_change(event)
             return await self._pod_change(event)
-        except (*TRANSIENT_ERRORS, KeyError, ValueError) as exc:
+        except (*TRANSIENT_ERRORS, KeyError, ValueError) as exc:  # type: ignore[misc]  # mypy: no `*` in except
             self._nodes.pop(event.name, None)
             self.log.warning("cluster event's object unreadable; hints get none", cluster_event=event.kind,
                              name=event.name, error=repr(exc))  # fmt: skip

@@ -30,6 +30,7 @@ from kubus.store import (
     EventType,
     PodPhase,
     cycle_lease,
+    queue_lease,
 )
 
 
@@ -37,6 +38,9 @@ class Serving(QueueBase):
     """The pop and done request handlers."""
 
     async def _on_pop(self, profile: str, msg: Msg) -> None:
+        if not self._serves():
+            return  # not the leader (any more): the leader answers, or nobody, and the cycle asks again
+        term = self._served_term
         if not msg.reply:
             self._count_rejected(msg.subject)
             self.log.warning("pop without a reply subject ignored", profile=profile)
@@ -51,6 +55,8 @@ class Serving(QueueBase):
         queue = self.queues[profile]
         token = request.fencing_token
         refusal = await self._fencing_refusal(profile, token)
+        if not self._serves():
+            return  # the lease in Redis names another queue: deposed, it answers nothing
         if refusal is not None:
             if (dropped := self._refused_pops.setdefault(profile, Throttle()).allow()) is not None:
                 self.log.warning("pop refused", profile=profile, holder=request.holder, token=token, reason=refusal,
@@ -77,6 +83,8 @@ class Serving(QueueBase):
             except TimeoutError:
                 pass
             entries = queue.pop(count, holder=request.holder, token=token, max_bytes=self._pop_budget())
+        if not self._serves() or self._served_term != term:
+            return  # lost the lease while waiting: these queues are gone, the next leader has the pods
         reply = PopReply(
             pods=tuple(QueuedPod(uid=e.uid, key=e.key, manifest=e.manifest, attempts=e.attempts - 1) for e in entries)
         )
@@ -89,12 +97,22 @@ class Serving(QueueBase):
         """Why a pop with fencing ``token`` is refused, or None: the token must be the one of
         the profile's cycle lease as Redis has it now, never taken on the asker's word (a
         forged token refused is refused alone, and remembered by nobody). Token 0 (no lease)
-        passes while no cycle holds the lease: tools and tests that pop by hand."""
-        name = cycle_lease(profile)
+        passes while no cycle holds the lease: tools and tests that pop by hand.
+
+        The queue's own lease is read in the same round trip: when Redis names another holder
+        or token than this replica's, it steps down (`_serves` is False from then on)."""
+        name, own = cycle_lease(profile), queue_lease()
         try:
-            lease = await self._cluster().get_lease(name)
+            held, lease = await self._cluster().get_leases(own, name)
         except TRANSIENT_ERRORS as exc:
             return f"the lease {name} cannot be read: {exc!r}"
+        leadership = self.leadership
+        if leadership is not None and (
+            held is None or held.holder != leadership.holder or held.token != leadership.token
+        ):
+            now = "free" if held is None else f"held by {held.holder} with token {held.token}"
+            leadership.step_down(f"a pop found the lease {own} {now}")
+            return f"this queue no longer holds the lease {own}"
         if lease is None:
             return None if token == 0 else f"token {token}: no cycle holds the lease {name}"
         if token != lease.token:
@@ -111,6 +129,8 @@ class Serving(QueueBase):
             await self.nc.publish(msg.reply, b"", headers={ERROR_HEADER: error[:1000]})
 
     async def _on_done(self, profile: str, msg: Msg) -> None:
+        if not self._serves():
+            return  # the leader takes outcomes; the cycle reports again, or the leader's rebuild covers it
         try:
             outcomes = decode(Outcomes, msg.data)
         except MessageError as exc:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -125,12 +125,15 @@ def ensure_credentials(
     nodes: Iterable[str] = (),
     key_prefix: str = DEFAULT_PREFIX,
     anonymous_ping: bool = False,
+    settings: Mapping[str, object] | None = None,
 ) -> Credentials:
     """The credentials in ``directory``, made or completed: a random password for each of
     ``users`` and for the agent of each of ``nodes`` (user ``agent-<node>``) that has none yet,
     then every file of the module docstring written again (mode 0600, the folder 0700).
     ``anonymous_ping`` lets a client without a login send PING to Redis and nothing else (the
-    health probes of a Valkey chart); off, the default user is disabled.
+    health probes of a Valkey chart); off, the default user is disabled. ``settings``: more
+    `kubus.settings` keys written into every user's settings file (the sentinels and replica
+    counts of ``kubus up --ha``, so the services and the CLI find the primary after a failover).
     Raises AccessError for a damaged passwords file, KeyError for an unknown user."""
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
@@ -142,16 +145,18 @@ def ensure_credentials(
         role(user)  # KeyError for a user that is no role
         passwords.setdefault(user, secrets.token_urlsafe(_PASSWORD_BYTES))
     creds = Credentials(folder, passwords)
+    extra = dict(settings or {})
     _write_private(folder / _PASSWORDS, codec.dumps(passwords, pretty=True))
     _write_private(creds.nats_config, nats_authorization(creds.users()))
     _write_private(creds.redis_acl, redis_acl(creds.users(), key_prefix, anonymous_ping=anonymous_ping).encode())
     for user, password in passwords.items():
-        settings = {
+        login: dict[str, object] = {
             "nats_user": user,
             "nats_password": password,
             "nats_inbox_prefix": role(user).inbox,
             "redis_username": user,
             "redis_password": password,
+            **extra,
         }
-        _write_private(creds.settings_file(user), yaml.safe_dump(settings, sort_keys=False).encode())
+        _write_private(creds.settings_file(user), yaml.safe_dump(login, sort_keys=False).encode())
     return creds

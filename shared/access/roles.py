@@ -161,6 +161,8 @@ _EVERY_KEY = ("*",)
 _POD_KEYS = ("{pod:*}:*",)
 _PHASE_INDEXES = ("{idx}:phase:*", "{idx}:pending:*", "{idx}:pod-keys", "{idx}:waiting:*", "{idx}:group:*")
 _NODE_INDEXES = ("{idx}:nodes", "{idx}:heartbeats")
+_REPLICATION_FENCE = ("{idx}:replication-fence",)
+"""Written before a WAIT (`KubusRedis.confirm_replicated`) by the roles whose writes must survive a failover."""
 
 
 def _agent(name: str, purpose: str, node: str | None) -> Role:
@@ -261,7 +263,7 @@ ROLES: dict[str, Role] = {
             ),
             subscribe=(),
             redis_read=_EVERY_KEY,
-            redis_write=("{node:*}:*", *_POD_KEYS, *_PHASE_INDEXES),
+            redis_write=("{node:*}:*", *_POD_KEYS, *_PHASE_INDEXES, *_REPLICATION_FENCE),
         ),
         _agent("gpu-agent", "a gpu-agent simulating many nodes (kubus up, the bench)", None),
         Role(
@@ -294,6 +296,7 @@ ROLES: dict[str, Role] = {
                 "{idx}:workloads*",
                 "{idx}:pod-groups",
                 "{pg:*}:*",
+                *_REPLICATION_FENCE,
             ),
         ),
         Role(

@@ -134,8 +134,11 @@ async def ensure_streams(js: JetStreamContext, specs: Iterable[StreamSpec] = STR
     """Create every stream of ``specs``, or update it to the spec if it exists with another config.
 
     Idempotent and safe to run from several services at once (creating an identical stream is a
-    no-op for JetStream). Raises StreamConfigError when an existing stream cannot be changed to
-    the spec (retention or storage differ); JetStream errors otherwise.
+    no-op for JetStream). ``replicas`` is a floor, never a ceiling: a stream that keeps more
+    copies keeps them (a client that does not know the cluster is replicated, `kubus apply`
+    with the defaults, must not scale its streams down). Raises StreamConfigError when an
+    existing stream cannot be changed to the spec (retention or storage differ); JetStream
+    errors otherwise.
     """
     for spec in specs:
         config = stream_config(spec, replicas=replicas)
@@ -144,6 +147,11 @@ async def ensure_streams(js: JetStreamContext, specs: Iterable[StreamSpec] = STR
         except nats.js.errors.BadRequestError as exc:
             if exc.err_code != _STREAM_NAME_IN_USE:
                 raise
+            existing = (await js.stream_info(spec.name)).config
+            if (existing.num_replicas or 1) > replicas:
+                config = stream_config(spec, replicas=existing.num_replicas or 1)
+                if _same_stream(existing, config):
+                    continue
             try:
                 await js.update_stream(config)
             except nats.js.errors.APIError as update_exc:
@@ -152,6 +160,23 @@ async def ensure_streams(js: JetStreamContext, specs: Iterable[StreamSpec] = STR
                     f"({update_exc.description}); delete it or fix it by hand"
                 ) from update_exc
             _log.info("event=%r stream=%s", "stream updated", spec.name)
+
+
+def _same_stream(existing: StreamConfig, wanted: StreamConfig) -> bool:
+    """Whether ``existing`` (as the server reports it) already is ``wanted`` in every field kubus sets."""
+    return all(
+        getattr(existing, name) == getattr(wanted, name)
+        for name in (
+            "subjects",
+            "retention",
+            "storage",
+            "num_replicas",
+            "max_msg_size",
+            "max_age",
+            "duplicate_window",
+            "description",
+        )
+    )
 
 
 _RETRIED = (

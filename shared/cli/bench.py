@@ -257,7 +257,8 @@ async def run_bench(args: argparse.Namespace) -> int:
     pods = f"{plan.init_pods} init + {plan.pods} measured pods" if plan.constraints else f"{plan.pods} pods"
     print(
         f"kubus bench: workload {plan.workload}, {plan.nodes} nodes, {pods}, batch {args.batch_size}, "
-        f"{args.profiles} profile(s), {args.binders} binder(s), {os.cpu_count()} CPUs; data in {directory}",
+        f"{args.profiles} profile(s), {args.binders} binder(s), {os.cpu_count()} CPUs"
+        f"{', HA servers' if args.ha else ''}; data in {directory}",
         file=progress,
         flush=True,
     )
@@ -279,6 +280,7 @@ async def run_bench(args: argparse.Namespace) -> int:
             pod_duration=0.0,
             batch_size=args.batch_size,
             log_level="warning",
+            ha=args.ha,
         )
     except ServerStartError as exc:
         sys.stderr.write(f"kubus bench: the embedded servers did not start: {exc}\n")

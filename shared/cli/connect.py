@@ -75,7 +75,7 @@ async def open_bus(
         raise Unreachable(f"cannot reach NATS at {safe_url(settings.nats_url)}: {_short(exc)}") from None
     try:
         try:
-            await ensure_streams(js)
+            await ensure_streams(js, replicas=settings.stream_replicas)
         except (TimeoutError, nats.errors.Error) as exc:
             raise Unreachable(
                 f"NATS at {safe_url(settings.nats_url)} has no working JetStream: {_short(exc)}"

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -25,6 +26,7 @@ from kubus.entrypoint import DEFAULT_STOP_TIMEOUT, EXIT_GRACE
 from kubus.service import RUNNING_EVENT
 
 __all__ = [
+    "DEFAULT_METRICS_BASE",
     "GROUP_STOP_WAIT",
     "SERVICE_STOP_WAIT",
     "STOP_ORDER",
@@ -32,6 +34,8 @@ __all__ = [
     "ServiceProcess",
     "ServiceSpec",
     "cluster_services",
+    "free_metrics_ports",
+    "port_free",
 ]
 
 _POLL = 0.05
@@ -63,6 +67,13 @@ class ServiceSpec:
     module: str
     """Run as ``python -m <module>`` (``kubus.queue``)."""
     args: tuple[str, ...] = ()
+    metrics_port: int = 0
+    """The port of its /metrics, /healthz and /readyz (0: none)."""
+
+    @property
+    def metrics_url(self) -> str | None:
+        """Where to scrape it, on this machine; None without a metrics port."""
+        return f"http://127.0.0.1:{self.metrics_port}/metrics" if self.metrics_port else None
 
 
 def cluster_services(
@@ -76,29 +87,39 @@ def cluster_services(
     settings_file: str | None = None,
     role_settings: Mapping[str, str] | None = None,
     metrics_base: int = 0,
+    metrics_ports: Sequence[int] = (),
     pod_duration: float | None = None,
     batch_size: int | None = None,
     kubeconfig: str | None = None,
+    standby: bool = False,
+    lease_ttl: float | None = None,
 ) -> list[ServiceSpec]:
     """The processes of a cluster: one queue, one cycle per profile, ``binders`` binders and,
     when ``nodes`` > 0, one gpu-agent simulating ``nodes`` nodes from ``node_template``. With
     ``kubeconfig`` (cluster mode), the watcher of that cluster too, and binders that bind in its
-    apiserver.
+    apiserver. ``standby``: a second queue (``queue-standby``) and a second cycle per profile
+    (``cycle-<profile>-standby``), each waiting on its lease to take over. ``lease_ttl``: the
+    queue's and the cycles' lease lasts this long (renewed every fifth of it, at most every
+    second; default: theirs, 5 s).
 
-    ``metrics_base`` > 0 gives the services consecutive metrics ports from it; 0 turns metrics
-    off (several services on one machine would otherwise fight over one port). Every service
+    ``metrics_ports`` gives the services their metrics ports, in order (see `free_metrics_ports`);
+    else ``metrics_base`` > 0 gives them consecutive ports from it; 0 turns metrics off (several
+    services on one machine would otherwise fight over one port). Every service
     gets ``--settings``: its role's file from ``role_settings`` (role -> path), else ``settings_file``.
     """
     common: list[str] = ["--log-level", log_level]
     with_config = ["--config", config] if config else []
-    specs: list[ServiceSpec] = [ServiceSpec("queue", "queue", "kubus.queue", (*with_config,))]
+    leasing = []
+    if lease_ttl is not None:
+        leasing = ["--lease-ttl", f"{lease_ttl:g}", "--renew-interval", f"{min(1.0, lease_ttl / 5):g}"]
+    replicas = ("", "-standby") if standby else ("",)
+    specs: list[ServiceSpec] = [
+        ServiceSpec(f"queue{r}", "queue", "kubus.queue", (*with_config, *leasing)) for r in replicas
+    ]
     for profile in profiles:
         extra = ["--batch-size", str(batch_size)] if batch_size else []
-        specs.append(
-            ServiceSpec(
-                f"cycle-{_file_safe(profile)}", "cycle", "kubus.cycle", ("--profile", profile, *with_config, *extra)
-            )
-        )
+        args = ("--profile", profile, *with_config, *extra, *leasing)
+        specs += [ServiceSpec(f"cycle-{_file_safe(profile)}{r}", "cycle", "kubus.cycle", args) for r in replicas]
     in_cluster = ("--kubeconfig", kubeconfig) if kubeconfig else ()
     for i in range(binders):
         specs.append(
@@ -115,15 +136,47 @@ def cluster_services(
         if pod_duration is not None:
             agent += ["--pod-duration", f"{pod_duration:g}"]
         specs.append(ServiceSpec("gpu-agent", "gpu-agent", "kubus.gpu_agent", tuple(agent)))
+    if metrics_ports and len(metrics_ports) != len(specs):
+        raise ValueError(f"{len(metrics_ports)} metrics ports for {len(specs)} services")
     out = []
     for i, spec in enumerate(specs):
-        port = metrics_base + i if metrics_base > 0 else 0
+        port = metrics_ports[i] if metrics_ports else metrics_base + i if metrics_base > 0 else 0
         chosen = (role_settings or {}).get(spec.role, settings_file)
         login = ["--settings", chosen] if chosen else []
-        out.append(
-            ServiceSpec(spec.name, spec.role, spec.module, (*spec.args, *common, *login, "--metrics-port", str(port)))
-        )
+        args = (*spec.args, *common, *login, "--metrics-port", str(port))
+        out.append(ServiceSpec(spec.name, spec.role, spec.module, args, port))
     return out
+
+
+DEFAULT_METRICS_BASE = 10260
+"""Where `kubus up` starts looking for free metrics ports: after kube-scheduler's 10259."""
+
+
+def port_free(port: int) -> bool:
+    """Whether nothing listens on ``port`` (all interfaces, as the services listen): a bind
+    that succeeds now. Another process may still take it before a service does."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        # as the services' HTTP server does: a port whose last connections are in TIME_WAIT is free
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("0.0.0.0", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_metrics_ports(count: int, start: int = DEFAULT_METRICS_BASE) -> list[int]:
+    """``count`` ports free now, the lowest from ``start`` up (skipping those taken). Raises
+    OSError when fewer are free below 65536."""
+    ports: list[int] = []
+    port = start
+    while len(ports) < count:
+        if port > 65535:
+            raise OSError(f"no {count} free ports from {start} up for the metrics endpoints")
+        if port_free(port):
+            ports.append(port)
+        port += 1
+    return ports
 
 
 def _file_safe(name: str) -> str:

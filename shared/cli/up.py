@@ -32,15 +32,31 @@ from kubus.access import ACCESS_DIR, ADMIN, ROLES, Credentials, ensure_credentia
 from kubus.api.manifests import load_manifests
 from kubus.cli.commands import scheduler_config
 from kubus.cli.connect import Unreachable, UsageError, open_state, safe_url
-from kubus.cli.endpoints import Endpoints, data_dir, read_endpoints, remove_endpoints, write_endpoints
-from kubus.cli.processes import SERVICE_STOP_WAIT, ServiceGroup, ServiceProcess, cluster_services
+from kubus.cli.endpoints import (
+    Endpoints,
+    data_dir,
+    read_endpoints,
+    record_cluster,
+    remove_endpoints,
+    user_config,
+    write_endpoints,
+)
+from kubus.cli.processes import (
+    DEFAULT_METRICS_BASE,
+    SERVICE_STOP_WAIT,
+    ServiceGroup,
+    ServiceProcess,
+    cluster_services,
+    free_metrics_ports,
+    port_free,
+)
 from kubus.cli.progress import sleep_or
 from kubus.cli.workload import NODE_TEMPLATE, gpu_scheduler_config
-from kubus.embedded import EmbeddedServers, ServerStartError
+from kubus.embedded import HA_DIR, EmbeddedServers, ReplicatedServers, ServerStartError
 from kubus.entrypoint import EXIT_USAGE
 from kubus.framework.config import ignored_warnings
 from kubus.settings import ConnectionSettings, load_settings
-from kubus.store import ClusterState, cycle_lease
+from kubus.store import ClusterState, cycle_lease, queue_lease
 
 __all__ = ["Cluster", "RestartBackoff", "run_up", "start_cluster", "wait_ready"]
 
@@ -60,7 +76,7 @@ class RestartBackoff:
     def delay(self, ran_for: float) -> float:
         """Count an exit after ``ran_for`` seconds of running; the seconds to wait before the restart."""
         self.failures = 1 if ran_for >= self.steady else self.failures + 1
-        return min(self.cap, self.first * 2 ** (self.failures - 1))
+        return min(self.cap, self.first * 2.0 ** (self.failures - 1))
 
 
 def _err(text: str) -> None:
@@ -91,7 +107,7 @@ class Cluster:
 
     directory: Path
     settings: ConnectionSettings
-    servers: EmbeddedServers | None
+    servers: EmbeddedServers | ReplicatedServers | None
     group: ServiceGroup
     profiles: tuple[str, ...]
     nodes: int
@@ -148,9 +164,13 @@ async def start_cluster(
     credentials: Credentials | None = None,
     log_level: str = "info",
     metrics_base: int = 0,
+    metrics_ports: Sequence[int] = (),
     pod_duration: float | None = None,
     batch_size: int | None = None,
     kubeconfig: str | None = None,
+    standby: bool = False,
+    lease_ttl: float | None = None,
+    ha: bool = False,
 ) -> Cluster:
     """Start servers (embedded unless ``nats`` and ``redis`` are given) and the services.
     Returns once the processes are started (not yet ready: see `wait_ready`).
@@ -159,14 +179,25 @@ async def start_cluster(
     kept after; `kubus.access`): each service logs in as its role, kubus up itself as admin.
     External servers take ``settings_file`` for every service, or, with ``credentials`` (whose
     users those servers know), each role's own login. ``kubeconfig``: cluster mode (the watcher,
-    binders binding in its apiserver; `cluster_services`).
+    binders binding in its apiserver; `cluster_services`). ``standby``: a standby queue and a
+    standby cycle per profile; ``lease_ttl``: their leases' ttl (`cluster_services`). ``ha``:
+    embedded servers with no single point of failure (`ReplicatedServers`); every login's
+    settings file then names the sentinels and the replica counts.
 
     Raises Unreachable when an external server does not answer, ServerStartError when an
     embedded one does not start (nothing is left running then).
     """
-    servers: EmbeddedServers | None = None
+    servers: EmbeddedServers | ReplicatedServers | None = None
     if nats and redis:
         urls = {"nats_url": nats, "redis_url": redis}
+    elif ha:
+        credentials = ensure_credentials(directory / ACCESS_DIR)
+        servers = ReplicatedServers(directory, credentials=credentials)
+        await servers.start()
+        urls = {"nats_url": servers.nats_url, "redis_url": servers.redis_url}
+        # Every login (the services', the CLI's) finds the primary through the sentinels.
+        ha_settings = {k: v for k, v in servers.settings().items() if k not in urls}
+        credentials = ensure_credentials(directory / ACCESS_DIR, settings=ha_settings)
     else:
         credentials = ensure_credentials(directory / ACCESS_DIR)
         servers = EmbeddedServers(directory, credentials=credentials)
@@ -192,9 +223,12 @@ async def start_cluster(
         settings_file=str(Path(settings_file).resolve()) if settings_file and credentials is None else None,
         role_settings=role_settings,
         metrics_base=metrics_base,
+        metrics_ports=metrics_ports,
         pod_duration=pod_duration,
         batch_size=batch_size,
         kubeconfig=kubeconfig,
+        standby=standby,
+        lease_ttl=lease_ttl,
     )
     env = {"KUBUS_NATS_URL": settings.nats_url, "KUBUS_REDIS_URL": settings.redis_url}
     group = ServiceGroup(specs, directory / "logs", env)
@@ -226,13 +260,14 @@ async def wait_ready(
             if cluster.nodes
             else 0
         )
-        leaderless = [p for p in cluster.profiles if await state.get_lease(cycle_lease(p)) is None]
+        leases = await state.get_leases(queue_lease(), *(cycle_lease(p) for p in cluster.profiles))
+        leaderless = [name for name, lease in zip(("queue", *cluster.profiles), leases, strict=True) if lease is None]
         starting = [s.name for s in cluster.group if not s.started()]
         if fresh >= cluster.nodes and not leaderless and not starting:
             return []
         missing = f"{fresh}/{cluster.nodes} nodes heartbeating"
         if leaderless:
-            missing += f", no active cycle for {', '.join(leaderless)}"
+            missing += f", no active queue or cycle for {', '.join(leaderless)}"
         if starting:
             missing += f", not running yet: {', '.join(starting)}"
         if time.monotonic() > deadline:
@@ -293,7 +328,7 @@ async def supervise(cluster: Cluster, stop: asyncio.Event, state: ClusterState |
                 wait = backoffs.setdefault(name, RestartBackoff()).delay(now - server_since.get(name, started))
                 _err(f"kubus up: {name} {how}; starting it again on the same port and data dir in {wait:g}s")
                 due[name] = now + wait
-            for name in [n for n in ("nats-server", "valkey-server") if n in due and due[n] <= now]:
+            for name in [n for n in cluster.servers.names() if n in due and due[n] <= now]:
                 del due[name]
                 try:
                     await cluster.servers.restart(name)
@@ -380,6 +415,8 @@ async def run_up(args: argparse.Namespace) -> int:
         raise UsageError("give both --nats and --redis (external servers), or neither (embedded servers)")
     if args.fresh and args.nats:
         raise UsageError("--fresh deletes the embedded servers' data; it does not apply to --nats/--redis")
+    if args.ha and args.nats:
+        raise UsageError("--ha starts replicated embedded servers; for --nats/--redis give the settings (--settings)")
     if args.demo and args.nodes == 0:
         raise UsageError("--demo needs simulated nodes (--nodes 1 or more)")
     if args.pod_duration is not None and args.pod_duration < 0:
@@ -398,9 +435,10 @@ async def run_up(args: argparse.Namespace) -> int:
     profiles = tuple(p.scheduler_name for p in config.profiles)
     template = check_template(args.node_template, directory, args.nodes)
     if args.fresh:
-        for sub in ("nats", "redis", "nats-ports", ACCESS_DIR):
+        for sub in ("nats", "redis", "nats-ports", HA_DIR, ACCESS_DIR):
             shutil.rmtree(directory / sub, ignore_errors=True)
     pod_duration = args.pod_duration if args.pod_duration is not None else (5.0 if args.demo else None)
+    metrics_ports = _metrics_ports(args, profiles, kubeconfig)
 
     stop = asyncio.Event()
     cluster_ref: list[Cluster] = []
@@ -418,9 +456,11 @@ async def run_up(args: argparse.Namespace) -> int:
             redis=args.redis,
             settings_file=args.settings,
             log_level=args.log_level,
-            metrics_base=args.metrics_base,
+            metrics_ports=metrics_ports,
             pod_duration=pod_duration,
             kubeconfig=kubeconfig,
+            standby=args.standby,
+            ha=args.ha,
         )
     except ServerStartError as exc:
         _err(f"kubus up: the embedded servers did not start: {exc}")
@@ -429,8 +469,21 @@ async def run_up(args: argparse.Namespace) -> int:
     embedded = cluster.servers is not None
     write_endpoints(
         directory,
-        Endpoints(cluster.settings.nats_url, cluster.settings.redis_url, config_path, os.getpid(), started, embedded),
+        Endpoints(
+            cluster.settings.nats_url,
+            cluster.settings.redis_url,
+            config_path,
+            os.getpid(),
+            started,
+            embedded,
+            metrics={s.name: url for s in cluster.group if (url := s.spec.metrics_url)},
+        ),
     )
+    try:  # so that the cluster commands find it from any directory, as kubectl its kubeconfig's
+        cluster_name: str | None = record_cluster(directory)
+    except OSError as exc:
+        cluster_name = None
+        _err(f"kubus up: warning: cannot record the cluster in {user_config()}: {exc}")
     try:
         _print_banner(cluster, args)
         async with open_state(cluster.settings) as state:
@@ -451,11 +504,11 @@ async def run_up(args: argparse.Namespace) -> int:
             if args.demo:
                 from kubus.cli.demo import run_demo
 
-                return await run_demo(cluster, state, stop, pods=args.demo_pods)
+                return await run_demo(cluster, state, stop, pods=args.demo_pods, pod_duration=pod_duration)
             if kubeconfig:
                 _say(f"kubus schedules the pods of {kubeconfig} whose spec.schedulerName is {', '.join(profiles)}")
             else:
-                _print_try(directory, args)
+                _print_try(directory, cluster_name)
             return await supervise(cluster, stop, state)
     except Unreachable as exc:
         _err(f"kubus up: {exc}")
@@ -476,25 +529,64 @@ def _print_banner(cluster: Cluster, args: argparse.Namespace) -> None:
     if cluster.servers is not None:
         lines.append(f"  NATS   {cluster.settings.nats_url}   (log {cluster.servers.nats_log})")
         lines.append(f"  Redis  {cluster.settings.redis_url}   (log {cluster.servers.redis_log})")
+        if isinstance(cluster.servers, ReplicatedServers):
+            lines.append(
+                f"  HA     3 NATS nodes, streams x{cluster.settings.stream_replicas}; Valkey primary + 2 replicas, "
+                f"sentinels {cluster.servers.sentinels}   (logs in {cluster.servers.home})"
+            )
     else:
         lines.append(f"  NATS   {safe_url(cluster.settings.nats_url)}   (external)")
         lines.append(f"  Redis  {safe_url(cluster.settings.redis_url)}   (external)")
     lines.append(f"  services ({len(cluster.group.services)}), one log each in {d / 'logs'}:")
     for s in cluster.group:
         lines.append(f"    {s.name:<28} pid {s.pid:<8} {s.log_path.name}")
+    urls = [f"{s.name} {url}" for s in cluster.group if (url := s.spec.metrics_url)]
+    lines.append(f"  metrics: {', '.join(urls)}" if urls else "  metrics: off (--metrics-base 0)")
     _say("\n".join(lines))
 
 
-def _print_try(directory: Path, args: argparse.Namespace) -> None:
-    home = ""
-    if args.data_dir:
-        home = f"   (other shells: export KUBUS_HOME={directory})\n"
+def _metrics_ports(args: argparse.Namespace, profiles: Sequence[str], kubeconfig: str | None) -> list[int]:
+    """The services' metrics ports, in `cluster_services` order: none with ``--metrics-base 0``;
+    consecutive from ``--metrics-base PORT``, each of which must be free (UsageError naming the
+    one taken); else ports free now from `DEFAULT_METRICS_BASE` up (none, with a warning, when
+    there are not enough: metrics never keep a cluster from starting)."""
+    if args.metrics_base == 0:
+        return []
+    count = len(
+        cluster_services(
+            profiles=profiles, config=None, nodes=args.nodes, node_template="-", binders=args.binders,
+            kubeconfig=kubeconfig, standby=args.standby,
+        )
+    )  # fmt: skip
+    if args.metrics_base is None:
+        try:
+            return free_metrics_ports(count, DEFAULT_METRICS_BASE)
+        except OSError as exc:
+            _err(f"kubus up: warning: {exc}; the services run without metrics endpoints")
+            return []
+    base = args.metrics_base
+    if not 0 < base <= 65536 - count:
+        raise UsageError(f"--metrics-base: {base} is not a port with {count - 1} more after it (1-65535); 0 for none")
+    for port in range(base, base + count):
+        if not port_free(port):
+            raise UsageError(
+                f"--metrics-base {base}: port {port} is already in use (the services need {base}-{base + count - 1}); "
+                "give another base, or leave --metrics-base out and kubus up picks free ports"
+            )
+    return list(range(base, base + count))
+
+
+def _print_try(directory: Path, cluster_name: str | None) -> None:
+    if cluster_name is not None:
+        where = f"   (from any directory: this is the current cluster, {cluster_name!r}, of {user_config()})\n"
+    else:
+        where = f"   (other shells: export KUBUS_HOME={directory})\n"
     _say(
-        "Try:\n"
-        "  kubus apply -f deploy/examples/pods.yaml\n"
+        "Try, in another shell:\n"
+        "  kubus apply -f deploy/examples/up-pods.yaml\n"
         "  kubus get pods -A\n"
         "  kubus get nodes\n"
         "  kubus describe pod too-big-1\n"
-        f"{home}"
+        f"{where}"
         "Ctrl-C stops everything."
     )

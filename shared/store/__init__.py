@@ -38,7 +38,7 @@ from kubus.store.cluster_state import (
 )
 from kubus.store.invariants import check_invariants
 from kubus.store.keys import DEFAULT_PREFIX, Keys
-from kubus.store.leases import cycle_lease
+from kubus.store.leases import cycle_lease, queue_lease
 from kubus.store.preemption import preemption_message, preemptor_of
 from kubus.store.records import (
     UNREACHABLE_TAINT_KEY,
@@ -95,4 +95,5 @@ __all__ = [
     "node_info_of",
     "preemption_message",
     "preemptor_of",
+    "queue_lease",
 ]

@@ -55,6 +55,15 @@ class StoreCore:
         self.scripts = Scripts(redis)
         self._profiles: OrderedDict[str, str] = OrderedDict()
 
+    async def confirm_replicated(self) -> None:
+        """Return once this process's earlier writes are on the replicas the client waits for
+        (`kubus.redis_connection.KubusRedis.confirm_replicated`: ``redis_wait_replicas``); at
+        once without replicas to wait for. Called by the writes a failover must not undo once
+        they are acknowledged: stored submissions, bindings, deletions. Raises ReplicationTimeout
+        (transient: retry the step, which is idempotent) when the replicas do not confirm in time."""
+        if getattr(self.redis, "wait_replicas", 0) > 0:
+            await self.redis.confirm_replicated(self.keys.replication_fence())
+
     async def _run(self, script: Any, keys: Sequence[str], args: Sequence[Any]) -> list[Any]:
         reply = await script(keys=list(keys), args=list(args))
         return list(reply) if isinstance(reply, list | tuple) else [reply]

@@ -69,6 +69,12 @@ Objects `kubus apply` stores whole, one hash per kind (tag ``{idx}``; see kubus.
     <p>:{idx}:<kind>:version   string bumped (INCR) by every change of that hash: readers that
                                       cache a kind read it again only when this moved
 
+Replication (tag ``{idx}``)::
+
+    <p>:{idx}:replication-fence string INCR'd before a WAIT (`KubusRedis.confirm_replicated`):
+                                      a write on the WAITing connection, so WAIT proves that
+                                      every earlier write of the process reached the replicas
+
 The scripts update the indexes atomically with the records, the index keys passed as KEYS too
 (`ClusterState.repair_indexes` rebuilds them from the records, which are the truth).
 
@@ -114,6 +120,10 @@ class Keys:
         if not prefix or set(prefix) & set("{}*?[]\\"):
             raise ValueError(f"key prefix {prefix!r} must be non-empty, without braces or glob characters")
         self.prefix = prefix
+
+    def replication_fence(self) -> str:
+        """The counter a WAIT for replicas follows (`KubusRedis.confirm_replicated`)."""
+        return f"{self.prefix}:{{idx}}:replication-fence"
 
     # ---- nodes ---------------------------------------------------------------------------------
 

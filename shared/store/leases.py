@@ -13,6 +13,12 @@ def cycle_lease(profile: str) -> str:
     return f"cycle/{profile}"
 
 
+def queue_lease() -> str:
+    """The lease of the active queue (one for every profile): its token fences the queue's
+    pops, and only its holder takes pods in and serves the cycles."""
+    return "queue"
+
+
 @dataclass(frozen=True, slots=True)
 class Lease:
     name: str
@@ -47,11 +53,18 @@ class LeaseStore(StoreCore):
 
     async def get_lease(self, name: str) -> Lease | None:
         """Who holds the lease now, or None."""
-        key = self.keys.lease_holder(name)
+        (lease,) = await self.get_leases(name)
+        return lease
+
+    async def get_leases(self, *names: str) -> tuple[Lease | None, ...]:
+        """Who holds each lease now (None where nobody does), read in one round trip."""
         pipe = self.redis.pipeline(transaction=True)
-        pipe.hmget(key, "holder", "token")
-        pipe.pttl(key)
-        (holder, token), ttl = await pipe.execute()
-        if holder is None:
-            return None
-        return Lease(name, text(holder), int(text(token)), int(ttl))
+        for name in names:
+            key = self.keys.lease_holder(name)
+            pipe.hmget(key, "holder", "token")
+            pipe.pttl(key)
+        replies = await pipe.execute()
+        leases: list[Lease | None] = []
+        for name, (holder, token), ttl in zip(names, replies[::2], replies[1::2], strict=True):
+            leases.append(None if holder is None else Lease(name, text(holder), int(text(token)), int(ttl)))
+        return tuple(leases)

@@ -138,6 +138,7 @@ class PodStore(StoreCore):
         code = _code(reply[0])
         profile = text(reply[3])
         self._remember_profile(record.uid, profile)
+        await self.confirm_replicated()
         return code is StoreCode.OK
 
     async def put_pods(self, records: Sequence[PodRecord]) -> list[bool]:
@@ -159,6 +160,8 @@ class PodStore(StoreCore):
                 reply = list(reply)
                 self._remember_profile(record.uid, text(reply[3]))
                 out.append(_code(reply[0]) is StoreCode.OK)
+        if records:
+            await self.confirm_replicated()
         return out
 
     async def get_pod(self, uid: str) -> PodRecord | None:
@@ -283,6 +286,8 @@ class PodStore(StoreCore):
                 out.append(PodWrite(code))
             else:
                 out.append(PodWrite(code, int(text(reply[1]) or 0), PodPhase(text(reply[2]))))
+        if any(m.phase is PodPhase.DELETED for m in sent):
+            await self.confirm_replicated()
         return out
 
     async def transition_move(self, move: Move) -> PodWrite:
@@ -290,7 +295,10 @@ class PodStore(StoreCore):
         args = self._transition_args(move)
         if isinstance(args, PodWrite):
             return args
-        return await self._pod_script(self.scripts.transition, move.uid, args)
+        write = await self._pod_script(self.scripts.transition, move.uid, args)
+        if move.phase is PodPhase.DELETED:  # an acknowledged deletion must not come undone
+            await self.confirm_replicated()
+        return write
 
     async def _learn_profiles(self, uids: Iterable[str]) -> None:
         """Read, in one round trip, the profiles of the pods whose profile is not cached."""
@@ -384,9 +392,11 @@ class PodStore(StoreCore):
         now = repr(float(self.clock()))
         devices_text = format_gpu_devices(list(devices))
         expected = "" if expected_version is None else str(expected_version)
-        return await self._pod_script(
+        write = await self._pod_script(
             self.scripts.bind_pod, uid, lambda profile: [node, devices_text, profile, now, expected]
         )
+        await self.confirm_replicated()  # before anyone announces the binding
+        return write
 
     async def bind_many(self, bindings: Sequence[Binding]) -> list[BindingResult]:
         """The binder's Bind step for many pods at the cost of about one round trip: per pod,
@@ -427,6 +437,8 @@ class PodStore(StoreCore):
             todo = retry
         else:
             raise RuntimeError(f"pod {todo[0][1].uid}: profile changed under us")
+        if bindings:
+            await self.confirm_replicated()  # before anyone announces the bindings
         return [r for r in out if r is not None]
 
     async def append_event(self, uid: str, event: PodEvent) -> None:

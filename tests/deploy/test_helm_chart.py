@@ -188,7 +188,8 @@ def test_selectors_hold_only_labels_that_never_change(rendered: Rendered) -> Non
 
 def test_metrics_are_scraped(rendered: Rendered) -> None:
     pods = [w["spec"]["template"] for w in rendered.workloads()]
-    services = rendered.of_kind("Service")
+    # kubus' own metrics Services (valkeyHA's headless Services name its servers' pods instead).
+    services = [s for s in rendered.of_kind("Service") if s["metadata"]["labels"].get("kubus.io/metrics") == "true"]
     assert {s["metadata"]["labels"]["app.kubernetes.io/component"] for s in services} == {
         w["metadata"]["labels"]["app.kubernetes.io/component"] for w in rendered.workloads()
     }
@@ -489,6 +490,188 @@ def test_access_values_mount_one_file_of_the_secret_into_the_bundled_servers() -
     assert set(defaults) <= set(valkey["valkeyConfig"].splitlines()), "the chart's own Valkey settings are kept"
 
 
+HA_VALUES: dict[str, Any] = values_of(CHART / "ci" / "ha-values.yaml")
+NATS_SERVERS = [f"kubus-nats-{i}.kubus-nats-headless.{NAMESPACE}.svc" for i in range(3)]
+"""The NATS chart's servers as its routes name them (nats-io/k8s, helm/charts/nats/files/config/
+cluster.yaml: <statefulSet>-<i>.<headlessService>, the fullname and fullname-headless)."""
+VALKEYS = [f"kubus-valkey-{i}.kubus-valkey.{NAMESPACE}.svc" for i in range(3)]
+SENTINELS = [f"kubus-valkey-sentinel-{i}.kubus-valkey-sentinel.{NAMESPACE}.svc" for i in range(3)]
+# Stand-ins for the Valkey image's programs: valkey-server keeps the configuration it was given,
+# valkey-cli answers a sentinel's question with $NAMED_PRIMARY (or cannot connect), every name resolves.
+FAKE_BIN = {
+    "valkey-server": 'cp "$1" "$OUT/$(basename "$1")"; echo "$@" > "$OUT/args"\n',
+    "valkey-cli": 'case "$*" in *get-master-addr-by-name*) [ -n "${NAMED_PRIMARY:-}" ] || exit 1;'
+                  ' echo "$NAMED_PRIMARY"; echo 6379;; *) echo PONG;; esac\n',
+    "getent": "exit 0\n",
+}  # fmt: skip
+
+
+def run_server_script(
+    rendered: Rendered, script: str, pod: str, tmp_path: Path, *, named: str = "", admin: str | None = None
+) -> dict[str, str]:
+    """Run valkeyHA's ``script`` (valkey.sh or sentinel.sh) as pod ``pod`` would, its container's
+    paths under ``tmp_path``, and return what it started the server with: the configuration's
+    lines, and the command's arguments (``args``). ``named``: the primary the sentinels name;
+    ``admin``: the admin password of a mounted admin.yaml (access.existingSecret)."""
+    import subprocess
+
+    data = rendered.get("ConfigMap", "kubus-valkey")["data"]
+    root, out, bin_dir = tmp_path / "root", tmp_path / "out", tmp_path / "bin"
+    mounts = ("scripts", "etc/valkey", "run/valkey", "data", "etc/kubus-access")
+    for folder in (out, bin_dir, *(root / d for d in mounts)):
+        folder.mkdir(parents=True, exist_ok=True)
+
+    def local(text: str) -> str:
+        for path in ("/scripts/", "/etc/valkey/", "/run/valkey/", "/etc/kubus-access/", '"/data"', "/data/"):
+            text = text.replace(path, path.replace("/", f"{root}/", 1))
+        return text
+
+    for name in ("common.sh", script):
+        (root / "scripts" / name).write_text(local(data[name]))
+    (root / "etc/valkey/valkey.conf").write_text(data["valkey.conf"])
+    if admin is not None:
+        (root / "etc/kubus-access/admin.yaml").write_text(f"redis_username: admin\nredis_password: '{admin}'\n")
+    for name, body in FAKE_BIN.items():
+        (bin_dir / name).write_text("#!/bin/sh\n" + body)
+        (bin_dir / name).chmod(0o755)
+    service = pod.rsplit("-", 1)[0]
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "OUT": str(out), "NAMED_PRIMARY": named,
+           "POD_NAME": pod, "SERVICE_NAME": service, "POD_NAMESPACE": NAMESPACE}  # fmt: skip
+    subprocess.run(["sh", str(root / "scripts" / script)], env=env, check=True, timeout=30)
+    conf = next(p for p in out.iterdir() if p.name.endswith(".conf"))
+    return {"conf": conf.read_text(), "args": (out / "args").read_text()}
+
+
+def test_high_availability_values_leave_no_single_server(helm: ModuleType, kubernetes_validate: ModuleType) -> None:
+    """ci/ha-values.yaml: every service connects to all three NATS servers and keeps three copies
+    of each stream, finds the Valkey primary through the three sentinels and waits for one replica;
+    the queue has a standby, each profile's cycle a warm one; the Valkey StatefulSet is a primary and
+    two replicas, the sentinels three, each pod named by a headless Service; all valid objects."""
+    rendered = render_chart(helm, HA_VALUES)
+    check_valid_kubernetes(rendered, kubernetes_validate)
+    for workload in rendered.workloads():
+        for _, container in pod_containers(workload):
+            env = container_env(container)
+            where = workload["metadata"]["name"]
+            assert env["KUBUS_NATS_URL"].split(",") == [f"nats://{host}:4222" for host in NATS_SERVERS], where
+            assert env["KUBUS_STREAM_REPLICAS"] == "3", where
+            assert env["KUBUS_REDIS_SENTINELS"].split(",") == [f"{host}:26379" for host in SENTINELS], where
+            assert env["KUBUS_REDIS_MASTER"] == "kubus", where
+            assert env["KUBUS_REDIS_WAIT_REPLICAS"] == "1", where
+    queue = rendered.get("Deployment", "kubus-queue")
+    assert queue["spec"]["replicas"] == 2
+    rolling = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
+    assert queue["spec"]["strategy"] == rolling
+    assert rendered.get("PodDisruptionBudget", "kubus-queue")["spec"]["maxUnavailable"] == 1
+    anti = queue["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+    (spread,) = anti["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert spread["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    cycles = [d for d in rendered.of_kind("Deployment") if component(d) == "cycle"]
+    assert cycles and all(d["spec"]["replicas"] == 2 for d in cycles)
+    assert not [d for d in cycles if "--cold-standby" in d["spec"]["template"]["spec"]["containers"][0]["args"]]
+    for name, replicas in (("kubus-valkey", 3), ("kubus-valkey-sentinel", 3)):
+        statefulset = rendered.get("StatefulSet", name)
+        service = rendered.get("Service", name)
+        assert statefulset["spec"]["replicas"] == replicas
+        assert statefulset["spec"]["serviceName"] == name
+        assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is True
+        assert service["spec"]["selector"].items() <= statefulset["spec"]["template"]["metadata"]["labels"].items()
+        assert [t["metadata"]["name"] for t in statefulset["spec"]["volumeClaimTemplates"]] == ["data"]
+        assert rendered.get("PodDisruptionBudget", name)["spec"]["maxUnavailable"] == 1
+        (container,) = statefulset["spec"]["template"]["spec"]["containers"]
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    common = rendered.get("ConfigMap", "kubus-valkey")["data"]["common.sh"]
+    assert f'VALKEY_HOSTS="{" ".join(VALKEYS)}"' in common
+    assert f'SENTINEL_HOSTS="{" ".join(SENTINELS)}"' in common
+
+
+def test_valkey_replicas_follow_the_primary_and_sentinels_monitor_it(helm: ModuleType, tmp_path: Path) -> None:
+    """valkeyHA's start scripts, run: on a first start (no sentinel names a primary) pod 0 is the
+    primary and the others replicate it; afterwards each follows the primary the sentinels name.
+    The sentinels monitor it under the master name with quorum 2 and the down-after time."""
+    rendered = render_chart(helm, HA_VALUES)
+    primary = run_server_script(rendered, "valkey.sh", "kubus-valkey-0", tmp_path / "0")["conf"].splitlines()
+    assert not [line for line in primary if line.startswith("replicaof")]
+    assert f"replica-announce-ip {VALKEYS[0]}" in primary
+    assert {"appendonly yes", "appendfsync everysec", f'dir "{tmp_path / "0/root/data"}"'} <= set(primary)
+    replica = run_server_script(rendered, "valkey.sh", "kubus-valkey-1", tmp_path / "1")["conf"].splitlines()
+    assert f"replicaof {VALKEYS[0]} 6379" in replica
+    assert not [line for line in replica if line.startswith(("aclfile", "masteruser", "masterauth"))]
+    moved = run_server_script(rendered, "valkey.sh", "kubus-valkey-0", tmp_path / "2", named=VALKEYS[2])["conf"]
+    assert f"replicaof {VALKEYS[2]} 6379" in moved.splitlines(), "a restarted old primary follows the new one"
+    started = run_server_script(rendered, "sentinel.sh", "kubus-valkey-sentinel-1", tmp_path / "3")
+    sentinel = started["conf"].splitlines()
+    assert started["args"].split()[-1] == "--sentinel"
+    assert f"sentinel monitor kubus {VALKEYS[0]} 6379 2" in sentinel
+    assert "sentinel down-after-milliseconds kubus 5000" in sentinel
+    hostnames = {"sentinel resolve-hostnames yes", "sentinel announce-hostnames yes"}
+    assert {*hostnames, f"sentinel announce-ip {SENTINELS[1]}"} <= set(sentinel)
+    later = run_server_script(rendered, "sentinel.sh", "kubus-valkey-sentinel-2", tmp_path / "4", named=VALKEYS[1])
+    assert f"sentinel monitor kubus {VALKEYS[1]} 6379 2" in later["conf"].splitlines()
+
+
+def test_valkey_ha_logs_in_with_the_access_secret(
+    helm: ModuleType, kubernetes_validate: ModuleType, access_secrets: AccessSecrets, tmp_path: Path
+) -> None:
+    """With access.existingSecret the instances load the Secret's users.acl, replicate and are
+    watched as its admin user (the one user of `kubus access init` allowed to replicate): the
+    admin.yaml the Secret holds gives masterauth and the sentinels' auth-pass; no password is in
+    the rendered objects."""
+    rendered = render_chart(helm, {**HA_VALUES, "access": {"existingSecret": "kubus-access"}})
+    check_valid_kubernetes(rendered, kubernetes_validate)
+    secret = access_secrets.secrets["kubus-access"]
+    for name, keys in (("kubus-valkey", ["users.acl", "admin.yaml"]), ("kubus-valkey-sentinel", ["admin.yaml"])):
+        spec = rendered.get("StatefulSet", name)["spec"]["template"]["spec"]
+        (volume,) = [v for v in spec["volumes"] if v["name"] == "access"]
+        assert volume["secret"]["secretName"] == "kubus-access"
+        assert [item["key"] for item in volume["secret"]["items"]] == keys
+        assert all(key in secret for key in keys), "kubus access init writes them"
+    admin = access_secrets.passwords["admin"]
+    assert yaml.safe_load(secret["admin.yaml"])["redis_password"] == admin
+    replica = run_server_script(rendered, "valkey.sh", "kubus-valkey-1", tmp_path / "v", admin=admin)["conf"]
+    assert {"masteruser admin", f"masterauth {admin}"} <= set(replica.splitlines())
+    assert any(line.startswith("aclfile ") and line.endswith("/users.acl") for line in replica.splitlines())
+    sentinel = run_server_script(rendered, "sentinel.sh", "kubus-valkey-sentinel-0", tmp_path / "s", admin=admin)
+    sentinel = sentinel["conf"]
+    assert {"sentinel auth-user kubus admin", f"sentinel auth-pass kubus {admin}"} <= set(sentinel.splitlines())
+    text = yaml.safe_dump_all(rendered.objects) + rendered.notes
+    assert admin not in text
+
+
+def test_without_the_high_availability_values_nothing_changes(helm: ModuleType) -> None:
+    """The defaults: one queue (Recreate, no budget), no StatefulSet of the chart's own, the single
+    bundled NATS and Valkey, and no replication setting in any container."""
+    rendered = render_chart(helm, {})
+    assert rendered.of_kind("StatefulSet") == []
+    queue = rendered.get("Deployment", "kubus-queue")
+    assert queue["spec"]["replicas"] == 1 and queue["spec"]["strategy"] == {"type": "Recreate"}
+    assert "affinity" not in queue["spec"]["template"]["spec"]
+    assert [p["metadata"]["name"] for p in rendered.of_kind("PodDisruptionBudget") if component(p) == "queue"] == []
+    ha_vars = {"KUBUS_STREAM_REPLICAS", "KUBUS_REDIS_SENTINELS", "KUBUS_REDIS_MASTER", "KUBUS_REDIS_WAIT_REPLICAS",
+               "KUBUS_REDIS_WAIT_TIMEOUT"}  # fmt: skip
+    for workload in rendered.workloads():
+        for _, container in pod_containers(workload):
+            env = container_env(container)
+            assert not ha_vars & env.keys()
+            assert env["KUBUS_NATS_URL"] == "nats://kubus-nats:4222"
+            assert env["KUBUS_REDIS_URL"] == "redis://kubus-valkey:6379/0"
+            flags = {arg.split("=")[0] for arg in container["args"]}
+            assert not {"--lease-ttl", "--renew-interval", "--cold-standby"} & flags
+
+
+def test_lease_values_reach_the_queue_and_cycles(helm: ModuleType) -> None:
+    binpack_values = {"warmStandby": False, "renewInterval": 2}
+    values = {"queue": {"leaseTtl": 3, "renewInterval": 0.5},
+              "cycle": {"leaseTtl": 4, "overrides": {"gpu-binpack": binpack_values}}}  # fmt: skip
+    rendered = render_chart(helm, values)
+    (queue,) = rendered.get("Deployment", "kubus-queue")["spec"]["template"]["spec"]["containers"]
+    assert {"--lease-ttl=3", "--renew-interval=0.5"} <= set(queue["args"])
+    (kubus,) = rendered.get("Deployment", "kubus-cycle-kubus")["spec"]["template"]["spec"]["containers"]
+    (binpack,) = rendered.get("Deployment", "kubus-cycle-gpu-binpack")["spec"]["template"]["spec"]["containers"]
+    assert "--lease-ttl=4" in kubus["args"] and "--cold-standby" not in kubus["args"]
+    assert {"--lease-ttl=4", "--renew-interval=2", "--cold-standby"} <= set(binpack["args"])
+
+
 BAD_VALUES = [
     ({"replicaCount": 3}, "replicaCount"),
     ({"image": {"pullPolicy": "Sometimes"}}, "pullPolicy"),
@@ -522,7 +705,17 @@ BAD_VALUES = [
     ({"access": {"existingSecret": "Kubus_Access"}}, "existingSecret"),
     ({"access": {"secret": "kubus-access"}}, "secret"),
     ({"access": ACCESS, "podSecurityContext": {"fsGroup": None}}, "podSecurityContext.fsGroup"),
-]
+    ({"valkeyHA": {"enabled": True}}, "valkeyHA.enabled: set valkey.enabled=false"),
+    ({"valkey": {"enabled": False}, "valkeyHA": {"enabled": True}, "externalRedis": {"url": "redis://r:6379"}},
+     "valkeyHA.enabled: externalRedis.url is set"),
+    ({**HA_VALUES, "valkeyHA": {"enabled": True, "sentinel": {"quorum": 4}}}, "valkeyHA.sentinel.quorum"),
+    ({**HA_VALUES, "valkeyHA": {"enabled": True, "waitReplicas": 3}}, "valkeyHA.waitReplicas"),
+    ({**HA_VALUES, "streamReplicas": 5}, "streamReplicas: 5 copies need as many NATS servers"),
+    ({"streamReplicas": 6}, "streamReplicas"),
+    ({"queue": {"replicas": 0}}, "replicas"),
+    ({"queue": {"leaseTtl": 2, "renewInterval": 2}}, "queue.renewInterval"),
+    ({"cycle": {"overrides": {"kubus": {"renewInterval": 6}}}}, "cycle.overrides.kubus.renewInterval"),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("values", "expected"), BAD_VALUES, ids=[json.dumps(v) for v, _ in BAD_VALUES])

@@ -56,7 +56,8 @@ async def services(
     replaces the scheduler configuration (KubeSchedulerConfiguration YAML) every service gets;
     ``env`` is added to the services' environment (they inherit this process's, see
     `kubus.cli.processes.ServiceGroup`), and taken back after the test. Each service logs in
-    as its role when the servers have users (`kubus.access`)."""
+    as its role when the servers have users (`kubus.access`). ``standby``: a standby queue and
+    cycle (`kubus.cli.processes.cluster_services`), ``lease_ttl`` their leases' ttl."""
     started: list[Cluster] = []
 
     async def start(
@@ -69,6 +70,8 @@ async def services(
         ready_timeout: float = 90.0,
         config_text: str | None = None,
         env: Mapping[str, str] | None = None,
+        standby: bool = False,
+        lease_ttl: float | None = None,
     ) -> Cluster:
         directory = tmp_path / f"cluster-{len(started)}"
         directory.mkdir()
@@ -91,6 +94,8 @@ async def services(
             credentials=servers.credentials,
             pod_duration=pod_duration,
             batch_size=batch_size,
+            standby=standby,
+            lease_ttl=lease_ttl,
         )
         started.append(cluster)
         failed = await wait_ready(cluster, ClusterState(redis), timeout=ready_timeout, since=since)

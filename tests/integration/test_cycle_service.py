@@ -321,6 +321,12 @@ async def test_popped_pods_are_reserved_handed_to_the_binders_and_reported(
         assert await check_invariants(state) == []
         assert all(p.holder == service.holder and p.fencing_token == token for p in queue.pops)
         assert sample(service, "scheduler_schedule_attempts_total", result="scheduled", profile=PROFILE) == 4
+        e2e = "scheduler_e2e_scheduling_duration_seconds_count"
+        assert sample(service, e2e, result="scheduled", profile=PROFILE) == 4
+        service.metrics.refresh()  # the cache size is sampled at scrape time
+        assert sample(service, "scheduler_cache_size", type="nodes") == 2
+        assert sample(service, "scheduler_cache_size", type="pods") == 4
+        assert sample(service, "scheduler_cache_size", type="assumed_pods") == 4  # reserved, none bound yet
 
 
 async def test_the_next_pop_goes_out_before_the_batch_in_hand_is_reported(
@@ -709,6 +715,68 @@ async def test_a_standby_takes_over_and_the_old_leader_stops_popping(
         [outcome] = await queue.decided(last)
         assert outcome.kind is OutcomeKind.RESERVED
         assert {r.uid: r.fencing_token for r in await bind_requests(js)}[last.uid] == first.fencing_token
+    assert await check_invariants(state) == []
+
+
+async def test_a_warm_standby_follows_the_nodes_and_takes_over_without_loading_its_table(
+    settings: ConnectionSettings, state: ClusterState, nats: NATS, js: JetStreamContext
+) -> None:
+    """The standby loads its table at start and follows node changes while it waits; on taking
+    the lease it reads only the rows changed since (no full load), and schedules at once. A
+    cold standby (warm_standby=False) loads its table on taking the lease instead."""
+    await add_node(state, "node-a", "2")
+    queue = await FakeQueue(nats).start()
+    first, second = cycle(settings, holder="first"), cycle(settings, holder="second")
+    cold = cycle(settings, holder="cold", warm_standby=False)
+    loads: dict[str, int] = {}
+    for service in (first, second, cold):
+        load = service._load
+
+        async def counted(load: Callable[[], Awaitable[None]] = load, holder: str = service.holder) -> None:
+            loads[holder] = loads.get(holder, 0) + 1
+            await load()
+
+        service._load = counted  # type: ignore[method-assign]
+    async with running(first, second, cold):
+        await loaded(first, 1)
+
+        async def standby_has(nodes: set[str]) -> None:
+            assert not second.leading and second.table is not None
+            assert set(second.table.row_of) == nodes
+
+        await eventually(lambda: standby_has({"node-a"}))
+        assert cold.table is None  # waits without a table
+        # A node added while it waits: its event makes the standby read its row.
+        await add_node(state, "node-b", "8")
+        await publish_event(js, EventKind.NODE_ADDED, "node-b")
+        await eventually(lambda: standby_has({"node-a", "node-b"}))
+        # A pod the leader placed: its pod.bound event makes the standby read that row again.
+        placed = await submit(state, "placed", "2")
+        queue.offer(placed)
+        [outcome] = await queue.decided(placed)
+        assert outcome.kind is OutcomeKind.RESERVED
+        await state.mark_bound(outcome.node, placed.uid, str(outcome.attempt))  # as a binder does
+        assert (await state.bind_pod(placed.uid, outcome.node, (), expected_version=outcome.attempt)).ok
+        await publish_event(js, EventKind.POD_BOUND, placed.key, node=outcome.node, uid=placed.uid)
+
+        async def standby_sees_the_placement() -> None:
+            assert second.table is not None
+            assert placed.key in second.table.node_info(outcome.node).pods
+
+        await eventually(standby_sees_the_placement)
+        assert loads == {"first": 1, "second": 1}
+
+        await steal_lease(state, PROFILE, thief="second")
+        await loaded(second, 2)
+        late = await submit(state, "late", "2")
+        queue.offer(late)
+        [outcome] = await queue.decided(late)
+        assert outcome.kind is OutcomeKind.RESERVED
+        assert loads["second"] == 1, "the warm standby loaded its table again on taking over"
+
+        await steal_lease(state, PROFILE, thief="cold")
+        await loaded(cold, 2)
+        assert loads["cold"] == 1
     assert await check_invariants(state) == []
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
+from nats import errors as nats_errors
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 from support import eventually
@@ -66,6 +67,7 @@ from kubus.store import (
     StoreCode,
     check_invariants,
     cycle_lease,
+    queue_lease,
 )
 
 DEFAULT = "default-scheduler"
@@ -1118,3 +1120,88 @@ async def test_a_restarted_queue_places_a_stored_pod_naming_its_node_instead_of_
     assert (await stored(state, sub.pod.metadata.uid, PodPhase.BOUND)).node == "n1"
     assert len(queue.queues[DEFAULT]) == 0
     assert await check_invariants(state) == []
+
+
+# -- a standby queue -------------------------------------------------------------------------------
+
+LEASED = replace(FAST, lease_ttl=1.0, renew_interval=0.1)
+
+
+async def steal_queue_lease(state: ClusterState, thief: str) -> int:
+    """Give the lease ``queue`` to ``thief`` at once, as a lapse followed by a new holder does:
+    one transaction, so the holder cannot renew in between."""
+    name = queue_lease()
+    keys = [state.keys.lease_holder(name), state.keys.lease_fence(name)]
+    pipe = state.redis.pipeline(transaction=True)
+    pipe.delete(keys[0])
+    await state.scripts.acquire_lease(keys=keys, args=[thief, 30_000], client=pipe)
+    _, token = await pipe.execute()
+    assert token is not None
+    return int(token)
+
+
+def held_pods(queue: QueueService) -> int:
+    return sum(len(q) for q in queue.queues.values())
+
+
+async def test_a_standby_queue_takes_over_with_its_queues_rebuilt_and_the_deposed_one_stops_serving(
+    start_queue: QueueFactory, nats: NATS, js: JetStreamContext, redis: aioredis.Redis
+) -> None:
+    state = ClusterState(redis)
+    first = await start_queue(LEASED)
+    second = await start_queue(LEASED)
+    assert first._serves() and not second._serves()
+    data = [pod_manifest(f"web-{i}") for i in range(3)]
+    for d in data:
+        await submit(js, d)
+    for d in data:
+        await stored(state, uid_of(d))
+    [in_flight] = (await pop(nats, max_pods=1, wait_ms=3000)).pods  # popped from the first
+    assert first.queues[DEFAULT].where(in_flight.uid) is QueueName.IN_FLIGHT
+    assert held_pods(second) == 0  # a standby takes nothing in
+
+    # The first's lease lapses and the standby takes it: it rebuilds from Redis and serves;
+    # the first stops serving at once and forgets its queues.
+    await steal_queue_lease(state, second.holder)
+
+    async def taken_over() -> None:
+        assert second._serves() and not first._serves()
+
+    await eventually(taken_over)
+    assert held_pods(first) == 0
+    # Every pending pod, the one in flight at the deposed queue too, is handed out by the new one.
+    assert sorted(await pop_names(nats, max_pods=10, wait_ms=3000)) == ["web-0", "web-1", "web-2"]
+    # It takes new pods in.
+    await submit(js, pod_manifest("web-3"))
+    assert await pop_names(nats, wait_ms=3000) == ["web-3"]
+
+    # A clean stop gives the lease up: the other takes over at once, its queues rebuilt.
+    await second.stop()
+    await eventually(lambda: _assert(first._serves()), timeout=2)
+    assert sorted(await pop_names(nats, max_pods=10, wait_ms=3000)) == ["web-0", "web-1", "web-2", "web-3"]
+
+
+async def test_a_queue_whose_lease_redis_gives_to_another_answers_no_pop_and_stops_serving(
+    start_queue: QueueFactory, nats: NATS, js: JetStreamContext, redis: aioredis.Redis
+) -> None:
+    """The pop is fenced by the queue's own lease as Redis has it, not as the queue remembers it:
+    a queue that has not yet noticed it lost the lease (its next renewal 10 s away) answers
+    nothing and steps down at the first pop."""
+    state = ClusterState(redis)
+    queue = await start_queue(replace(FAST, lease_ttl=30.0, renew_interval=10.0))
+    data = pod_manifest("web-0")
+    await submit(js, data)
+    await stored(state, uid_of(data))
+    assert queue._serves()
+    await steal_queue_lease(state, "thief")
+    request = encode(PopRequest(max_pods=5, wait_ms=0, holder="test", fencing_token=0))
+    with pytest.raises(nats_errors.TimeoutError):  # subscribed still, and silent
+        await nats.request(queue_pop(DEFAULT), request, timeout=1)
+    assert not queue._serves() and held_pods(queue) == 0
+
+    async def unsubscribed() -> None:
+        with pytest.raises(nats_errors.NoRespondersError):
+            await nats.request(queue_pop(DEFAULT), request, timeout=1)
+
+    await eventually(unsubscribed)
+    assert (await stored(state, uid_of(data))).phase is PodPhase.PENDING  # the next leader's

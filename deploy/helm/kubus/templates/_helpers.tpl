@@ -105,16 +105,84 @@ one name apart). */}}
 {{- end }}
 {{- end }}
 
+{{/* "true" when the bundled NATS runs as a cluster (the NATS chart's own config.cluster). */}}
+{{- define "kubus.natsCluster" -}}
+{{- if and .Values.nats.enabled (dig "config" "cluster" "enabled" false .Values.nats) }}true{{ end }}
+{{- end }}
+
+{{/* The pods of a StatefulSet by their stable DNS names, (list $ statefulSet headlessService
+count): <statefulSet>-<i>.<headlessService>.<namespace>.svc, space-separated. */}}
+{{- define "kubus.podHosts" -}}
+{{- $ := index . 0 -}}
+{{- $statefulSet := index . 1 }}
+{{- $service := index . 2 }}
+{{- $hosts := list }}
+{{- range $i := until (int (index . 3)) }}
+{{- $hosts = append $hosts (printf "%s-%d.%s.%s.svc" $statefulSet $i $service $.Release.Namespace) }}
+{{- end }}
+{{- join " " $hosts }}
+{{- end }}
+
 {{- define "kubus.natsUrl" -}}
-{{- if .Values.nats.enabled }}
+{{- if include "kubus.natsCluster" . }}
+{{- /* Every server of the NATS chart's StatefulSet, as its routes name them (<name>-<i>.<name>-headless). */}}
+{{- $name := include "kubus.subchartFullname" (list . "nats") }}
+{{- $hosts := splitList " " (include "kubus.podHosts" (list . $name (printf "%s-headless" $name) .Values.nats.config.cluster.replicas)) }}
+{{- $urls := list }}
+{{- range $hosts }}{{ $urls = append $urls (printf "nats://%s:4222" .) }}{{ end }}
+{{- join "," $urls }}
+{{- else if .Values.nats.enabled }}
 {{- printf "nats://%s:4222" (include "kubus.subchartFullname" (list . "nats")) }}
 {{- else }}
 {{- .Values.externalNats.url }}
 {{- end }}
 {{- end }}
 
+{{/* The copies JetStream keeps of each stream (KUBUS_STREAM_REPLICAS): streamReplicas, else 3 (at
+most the servers) with the bundled NATS cluster; empty: the services' default, 1. */}}
+{{- define "kubus.streamReplicas" -}}
+{{- if .Values.streamReplicas }}
+{{- .Values.streamReplicas }}
+{{- else if include "kubus.natsCluster" . }}
+{{- min 3 (int .Values.nats.config.cluster.replicas) }}
+{{- end }}
+{{- end }}
+
+{{/* The chart's own Valkey primary, replicas and sentinels (valkeyHA): the names of their
+StatefulSets, which are also those of their headless Services. */}}
+{{- define "kubus.valkeyHAName" -}}
+{{- include "kubus.componentName" (list . "valkey") }}
+{{- end }}
+
+{{- define "kubus.sentinelName" -}}
+{{- include "kubus.componentName" (list . "valkey-sentinel") }}
+{{- end }}
+
+{{/* The stable DNS names of the Valkey pods (pod 0 first) and of the sentinels, space-separated. */}}
+{{- define "kubus.valkeyHosts" -}}
+{{- $name := include "kubus.valkeyHAName" . }}
+{{- include "kubus.podHosts" (list . $name $name (add1 (int .Values.valkeyHA.replicas))) }}
+{{- end }}
+
+{{- define "kubus.sentinelHosts" -}}
+{{- $name := include "kubus.sentinelName" . }}
+{{- include "kubus.podHosts" (list . $name $name .Values.valkeyHA.sentinel.replicas) }}
+{{- end }}
+
+{{/* KUBUS_REDIS_SENTINELS: host:port of every sentinel. */}}
+{{- define "kubus.redisSentinels" -}}
+{{- $addresses := list }}
+{{- range splitList " " (include "kubus.sentinelHosts" .) }}
+{{- $addresses = append $addresses (printf "%s:26379" .) }}
+{{- end }}
+{{- join "," $addresses }}
+{{- end }}
+
 {{- define "kubus.redisUrl" -}}
-{{- if .Values.valkey.enabled }}
+{{- if .Values.valkeyHA.enabled }}
+{{- /* With sentinels only the database number counts; the host is the first primary, pod 0. */}}
+{{- printf "redis://%s:6379/0" (first (splitList " " (include "kubus.valkeyHosts" .))) }}
+{{- else if .Values.valkey.enabled }}
 {{- printf "redis://%s:6379/0" (include "kubus.subchartFullname" (list . "valkey")) }}
 {{- else }}
 {{- .Values.externalRedis.url }}
@@ -135,9 +203,29 @@ Included by the ConfigMap, so every render runs it once.
 {{- if and .Values.valkey.enabled .Values.externalRedis.url }}
 {{- fail "externalRedis.url is set but valkey.enabled is true: set valkey.enabled=false to use your own Redis" }}
 {{- end }}
-{{- if and (not .Values.valkey.enabled) (not .Values.externalRedis.url) }}
+{{- if and (not .Values.valkey.enabled) (not .Values.valkeyHA.enabled) (not .Values.externalRedis.url) }}
 {{- fail "externalRedis.url: required when valkey.enabled is false (the Redis server kubus connects to)" }}
 {{- end }}
+{{- with .Values.valkeyHA }}
+{{- if .enabled }}
+{{- if $.Values.valkey.enabled }}
+{{- fail "valkeyHA.enabled: set valkey.enabled=false too (valkeyHA's primary, replicas and sentinels replace the single bundled Valkey)" }}
+{{- end }}
+{{- if $.Values.externalRedis.url }}
+{{- fail "valkeyHA.enabled: externalRedis.url is set too: use one or the other" }}
+{{- end }}
+{{- if gt (int .sentinel.quorum) (int .sentinel.replicas) }}
+{{- fail (printf "valkeyHA.sentinel.quorum: %d is more than the %d sentinels: no failover could ever be agreed" (int .sentinel.quorum) (int .sentinel.replicas)) }}
+{{- end }}
+{{- if gt (int .waitReplicas) (int .replicas) }}
+{{- fail (printf "valkeyHA.waitReplicas: %d is more than the %d replicas: every confirmed write would time out" (int .waitReplicas) (int .replicas)) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if and (include "kubus.natsCluster" .) .Values.streamReplicas (gt (int .Values.streamReplicas) (int .Values.nats.config.cluster.replicas)) }}
+{{- fail (printf "streamReplicas: %d copies need as many NATS servers; nats.config.cluster.replicas is %d" (int .Values.streamReplicas) (int .Values.nats.config.cluster.replicas)) }}
+{{- end }}
+{{- include "kubus.validateLease" (list "queue" .Values.queue) }}
 {{- if and .Values.tls.redis.existingSecret (not (hasPrefix "rediss://" (include "kubus.redisUrl" .))) }}
 {{- fail "tls.redis.existingSecret: Redis TLS needs a rediss:// URL in externalRedis.url" }}
 {{- end }}
@@ -186,6 +274,18 @@ Included by the ConfigMap, so every render runs it once.
 {{- end }}
 {{- end }}
 
+{{/* A renewal must come within the ttl: (list "queue" .Values.queue). 0 stands for the services'
+own defaults, 5 s and 1 s. */}}
+{{- define "kubus.validateLease" -}}
+{{- $where := index . 0 }}
+{{- $lease := index . 1 }}
+{{- $ttl := $lease.leaseTtl | default 5.0 | float64 }}
+{{- $renew := $lease.renewInterval | default 1.0 | float64 }}
+{{- if ge $renew $ttl }}
+{{- fail (printf "%s.renewInterval: %v s must be below %s.leaseTtl (%v s; 0 means the service's default, 5 s and 1 s)" $where $renew $where $ttl) }}
+{{- end }}
+{{- end }}
+
 {{/* Where kubus finds NATS and Redis: the KUBUS_* variables of kubus.settings. */}}
 {{- define "kubus.env" -}}
 - name: KUBUS_NATS_URL
@@ -194,6 +294,22 @@ Included by the ConfigMap, so every render runs it once.
   value: {{ include "kubus.redisUrl" . | quote }}
 - name: KUBUS_CONNECT_TIMEOUT
   value: {{ .Values.connectTimeout | quote }}
+{{- with include "kubus.streamReplicas" . }}
+- name: KUBUS_STREAM_REPLICAS
+  value: {{ . | quote }}
+{{- end }}
+{{- with .Values.valkeyHA }}
+{{- if .enabled }}
+- name: KUBUS_REDIS_SENTINELS
+  value: {{ include "kubus.redisSentinels" $ | quote }}
+- name: KUBUS_REDIS_MASTER
+  value: {{ .sentinel.masterName | quote }}
+- name: KUBUS_REDIS_WAIT_REPLICAS
+  value: {{ .waitReplicas | quote }}
+- name: KUBUS_REDIS_WAIT_TIMEOUT
+  value: {{ .waitTimeout | quote }}
+{{- end }}
+{{- end }}
 {{- with .Values.auth.nats }}
 {{- range $var, $key := dict "KUBUS_NATS_USER" .userKey "KUBUS_NATS_PASSWORD" .passwordKey "KUBUS_NATS_TOKEN" .tokenKey }}
 {{- if $key }}

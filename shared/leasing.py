@@ -1,4 +1,5 @@
-"""Leadership of one profile's scheduling cycle: the lease ``cycle/<profile>`` in Redis.
+"""Leadership of a service that must run once: the lease in Redis that names its one active
+replica (``cycle/<profile>`` for a profile's scheduling cycle, ``queue`` for the queue).
 
 One replica holds the lease at a time (`ClusterState.acquire_lease`, a fencing token that grows
 with every new holder). `Leadership.keep` renews it every ``renew_interval``; a standby runs the
@@ -64,34 +65,56 @@ class Leadership:
     async def keep(self) -> None:
         """Take or renew the lease every ``renew_interval``, forever (a root task). Redis being
         away is logged, and leadership ends when the lease runs out."""
-        ttl_ms = max(1, int(self.ttl * 1000))
         while True:
-            started = self._clock()
-            try:
-                token = await self.cluster.acquire_lease(self.name, self.holder, ttl_ms)
-            except TRANSIENT_ERRORS as exc:
-                self.log.warning("lease renewal failed", error=repr(exc), leading=self.leading)
-            else:
-                if token is None:
-                    if self._token is not None:
-                        self._lose("another replica holds the lease")
-                else:
-                    self._hold(token, started + self.ttl)
+            await self.try_acquire()
             await asyncio.sleep(self.renew_interval)
 
-    async def wait(self, stopping: asyncio.Event) -> bool:
-        """Return True once leading, False once ``stopping`` is set."""
+    async def try_acquire(self) -> bool:
+        """Take or renew the lease once; True while leading after it. Never raises for Redis
+        being away (logged)."""
+        started = self._clock()
+        try:
+            token = await self.cluster.acquire_lease(self.name, self.holder, max(1, int(self.ttl * 1000)))
+        except TRANSIENT_ERRORS as exc:
+            self.log.warning("lease renewal failed", error=repr(exc), leading=self.leading)
+        else:
+            if token is None:
+                if self._token is not None:
+                    self._lose("another replica holds the lease")
+            else:
+                self._hold(token, started + self.ttl)
+        return self.leading
+
+    async def wait(self, stopping: asyncio.Event, *, timeout: float | None = None) -> bool:
+        """Return True once leading, False once ``stopping`` is set or ``timeout`` seconds
+        passed (None: no limit) without leading."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
         while not stopping.is_set():
             if self.leading:
                 return True
-            self._changed.clear()
-            waits = [asyncio.ensure_future(self._changed.wait()), asyncio.ensure_future(stopping.wait())]
-            try:
-                await asyncio.wait(waits, timeout=self.renew_interval, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for w in waits:
-                    w.cancel()
+            step = self.renew_interval if deadline is None else min(self.renew_interval, deadline - loop.time())
+            if step <= 0:
+                return False
+            await self._changed_or(stopping, step)
         return False
+
+    async def wait_lost(self, stopping: asyncio.Event, term: int) -> None:
+        """Return once this replica no longer leads in ``term`` (it lost the lease, or lost and
+        took it again: a new term), or ``stopping`` is set: woken by the lease loop, or when the
+        lease runs out unrenewed."""
+        while not stopping.is_set() and self.leading and self.term == term:
+            left = self._valid_until - self._clock()
+            await self._changed_or(stopping, max(0.001, min(left, self.renew_interval)))
+
+    async def _changed_or(self, stopping: asyncio.Event, timeout: float) -> None:
+        self._changed.clear()
+        waits = [asyncio.ensure_future(self._changed.wait()), asyncio.ensure_future(stopping.wait())]
+        try:
+            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
 
     def step_down(self, why: str) -> None:
         """Stop leading now (a FENCED reservation said a newer leader exists). The lease loop may

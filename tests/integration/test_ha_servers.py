@@ -1,0 +1,110 @@
+"""The replicated embedded servers (`kubus.embedded.ReplicatedServers`) as the services use them:
+streams in three copies on a 3-node NATS cluster survive a kill -9 of their leader, and the
+store client follows a Valkey failover through Sentinel, WAITs for a replica, and runs its
+scripts on the new primary."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from support import eventually
+
+from kubus.access import ensure_credentials
+from kubus.bus import PODS_STREAM, PODS_SUBMIT, connect_bus, ensure_streams, publish_durable
+from kubus.embedded import ReplicatedServers
+from kubus.redis_connection import KubusRedis
+from kubus.service import is_transient
+from kubus.settings import ConnectionSettings, load_settings, redis_client
+from kubus.store import ClusterState, PodPhase, PodRecord, StoreCode
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+@pytest.fixture
+async def servers(tmp_path: Path) -> AsyncIterator[ReplicatedServers]:
+    credentials = ensure_credentials(tmp_path / "access")
+    replicated = ReplicatedServers(tmp_path, credentials=credentials)
+    await replicated.start()
+    try:
+        yield replicated
+    finally:
+        await replicated.stop()
+
+
+def _settings(servers: ReplicatedServers, user: str) -> ConnectionSettings:
+    assert servers.credentials is not None
+    return load_settings(file=servers.credentials.settings_file(user), overrides=servers.settings())
+
+
+async def test_streams_in_three_copies_survive_a_kill_of_their_leader(servers: ReplicatedServers) -> None:
+    settings = _settings(servers, "admin")
+    nc, js = await connect_bus(settings, "ha-test")
+    try:
+        await ensure_streams(js, [PODS_STREAM], replicas=3)
+        await ensure_streams(js, [PODS_STREAM])  # a client with the defaults does not scale it down
+        info = await js.stream_info(PODS_STREAM.name)
+        assert info.config.num_replicas == 3 and info.cluster is not None
+        for i in range(50):
+            await publish_durable(js, PODS_SUBMIT, b"%d" % i, f"m{i}")
+        leader = "nats-server-" + str(info.cluster.leader).rsplit("-", 1)[1]
+        os.kill(servers.pid(leader), signal.SIGKILL)
+        killed = time.monotonic()
+        for i in range(50, 100):  # retried until a new leader takes them; msg ids store each once
+            while True:
+                try:
+                    await publish_durable(js, PODS_SUBMIT, b"%d" % i, f"m{i}", timeout=1.0)
+                    break
+                except Exception:  # any bus error while the stream elects a leader
+                    await asyncio.sleep(0.1)
+        print(f"\nstream writable again {time.monotonic() - killed:.2f}s after its leader was killed")
+        sub = await js.pull_subscribe(PODS_SUBMIT, "ha-reader", stream=PODS_STREAM.name)
+        seen: set[bytes] = set()
+
+        async def all_there() -> None:
+            for m in await sub.fetch(100, timeout=2):
+                seen.add(m.data)
+                await m.ack()
+            assert len(seen) == 100
+
+        await eventually(all_there, timeout=30)
+        await servers.restart(leader)  # it rejoins and catches up
+    finally:
+        await nc.close()
+
+
+async def test_the_store_follows_a_failover_and_loses_no_confirmed_write(servers: ReplicatedServers) -> None:
+    client = redis_client(_settings(servers, "queue"))
+    assert isinstance(client, KubusRedis) and client.wait_replicas == 1
+    state = ClusterState(client)
+    try:
+        records = [PodRecord(uid=f"u{i}", namespace="ha", name=f"p{i}", profile="p", manifest=b"{}") for i in range(20)]
+        assert await state.put_pods(records[:10]) == [True] * 10  # WAITed: on a replica too
+        primary = await servers.primary()
+        os.kill(servers.pid(primary), signal.SIGKILL)
+        killed = time.monotonic()
+
+        async def stored() -> None:  # transient errors (no primary yet, READONLY) until a replica is promoted
+            try:
+                assert await state.put_pods(records[10:]) == [True] * 10
+            except Exception as exc:
+                assert is_transient(exc), repr(exc)
+                raise AssertionError(repr(exc)) from exc
+
+        await eventually(stored, timeout=30, interval=0.1)
+        print(f"\nstore writable again {time.monotonic() - killed:.2f}s after the primary was killed")
+        assert await servers.primary() != primary
+        pending = await state.pod_uids_in_phase(PodPhase.PENDING)
+        assert pending == {r.uid for r in records}, "a write confirmed before the failover was lost"
+        # The scripts run on the new primary (loaded again there: NOSCRIPT, then SCRIPT LOAD).
+        write = await state.transition("u0", PodPhase.DELETED)
+        assert write.code is StoreCode.OK
+        after = await state.get_pod("u0")
+        assert after is not None and after.phase is PodPhase.DELETED
+    finally:
+        await client.aclose()
