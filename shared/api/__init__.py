@@ -38,6 +38,7 @@ from kubus.api.gpus import (
 from kubus.api.manifests import (
     DEFAULT_MAX_PODS,
     DEFAULT_SCHEDULER_NAME,
+    ManifestObject,
     Manifests,
     load_manifests,
     parse_manifests,
@@ -133,6 +134,7 @@ __all__ = [
     "LabelSelectorRequirement",
     "ManifestError",
     "ManifestErrors",
+    "ManifestObject",
     "Manifests",
     "Namespace",
     "Node",

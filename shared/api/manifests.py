@@ -40,7 +40,10 @@ field refused, an unknown one ignored.
 
 `load_manifests` (a file, standard input or text) and `parse_manifests` (text only) report
 every bad object of the input at once (ManifestErrors), the first problem of each; `parse_pod`
-and `parse_node` read one decoded object.
+and `parse_node` read one decoded object. With ``keep_raw=True`` they also give, per object,
+the mapping as written with its typed object and its place (`Manifests.objects`,
+`ManifestObject`): what `kubus apply` sends and the queue stores. `list_items` is the lenient
+List reading, for input the load may refuse (names only).
 
 Validation follows the API server where scheduling depends on it: quantities, enums (taint
 effects, toleration and selector operators, preemptionPolicy, whenUnsatisfiable), the rules on
@@ -131,8 +134,10 @@ __all__ = [
     "HOSTNAME_LABEL",
     "FieldValidation",
     "KubeObject",
+    "ManifestObject",
     "Manifests",
     "json_document",
+    "list_items",
     "load_manifests",
     "parse_manifests",
     "parse_node",
@@ -328,14 +333,32 @@ class Manifests:
     warnings: list[str] = field(default_factory=list)
     """Unknown and duplicate fields accepted (`FieldValidation.WARN`), one line each, naming the
     file, the object and the field."""
+    objects: list[ManifestObject] = field(default_factory=list)
+    """Every object, List items included, in file order, with its mapping as written: filled
+    only by a load with ``keep_raw=True`` (the mappings cost memory a large load need not keep)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ManifestObject:
+    """One object of a manifest as read: the mapping the text gives and what kubus reads from it."""
+
+    raw: Mapping[str, Any]
+    """The object as written (the last value of a field given twice, where the load accepts
+    it); an item of a PodList or NodeList may name no kind, its List's: `obj` says which. Shared
+    with the load, not a copy: read it, never change it."""
+    obj: KubeObject
+    """What `raw` reads as (a Pod, a Node, a PodGroup, ...)."""
+    where: str
+    """Its place in its input, as errors name it: "document 2", "document 1 items[3]"."""
 
 
 class _Collector:
     """Parses documents into a Manifests, gathering one error per bad object."""
 
-    def __init__(self, source: str, validate: FieldValidation | None = None) -> None:
+    def __init__(self, source: str, validate: FieldValidation | None = None, *, keep_raw: bool = False) -> None:
         self.source = source
         self.validate = validate
+        self.keep_raw = keep_raw
         self.result = Manifests()
         self.errors: list[ManifestError] = []
         self.pod_at: dict[str, str] = {}
@@ -377,20 +400,21 @@ class _Collector:
                 self.refuse_duplicates(doc, where, kind)
             if self.validate in (FieldValidation.STRICT, FieldValidation.WARN) and isinstance(kind, str):
                 self.check_known(doc, where, kind)
+            obj: KubeObject | None = None
             if kind == "Pod":
-                self.add_pod(read_pod(doc, self.source, where), where)
+                obj = self.add_pod(read_pod(doc, self.source, where), where)
             elif kind == "Node":
-                self.add_node(read_node(doc, self.source, where), where)
+                obj = self.add_node(read_node(doc, self.source, where), where)
             elif kind == "PodGroup":
-                self.add_pod_group(read_pod_group(doc, self.source, where), where)
+                obj = self.add_pod_group(read_pod_group(doc, self.source, where), where)
             elif kind == "Namespace":
-                self.add_namespace(read_namespace(doc, self.source, where), where)
+                obj = self.add_namespace(read_namespace(doc, self.source, where), where)
             elif kind == "PriorityClass":
-                self.add_priority_class(read_priority_class(doc, self.source, where), where)
+                obj = self.add_priority_class(read_priority_class(doc, self.source, where), where)
             elif kind == "PodDisruptionBudget":
-                self.add_budget(read_pod_disruption_budget(doc, self.source, where), where)
+                obj = self.add_budget(read_pod_disruption_budget(doc, self.source, where), where)
             elif isinstance(kind, str) and kind in WORKLOAD_READERS:
-                self.add_workload(read_workload(doc, self.source, where, kind), where)
+                obj = self.add_workload(read_workload(doc, self.source, where, kind), where)
             elif isinstance(kind, str) and kind in _LIST_KINDS:
                 self.list(doc, where, kind)
             elif kind is None:
@@ -403,6 +427,8 @@ class _Collector:
                     f"{shown(kind)} is not supported; kubus reads {', '.join(_NAMESPACED)} "
                     "and List (PodList, NodeList)",
                 )
+            if obj is not None and self.keep_raw:
+                self.result.objects.append(ManifestObject(doc, obj, where))
         except ManifestError as e:
             self.errors.append(e)
 
@@ -461,27 +487,35 @@ class _Collector:
                 continue
             self.item(item, item_where, _LIST_KINDS[kind])
 
-    def add_pod(self, pod: Pod, where: str) -> None:
+    # Each add_* keeps the object and returns it; a ManifestError for one it refuses.
+
+    def add_pod(self, pod: Pod, where: str) -> Pod:
         self.result.pods.append(self._first("Pod", "pod", pod.key, where, self.pod_at, pod))
+        return pod
 
-    def add_node(self, node: Node, where: str) -> None:
+    def add_node(self, node: Node, where: str) -> Node:
         self.result.nodes.append(self._first("Node", "node", node.name, where, self.node_at, node))
+        return node
 
-    def add_pod_group(self, group: PodGroup, where: str) -> None:
+    def add_pod_group(self, group: PodGroup, where: str) -> PodGroup:
         self.groups.append(self._first("PodGroup", "pod group", group.key, where, self.group_at, group))
+        return group
 
-    def add_namespace(self, ns: Namespace, where: str) -> None:
+    def add_namespace(self, ns: Namespace, where: str) -> Namespace:
         self.namespaces.append(self._first("Namespace", "namespace", ns.name, where, self.namespace_at, ns))
+        return ns
 
-    def add_budget(self, pdb: PodDisruptionBudget, where: str) -> None:
+    def add_budget(self, pdb: PodDisruptionBudget, where: str) -> PodDisruptionBudget:
         self.budgets.append(self._first("PodDisruptionBudget", "budget", pdb.key, where, self.budget_at, pdb))
+        return pdb
 
-    def add_workload(self, obj: Workload, where: str) -> None:
+    def add_workload(self, obj: Workload, where: str) -> Workload:
         key = f"{obj.namespace}/{obj.name}"
         noun = obj.kind[0].lower() + obj.kind[1:]
         self.workloads.append(self._first(obj.kind, noun, obj.key, where, self.workload_at, obj, key))
+        return obj
 
-    def add_priority_class(self, pc: PriorityClass, where: str) -> None:
+    def add_priority_class(self, pc: PriorityClass, where: str) -> PriorityClass:
         """The class, unless it is a second globalDefault (kube's admission refuses it)."""
         pc = self._first("PriorityClass", "priority class", pc.name, where, self.class_at, pc)
         try:
@@ -489,6 +523,7 @@ class _Collector:
         except PriorityError as e:
             raise ManifestError(self.source, f"PriorityClass {pc.name}", e.field, str(e)) from None
         self.priority_classes.append(pc)
+        return pc
 
     def _first(
         self, kind: str, noun: str, key: str, where: str, seen: dict[str, str], obj: _T, shown_key: str = ""
@@ -636,6 +671,21 @@ def read_documents(text: str, *, refuse_duplicates: bool = True) -> Iterator[Any
         yield doc
 
 
+def list_items(doc: Any) -> list[Any] | None:
+    """The items of a document that is a List of any kind (its kind ends in "List" and its
+    ``items`` is a list), each mapping item that names no kind given the one its List implies
+    (PodList: Pod; List: none); None for any other document. Lenient, validating nothing: for
+    reading names from input a load may refuse (`kubus delete -f`, a rejected submission's
+    identity). `parse_manifests` reads Lists itself, strictly (List, PodList, NodeList)."""
+    if not isinstance(doc, dict) or not isinstance(items := doc.get("items"), list):
+        return None
+    kind = str(doc.get("kind", ""))
+    if not kind.endswith("List"):
+        return None
+    implied = kind.removesuffix("List") or None
+    return [{"kind": implied, **item} if isinstance(item, dict) and implied else item for item in items]
+
+
 def _documents(text: str, collector: _Collector) -> None:
     number = 0
     try:
@@ -671,7 +721,11 @@ def _read(path_or_text: str | bytes | os.PathLike[str], source: str | None) -> t
 
 
 def load_manifests(
-    path_or_text: str | bytes | os.PathLike[str], *, source: str | None = None, validate: FieldValidation | None = None
+    path_or_text: str | bytes | os.PathLike[str],
+    *,
+    source: str | None = None,
+    validate: FieldValidation | None = None,
+    keep_raw: bool = False,
 ) -> Manifests:
     """Read the objects of a manifest file or text (YAML or JSON, multi-document, Lists).
 
@@ -681,21 +735,25 @@ def load_manifests(
     `source` names the input in errors; by default the path as given, or "<stdin>".
     `validate` says what becomes of unknown and duplicate fields (`FieldValidation`; None: a
     duplicate is refused, an unknown field ignored).
+    `keep_raw` fills `Manifests.objects`: each object's mapping as written, with its typed object
+    and its place, read in the same pass (the text is read once).
 
     Raises ManifestError for the first problem when only one object is bad, ManifestErrors
     (a ManifestError) listing the first problem of every bad object otherwise. Never raises
     anything else for bad input.
     """
     text, name = _read(path_or_text, source)
-    return parse_manifests(text, source=name, validate=validate)
+    return parse_manifests(text, source=name, validate=validate, keep_raw=keep_raw)
 
 
-def parse_manifests(text: str | bytes, *, source: str = STDIN, validate: FieldValidation | None = None) -> Manifests:
+def parse_manifests(
+    text: str | bytes, *, source: str = STDIN, validate: FieldValidation | None = None, keep_raw: bool = False
+) -> Manifests:
     """Like `load_manifests`, for manifest text that is never taken for a path (what a client
     published on the bus, what was read from standard input)."""
     if isinstance(text, bytes):
         text, source = _read(text, source)
-    collector = _Collector(source, validate)
+    collector = _Collector(source, validate, keep_raw=keep_raw)
     _documents(text, collector)
     if len(collector.errors) == 1:
         raise collector.errors[0]

@@ -18,7 +18,7 @@ from typing import Any
 
 from kubus import codec
 from kubus.api.errors import ManifestError, ManifestErrors
-from kubus.api.manifests import json_document, parse_manifests, parse_pod, read_documents
+from kubus.api.manifests import json_document, list_items, parse_manifests, parse_pod, read_documents
 from kubus.api.objects import Pod
 from kubus.api.priority import PriorityClass, PriorityError, resolve_priority
 from kubus.errors import KubusError
@@ -55,8 +55,6 @@ def pod_from_api(obj: Mapping[str, Any]) -> bytes:
 
 _MAX_LINE = 1000
 """A rejection message longer than this is cut (it travels in events and logs)."""
-
-_LIST_ITEM_KIND = {"List": None, "PodList": "Pod", "NodeList": "Node"}
 
 
 class Rejected(KubusError, ValueError):
@@ -99,7 +97,7 @@ def read_submission(data: bytes, *, source: str, max_manifest_bytes: int) -> lis
             raise _rejected(exc, data) from None
         return [_submission(pod, doc, source, max_manifest_bytes, reparse=False)]
     try:
-        manifests = parse_manifests(data, source=source)
+        manifests = parse_manifests(data, source=source, keep_raw=True)
     except ManifestError as exc:
         raise _rejected(exc, data) from None
     if manifests.nodes:
@@ -109,13 +107,9 @@ def read_submission(data: bytes, *, source: str, max_manifest_bytes: int) -> lis
         )
     if not manifests.pods:
         raise Rejected(f"{source}: no Pod in the message", reason="Invalid")
-    raw_pods = _raw_pods(data)
-    if len(raw_pods) != len(manifests.pods):  # cannot be: both read the same documents
-        raise Rejected(f"{source}: could not match the pods to their documents", reason="Invalid")
-    out: list[Submission] = []
-    for pod, raw in zip(manifests.pods, raw_pods, strict=True):
-        out.append(_submission(pod, raw, source, max_manifest_bytes))
-    return out
+    return [
+        _submission(o.obj, o.raw, source, max_manifest_bytes) for o in manifests.objects if isinstance(o.obj, Pod)
+    ]
 
 
 def admit_priority(sub: Submission, classes: Mapping[str, PriorityClass], *, source: str) -> Submission:
@@ -162,7 +156,7 @@ def _rejected(exc: ManifestError, data: bytes) -> Rejected:
 
 
 def _submission(
-    pod: Pod, raw: dict[str, Any], source: str, max_manifest_bytes: int, *, reparse: bool = True
+    pod: Pod, raw: Mapping[str, Any], source: str, max_manifest_bytes: int, *, reparse: bool = True
 ) -> Submission:
     label = f"{source}: Pod {pod.key}"
     doc = dict(raw)
@@ -193,40 +187,17 @@ def _submission(
     return Submission(parsed, manifest)
 
 
-def _documents(data: bytes, *, refuse_duplicates: bool = True) -> list[Any]:
-    return list(read_documents(data.decode("utf-8-sig"), refuse_duplicates=refuse_duplicates))
-
-
-def _raw_pods(data: bytes) -> list[dict[str, Any]]:
-    """The Pod objects of the documents, in the order parse_manifests reads them."""
-    out: list[dict[str, Any]] = []
-
-    def item(doc: Any, implied: str | None) -> None:
-        if not isinstance(doc, dict):
-            return
-        kind = doc.get("kind", implied)
-        if kind == "Pod":
-            out.append(doc)
-        elif kind in _LIST_ITEM_KIND:
-            for sub in doc.get("items") or ():
-                item(sub, _LIST_ITEM_KIND[kind])
-
-    for doc in _documents(data):
-        item(doc, None)
-    return out
-
-
 def identify(data: bytes) -> tuple[str, str]:
     """Best effort for a message that failed validation: the (``namespace/name``, uid) of the
     first pod it names (the uid the API would give it, when the manifest has none), or ("", "")."""
     try:
-        docs = _documents(data, refuse_duplicates=False)  # a key given twice: the last one names it
+        # A key given twice: the last one names it.
+        docs = list(read_documents(data.decode("utf-8-sig"), refuse_duplicates=False))
     except Exception:  # garbage: no identity, and no second error
         return "", ""
     for doc in docs:
         if isinstance(doc, dict) and doc.get("kind", "Pod") in ("Pod", "PodList", "List"):
-            items = doc.get("items")
-            candidates = [doc] if doc.get("kind", "Pod") == "Pod" else items if isinstance(items, list) else []
+            candidates = [doc] if doc.get("kind", "Pod") == "Pod" else list_items(doc) or []
             for candidate in candidates:
                 found = _identity(candidate)
                 if found[0]:

@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from kubus.api.manifests import read_documents
+from kubus.api.manifests import list_items, read_documents
 from kubus.errors import UsageError
 
 __all__ = ["RESOURCES", "ResourceChoices", "manifest_paths", "objects_in_files", "resource_choices", "targets"]
@@ -120,10 +120,8 @@ def objects_in_files(paths: Sequence[str], stdin: Any = None) -> list[tuple[str,
             raise UsageError(f"{path}: {' '.join(str(e).split())}") from None
         items: list[Any] = []
         for doc in docs:
-            listed = isinstance(doc, dict) and isinstance(doc.get("items"), list)
-            if listed and str(doc.get("kind", "")).endswith("List"):
-                implied = str(doc["kind"]).removesuffix("List") or None
-                items += [{"kind": implied, **i} if isinstance(i, dict) and implied else i for i in doc["items"]]
+            if (listed := list_items(doc)) is not None:
+                items += listed
             elif doc is not None:
                 items.append(doc)
         for i, obj in enumerate(items, start=1):

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
+from builders import node_manifest
 from nats import errors as nats_errors
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
@@ -981,14 +982,8 @@ async def _hinted(queue: QueueService, plugin: str, event: str, hint: str, count
 
 
 def _node(name: str, labels: dict[str, str] | None = None, *, annotations: dict[str, str] | None = None) -> Any:
-    return parse_node(
-        {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {"name": name, "labels": labels or {}, "annotations": annotations or {}},
-            "status": {"capacity": {"cpu": "8", "memory": "16Gi", "pods": "110"}},
-        }
-    )
+    capacity = {"cpu": "8", "memory": "16Gi", "pods": "110"}
+    return parse_node(node_manifest(name, labels=labels or {}, annotations=annotations or {}, capacity=capacity))
 
 
 async def _reserve(state: ClusterState, manifest: bytes, node: str) -> int:

@@ -4,9 +4,10 @@ handle, then `kubus simulate` end to end."""
 from __future__ import annotations
 
 import pytest
+from builders import GI, make_node, make_pod
 
 from kubus.api.manifests import Manifests, parse_manifests
-from kubus.api.objects import CPU, MEMORY, PODS, Container, Node, NodeSpec, NodeStatus, ObjectMeta, Pod, PodSpec
+from kubus.api.objects import CPU, MEMORY, PODS, Node, Pod
 from kubus.api.podgroups import DEFAULT_SCHEDULE_TIMEOUT, POD_GROUP_LABEL, PodGroup
 from kubus.cli.simulate import SCHEDULED, UNSCHEDULABLE, PodOutcome, simulate
 from kubus.framework.config import ConfigError, CoschedulingArgs, SchedulerConfiguration, default_config, load_config
@@ -23,20 +24,24 @@ from kubus.kernels.backend import select_backend
 from kubus.kernels.nodeinfo import PodInfo
 from kubus.plugins import Coscheduling, QueuedPodInfo, in_tree_registry
 
-GI = 1024**3
 NS = "default"
 
 
 def node(name: str, cpu: int = 2000) -> Node:
-    alloc = {CPU: cpu, MEMORY: 8 * GI, PODS: 110}
-    return Node(ObjectMeta(name=name, namespace=""), NodeSpec(), NodeStatus(capacity=dict(alloc), allocatable=alloc))
+    return make_node(name, allocatable={CPU: cpu, MEMORY: 8 * GI, PODS: 110})
 
 
 def pod(name: str, group: str | None = None, *, cpu: int = 1000, priority: int = 0, created: float = 0.0) -> Pod:
     labels = {POD_GROUP_LABEL: group} if group else {}
-    return Pod(
-        ObjectMeta(name=name, namespace=NS, uid=f"uid-{name}", labels=labels, creation_timestamp=created),
-        PodSpec(containers=(Container("c", "busybox", requests={CPU: cpu}),), priority=priority),
+    return make_pod(
+        name,
+        namespace=NS,
+        uid=f"uid-{name}",
+        labels=labels,
+        created=created,
+        image="busybox",
+        requests={CPU: cpu},
+        priority=priority,
     )
 
 

@@ -3,6 +3,7 @@ the queue for its QueueingHints)."""
 
 from __future__ import annotations
 
+from builders import make_node, make_pod
 from support import without_post_filter
 
 from kubus.api.objects import (
@@ -10,17 +11,12 @@ from kubus.api.objects import (
     MEMORY,
     PODS,
     Affinity,
-    Container,
     Node,
     NodeAffinity,
     NodeSelector,
     NodeSelectorRequirement,
     NodeSelectorTerm,
-    NodeSpec,
-    NodeStatus,
-    ObjectMeta,
     Pod,
-    PodSpec,
     SelectorOperator,
     Taint,
     TaintEffect,
@@ -44,18 +40,11 @@ def scheduler(*nodes: Node) -> Scheduler:
 
 def node(name: str, cpu: int = 4000, *, taints: tuple[Taint, ...] = (), unschedulable: bool = False) -> Node:
     alloc = {CPU: cpu, MEMORY: 8 * GI, PODS: 110}
-    return Node(
-        ObjectMeta(name=name, namespace=""),
-        NodeSpec(unschedulable=unschedulable, taints=taints),
-        NodeStatus(capacity=dict(alloc), allocatable=alloc),
-    )
+    return make_node(name, allocatable=alloc, taints=taints, unschedulable=unschedulable)
 
 
 def pod(name: str = "p", cpu: int = 1000, **spec: object) -> Pod:
-    return Pod(
-        ObjectMeta(name=name, uid=f"uid-{name}"),
-        PodSpec(containers=(Container("c", "busybox", requests={CPU: cpu}),), **spec),  # type: ignore[arg-type]
-    )
+    return make_pod(name, uid=f"uid-{name}", image="busybox", requests={CPU: cpu}, **spec)  # type: ignore[arg-type]
 
 
 def test_a_placed_pod_names_no_plugin() -> None:

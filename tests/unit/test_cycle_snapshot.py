@@ -4,19 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 
+from builders import make_node, make_pod
+
 from kubus.api.objects import (
     CPU,
     MEMORY,
     NVIDIA_GPU,
     PODS,
-    Container,
-    GPUDevice,
     Node,
-    NodeSpec,
-    NodeStatus,
-    ObjectMeta,
     Pod,
-    PodSpec,
 )
 from kubus.cycle import NodeSnapshot, PlacedPod, SyncStats
 from kubus.kernels.nodeinfo import PodInfo
@@ -26,25 +22,14 @@ GI = 1024**3
 
 
 def node(name: str, cpu: int = 4000, *, gpus: int = 0, labels: dict[str, str] | None = None) -> Node:
-    alloc = {CPU: cpu, MEMORY: 8 * GI, PODS: 110}
-    if gpus:
-        alloc[NVIDIA_GPU] = gpus
-    return Node(
-        ObjectMeta(name=name, namespace="", labels=labels or {}),
-        NodeSpec(),
-        NodeStatus(capacity=dict(alloc), allocatable=alloc),
-        gpus=tuple(GPUDevice(i, f"GPU-{name}-{i}", "H100", 80 * GI) for i in range(gpus)),
-    )
+    return make_node(name, allocatable={CPU: cpu, MEMORY: 8 * GI, PODS: 110}, gpus=gpus, labels=labels)
 
 
 def pod(name: str, cpu: int = 1000, *, uid: str | None = None, gpus: int = 0) -> Pod:
     requests = {CPU: cpu}
     if gpus:
         requests[NVIDIA_GPU] = gpus
-    return Pod(
-        ObjectMeta(name=name, uid=uid or f"uid-{name}"),
-        PodSpec(containers=(Container("c", "busybox", requests=requests),)),
-    )
+    return make_pod(name, uid=uid or f"uid-{name}", image="busybox", requests=requests)
 
 
 def reservation(p: Pod, node_name: str, devices: tuple[int, ...] = ()) -> Reservation:

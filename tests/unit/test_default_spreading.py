@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from builders import labels_of, make_node, make_pod
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import without_post_filter
@@ -33,15 +34,12 @@ from kubus.api.manifests import parse_manifests, parse_object, wire_pod
 from kubus.api.objects import (
     CPU,
     PODS,
-    Container,
     LabelSelector,
     LabelSelectorRequirement,
     Node,
-    NodeStatus,
     ObjectMeta,
     OwnerReference,
     Pod,
-    PodSpec,
     SelectorOperator,
     TopologySpreadConstraint,
 )
@@ -84,22 +82,20 @@ def pod(
     spreads: tuple[TopologySpreadConstraint, ...] = (),
 ) -> Pod:
     """A pod; each of `labels` is `key` (value "") or `key=value`."""
-    lab = dict(lb.split("=", 1) if "=" in lb else (lb, "") for lb in labels)
-    return Pod(
-        ObjectMeta(name=name, namespace=ns, uid=f"{ns}/{name}", labels=lab, owner_references=owners),
-        PodSpec(
-            containers=(Container("c", requests={CPU: 100}),),
-            node_name=node,
-            topology_spread_constraints=spreads,
-        ),
+    return make_pod(
+        name,
+        namespace=ns,
+        uid=f"{ns}/{name}",
+        labels=labels_of(*labels),
+        owners=owners,
+        requests={CPU: 100},
+        node_name=node,
+        spread=spreads,
     )
 
 
 def node(name: str, **labels: str) -> Node:
-    return Node(
-        ObjectMeta(name=name, namespace="", labels={HOST: name, **labels}),
-        status=NodeStatus(capacity={CPU: 64000, PODS: 110}, allocatable={CPU: 64000, PODS: 110}),
-    )
+    return make_node(name, labels={HOST: name, **labels}, allocatable={CPU: 64000, PODS: 110})
 
 
 def svc(name: str, ns: str = "default", **selector: str) -> Service:

@@ -5,6 +5,7 @@ the healthy ones)."""
 from __future__ import annotations
 
 import pytest
+from builders import make_pod
 
 from kubus.api.disruption import IntOrPercent, PodDisruptionBudget, disruptions_allowed, pdb_matches, scaled_value
 from kubus.api.objects import LabelSelector, LabelSelectorRequirement, ObjectMeta, Pod, PodSpec, SelectorOperator
@@ -13,7 +14,7 @@ WEB = LabelSelector({"app": "web"})
 
 
 def pod(name: str, *, app: str = "web", namespace: str = "prod", node: str = "n1") -> Pod:
-    return Pod(ObjectMeta(name=name, namespace=namespace, labels={"app": app}), PodSpec(node_name=node))
+    return make_pod(name, namespace=namespace, labels={"app": app}, node_name=node)
 
 
 def budget(

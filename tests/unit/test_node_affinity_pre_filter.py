@@ -4,6 +4,7 @@ required terms, and "pod affinity terms conflict" when every term's names confli
 from __future__ import annotations
 
 import pytest
+from builders import make_node, make_pod
 from support import without_post_filter
 
 from kubus.api.objects import (
@@ -12,10 +13,7 @@ from kubus.api.objects import (
     NodeSelector,
     NodeSelectorRequirement,
     NodeSelectorTerm,
-    NodeStatus,
-    ObjectMeta,
     Pod,
-    PodSpec,
     SelectorOperator,
 )
 from kubus.api.objects import NodeAffinity as NodeAffinitySpec
@@ -41,12 +39,11 @@ def names(op: SelectorOperator, *values: str) -> NodeSelectorRequirement:
 
 def pod(*terms: NodeSelectorTerm) -> Pod:
     affinity = Affinity(node_affinity=NodeAffinitySpec(required=NodeSelector(terms)))
-    return Pod(ObjectMeta(name="p", namespace="default", uid="u-p"), PodSpec(affinity=affinity))
+    return make_pod(uid="u-p", affinity=affinity)
 
 
 def node(name: str) -> Node:
-    alloc = {"cpu": 4000, "memory": 8 * 1024**3, "pods": 110}
-    return Node(ObjectMeta(name=name), status=NodeStatus(capacity=alloc, allocatable=alloc))
+    return make_node(name, allocatable={"cpu": 4000, "memory": 8 * 1024**3, "pods": 110})
 
 
 ZONE_A = NodeSelectorRequirement("zone", IN, ("a",))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
+from builders import make_pod
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -19,7 +20,6 @@ from kubus.api.objects import (
     NodeSelectorTerm,
     ObjectMeta,
     Pod,
-    PodSpec,
     PreferredSchedulingTerm,
     SelectorOperator,
     Taint,
@@ -67,7 +67,7 @@ def preferred(*weighted: tuple[int, NodeSelectorTerm]) -> NodeAffinity:
 
 def pod(selector: dict[str, str] | None = None, affinity: NodeAffinity | None = None) -> Pod:
     aff = Affinity(node_affinity=affinity) if affinity is not None else None
-    return Pod(ObjectMeta(name="p"), PodSpec(node_selector=dict(selector or {}), affinity=aff))
+    return make_pod(node_selector=selector, affinity=aff)
 
 
 def info(name: str = "node1", labels: dict[str, str] | None = None) -> NodeInfo:

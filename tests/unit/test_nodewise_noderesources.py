@@ -11,8 +11,9 @@ import itertools
 from dataclasses import dataclass, field
 
 import pytest
+from builders import make_node, make_pod
 
-from kubus.api.objects import Container, Node, NodeStatus, ObjectMeta, Pod, PodSpec
+from kubus.api.objects import Container, Node, ObjectMeta, Pod, PodSpec
 from kubus.api.resource_names import is_extended_resource_name
 from kubus.framework.cycle_state import CycleState
 from kubus.framework.status import Code, Status
@@ -42,13 +43,11 @@ def pod(*containers: dict[str, int], init: tuple[dict[str, int], ...] = (), over
     def c(reqs: dict[str, int], i: int) -> Container:
         return Container(name=f"c{i}", requests=dict(reqs))
 
-    return Pod(
-        ObjectMeta(name=f"pod-{next(_names)}"),
-        PodSpec(
-            containers=tuple(c(r, i) for i, r in enumerate(containers)),
-            init_containers=tuple(c(r, i) for i, r in enumerate(init)),
-            overhead=dict(overhead or {}),
-        ),
+    return make_pod(
+        f"pod-{next(_names)}",
+        containers=[c(r, i) for i, r in enumerate(containers)],
+        init_containers=[c(r, i) for i, r in enumerate(init)],
+        overhead=overhead,
     )
 
 
@@ -57,7 +56,7 @@ def node(name: str, **allocatable: int) -> Node:
 
 
 def node_res(name: str, resources: dict[str, int]) -> Node:
-    return Node(ObjectMeta(name=name), status=NodeStatus(capacity=resources, allocatable=resources))
+    return make_node(name, allocatable=resources)
 
 
 def info(n: Node, *pods: Pod) -> NodeInfo:

@@ -7,17 +7,15 @@ import itertools
 from collections import Counter
 
 import pytest
+from builders import make_node, make_pod
 
 from kubus.api.objects import (
     Affinity,
     Container,
     GPUDevice,
-    Node,
     NodeSelector,
     NodeSelectorRequirement,
     NodeSelectorTerm,
-    NodeSpec,
-    NodeStatus,
     ObjectMeta,
     Pod,
     PodSpec,
@@ -75,12 +73,7 @@ def node(
 ) -> NodeInfo:
     alloc = {"cpu": cpu, "memory": mem, "pods": 110}
     return NodeInfo(
-        Node(
-            ObjectMeta(name=name, labels=dict(labels or {})),
-            NodeSpec(unschedulable=unschedulable, taints=tuple(taints)),
-            NodeStatus(capacity=alloc, allocatable=alloc),
-            gpus=tuple(gpus),
-        )
+        make_node(name, labels=labels, allocatable=alloc, taints=taints, unschedulable=unschedulable, gpu_devices=gpus)
     )
 
 
@@ -89,10 +82,7 @@ def pod(
 ) -> Pod:
     name = f"pod-{next(_names)}"
     requests = {"cpu": cpu, "memory": mem, **(extra or {})}
-    return Pod(
-        ObjectMeta(name=name, uid=uid or name, annotations=dict(annotations or {})),
-        PodSpec(containers=(Container("c", requests=requests),), affinity=affinity),
-    )
+    return make_pod(name, uid=uid or name, annotations=annotations, requests=requests, affinity=affinity)
 
 
 def name_terms(*names: str) -> Affinity:

@@ -9,9 +9,10 @@ import importlib.metadata
 from pathlib import Path
 
 import pytest
+from builders import make_node, make_pod
 
 from kubus import codec
-from kubus.api.objects import Node, NodeStatus, ObjectMeta, Pod, PodSpec
+from kubus.api.objects import Node, Pod
 from kubus.cli.commands import scheduler_config
 from kubus.cli.describe import explain_pod
 from kubus.framework.config import load_config
@@ -35,12 +36,11 @@ except ModuleNotFoundError:  # pragma: no cover - the venv was not made by `make
 
 
 def node(name: str, **labels: str) -> Node:
-    alloc = {"cpu": 4000, "memory": 8 * 1024**3, "pods": 110}
-    return Node(ObjectMeta(name=name, labels=labels), status=NodeStatus(capacity=alloc, allocatable=alloc))
+    return make_node(name, labels=labels, allocatable={"cpu": 4000, "memory": 8 * 1024**3, "pods": 110})
 
 
 def pod(name: str = "p", **annotations: str) -> Pod:
-    return Pod(ObjectMeta(name=name, namespace="default", uid=f"u-{name}", annotations=annotations), PodSpec())
+    return make_pod(name, uid=f"u-{name}", annotations=annotations)
 
 
 def test_the_package_is_installed_under_the_entry_point_group() -> None:

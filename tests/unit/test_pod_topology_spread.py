@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from builders import labels_of, make_node, make_pod
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import without_post_filter
@@ -118,22 +119,22 @@ def pod(
 ) -> Pod:
     """A pod; each of `labels` is `key` (value "") or `key=value`; `terminating`: kube's
     st.MakePod().Terminating() (a deletionTimestamp)."""
-    lab = dict(lb.split("=", 1) if "=" in lb else (lb, "") for lb in labels)
-    deleted = 1_700_000_000.0 if terminating else None
-    return Pod(
-        ObjectMeta(name=name, namespace=ns, uid=f"{ns}/{name}", labels=lab, deletion_timestamp=deleted),
-        PodSpec(
-            node_name=node,
-            topology_spread_constraints=spreads,
-            node_selector=dict(node_selector or {}),
-            affinity=affinity,
-            tolerations=tolerations,
-        ),
+    return make_pod(
+        name,
+        namespace=ns,
+        uid=f"{ns}/{name}",
+        labels=labels_of(*labels),
+        deleted=1_700_000_000.0 if terminating else None,
+        node_name=node,
+        spread=spreads,
+        node_selector=node_selector,
+        affinity=affinity,
+        tolerations=tolerations,
     )
 
 
 def node(name: str, taints: tuple[Taint, ...] = (), **labels: str) -> Node:
-    return Node(ObjectMeta(name=name, namespace="", labels=dict(labels)), NodeSpec(taints=taints))
+    return make_node(name, labels=labels, taints=taints)
 
 
 def zn(name: str, zone: str, taints: tuple[Taint, ...] = (), **labels: str) -> Node:

@@ -6,8 +6,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from builders import make_pod
 
-from kubus.api.objects import ObjectMeta, Pod, PodSpec, PreemptionPolicy
+from kubus.api.objects import Pod, PreemptionPolicy
 from kubus.api.priority import (
     SYSTEM_CLUSTER_CRITICAL,
     SYSTEM_NODE_CRITICAL,
@@ -27,8 +28,7 @@ CLASSES = {c.name: c for c in (HIGH, QUIET)}
 
 
 def pod(class_name: str = "", priority: int = 0, policy: PreemptionPolicy = PREEMPT) -> Pod:
-    spec = PodSpec(priority_class_name=class_name, priority=priority, preemption_policy=policy)
-    return Pod(ObjectMeta(name="p"), spec)
+    return make_pod(priority_class=class_name, priority=priority, policy=policy)
 
 
 def resolved(p: Pod) -> tuple[str, int, PreemptionPolicy]:

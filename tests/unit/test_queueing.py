@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+import builders
 import pytest
 
 from kubus import codec
@@ -30,10 +31,7 @@ class FakeClock:
 
 
 def make_pod(name: str, *, priority: int = 0, gates: tuple[str, ...] = ()) -> Pod:
-    return Pod(
-        metadata=ObjectMeta(name=name, namespace="default", uid=f"uid-{name}"),
-        spec=PodSpec(priority=priority, scheduling_gates=gates),
-    )
+    return builders.make_pod(name, uid=f"uid-{name}", priority=priority, gates=gates)
 
 
 def make_queue(clock: FakeClock, **kwargs: object) -> SchedulingQueue:

@@ -8,20 +8,16 @@ from types import SimpleNamespace
 from typing import Any, ClassVar
 
 import pytest
+from builders import make_node, make_pod
 
 from kubus import codec
 from kubus.api.objects import (
     Affinity,
-    Container,
-    ContainerPort,
     GPUDevice,
     Node,
     NodeSelector,
     NodeSelectorRequirement,
     NodeSelectorTerm,
-    NodeSpec,
-    NodeStatus,
-    ObjectMeta,
     Pod,
     PodSpec,
     SelectorOperator,
@@ -60,11 +56,14 @@ def node(
     allocatable: dict[str, int] | None = None,
     gpus: tuple[GPUDevice, ...] = (),
 ) -> Node:
-    return Node(
-        metadata=ObjectMeta(name=name, namespace="", labels=labels or {}),
-        spec=NodeSpec(unschedulable=unschedulable, taints=taints),
-        status=NodeStatus(allocatable=allocatable if allocatable is not None else {"cpu": 4000, "pods": 110}),
-        gpus=gpus,
+    return make_node(
+        name,
+        labels=labels,
+        unschedulable=unschedulable,
+        taints=taints,
+        allocatable=allocatable if allocatable is not None else {"cpu": 4000, "pods": 110},
+        capacity={},
+        gpu_devices=gpus,
     )
 
 
@@ -78,19 +77,15 @@ def pod(
     host_ports: tuple[int, ...] = (),
     annotations: dict[str, str] | None = None,
 ) -> Pod:
-    container = Container(
-        name="c",
+    return make_pod(
+        name,
+        uid=f"uid-{name}",
+        annotations=annotations,
         requests=requests or {},
-        ports=tuple(ContainerPort(container_port=p, host_port=p) for p in host_ports),
-    )
-    return Pod(
-        metadata=ObjectMeta(name=name, uid=f"uid-{name}", annotations=annotations or {}),
-        spec=PodSpec(
-            containers=(container,),
-            node_selector=node_selector or {},
-            tolerations=tolerations,
-            node_name=node_name,
-        ),
+        host_ports=host_ports,
+        node_selector=node_selector,
+        tolerations=tolerations,
+        node_name=node_name,
     )
 
 

@@ -4,10 +4,11 @@ scheduler's NonZeroRequested/NonMissingContainerRequests behaviour)."""
 from __future__ import annotations
 
 import pytest
+from builders import make_pod
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kubus.api.objects import Container, ObjectMeta, Pod, PodSpec
+from kubus.api.objects import Container, Pod
 from kubus.api.requests import (
     DEFAULT_MEMORY_REQUEST,
     DEFAULT_MILLI_CPU_REQUEST,
@@ -33,14 +34,7 @@ def pod(
     init: list[Container] | None = None,
     overhead: dict[str, int] | None = None,
 ) -> Pod:
-    return Pod(
-        metadata=ObjectMeta(name="p"),
-        spec=PodSpec(
-            containers=tuple(containers or ()),
-            init_containers=tuple(init or ()),
-            overhead=overhead or {},
-        ),
-    )
+    return make_pod(containers=containers or (), init_containers=init or (), overhead=overhead)
 
 
 # TestPodResourceRequests / TestPodRequestsAndLimits / TestPodResourceLimits (the same
