@@ -24,9 +24,9 @@ from nats.js.api import DeliverPolicy
 from kubus import codec
 from kubus.api.disruption import PodDisruptionBudget
 from kubus.api.errors import ManifestError
-from kubus.api.manifests import FieldValidation, Manifests, parse_manifests, parse_pod, read_documents, wire_pod
+from kubus.api.manifests import FieldValidation, Manifests, parse_manifests, parse_pod, wire_pod
 from kubus.api.namespaces import Namespace
-from kubus.api.objects import LabelSelector
+from kubus.api.objects import LabelSelector, Pod
 from kubus.api.pod_affinity import selector_matches
 from kubus.api.podgroups import PodGroup
 from kubus.api.priority import PriorityClass, PriorityError, check_priority_class
@@ -102,8 +102,6 @@ _PUBLISH_WINDOW = 256
 
 # ---- apply -------------------------------------------------------------------------------------
 
-_LIST_KINDS = ("List", "PodList", "NodeList")
-
 
 @dataclass(frozen=True, slots=True)
 class SubmitManifest:
@@ -148,21 +146,6 @@ class ApplyObjects:
             + len(self.disruption_budgets)
             + len(self.workloads)
         )
-
-
-def _objects(text: str, *, refuse_duplicates: bool = True) -> list[Any]:
-    """The top-level objects of a manifest text, List items flattened, in order."""
-    out: list[Any] = []
-    for doc in read_documents(text, refuse_duplicates=refuse_duplicates):
-        if isinstance(doc, dict) and doc.get("kind") in _LIST_KINDS and isinstance(doc.get("items"), list):
-            implied = {"PodList": "Pod", "NodeList": "Node"}.get(doc["kind"])
-            for item in doc["items"]:
-                if implied and isinstance(item, dict) and "kind" not in item:
-                    item = {**item, "kind": implied}
-                out.append(item)
-        elif doc is not None:
-            out.append(doc)
-    return out
 
 
 def _take_cluster_objects(result: ApplyObjects, manifests: Manifests, source: str, seen: dict[str, str]) -> None:
@@ -235,7 +218,8 @@ def read_apply_manifests(
                     raw = f.read()
             except OSError as e:
                 raise ManifestError(path, "", "", f"cannot read the file: {e.strerror or e}") from None
-        manifests = parse_manifests(raw, source=source, validate=validate)  # validates; raises ManifestError(s)
+        # Validates (raises ManifestError(s)) and keeps each object as written: what is sent.
+        manifests = parse_manifests(raw, source=source, validate=validate, keep_raw=True)
         if warnings is not None:
             warnings.extend(manifests.warnings)
         if manifests.nodes:
@@ -244,15 +228,7 @@ def read_apply_manifests(
                 "cluster through their gpu-agent"
             )
         _take_cluster_objects(result, manifests, source, others_seen)
-        text = raw.decode("utf-8-sig") if isinstance(raw, bytes) else raw
-        every = _objects(text, refuse_duplicates=validate in (None, FieldValidation.STRICT))
-        objects = [o for o in every if isinstance(o, dict) and o.get("kind", "Pod") == "Pod"]
-        group_objects = [o for o in every if isinstance(o, dict) and o.get("kind") == "PodGroup"]
-        if len(group_objects) != len(manifests.pod_groups):  # cannot happen: both read the same documents
-            raise UsageError(
-                f"{source}: found {len(manifests.pod_groups)} pod groups but {len(group_objects)} PodGroup objects"
-            )
-        for group, obj in zip(manifests.pod_groups, group_objects, strict=True):
+        for group, obj in [(o.obj, o.raw) for o in manifests.objects if isinstance(o.obj, PodGroup)]:
             if group.key in group_seen:
                 raise UsageError(
                     f"{source}: PodGroup {group.key}: metadata.name: duplicate: the same pod group is already "
@@ -260,15 +236,13 @@ def read_apply_manifests(
                 )
             group_seen[group.key] = source
             groups.append((group, codec.dumps(obj)))
-        if len(objects) != len(manifests.pods):  # cannot happen: both read the same documents
-            raise UsageError(f"{source}: found {len(manifests.pods)} pods but {len(objects)} Pod objects")
-        for pod, obj in zip(manifests.pods, objects, strict=True):
+        for pod, obj in [(o.obj, o.raw) for o in manifests.objects if isinstance(o.obj, Pod)]:
             where = f"{source}: Pod {pod.key}"
             if pod.key in seen:
                 raise UsageError(f"{where}: metadata.name: duplicate: the same pod is already in {seen[pod.key]}")
             seen[pod.key] = source
             try:
-                data = codec.dumps(obj)
+                data = codec.dumps(obj if "kind" in obj else {**obj, "kind": "Pod"})  # a PodList's item
             except TypeError as e:
                 raise UsageError(f"{where}: cannot be sent as JSON: {e}") from None
             if len(data) > MAX_MANIFEST_SIZE:
@@ -314,33 +288,62 @@ async def _store_objects(state: ClusterState, objects: ApplyObjects, out: TextIO
     """Store every object but the pods: namespaces, priority classes, disruption budgets,
     workloads, pod groups. The classes are checked against the stored ones first, as their puts will be, so
     that a refused class (a second globalDefault, a changed value) stores nothing at all.
-    Raises UsageError for a refused class."""
-    classes = dict(await state.priority_classes())
+    Each object is said as kubectl says it: created (the store did not hold it), configured
+    (it held another) or unchanged (it held this one). Raises UsageError for a refused class."""
+    stored_classes = await state.priority_classes()
+    classes = dict(stored_classes)
     for pc in objects.priority_classes:
         try:
             check_priority_class(pc, classes.values())
         except PriorityError as e:
             raise UsageError(f"PriorityClass {pc.name}: {e.field}: {e}") from None
         classes[pc.name] = pc
-    written: list[tuple[str, str, bool]] = []
+    held = await _held_objects(state, objects)
+    held.update(("priorityclass", name) for name in stored_classes)
+    written: list[tuple[str, str, str, bool]] = []
+    """(kind, key, name, changed) of each object put."""
     for ns in objects.namespaces:
-        written.append(("namespace", ns.name, await state.put_namespace(ns)))
+        written.append(("namespace", ns.name, ns.name, await state.put_namespace(ns)))
     for pc in objects.priority_classes:
         try:
-            written.append(("priorityclass", pc.name, await state.put_priority_class(pc)))
+            written.append(("priorityclass", pc.name, pc.name, await state.put_priority_class(pc)))
         except PriorityError as e:  # another apply stored a class meanwhile
             raise UsageError(f"PriorityClass {pc.name}: {e.field}: {e}") from None
     for pdb in objects.disruption_budgets:
-        written.append(("poddisruptionbudget", pdb.name, await state.put_pod_disruption_budget(pdb)))
+        written.append(("poddisruptionbudget", pdb.key, pdb.name, await state.put_pod_disruption_budget(pdb)))
     for obj in objects.workloads:
-        written.append((obj.kind.lower(), obj.name, await state.put_workload(obj)))
+        written.append((obj.kind.lower(), obj.key, obj.name, await state.put_workload(obj)))
     for group, manifest in objects.pod_groups:
-        written.append(("podgroup", group.name, await state.put_pod_group(group, manifest)))
+        written.append(("podgroup", group.key, group.name, await state.put_pod_group(group, manifest)))
+    verdicts = [
+        (f"{kind}/{name}", "unchanged" if not changed else "configured" if (kind, key) in held else "created")
+        for kind, key, name, changed in written
+    ]
     if quiet:
-        out.write(f"{len(written)} objects configured ({sum(changed for _, _, changed in written)} changed)\n")
+        kinds = ("created", "configured", "unchanged")
+        counts = [f"{n} {v}" for v in kinds if (n := sum(verdict == v for _, verdict in verdicts))]
+        out.write(f"{len(verdicts)} objects: {', '.join(counts)}\n")
         return
-    for kind, name, changed in written:
-        out.write(f"{kind}/{name} {'configured' if changed else 'unchanged'}\n")
+    for what, verdict in verdicts:
+        out.write(f"{what} {verdict}\n")
+
+
+async def _held_objects(state: ClusterState, objects: ApplyObjects) -> set[tuple[str, str]]:
+    """(kind, key) of the objects of these kinds but PriorityClass that the store holds now,
+    each kind read once (and not at all when none of it is applied): keys as the puts key
+    them, a namespace by name, a budget or group ``namespace/name``, a workload
+    ``Kind/namespace/name``."""
+    held: set[tuple[str, str]] = set()
+    if objects.namespaces:
+        held.update(("namespace", name) for name in await state.namespaces())
+    if objects.disruption_budgets:
+        held.update(("poddisruptionbudget", pdb.key) for pdb in await state.pod_disruption_budgets())
+    if objects.workloads:
+        held.update((obj.kind.lower(), obj.key) for obj in (await state.workloads()).objects)
+    if objects.pod_groups:
+        keys = [group.key for group, _ in objects.pod_groups]
+        held.update(("podgroup", group.key) for group in await state.pod_groups(keys))
+    return held
 
 
 APPLY_TIMEOUT = 30.0
@@ -1034,7 +1037,7 @@ async def node_listing(
         gpus_used = sum(1 for count in info.gpu_pod_count if count > 0)
         gpu_mem_total = sum(g.memory for g in record.gpus)
         gpu_mem_used = gpu_mem_total - sum(info.gpu_free_memory)
-        age = now - record.creation_timestamp if record.creation_timestamp else None
+        age = now - record.created_at if record.created_at else None
         heartbeat = now - record.heartbeat if record.heartbeat else None
         row = [
             record.name,

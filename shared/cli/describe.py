@@ -323,7 +323,7 @@ def _describe_node(
     field("Labels", _map_lines(record.labels))
     annotations = {k: v for k, v in record.annotations.items() if k != "kubus.io/gpus"}
     field("Annotations", _map_lines(annotations))
-    field("CreationTimestamp", [_fmt_time(record.creation_timestamp, now)])
+    field("CreationTimestamp", [_fmt_time(record.created_at, now)])
     node_taints = record.to_node().spec.taints
     taints = [f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}" for t in node_taints]
     field("Taints", taints or ["<none>"])

@@ -239,7 +239,7 @@ def node_object(record: NodeRecord, info: NodeInfo | None = None, *, now: float 
     metadata: dict[str, Any] = {"name": record.name}
     if record.uid:
         metadata["uid"] = record.uid
-    created = rfc3339(record.creation_timestamp)
+    created = rfc3339(record.created_at)
     if created:
         metadata["creationTimestamp"] = created
     if record.labels:

@@ -102,20 +102,32 @@ def coloured(cell: str) -> str:
 
 
 def format_age(seconds: float) -> str:
-    """kubectl's short duration: 45s, 3m12s, 5m, 2h10m, 3d4h, 12d."""
-    s = max(0, int(seconds))
+    """A duration as kubectl's AGE column prints it (apimachinery's ``duration.HumanDuration``,
+    two or three significant figures): 5s, 119s, 3m12s, 150m, 2h10m, 20h, 3d4h, 12d, 2y30d,
+    9y; a clock up to two seconds behind gives 0s, further behind ``<invalid>``."""
+    s = int(seconds)
+    if s < -1:
+        return "<invalid>"
     if s < 120:
-        return f"{s}s" if s < 60 else f"{s // 60}m{s % 60}s"
+        return f"{max(s, 0)}s"
     m = s // 60
     if m < 10:
         return f"{m}m{s % 60}s" if s % 60 else f"{m}m"
     if m < 180:
-        return f"{m}m" if m < 60 else f"{m // 60}h{m % 60}m" if m % 60 else f"{m // 60}h"
+        return f"{m}m"
     h = m // 60
+    if h < 8:
+        return f"{h}h{m % 60}m" if m % 60 else f"{h}h"
     if h < 48:
         return f"{h}h"
     d = h // 24
-    return f"{d}d{h % 24}h" if d < 8 and h % 24 else f"{d}d"
+    if d < 8:
+        return f"{d}d{h % 24}h" if h % 24 else f"{d}d"
+    if d < 365 * 2:
+        return f"{d}d"
+    if d < 365 * 8:
+        return f"{d // 365}y{d % 365}d" if d % 365 else f"{d // 365}y"
+    return f"{d // 365}y"
 
 
 

@@ -17,6 +17,8 @@ Per node ``N`` (tag ``{node:N}``)::
                                       generation  bumped by every put_node
                                       heartbeat   last heartbeat, seconds since the epoch
                                       unreachable 1 when the node lifecycle marked it lost
+                                      registered  when put_node first stored the node, seconds
+                                                  since the epoch (later puts keep it)
     <p>:{node:N}:usage         hash  what the node's reservations hold (written by scripts only)
                                       r:<res>     sum of the reservations' requests of <res>
                                       pods        number of reservations

@@ -95,8 +95,10 @@ class NodeStore(StoreCore):
     """Nodes: `ClusterState` is one."""
 
     async def put_node(self, node: Node, manifest: bytes | None = None) -> PutNodeResult:
-        """Add or replace a node (its reservations and heartbeat stay). Atomic; idempotent: a
-        node stored exactly like this already is left alone (changed=False)."""
+        """Add or replace a node (its reservations, heartbeat and registered time stay: the
+        first put of a node records now as when it was registered, what `get nodes` shows as
+        its age when it has no creationTimestamp of its own). Atomic; idempotent: a node
+        stored exactly like this already is left alone (changed=False)."""
         name, args = self._put_node_args(node, manifest)
         return _put_node_result(await self._run(self.scripts.put_node, self._node_keys(name), args))
 
@@ -119,7 +121,8 @@ class NodeStore(StoreCore):
             "gpus": [[min(g.memory, _MAX_LUA_INT), g.healthy, g.model] for g in record.gpus],
             "unreachable": record.unreachable,
         }
-        return record.name, [record.name, record.encode_static(), manifest or b"", codec.dumps(shape)]
+        now = repr(float(self.clock()))
+        return record.name, [record.name, record.encode_static(), manifest or b"", codec.dumps(shape), now]
 
     async def get_node(self, name: str) -> NodeRecord | None:
         raw = hash_fields(await self.redis.hmget(self.keys.node_info(name), NodeRecord.HASH_FIELDS))

@@ -133,6 +133,16 @@ class NodeRecord:
     """The node lifecycle marked the node lost: no new reservations (NODE_GONE)."""
     manifest: bytes | None = None
     """The node's manifest as given to put_node (JSON or YAML bytes), for display only."""
+    registered: float | None = None
+    """Seconds since the epoch when a put_node first stored the node (kept by every later one:
+    agent restarts and re-registrations); None when not stored yet."""
+
+    @property
+    def created_at(self) -> float:
+        """When the node was created, seconds since the epoch: its own
+        metadata.creationTimestamp (a real apiserver's node), else when the store first
+        registered it (a simulated or manifest node); 0 when neither is known."""
+        return self.creation_timestamp or self.registered or 0.0
 
     @classmethod
     def of(cls, node: Node, manifest: bytes | None = None) -> NodeRecord:
@@ -203,7 +213,14 @@ class NodeRecord:
             }
         )
 
-    HASH_FIELDS: ClassVar[tuple[str, ...]] = ("record", "generation", "heartbeat", "unreachable", "manifest")
+    HASH_FIELDS: ClassVar[tuple[str, ...]] = (
+        "record",
+        "generation",
+        "heartbeat",
+        "unreachable",
+        "manifest",
+        "registered",
+    )
     """The fields of a node's info hash `from_hash` reads; the rest (allocatable and GPU fields,
     tens of them on a GPU node) are the Lua scripts'. Read these, not the whole hash."""
 
@@ -214,6 +231,7 @@ class NodeRecord:
         h = _str_dict(raw)
         d = codec.loads(h["record"])
         heartbeat = text(h.get("heartbeat"))
+        registered = text(h.get("registered"))
         return cls(
             name=d["name"],
             uid=d["uid"],
@@ -231,6 +249,7 @@ class NodeRecord:
             heartbeat=float(heartbeat) if heartbeat else None,
             unreachable=text(h.get("unreachable")) == "1",
             manifest=_blob(h.get("manifest")),
+            registered=float(registered) if registered else None,
         )
 
 

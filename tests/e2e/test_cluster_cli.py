@@ -329,6 +329,10 @@ async def test_apply_get_describe_delete(
     assert node_lines[0].split()[:5] == ["NAME", "STATUS", "CPU(req/alloc)", "MEMORY(req/alloc)", "GPUS(used/total)"]
     assert len(node_lines) == 21 and all(" Ready " in line for line in node_lines[1:])
     assert sum(int(line.split()[4].split("/")[0]) for line in node_lines[1:]) == 3  # 2 whole + 1 shared
+    # simulated nodes have no creationTimestamp: they are as old as their first registration
+    assert all(re.fullmatch(r"\d+[smhd]\S*", line.split()[6]) for line in node_lines[1:]), nodes.out
+    as_yaml = yaml.safe_load((await kubus("get", "node", "sim-00000", "-o", "yaml")).out)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", as_yaml["metadata"]["creationTimestamp"])
 
     described = await kubus("describe", "pod", "huge")
     assert described.code == 0, described.err

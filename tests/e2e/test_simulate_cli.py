@@ -6,8 +6,10 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from kubus.cli import main
 
@@ -411,3 +413,71 @@ def test_a_broken_entry_point_is_one_line_naming_it(
         "distribution kubus-broken-plugins): cannot be loaded: ModuleNotFoundError: "
     ), err
     assert len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "examples"
+
+
+def _placed(capsys: pytest.CaptureFixture[str], nodes: str) -> dict[str, dict[str, Any]]:
+    """The example pods simulated onto ``nodes`` with the example config, by pod name."""
+    config = str(EXAMPLES / "scheduler-config.yaml")
+    code, out, err = run(capsys, "-f", nodes, "-f", str(EXAMPLES / "pods.yaml"), "--config", config, "-o", "json")
+    assert code == 0, err
+    return {p["name"]: p for p in json.loads(out)["pods"]}
+
+
+def test_make_simulate_places_every_example_pod_as_its_comment_says(capsys: pytest.CaptureFixture[str]) -> None:
+    """`make simulate`: deploy/examples/pods.yaml on cluster.yaml's nodes, each pod checked
+    against the comment above it there."""
+    placed = _placed(capsys, str(EXAMPLES / "cluster.yaml"))
+    zone = {"cpu-a1": "a", "cpu-a2": "a", "cpu-b1": "b", "cpu-b2": "b", "cpu-c1": "c", "mem-b1": "b"}
+    zone |= {"batch-c1": "c", "gpu-h100-1": "a", "gpu-h100-2": "b", "gpu-a100-1": "a", "gpu-a100-2": "c"}
+
+    def on(name: str) -> str:
+        pod = placed[name]
+        assert pod["status"] == "Scheduled", (name, pod["message"])
+        return str(pod["node"])
+
+    assert "running-1" not in placed and "running-gpu-1" not in placed  # given as running on their nodes
+    webs = [on(f"web-{i}") for i in (1, 2, 3)]
+    assert len(set(webs)) == 3 and {zone[n] for n in webs} == {"a", "b", "c"}  # spread, one per host
+    assert zone[on("api-1")] == "a"
+    assert on("cache-1") == "mem-b1"  # the only r6i, in zone b
+    assert on("batch-etl-1") == "batch-c1"
+    assert on("ingress-1") != on("ingress-2")  # hostPort 80
+    on("probe-1")
+    assert placed["gated-1"]["status"] == "SchedulingGated"
+    assert (on("train-llm-1"), placed["train-llm-1"]["gpuDevices"]) == ("gpu-h100-1", list(range(8)))
+    assert len(placed["train-vision-1"]["gpuDevices"]) == 4 and on("train-vision-1")
+    assert on("finetune-1").startswith("gpu-a100-") and len(placed["finetune-1"]["gpuDevices"]) == 2
+    if on("finetune-1") == "gpu-a100-1":
+        assert 0 not in placed["finetune-1"]["gpuDevices"]  # running-gpu-1 holds it
+    small = [(on(n), placed[n]["gpuDevices"]) for n in ("infer-small-1", "infer-small-2")]
+    assert small[0] == small[1] and len(small[0][1]) == 1  # one device, shared
+    assert on("infer-medium-1") and len(placed["infer-medium-1"]["gpuDevices"]) == 1
+    assert len(placed["infer-tp2-1"]["gpuDevices"]) == 2 and on("infer-tp2-1")
+    stuck = {name for name, pod in placed.items() if pod["status"] == "Unschedulable"}
+    assert stuck == {"too-big-1", "no-toleration-1", "wrong-model-1"}  # the last three
+
+
+def test_the_example_pods_on_the_simulated_nodes_do_what_the_readme_says(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """docker compose and the chart's simulate mode: ten copies of node-template.yaml (the README
+    says which of pods.yaml's pods do as their comments say there, and which cannot)."""
+    template = yaml.safe_load((EXAMPLES / "node-template.yaml").read_text())
+    items = []
+    for i in range(10):
+        name = f"sim-{i:05d}"
+        meta = {**template["metadata"], "name": name}
+        meta["labels"] = {**meta["labels"], "kubernetes.io/hostname": name}
+        items.append({**template, "metadata": meta})
+    (tmp_path / "nodes.yaml").write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    placed = _placed(capsys, str(tmp_path / "nodes.yaml"))
+    status = {name: pod["status"] for name, pod in placed.items()}
+    assert "running-1" not in placed and "running-gpu-1" not in placed  # their nodes are not there
+    assert status.pop("gated-1") == "SchedulingGated"
+    pending = {"too-big-1", "wrong-model-1", "api-1", "cache-1", "finetune-1"}
+    assert {name for name, s in status.items() if s != "Scheduled"} == pending
+    assert placed["no-toleration-1"]["status"] == "Scheduled"  # no node is tainted
+    assert len(placed["train-llm-1"]["gpuDevices"]) == 8

@@ -128,6 +128,8 @@ async def test_registers_simulated_nodes_and_heartbeats(
         assert {n.labels["kubernetes.io/hostname"] for n in nodes} == {n.name for n in nodes}
         assert all(n.labels["pool"] == "sim" and len(n.gpus) == 2 for n in nodes)
         assert len({n.uid for n in nodes}) == 5
+        born = {n.name: n.created_at for n in nodes if n.name != "gpu-00002"}
+        assert all(born.values())  # simulated nodes carry no creationTimestamp: first registered
         assert await events(js, "kubus.events.node.added.>") == 5
         assert agent.metrics.nodes.labels(state="ready")._value.get() == 5
 
@@ -156,6 +158,7 @@ async def test_registers_simulated_nodes_and_heartbeats(
     # A restart registers the same nodes again: nothing changed, nothing announced.
     async with AgentService.simulating(settings, template(), 5, options(), prefix="gpu-"):
         assert await events(js, "kubus.events.node.added.>") == 6
+        assert {n.name: n.created_at for n in await state.list_nodes() if n.name in born} == born  # as old as before
     assert await check_invariants(state) == []
 
 

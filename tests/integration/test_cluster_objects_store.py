@@ -120,14 +120,22 @@ async def test_apply_stores_namespaces_and_budgets(
     )
     out = io.StringIO()
     assert await apply(settings, [str(path)], out) == 0
-    assert out.getvalue().splitlines() == ["namespace/ml configured", "poddisruptionbudget/web configured"]
+    assert out.getvalue().splitlines() == ["namespace/ml created", "poddisruptionbudget/web created"]
     assert await state.namespaces() == {"ml": {"team": "a", NAMESPACE_NAME_LABEL: "ml"}}
     assert await state.pod_disruption_budgets() == [
         PodDisruptionBudget("ml", "web", LabelSelector({"app": "web"}), max_unavailable="25%")
     ]
     out = io.StringIO()
     assert await apply(settings, [str(path)], out, quiet=True) == 0
-    assert out.getvalue() == "2 objects configured (0 changed)\n"
+    assert out.getvalue() == "2 objects: 2 unchanged\n"
+    path.write_text(path.read_text().replace("team: a", "team: b"))  # relabeled: kubectl's configured
+    out = io.StringIO()
+    assert await apply(settings, [str(path)], out) == 0
+    assert out.getvalue().splitlines() == ["namespace/ml configured", "poddisruptionbudget/web unchanged"]
+    out = io.StringIO()
+    path.write_text(path.read_text().replace("team: b", "team: c"))
+    assert await apply(settings, [str(path)], out, quiet=True) == 0
+    assert out.getvalue() == "2 objects: 1 configured, 1 unchanged\n"
 
 
 async def test_workloads_round_trip_one_hash_for_the_four_kinds(state: ClusterState, redis: aioredis.Redis) -> None:
@@ -160,7 +168,20 @@ async def test_apply_stores_workloads(settings: ConnectionSettings, state: Clust
     )
     out = io.StringIO()
     assert await apply(settings, [str(path)], out) == 0
-    assert out.getvalue().splitlines() == ["service/web configured", "statefulset/db configured"]
+    assert out.getvalue().splitlines() == ["service/web created", "statefulset/db created"]
     workloads = await state.workloads()
     assert [w.key for w in workloads.objects] == ["Service/default/web", "StatefulSet/default/db"]
     assert workloads.services("default")[0].selector == {"app": "web"}
+    # a new selector is configured; a ReplicaSet named as the stored Service is another object
+    path.write_text(
+        path.read_text().replace("{app: web}, ports", "{app: shop}, ports")
+        + "---\napiVersion: apps/v1\nkind: ReplicaSet\nmetadata: {name: web}\n"
+        "spec: {selector: {matchLabels: {app: web}}, template: {metadata: {labels: {app: web}}}}\n"
+    )
+    out = io.StringIO()
+    assert await apply(settings, [str(path)], out) == 0
+    assert out.getvalue().splitlines() == [
+        "service/web configured",
+        "statefulset/db unchanged",
+        "replicaset/web created",
+    ]

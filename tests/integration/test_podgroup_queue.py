@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
+from builders import pod_manifest
 from nats.js import JetStreamContext
 from support import eventually
 
@@ -37,17 +38,8 @@ FAST = QueueOptions(flush_interval=0.05, in_flight_interval=0.05, janitor_interv
 
 
 def _pod(name: str, group: str | None) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": "ml",
-            "uid": f"uid-{name}",
-            "labels": {POD_GROUP_LABEL: group} if group else {},
-        },
-        "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "100m"}}}]},
-    }
+    labels = {POD_GROUP_LABEL: group} if group else {}
+    return pod_manifest(name, namespace="ml", uid=f"uid-{name}", labels=labels, requests={"cpu": "100m"})
 
 
 async def _submit(js: JetStreamContext, obj: dict[str, Any]) -> None:
@@ -103,7 +95,7 @@ async def test_apply_stores_the_groups_then_submits_the_pods(
     out = io.StringIO()
     assert await apply(settings, [str(path)], out) == 0
     assert out.getvalue().splitlines() == [
-        "podgroup/train configured",
+        "podgroup/train created",
         "pod/w0 created",
         "pod/w1 created",
     ]

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
+from builders import pod_manifest
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 from support import eventually
@@ -45,12 +46,7 @@ FAST = QueueOptions(flush_interval=0.05, in_flight_interval=0.05, janitor_interv
 def _pod(name: str, priority_class: str = "", **spec: Any) -> dict[str, Any]:
     if priority_class:
         spec["priorityClassName"] = priority_class
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "ml", "uid": f"uid-{name}"},
-        "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "100m"}}}], **spec},
-    }
+    return pod_manifest(name, namespace="ml", uid=f"uid-{name}", requests={"cpu": "100m"}, **spec)
 
 
 def _class(name: str, value: int, **fields: Any) -> dict[str, Any]:
@@ -140,8 +136,8 @@ async def test_a_class_applied_with_its_pods_is_seen_by_the_queue(
     out = io.StringIO()
     assert await apply(settings, [path], out) == 0
     assert out.getvalue().splitlines() == [
-        "priorityclass/urgent configured",
-        "priorityclass/batch configured",
+        "priorityclass/urgent created",
+        "priorityclass/batch created",
         "pod/late-urgent created",
         "pod/plain created",
     ]

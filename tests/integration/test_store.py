@@ -14,6 +14,7 @@ from support import eventually
 from kubus import codec
 from kubus.api.manifests import parse_node, parse_pod
 from kubus.api.objects import Node, Pod
+from kubus.cli.kube_objects import node_object
 from kubus.kernels.nodeinfo import PodInfo
 from kubus.store import (
     ClusterState,
@@ -168,6 +169,43 @@ async def test_nodes_put_in_a_batch_as_one_by_one(state: ClusterState) -> None:
     got = await state.get_node("b0002")
     assert got is not None and got.to_node() == make_node("b0002", cpu="64")
     assert len(await state.node_names()) == len(nodes)
+    assert await check_invariants(state) == []
+
+
+async def test_a_node_is_as_old_as_its_first_registration(redis: aioredis.Redis) -> None:
+    """A node without a creationTimestamp of its own (a simulated one) is as old as its first
+    put_node; every later put (an agent restarting, the node changed, a batch) keeps that
+    time; a node the apiserver dated keeps its date; a node deleted and put again is new."""
+    clock = [1000.0]
+    state = ClusterState(redis, clock=lambda: clock[0])
+    n1 = make_node("n1")
+    await state.put_node(n1)
+    clock[0] = 5000.0
+    assert not (await state.put_node(n1)).changed  # re-registered as is
+    assert (await state.put_node(make_node("n1", cpu="8"))).changed  # re-registered changed
+    await state.put_nodes([make_node("n1")])
+    got = await state.get_node("n1")
+    assert got is not None and (got.registered, got.created_at, got.creation_timestamp) == (1000.0, 1000.0, 0.0)
+    assert got.to_node() == make_node("n1")  # the Node scheduling reads is the one put
+    assert [r.registered for r in await state.list_nodes()] == [1000.0]
+    assert node_object(got)["metadata"]["creationTimestamp"] == "1970-01-01T00:16:40Z"
+
+    dated = parse_node({"kind": "Node", "metadata": {"name": "real", "creationTimestamp": "2024-05-01T12:00:00Z"}})
+    await state.put_node(dated)
+    real = await state.get_node("real")
+    assert real is not None and real.registered == 5000.0 and real.created_at == dated.metadata.creation_timestamp
+    assert node_object(real)["metadata"]["creationTimestamp"] == "2024-05-01T12:00:00Z"
+
+    # a node stored before nodes were dated gets one at its next registration, changed or not
+    await redis.hdel(state.keys.node_info("n1"), "registered")
+    assert (await state.get_node("n1")).created_at == 0.0  # type: ignore[union-attr]
+    await state.put_node(make_node("n1"))
+    assert (await state.get_node("n1")).registered == 5000.0  # type: ignore[union-attr]
+
+    await state.delete_node("n1")
+    clock[0] = 9000.0
+    await state.put_node(n1)
+    assert (await state.get_node("n1")).registered == 9000.0  # type: ignore[union-attr]
     assert await check_invariants(state) == []
 
 

@@ -23,14 +23,15 @@ from kubus.cli.kube_objects import (
     collapse_events,
     event_object,
     kube_quantity,
+    node_object,
     pod_object,
     rfc3339,
     same_pod,
 )
-from kubus.cli.output import Listing, output_of, print_listing
+from kubus.cli.output import Listing, format_age, output_of, print_listing
 from kubus.cli.resources import manifest_paths, objects_in_files, targets
 from kubus.errors import UsageError
-from kubus.store.records import EventType, PodEvent, PodPhase, PodRecord
+from kubus.store.records import EventType, NodeRecord, PodEvent, PodPhase, PodRecord
 
 WEB = {"app": "web", "tier": "front", "env": "prod"}
 DB = {"app": "db", "env": "dev"}
@@ -242,6 +243,49 @@ def test_kube_quantities() -> None:
         "32Gi",
     ]
     assert kube_quantity("memory", 1000) == "1000" and kube_quantity("nvidia.com/gpu", 8) == "8"
+
+
+H, D = 3600, 86400
+
+
+@pytest.mark.parametrize(
+    ("seconds", "age"),
+    [
+        (-1.5, "0s"),  # a clock a little behind
+        (-2, "<invalid>"),
+        (0, "0s"),
+        (5.9, "5s"),
+        (70, "70s"),
+        (119, "119s"),
+        (120, "2m"),
+        (190, "3m10s"),
+        (70 * 60, "70m"),
+        (179 * 60 + 59, "179m"),
+        (3 * H, "3h"),
+        (3 * H + 30 * 60, "3h30m"),
+        (8 * H + 30 * 60, "8h"),
+        (47 * H, "47h"),
+        (49 * H, "2d1h"),
+        (4 * D, "4d"),
+        (8 * D + 2 * H, "8d"),
+        (367 * D, "367d"),
+        (365 * 2 * D + 25 * H, "2y1d"),
+        (365 * 8 * D + 2 * H, "8y"),
+    ],
+)
+def test_ages_print_as_kubectl_s(seconds: float, age: str) -> None:
+    """apimachinery's duration.HumanDuration, which kubectl get's AGE column prints (cases from
+    its duration_test.go and its boundaries)."""
+    assert format_age(seconds) == age
+
+
+def test_a_node_is_dated_by_its_own_creation_timestamp_else_its_first_registration() -> None:
+    simulated = NodeRecord("sim", registered=1_714_564_800.0)
+    assert simulated.created_at == 1_714_564_800.0
+    assert node_object(simulated)["metadata"]["creationTimestamp"] == "2024-05-01T12:00:00Z"
+    real = NodeRecord("real", creation_timestamp=1_700_000_000.0, registered=1_714_564_800.0)
+    assert node_object(real)["metadata"]["creationTimestamp"] == rfc3339(1_700_000_000.0)
+    assert "creationTimestamp" not in node_object(NodeRecord("never-stored"))["metadata"]
 
 
 def _listing(single: bool = False) -> Listing:

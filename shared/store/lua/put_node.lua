@@ -1,6 +1,7 @@
--- PUT_NODE: replace a node's description, keep its heartbeat, recompute per-GPU usage.
+-- PUT_NODE: replace a node's description, keep its heartbeat and its 'registered' time (set
+-- to ARGV now by the first put that finds none, kept across re-registrations); GPU usage redone.
 -- KEYS: info, usage, reservations, bound, fences [, nodes index, heartbeats index].
--- ARGV: name, record JSON, manifest ('' = none), shape JSON {alloc, gpus, unreachable}.
+-- ARGV: name, record JSON, manifest ('' = none), shape JSON {alloc, gpus, unreachable}, now.
 -- Reply: {OK, generation} | {NOOP, generation} (nothing changed, generation kept).
 
 local info, usage, resv = KEYS[1], KEYS[2], KEYS[3]
@@ -8,10 +9,12 @@ local shape = cjson.decode(ARGV[4])
 local unreachable = '0'
 if shape.unreachable then unreachable = '1' end
 local gen = num(redis.call('HGET', info, 'generation'))
+local registered = redis.call('HGET', info, 'registered')
 if redis.call('EXISTS', info) == 1
    and redis.call('HGET', info, 'record') == ARGV[2]
    and (redis.call('HGET', info, 'manifest') or '') == ARGV[3]
    and redis.call('HGET', info, 'unreachable') == unreachable then
+  if not registered then redis.call('HSET', info, 'registered', ARGV[5]) end
   redis.call('SADD', KEYS[6], ARGV[1])
   return {'NOOP', int(gen)}
 end
@@ -19,7 +22,7 @@ local heartbeat = redis.call('HGET', info, 'heartbeat')
 redis.call('DEL', info)
 gen = gen + 1
 redis.call('HSET', info, 'record', ARGV[2], 'generation', int(gen), 'gpus', int(#shape.gpus),
-           'unreachable', unreachable)
+           'unreachable', unreachable, 'registered', registered or ARGV[5])
 if ARGV[3] ~= '' then redis.call('HSET', info, 'manifest', ARGV[3]) end
 if heartbeat then redis.call('HSET', info, 'heartbeat', heartbeat) end
 for _, pair in ipairs(shape.alloc) do redis.call('HSET', info, 'a:' .. pair[1], int(pair[2])) end
