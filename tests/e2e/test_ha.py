@@ -108,11 +108,14 @@ async def _flow_with_kill(tmp_path: Path, victim: Callable[[Cluster], Awaitable[
                 killed = await victim(cluster)
                 os.kill(servers.pid(killed), signal.SIGKILL)
                 killed_at = time.monotonic()
+            retry_until = time.monotonic() + 60
             while True:  # a publish that fails while the bus fails over is sent again (msg ids dedup)
                 try:
                     await submit(js, pods[i : i + chunk])
                     break
-                except Exception:  # any bus error: retry the chunk
+                except Exception as exc:  # any bus error: retry the chunk, for a minute at most
+                    if time.monotonic() > retry_until:
+                        raise AssertionError(f"submitting pods {i}..: still failing after 60 s: {exc!r}") from exc
                     await asyncio.sleep(0.2)
             delay = start + (i + chunk) / RATE - time.monotonic()
             if delay > 0:

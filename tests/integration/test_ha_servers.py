@@ -6,12 +6,15 @@ scripts on the new primary."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import TypeVar
 
+import nats.errors
 import pytest
 from support import eventually
 
@@ -24,6 +27,21 @@ from kubus.settings import ConnectionSettings, load_settings, redis_client
 from kubus.store import ClusterState, PodPhase, PodRecord, StoreCode
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+T = TypeVar("T")
+
+
+async def _while_electing(op: Callable[[], Awaitable[T]], what: str, timeout: float = 30.0) -> T:
+    """``op()`` retried while the cluster elects leaders (a stream's, the JetStream API's): a NATS
+    error then means "not yet"; still failing after ``timeout`` seconds fails the test."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return await op()
+        except (nats.errors.Error, TimeoutError) as exc:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{what}: still failing {timeout:g}s after the kill: {exc!r}") from exc
+            await asyncio.sleep(0.1)
 
 
 @pytest.fixture
@@ -56,20 +74,22 @@ async def test_streams_in_three_copies_survive_a_kill_of_their_leader(servers: R
         os.kill(servers.pid(leader), signal.SIGKILL)
         killed = time.monotonic()
         for i in range(50, 100):  # retried until a new leader takes them; msg ids store each once
-            while True:
-                try:
-                    await publish_durable(js, PODS_SUBMIT, b"%d" % i, f"m{i}", timeout=1.0)
-                    break
-                except Exception:  # any bus error while the stream elects a leader
-                    await asyncio.sleep(0.1)
+            await _while_electing(
+                lambda i=i: publish_durable(js, PODS_SUBMIT, b"%d" % i, f"m{i}", timeout=1.0), f"publish m{i}"
+            )
         print(f"\nstream writable again {time.monotonic() - killed:.2f}s after its leader was killed")
-        sub = await js.pull_subscribe(PODS_SUBMIT, "ha-reader", stream=PODS_STREAM.name)
+        # The killed node may have led the JetStream API too: consumer calls wait for the meta
+        # leader's election, which can end after the stream's.
+        sub = await _while_electing(
+            lambda: js.pull_subscribe(PODS_SUBMIT, "ha-reader", stream=PODS_STREAM.name), "pull_subscribe"
+        )
         seen: set[bytes] = set()
 
         async def all_there() -> None:
-            for m in await sub.fetch(100, timeout=2):
-                seen.add(m.data)
-                await m.ack()
+            with contextlib.suppress(nats.errors.TimeoutError):
+                for m in await sub.fetch(100, timeout=2):
+                    seen.add(m.data)
+                    await m.ack()
             assert len(seen) == 100
 
         await eventually(all_there, timeout=30)
