@@ -768,6 +768,13 @@ async def test_a_warm_standby_follows_the_nodes_and_takes_over_without_loading_i
 
         await steal_lease(state, PROFILE, thief="second")
         await loaded(second, 2)
+
+        async def deposed() -> None:
+            # Until the old leader notices, it may still pop (this fake queue fences nothing; the
+            # real one refuses its token) and report the pod as failed for its lost lease.
+            assert not first.leading
+
+        await eventually(deposed)
         late = await submit(state, "late", "2")
         queue.offer(late)
         [outcome] = await queue.decided(late)
