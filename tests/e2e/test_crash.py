@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -108,10 +109,13 @@ async def test_kill_9_each_service_while_pods_flow(
         pods = await phases(state, uids)
         missing = [uid for uid, p in pods.items() if p is None]
         assert not missing, f"{len(missing)} pods lost, e.g. {missing[:3]}"
+        # Pending with a reason is settled when the reason waits for the cluster to change
+        # (Unschedulable); a SchedulerError (an attempt that failed, e.g. a batch whose cycle lost
+        # its lease while it was killed) is retried after its backoff, as kube retries errors.
         unsettled = [
             f"{p.key}: {p.phase} {p.reason}"
             for p in pods.values()
-            if not (p.phase in PLACED or (p.phase is PodPhase.PENDING and p.reason))
+            if not (p.phase in PLACED or (p.phase is PodPhase.PENDING and p.reason and p.reason != "SchedulerError"))
         ]
         assert not unsettled, f"{len(unsettled)} pods not settled, e.g. {unsettled[:5]}"
 
@@ -123,7 +127,9 @@ async def test_kill_9_each_service_while_pods_flow(
     pods = await phases(state, uids)
     assert all(p.bindings <= 1 for p in pods.values())
     placed = sum(1 for p in pods.values() if p.phase in PLACED)
-    assert placed >= len(uids) * 0.9, f"only {placed}/{len(uids)} placed"
+    reasons = Counter(f"{p.phase} {p.reason}" for p in pods.values() if p.phase not in PLACED)
+    if placed < len(uids) * 0.9:
+        pytest.fail(f"only {placed}/{len(uids)} placed; the others: {reasons.most_common(5)}\n{service_logs(cluster)}")
     assert await check_invariants_settled(state) == []
     alive(cluster)
     assert cluster.group.failed() == []
