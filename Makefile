@@ -10,6 +10,7 @@ $(BIN)/kubus: pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
 	$(BIN)/pip install --quiet -e tests/plugins/kubus-test-plugins
+	$(BIN)/pip install --quiet -e tests/reference
 	touch $(BIN)/kubus
 
 # Run kubus end to end on the embedded default: local NATS and Redis-compatible servers, every

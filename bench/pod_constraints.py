@@ -15,7 +15,7 @@ that stress the plugins looking at other pods, with the shapes `kubus bench --wo
 
 Default profile, every node filtered and scored (percentageOfNodesToScore 100). Reports the measured
 pods per second one at a time (as kube schedules) and in batches of 256 (as the cycle does), the
-one-node-at-a-time reference (`kubus.reference`, kube's way: walks every pod of every node) on
+one-node-at-a-time reference (`kubus_reference`, kube's way: walks every pod of every node) on
 the first pods in the same process, whether both placed those the same, and memory per node and
 per pod (what the placed pods keep: their NodeInfos, table rows and the pod index).
 
@@ -44,7 +44,7 @@ from kubus.kernels.backend import select_backend
 from kubus.kernels.node_table import NodeTable
 from kubus.kernels.nodeinfo import NodeInfo, PodInfo
 from kubus.plugins import in_tree_registry
-from kubus.reference import ReferenceScheduler, reference_profile
+from kubus_reference import ReferenceScheduler, reference_profile
 
 
 def node(i: int, zone: str | None) -> Node:

@@ -28,8 +28,8 @@ from kubus.kernels.backend import select_backend
 from kubus.kernels.node_table import NodeTable
 from kubus.kernels.nodeinfo import NodeInfo
 from kubus.plugins import in_tree_registry
-from kubus.reference import ReferenceScheduler, reference_profile
 from kubus.synthetic import make_nodes, make_pods, make_replicas
+from kubus_reference import ReferenceScheduler, reference_profile
 
 
 @dataclass

@@ -78,8 +78,8 @@ GFD_MEMORY_LABEL = "nvidia.com/gpu.memory"
 """GPU feature discovery: each device's memory in MiB."""
 
 # GPUFit's contract, shared by the production plugin (kubus.plugins.gpu_fit) and the reference
-# (kubus.reference.gpu_fit), which implement it independently: the scoring modes, and the reasons
-# a node fails a request, the first that applies, in this order.
+# (kubus_reference.gpu_fit, in tests/reference), which implement it independently: the scoring
+# modes, and the reasons a node fails a request, the first that applies, in this order.
 BINPACK = "binpack"
 """GPUFit mode: prefer the fullest nodes and devices (keep whole GPUs free for large jobs)."""
 SPREAD = "spread"

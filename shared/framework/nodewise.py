@@ -1,7 +1,8 @@
 """The extension points of a nodewise plugin (kube-style, one node at a time), as Protocols.
 
 Such a plugin plugs into the vectorized framework through `kubus.framework.adapter`
-(`nodewise_spec`); `kubus.reference` holds kube's in-tree plugins written this way.
+(`nodewise_spec`); `kubus_reference` (tests/reference, not shipped) holds kube's in-tree
+plugins written this way.
 
 Plugin shape: a class with `name: ClassVar[str]`, constructed as `Plugin(args=None,
 handle=None)` (args: the plugin's args dataclass, or None for kube's defaults), with any of

@@ -2,8 +2,9 @@
 
 Each plugin matches kube-scheduler's plugin of the same name (results, reasons, scores);
 GPUFit is kubus's own; Coscheduling is scheduler-plugins' (gang scheduling), enabled by a
-profile, never by default. `kubus.reference` holds the same plugins written one node at a
-time, the kube way: the reference the tests compare against and the benchmark's baseline.
+profile, never by default. `kubus_reference` (tests/reference, not shipped) holds the same
+plugins written one node at a time, the kube way: the reference the tests compare against and
+the benchmark's baseline.
 """
 
 from __future__ import annotations

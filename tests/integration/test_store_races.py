@@ -23,8 +23,8 @@ from kubus import codec
 from kubus.api.manifests import parse_node, parse_pod
 from kubus.api.objects import Node, Pod
 from kubus.kernels.nodeinfo import PodInfo
-from kubus.reference.gpu_fit import pick_gpu_devices
 from kubus.store import ClusterState, PodPhase, PodRecord, Reservation, StoreCode, check_invariants, node_info_of
+from kubus_reference.gpu_fit import pick_gpu_devices
 
 GI = 1024**3
 

@@ -1,7 +1,7 @@
 """Default topology spreading: kube's helper.DefaultSelector over the cluster's Services,
 ReplicationControllers, ReplicaSets and StatefulSets (`kubus.api.workloads`), and the default
 constraints of PodTopologySpread (System and List) built from it, vectorized (`kubus.plugins`)
-and one node at a time (`kubus.reference`).
+and one node at a time (`kubus_reference`).
 
 Ported from kube: helper/spread_test.go (TestGetPodServices), podtopologyspread's
 filtering_test.go (TestPreFilterState: "default constraints and a service", "... that doesn't
@@ -57,9 +57,9 @@ from kubus.kernels.nodeinfo import NodeInfo, PodInfo
 from kubus.plugins import in_tree_registry
 from kubus.plugins._gomath import go_log
 from kubus.plugins.pod_topology_spread import PodTopologySpread, default_selector
-from kubus.reference import ReferenceScheduler, reference_profile
-from kubus.reference import pod_topology_spread as ref
-from kubus.reference.pod_topology_spread import WORKLOADS_STATE_KEY
+from kubus_reference import ReferenceScheduler, reference_profile
+from kubus_reference import pod_topology_spread as ref
+from kubus_reference.pod_topology_spread import WORKLOADS_STATE_KEY
 
 IN, NOT_IN, EXISTS = SelectorOperator.IN, SelectorOperator.NOT_IN, SelectorOperator.EXISTS
 DNS, SA = "DoNotSchedule", "ScheduleAnyway"

@@ -1,4 +1,4 @@
-"""InterPodAffinity, vectorized (`kubus.plugins`) and one node at a time (`kubus.reference`).
+"""InterPodAffinity, vectorized (`kubus.plugins`) and one node at a time (`kubus_reference`).
 
 Ported from kube's interpodaffinity filtering_test.go (TestRequiredAffinitySingleNode,
 TestRequiredAffinityMultipleNodes, TestPreFilterStateAddRemovePod,
@@ -50,9 +50,9 @@ from kubus.kernels.node_table import NodeTable
 from kubus.kernels.nodeinfo import NodeInfo, PodInfo
 from kubus.plugins import in_tree_registry
 from kubus.plugins.inter_pod_affinity import InterPodAffinity
-from kubus.reference import ReferenceScheduler, reference_profile
-from kubus.reference.inter_pod_affinity import NAMESPACES_STATE_KEY
-from kubus.reference.inter_pod_affinity import InterPodAffinity as ReferenceInterPodAffinity
+from kubus_reference import ReferenceScheduler, reference_profile
+from kubus_reference.inter_pod_affinity import NAMESPACES_STATE_KEY
+from kubus_reference.inter_pod_affinity import InterPodAffinity as ReferenceInterPodAffinity
 
 U, UU = Code.UNSCHEDULABLE, Code.UNSCHEDULABLE_AND_UNRESOLVABLE
 AFF = (UU, "node(s) didn't match pod affinity rules")

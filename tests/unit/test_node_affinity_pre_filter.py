@@ -26,8 +26,8 @@ from kubus.kernels.node_table import NodeTable
 from kubus.kernels.nodeinfo import NodeInfo
 from kubus.plugins import in_tree_registry
 from kubus.plugins.node_affinity import ERR_REASON_CONFLICT, NodeAffinity
-from kubus.reference import ReferenceScheduler, reference_profile
-from kubus.reference.node_affinity import NodeAffinity as ReferenceNodeAffinity
+from kubus_reference import ReferenceScheduler, reference_profile
+from kubus_reference.node_affinity import NodeAffinity as ReferenceNodeAffinity
 
 IN, NOT_IN = SelectorOperator.IN, SelectorOperator.NOT_IN
 UU = Code.UNSCHEDULABLE_AND_UNRESOLVABLE

@@ -20,7 +20,7 @@ from kubus.api.objects import Container, GPUDevice, Node, ObjectMeta, Pod, PodSp
 from kubus.framework.cycle_state import GPU_DEVICES_STATE_KEY, CycleState
 from kubus.framework.status import Code, Status
 from kubus.kernels.nodeinfo import NodeInfo, PodInfo
-from kubus.reference.gpu_fit import GPUFit, pick_gpu_devices
+from kubus_reference.gpu_fit import GPUFit, pick_gpu_devices
 
 GI = 1024**3
 _names = itertools.count()

@@ -30,8 +30,8 @@ from kubus.api.objects import (
 from kubus.framework.cycle_state import CycleState
 from kubus.framework.status import Code, Status
 from kubus.kernels.nodeinfo import NodeInfo
-from kubus.reference import node_affinity as na
-from kubus.reference._selectors import (
+from kubus_reference import node_affinity as na
+from kubus_reference._selectors import (
     ParsedTerm,
     labels_selector_matches,
     parse_int64,

@@ -27,11 +27,11 @@ from kubus.framework.cycle_state import SNAPSHOT_STATE_KEY, CycleState
 from kubus.framework.status import Code, Status
 from kubus.kernels.nodeinfo import NodeInfo, PodInfo
 from kubus.plugins import PrioritySort, QueuedPodInfo, SchedulingGates
-from kubus.reference.image_locality import ImageLocality, normalized_image_name
-from kubus.reference.node_name import NodeName
-from kubus.reference.node_ports import NodePorts
-from kubus.reference.node_unschedulable import NodeUnschedulable
-from kubus.reference.taint_toleration import TaintToleration
+from kubus_reference.image_locality import ImageLocality, normalized_image_name
+from kubus_reference.node_name import NodeName
+from kubus_reference.node_ports import NodePorts
+from kubus_reference.node_unschedulable import NodeUnschedulable
+from kubus_reference.taint_toleration import TaintToleration
 
 _names = itertools.count()
 NS, PNS, NE = TaintEffect.NO_SCHEDULE, TaintEffect.PREFER_NO_SCHEDULE, TaintEffect.NO_EXECUTE

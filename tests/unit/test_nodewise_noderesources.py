@@ -18,10 +18,10 @@ from kubus.api.resource_names import is_extended_resource_name
 from kubus.framework.cycle_state import CycleState
 from kubus.framework.status import Code, Status
 from kubus.kernels.nodeinfo import NodeInfo, PodInfo
-from kubus.reference._gomath import go_div, go_int64, go_round
-from kubus.reference._resources import is_scalar_resource_name
-from kubus.reference.balanced_allocation import NodeResourcesBalancedAllocation
-from kubus.reference.node_resources_fit import (
+from kubus_reference._gomath import go_div, go_int64, go_round
+from kubus_reference._resources import is_scalar_resource_name
+from kubus_reference.balanced_allocation import NodeResourcesBalancedAllocation
+from kubus_reference.node_resources_fit import (
     NodeResourcesFit,
     broken_linear_function,
     requested_to_capacity_ratio_scorer,

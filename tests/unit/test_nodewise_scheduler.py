@@ -30,7 +30,7 @@ from kubus.api.objects import (
 from kubus.framework.status import Code, Status
 from kubus.kernels.nodeinfo import NodeInfo
 from kubus.kernels.tiebreak import node_tie_hash, pod_tie_hash, tie_key
-from kubus.reference import (
+from kubus_reference import (
     GPUFit,
     ImageLocality,
     NodeAffinity,
@@ -469,7 +469,7 @@ def test_schedule_all_records_gpu_devices() -> None:
 
 
 def test_plugin_names_and_profile_points() -> None:
-    from kubus import reference
+    import kubus_reference as reference
 
     names = [cls.name for cls in reference.ALL_PLUGINS]
     assert names == [

@@ -52,7 +52,7 @@ from kubus.framework.scheduling import KEEP_UNUSED_CALLS, Scheduler
 from kubus.kernels.node_table import NodeTable
 from kubus.kernels.nodeinfo import NodeInfo, PodInfo
 from kubus.plugins import DefaultPreemption, in_tree_registry
-from kubus.reference import ALL_PLUGINS, ReferenceScheduler, reference_profile
+from kubus_reference import ALL_PLUGINS, ReferenceScheduler, reference_profile
 
 GI = 1024**3
 MODELS = ("H100", "A100", "L4")

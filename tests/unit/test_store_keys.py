@@ -10,7 +10,6 @@ from redis.crc import key_slot
 from kubus import codec
 from kubus.api.manifests import parse_node, parse_pod
 from kubus.kernels.nodeinfo import NodeInfo, PodInfo
-from kubus.reference.gpu_fit import pick_gpu_devices
 from kubus.store import (
     EventType,
     Keys,
@@ -26,6 +25,7 @@ from kubus.store import (
 from kubus.store.keys import PHASES, escape, hash_slot_tag, unescape
 from kubus.store.records import UNREACHABLE_TAINT_KEY, ordered_requests
 from kubus.synthetic import make_nodes, make_pods
+from kubus_reference.gpu_fit import pick_gpu_devices
 
 KEYS = Keys()
 

@@ -16,8 +16,8 @@ from kubus.framework.cycle_state import CycleState
 from kubus.framework.interface import MAX_NODE_SCORE
 from kubus.framework.status import Status
 from kubus.kernels.nodeinfo import NodeInfo
-from kubus.reference._normalize import default_normalize_score
-from kubus.reference._selectors import (
+from kubus_reference._normalize import default_normalize_score
+from kubus_reference._selectors import (
     find_matching_untolerated_taint,
     tolerations_tolerate_taint,
 )

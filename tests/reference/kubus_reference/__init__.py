@@ -1,12 +1,13 @@
-"""kubus.reference: the in-tree plugins written the kube-scheduler way, one node at a time, and a
+"""kubus_reference: the in-tree plugins written the kube-scheduler way, one node at a time, and a
 plain scheduler that runs them as kube's schedule_one.go does (`ReferenceScheduler`).
 
-Not used in production. Each plugin mirrors kube-scheduler's plugin of the same name (reason
-strings, integer and float64 arithmetic in Go's order); GPUFit is kubus's own. They are the
-oracle the vectorized plugins of `kubus.plugins` are tested against (so they share no code with
-them beyond `kubus.api`'s specs), the baseline of the benchmark, and an example of plugins
-written to `kubus.framework.nodewise`'s Protocols (they plug into the vectorized framework
-through `kubus.framework.adapter`).
+Not part of the kubus distribution: its own (tests/reference, installed into the development
+virtualenv by the Makefile, as the test plugins are), so the oracle never ships. Each plugin mirrors
+kube-scheduler's plugin of the same name (reason strings, integer and float64 arithmetic in Go's
+order); GPUFit is kubus's own. They are the oracle the vectorized plugins of `kubus.plugins` are
+tested against (so they share no code with them beyond `kubus.api`'s specs), the baseline of the
+benchmark, and an example of plugins written to `kubus.framework.nodewise`'s Protocols (they plug
+into the vectorized framework through `kubus.framework.adapter`).
 """
 
 from __future__ import annotations
@@ -28,17 +29,17 @@ from kubus.framework.registry import ExtensionPoint
 from kubus.plugins.default_binder import DefaultBinder
 from kubus.plugins.priority_sort import PrioritySort, QueuedPodInfo
 from kubus.plugins.scheduling_gates import SchedulingGates
-from kubus.reference.balanced_allocation import NodeResourcesBalancedAllocation
-from kubus.reference.gpu_fit import GPUFit, pick_gpu_devices, reserve_gpu_devices
-from kubus.reference.image_locality import ImageLocality
-from kubus.reference.inter_pod_affinity import InterPodAffinity
-from kubus.reference.node_affinity import NodeAffinity
-from kubus.reference.node_name import NodeName
-from kubus.reference.node_ports import NodePorts
-from kubus.reference.node_resources_fit import NodeResourcesFit
-from kubus.reference.node_unschedulable import NodeUnschedulable
-from kubus.reference.pod_topology_spread import PodTopologySpread
-from kubus.reference.scheduler import (
+from kubus_reference.balanced_allocation import NodeResourcesBalancedAllocation
+from kubus_reference.gpu_fit import GPUFit, pick_gpu_devices, reserve_gpu_devices
+from kubus_reference.image_locality import ImageLocality
+from kubus_reference.inter_pod_affinity import InterPodAffinity
+from kubus_reference.node_affinity import NodeAffinity
+from kubus_reference.node_name import NodeName
+from kubus_reference.node_ports import NodePorts
+from kubus_reference.node_resources_fit import NodeResourcesFit
+from kubus_reference.node_unschedulable import NodeUnschedulable
+from kubus_reference.pod_topology_spread import PodTopologySpread
+from kubus_reference.scheduler import (
     PluginScore,
     ReferenceProfile,
     ReferenceResult,
@@ -46,7 +47,7 @@ from kubus.reference.scheduler import (
     fit_error_message,
     num_feasible_nodes_to_find,
 )
-from kubus.reference.taint_toleration import TaintToleration
+from kubus_reference.taint_toleration import TaintToleration
 
 ALL_PLUGINS = (
     SchedulingGates,

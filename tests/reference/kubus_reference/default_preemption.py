@@ -26,7 +26,7 @@ from kubus.api.pod_affinity import selector_matches
 from kubus.framework.cycle_state import SNAPSHOT_STATE_KEY, CycleState
 from kubus.framework.status import Code, Status
 from kubus.kernels.nodeinfo import NodeInfo, PodInfo
-from kubus.reference.scheduler import ReferenceProfile, go_list
+from kubus_reference.scheduler import ReferenceProfile, go_list
 
 __all__ = ["ReferenceCandidate", "ReferencePreemption", "ReferencePreemptionResult"]
 

@@ -26,9 +26,9 @@ from kubus.framework.cycle_state import CycleState
 from kubus.framework.interface import MAX_NODE_SCORE
 from kubus.framework.status import Code, Status
 from kubus.kernels.nodeinfo import NodeInfo
-from kubus.reference._allocation import ResourceAllocationScorer, Scorer, resource_weights
-from kubus.reference._gomath import go_div, go_round
-from kubus.reference._resources import Resource
+from kubus_reference._allocation import ResourceAllocationScorer, Scorer, resource_weights
+from kubus_reference._gomath import go_div, go_round
+from kubus_reference._resources import Resource
 
 LEAST_ALLOCATED = "LeastAllocated"
 MOST_ALLOCATED = "MostAllocated"

@@ -21,7 +21,7 @@ from typing import Any
 from kubus.api.objects import CPU, EPHEMERAL_STORAGE, MEMORY, Pod
 from kubus.api.requests import pod_nonzero_requests, pod_requests
 from kubus.kernels.nodeinfo import NodeInfo
-from kubus.reference._resources import is_scalar_resource_name
+from kubus_reference._resources import is_scalar_resource_name
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,10 +44,10 @@ from kubus.framework.cycle_state import CycleState
 from kubus.framework.interface import MAX_NODE_SCORE
 from kubus.framework.status import Code, Status
 from kubus.kernels.nodeinfo import NodeInfo, PodInfo
-from kubus.reference._gomath import go_log, go_round
-from kubus.reference._selectors import find_matching_untolerated_taint
-from kubus.reference._snapshot import snapshot_node_infos
-from kubus.reference.node_affinity import RequiredNodeAffinity
+from kubus_reference._gomath import go_log, go_round
+from kubus_reference._selectors import find_matching_untolerated_taint
+from kubus_reference._snapshot import snapshot_node_infos
+from kubus_reference.node_affinity import RequiredNodeAffinity
 
 ERR_REASON_CONSTRAINTS_NOT_MATCH = "node(s) didn't match pod topology spread constraints"
 ERR_REASON_NODE_LABEL_NOT_MATCH = ERR_REASON_CONSTRAINTS_NOT_MATCH + " (missing required label)"

@@ -12,7 +12,7 @@ from kubus.api.objects import Pod, Taint, TaintEffect
 from kubus.framework.cycle_state import CycleState
 from kubus.framework.status import Status
 from kubus.kernels.nodeinfo import NodeInfo
-from kubus.reference._selectors import tolerations_tolerate_taint
+from kubus_reference._selectors import tolerations_tolerate_taint
 
 ERR_REASON_UNSCHEDULABLE = "node(s) were unschedulable"
 TAINT_NODE_UNSCHEDULABLE = "node.kubernetes.io/unschedulable"

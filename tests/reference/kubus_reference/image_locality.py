@@ -21,8 +21,8 @@ from kubus.framework.cycle_state import CycleState
 from kubus.framework.interface import MAX_NODE_SCORE
 from kubus.framework.status import Status
 from kubus.kernels.nodeinfo import NodeInfo
-from kubus.reference._gomath import go_div, go_int64
-from kubus.reference._snapshot import snapshot_node_infos
+from kubus_reference._gomath import go_div, go_int64
+from kubus_reference._snapshot import snapshot_node_infos
 
 MB = 1024 * 1024
 MIN_THRESHOLD = 23 * MB

@@ -18,8 +18,8 @@ from kubus.framework.cycle_state import CycleState
 from kubus.framework.interface import MAX_NODE_SCORE
 from kubus.framework.status import Status
 from kubus.kernels.nodeinfo import NodeInfo
-from kubus.reference._allocation import ResourceAllocationScorer, resource_weights
-from kubus.reference._gomath import go_int64
+from kubus_reference._allocation import ResourceAllocationScorer, resource_weights
+from kubus_reference._gomath import go_int64
 
 PRE_SCORE_STATE_KEY = "PreScoreNodeResourcesBalancedAllocation"
 

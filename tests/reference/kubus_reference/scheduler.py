@@ -49,8 +49,8 @@ from kubus.framework.nodewise import (
 from kubus.framework.status import Code, Status
 from kubus.kernels.nodeinfo import NodeInfo, PodInfo
 from kubus.kernels.tiebreak import node_tie_hash, pod_tie_hash, tie_key
-from kubus.reference._normalize import MIN_NODE_SCORE
-from kubus.reference.pod_topology_spread import WORKLOADS_STATE_KEY
+from kubus_reference._normalize import MIN_NODE_SCORE
+from kubus_reference.pod_topology_spread import WORKLOADS_STATE_KEY
 
 NO_NODE_AVAILABLE_MSG = "0/{} nodes are available"
 ERR_NO_NODES_AVAILABLE = "no nodes available to schedule pods"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kubus.reference._gomath import go_div
+from kubus_reference._gomath import go_div
 
 MIN_NODE_SCORE = 0
 
