@@ -4,7 +4,7 @@ apiserver is the truth for bindings, Redis for the room between kubus's profiles
 
 What the apiserver answers decides what the store does, as kube's binder answers it:
 
-- created: bound; the store's bind follows (`BinderService._store_bind`).
+- created: bound; the store's bind follows (`BindingCycle._store_bind`).
 - 409 Conflict, the pod bound already: to this node (a redelivery of a bind that went through)
   is bound; to another node (bound by someone else meanwhile) this attempt's room is given back,
   and the watcher records the pod where the apiserver has it.

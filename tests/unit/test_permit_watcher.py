@@ -50,7 +50,7 @@ async def test_the_watcher_decides_each_wait_and_rides_out_a_store_outage() -> N
         },
         failures=2,
     )
-    watcher = PermitWatcher(store, Metrics(), poll=0.01, clock=lambda: 100.0)  # type: ignore[arg-type]
+    watcher = PermitWatcher(store=store, metrics=Metrics(), poll=0.01, clock=lambda: 100.0)  # type: ignore[arg-type]
     runner = asyncio.create_task(watcher.run())
     try:
         results = await asyncio.wait_for(
