@@ -26,8 +26,9 @@ from kubus.framework.queueing_hints import (
     QueueingHintFn,
 )
 from kubus.framework.registry import ExtensionPoint, PluginSpec, Registry, RegistryError
+from kubus.framework.results import NodeExplain, ScheduleResult, ScoreDetail
 from kubus.framework.runtime import Framework
-from kubus.framework.scheduling import NodeExplain, Scheduler, ScheduleResult, ScoreDetail
+from kubus.framework.scheduling import Scheduler
 from kubus.framework.status import Code, Status
 from kubus.kernels.nodeinfo import NodeInfo, PodInfo
 

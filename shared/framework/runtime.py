@@ -1,14 +1,21 @@
 """Framework: one scheduler profile, its plugins instantiated and ordered per extension point,
-and the runs of the extension points that are not array kernels (PostFilter, Reserve/Unreserve,
-Permit, PreBind, Bind, PostBind), in kube's order and with kube's rules, for whichever process
-runs them (the cycle, the binder, the janitor, `kubus simulate`)."""
+and the runs of every extension point from PreFilter to PostBind, in kube's order and with kube's
+rules, for whichever process runs them (the cycle's Scheduler, the binder, the janitor, `kubus
+simulate`).
+
+One way for every point: a ``run_*`` method loops over the point's plugins, applies the point's
+status rules (Skip, the first failure naming its plugin) and, given a timer, times each plugin;
+the caller times the point as a whole. PreFilter, Filter, PreScore, Score and NormalizeScore run
+as array kernels over many rows at once; the Scheduler says which rows, and which plugins when a
+placement made only some of them stale (`run_pre_filter_again`, `run_score_rows`, ...).
+"""
 
 from __future__ import annotations
 
 import inspect
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -16,9 +23,11 @@ from kubus.api.objects import Pod
 from kubus.framework.config import ProfileConfig
 from kubus.framework.cycle_state import CycleState
 from kubus.framework.interface import (
+    ALL_ROWS,
     BindPlugin,
     FilterDiagnosis,
     FilterPlugin,
+    FilterResult,
     PermitPlugin,
     PostBindPlugin,
     PostFilterPlugin,
@@ -31,6 +40,10 @@ from kubus.framework.interface import (
     QueueSortPlugin,
     ReservePlugin,
     ScorePlugin,
+    has_pre_filter_extensions,
+    is_cluster_scoped,
+    is_placement_sensitive,
+    needs_feasible_nodes,
 )
 from kubus.framework.registry import ExtensionPoint
 from kubus.framework.status import Code, Status
@@ -38,15 +51,31 @@ from kubus.framework.waiting import WaitingPods
 
 if TYPE_CHECKING:
     from kubus.framework.registry import Registry
+    from kubus.kernels.node_table import NodeTable, TableView
     from kubus.kernels.nodeinfo import NodeInfo, PodInfo
 
-__all__ = ["MAX_PERMIT_TIMEOUT", "Framework", "PermitVerdict", "PluginTimer", "UnreserveStore"]
+__all__ = [
+    "MAX_PERMIT_TIMEOUT",
+    "Framework",
+    "PermitVerdict",
+    "PluginTimer",
+    "PodScores",
+    "PointTimer",
+    "PreFilterResult",
+    "ScoreTerm",
+    "UnreserveStore",
+]
 
 MAX_PERMIT_TIMEOUT = 15 * 60.0
 """Seconds a Permit plugin may make a pod wait at most (kube's maxTimeout)."""
 
 PluginTimer = Callable[[str, ExtensionPoint, Status, float], None]
 """Called after each plugin run with (plugin, extension point, status, seconds): metrics."""
+
+PointTimer = Callable[[ExtensionPoint, str, float], None]
+"""``timer(extension point, plugin or "" for the whole point, seconds)``: the cycle's metrics
+(scheduler_framework_extension_point_duration_seconds for "", else
+scheduler_plugin_execution_duration_seconds)."""
 
 _log = logging.getLogger("kubus.framework")
 
@@ -74,6 +103,49 @@ class PermitVerdict:
     def timeout(self) -> float:
         """Seconds until the first waiting plugin's timer rejects the pod (0 when none waits)."""
         return min(self.waiting_on.values(), default=0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class PreFilterResult:
+    """What the PreFilter plugins said about a pod (kube's RunPreFilterPlugins)."""
+
+    status: Status
+    """Success; or the first failure, naming its plugin; or UnschedulableAndUnresolvable when
+    the plugins' node sets have nothing in common."""
+    allowed: frozenset[str] | None = None
+    """The node names every narrowing plugin allowed (None: any node)."""
+    narrowed_by: tuple[str, ...] = ()
+    """The plugins that limited the pod to some nodes (sorted)."""
+
+
+@dataclass(slots=True)
+class ScoreTerm:
+    """One Score plugin's raw scores for one pod, kept between decisions."""
+
+    plugin: Any
+    weight: int
+    normalizes: bool
+    sensitive: bool
+    """Placement-sensitive and row-local: rescored on the rows placements touch (`run_score_rows`)."""
+    raw: Any = None
+    """int64 raw scores for every row (None for a `per_decision` term)."""
+    cluster: bool = False
+    """Cluster-scoped (`ClusterScopedPlugin`): rescored over every row when a placement affects it."""
+    active: bool = True
+    """False while its PreScore said Skip (a cluster-scoped term is kept, to be asked again)."""
+    per_decision: bool = False
+    """Its PreScore reads the feasible nodes (`FeasibleNodesPreScorePlugin`): PreScore and Score
+    run at every decision over the rows being scored."""
+
+
+@dataclass(slots=True)
+class PodScores:
+    """A pod's Score plugins over every row (`Framework.run_score`), moved by the later runs."""
+
+    terms: list[ScoreTerm]
+    base: Any
+    """int64 per row: the weighted sum of the active terms without NormalizeScore (they need no
+    renormalizing at a decision)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +217,267 @@ class Framework:
             plugins=instances,
             handle=handle,
         )
+
+    # -- the array extension points: PreFilter, Filter, PreScore, Score, NormalizeScore ------------
+    # With a ``timer``, each plugin's run is timed (the Scheduler passes one for the pod classes it
+    # samples); without, nothing is timed: the decisions' reruns stay cheap. A plugin that raises
+    # propagates: the caller fails the attempt (kube's Error).
+
+    def run_pre_filter(
+        self, state: CycleState, pod: Pod, table: NodeTable, *, timer: PointTimer | None = None
+    ) -> PreFilterResult:
+        """PreFilter plugins in order (kube's RunPreFilterPlugins). Skip: the plugin joins
+        ``state.skip_filter_plugins`` (its Filter is not run for the pod). The first failure ends
+        the run, naming its plugin. The node sets of the plugins that return one are intersected;
+        an empty intersection is UnschedulableAndUnresolvable, as kube words it."""
+        allowed: frozenset[str] | None = None
+        narrowing: list[str] = []
+        for plugin in self.pre_filter:
+            began = time.perf_counter()
+            names, status = plugin.pre_filter(state, pod, table)
+            if timer is not None:
+                timer(ExtensionPoint.PRE_FILTER, plugin.name, time.perf_counter() - began)
+            if status.is_skip:
+                state.skip_filter_plugins.add(plugin.name)
+                continue
+            if not status.is_success:
+                return PreFilterResult(status.with_plugin(plugin.name))
+            if names is not None:
+                narrowing.append(plugin.name)
+                allowed = names if allowed is None else allowed & names
+                if not allowed:
+                    msg = (
+                        f"node(s) didn't satisfy plugin {narrowing[0]}"
+                        if len(narrowing) == 1
+                        else f"node(s) didn't satisfy plugin(s) {go_list(sorted(narrowing))} simultaneously"
+                    )
+                    status = Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (msg,))
+                    return PreFilterResult(status, narrowed_by=tuple(sorted(narrowing)))
+        return PreFilterResult(Status.success(), allowed, tuple(sorted(narrowing)))
+
+    def run_pre_filter_again(
+        self,
+        state: CycleState,
+        pod: Pod,
+        table: NodeTable,
+        names: Container[str],
+        placed: Sequence[tuple[PodInfo, int]] | None,
+    ) -> Status:
+        """PreFilter again of the plugins in ``names`` (profile order), after placements, over
+        the pod's state: a plugin with AddPod (kube's PreFilterExtensions) whose PreFilter did not
+        skip is moved by the ``placed`` (pod, row) pairs instead, as AddPod is for; None (pods
+        were evicted): every one runs afresh. Skip and Success set or clear the plugin's skip; the
+        first failure is returned, naming its plugin. Node sets are not intersected again."""
+        for plugin in self.pre_filter:
+            if plugin.name not in names:
+                continue
+            if placed is not None and self._add_pods(plugin, state, pod, table, placed):
+                continue
+            _, status = plugin.pre_filter(state, pod, table)
+            if status.is_skip:
+                state.skip_filter_plugins.add(plugin.name)
+            elif status.is_success:
+                state.skip_filter_plugins.discard(plugin.name)
+            else:
+                return status.with_plugin(plugin.name)
+        return Status.success()
+
+    @staticmethod
+    def _add_pods(
+        plugin: Any, state: CycleState, pod: Pod, table: NodeTable, placed: Sequence[tuple[PodInfo, int]]
+    ) -> bool:
+        """AddPod of ``plugin`` for each placed pod, in order; False when it has no AddPod, its
+        PreFilter skipped (a placement may end the skip: it must run again) or an AddPod failed
+        (the state may be half moved: PreFilter makes it afresh)."""
+        if not has_pre_filter_extensions(plugin) or plugin.name in state.skip_filter_plugins:
+            return False
+        return all(plugin.add_pod(state, pod, info, table.node_info(row)).is_success for info, row in placed)
+
+    def run_filter(
+        self,
+        state: CycleState,
+        pod: Pod,
+        view: TableView,
+        rows: Any = ALL_ROWS,
+        *,
+        plugins: Sequence[FilterPlugin] | None = None,
+        timer: PointTimer | None = None,
+    ) -> list[tuple[FilterPlugin, FilterResult | None]]:
+        """Filter of ``plugins`` (default: the profile's), in order, each over ``rows`` at once:
+        (plugin, its result), the result None for a plugin whose PreFilter said Skip (it passes
+        every node). Every plugin runs (a node's first rejecting plugin is the caller's to find)."""
+        skipped = state.skip_filter_plugins
+        out: list[tuple[FilterPlugin, FilterResult | None]] = []
+        for plugin in self.filter if plugins is None else plugins:
+            if plugin.name in skipped:
+                out.append((plugin, None))
+                continue
+            began = time.perf_counter()
+            result = plugin.filter(state, pod, view, rows)
+            if timer is not None:
+                timer(ExtensionPoint.FILTER, plugin.name, time.perf_counter() - began)
+            out.append((plugin, result))
+        return out
+
+    @staticmethod
+    def run_filter_passed(
+        state: CycleState, pod: Pod, view: TableView, rows: Any, plugins: Sequence[FilterPlugin], passed: Any
+    ) -> Any:
+        """``passed`` (bool per row of ``rows``) and-ed with the Filter of each of ``plugins`` over
+        ``rows``, skipped plugins passing: a placement's rows, rechecked at a decision. A new
+        array; untimed."""
+        skipped = state.skip_filter_plugins
+        for plugin in plugins:
+            if plugin.name not in skipped:
+                passed = passed & plugin.filter(state, pod, view, rows).passed
+        return passed
+
+    def run_pre_score(
+        self,
+        state: CycleState,
+        pod: Pod,
+        table: NodeTable,
+        *,
+        only: Container[str] | None = None,
+        placed: Sequence[tuple[PodInfo, int]] | None = None,
+        timer: PointTimer | None = None,
+    ) -> Status:
+        """PreScore of the profile's plugins (those in ``only``, when given), in order, but for the
+        ones reading the feasible nodes (they run at each decision, `run_normalize_score`). Skip
+        puts the plugin in ``state.skip_score_plugins``, Success takes it out (a rerun after
+        placements may end a Skip); the first failure is returned, naming its plugin. With
+        ``placed`` (pods placed since the state was made), a plugin with ``pre_score_add_pods``
+        that did not skip is moved by them instead, when it can."""
+        skipped = state.skip_score_plugins
+        for plugin in self.pre_score:
+            name = plugin.name
+            if (only is not None and name not in only) or needs_feasible_nodes(plugin):
+                continue
+            if placed is not None and name not in skipped:
+                add = getattr(plugin, "pre_score_add_pods", None)
+                if add is not None and add(state, pod, table, placed):
+                    continue  # kubus' incremental PreScore: moved by the placed pods
+            began = time.perf_counter()
+            status = plugin.pre_score(state, pod, table)
+            if timer is not None:
+                timer(ExtensionPoint.PRE_SCORE, name, time.perf_counter() - began)
+            if status.is_skip:
+                skipped.add(name)
+            elif status.is_success:
+                skipped.discard(name)
+            else:
+                return status.with_plugin(name)
+        return Status.success()
+
+    def run_score(self, state: CycleState, pod: Pod, table: NodeTable, *, timer: PointTimer | None = None) -> PodScores:
+        """Score of every Score plugin over every row, after `run_pre_score`: one term per
+        plugin, in order, but for a plugin that skipped and is not cluster-scoped (a skipped
+        cluster-scoped one is kept, inactive with zero scores, to be asked again after
+        placements); a plugin reading the feasible nodes gets a term without scores (scored at
+        each decision)."""
+        view = table.view()
+        xp = view.xp
+        skipped = state.skip_score_plugins
+        scores = PodScores([], xp.zeros(table.rows, dtype=xp.int64))
+        for plugin, weight in self.score:
+            cluster = is_cluster_scoped(plugin)
+            per_decision = needs_feasible_nodes(plugin)
+            skip = plugin.name in skipped
+            if skip and not cluster:
+                continue
+            raw = None
+            if skip and not per_decision:
+                raw = xp.zeros(table.rows, dtype=xp.int64)
+            elif not per_decision:
+                began = time.perf_counter()
+                raw = plugin.score(state, pod, view, ALL_ROWS)
+                if timer is not None:
+                    timer(ExtensionPoint.SCORE, plugin.name, time.perf_counter() - began)
+            term = ScoreTerm(
+                plugin,
+                weight,
+                getattr(plugin, "normalize_score", None) is not None,
+                is_placement_sensitive(plugin) and not cluster,
+                raw,
+                cluster=cluster,
+                active=not skip,
+                per_decision=per_decision,
+            )
+            scores.terms.append(term)
+            if not term.normalizes and term.active and raw is not None:
+                scores.base = scores.base + raw * weight
+        return scores
+
+    @staticmethod
+    def run_score_rows(state: CycleState, pod: Pod, view: TableView, scores: PodScores, rows: Any) -> None:
+        """Score again over ``rows`` (the rows placements touched) of the placement-sensitive,
+        row-local terms, in place. Untimed."""
+        base = scores.base
+        for term in scores.terms:
+            if not term.sensitive or term.raw is None:
+                continue
+            new = term.plugin.score(state, pod, view, rows)
+            if not term.normalizes:
+                base[rows] += (new - term.raw[rows]) * term.weight
+            term.raw[rows] = new
+
+    @staticmethod
+    def run_score_again(
+        state: CycleState, pod: Pod, table: NodeTable, scores: PodScores, names: Container[str]
+    ) -> None:
+        """Score again over every row of the cluster-scoped terms in ``names``, after their
+        PreScore ran again (`run_pre_score` with ``only``): active again unless it skipped. In
+        place; untimed."""
+        view = table.view()
+        xp = view.xp
+        for term in scores.terms:
+            if not term.cluster or term.raw is None or term.plugin.name not in names:
+                continue
+            if not term.normalizes and term.active:
+                scores.base = scores.base - term.raw * term.weight
+            term.active = term.plugin.name not in state.skip_score_plugins
+            term.raw = (
+                term.plugin.score(state, pod, view, ALL_ROWS) if term.active else xp.zeros(table.rows, dtype=xp.int64)
+            )
+            if not term.normalizes and term.active:
+                scores.base = scores.base + term.raw * term.weight
+
+    def run_normalize_score(
+        self, state: CycleState, pod: Pod, table: NodeTable, scores: PodScores, rows: Any, *, explain: bool = False
+    ) -> tuple[Status, Any, list[tuple[ScoreTerm, Any, Any]]]:
+        """The total score of each of ``rows`` (a host int array: the feasible rows being scored)
+        as kube's RunScorePlugins gives it: PreScore (when the profile runs it at PreScore) and
+        Score of the terms reading the feasible nodes over ``rows``, NormalizeScore of every
+        normalizing term over ``rows``, each weighted, plus ``scores.base``. Returns (Status,
+        int64 total per row, and with ``explain`` (term, raw, normalized) of every term scored).
+        Not Success: a feasible-nodes PreScore failed, naming its plugin. Untimed."""
+        xp = table.backend.xp
+        d_rows = xp.asarray(rows)
+        total = scores.base[d_rows]
+        details: list[tuple[ScoreTerm, Any, Any]] = []
+        for term in scores.terms:
+            plugin = term.plugin
+            if term.per_decision:
+                status = (
+                    plugin.pre_score_feasible(state, pod, table, rows)
+                    if any(p is plugin for p in self.pre_score)
+                    else Status.success()  # kube runs only the enabled PreScore plugins
+                )
+                if status.is_skip:
+                    continue
+                if not status.is_success:
+                    return status.with_plugin(plugin.name), total, details
+                raw = plugin.score(state, pod, table.view(), d_rows)
+            elif not term.active or (not term.normalizes and not explain):
+                continue
+            else:
+                raw = term.raw[d_rows]
+            norm = plugin.normalize_score(state, pod, xp, raw) if term.normalizes else raw
+            if term.normalizes or term.per_decision:
+                total = total + norm * term.weight
+            if explain:
+                details.append((term, raw, norm))
+        return Status.success(), total, details
 
     # -- the extension points that run one pod at a time ------------------------------------------
 
@@ -297,3 +630,8 @@ async def _call(
     if timer is not None:
         timer(name, point, status, time.perf_counter() - started)
     return status
+
+
+def go_list(items: Sequence[str]) -> str:
+    """Go's %v of a []string: [a b c]."""
+    return "[" + " ".join(items) + "]"

@@ -64,22 +64,20 @@ from kubus.kernels.backend import NUMPY, Backend
 from kubus.kernels.node_table import NodeTable, TableView
 from kubus.kernels.nodeinfo import NodeInfo, PodInfo
 from kubus.plugins import IN_TREE, in_tree_registry
+from kubus.plugins._preemption_candidates import pick_scores
+from kubus.plugins._preemption_dry_run import DryRun
+from kubus.plugins._preemption_victims import Deltas, Shadow, VictimCache
 from kubus.plugins.default_preemption import (
     Candidate,
     DefaultPreemption,
-    _Deltas,
-    _DryRun,
-    _pick_scores,
-    _Shadow,
-    _VictimCache,
     calculate_num_candidates,
     pick_one_node_for_preemption,
     preemption_offset,
     split_by_pdb_violation,
     table_disruptions_allowed,
 )
-from kubus.reference import reference_profile
-from kubus.reference.default_preemption import ReferencePreemption
+from kubus_reference import reference_profile
+from kubus_reference.default_preemption import ReferencePreemption
 
 NEG, LOW, MID, HIGH, VERY_HIGH = -100, 0, 100, 1000, 10000
 SMALL = {CPU: 100, MEMORY: 100}
@@ -1341,7 +1339,7 @@ def _check_against_reference(seed: int, backend: Backend) -> None:
         assert every is not None
         assert _candidates(full.candidates) == _candidates(every.candidates)
         # the pick's scores, worked out for all candidates at once, are each one's own
-        assert all(c.scores is not None and c.scores == _pick_scores(c) for c in full.candidates)
+        assert all(c.scores is not None and c.scores == pick_scores(c) for c in full.candidates)
         assert {n: (s.code, s.reasons) for n, s in full.statuses.items()} == {
             n: (s.code, s.reasons) for n, s in every.statuses.items()
         }
@@ -1446,7 +1444,7 @@ def test_the_view_only_dry_run_equals_the_table_dry_run(seed: int) -> None:
             assert table_state(table) == before
     assert answers[:2] == answers[2:]
     # the copy serves whenever no plugin that pods change reads them from the table
-    run = _DryRun(fw, table, state, preemptor, (), ())
+    run = DryRun(fw, table, state, preemptor, (), ())
     table_only = "NodePorts" in plugins and preemptor.spec.containers[0].ports
     assert run.mutates == bool(table_only)
 
@@ -1532,9 +1530,9 @@ def test_the_usage_copy_is_the_table_with_the_same_pods_taken_off(seed: int) -> 
     backend = rng.choice((NUMPY, EMULATED_DEVICE))
     table = build_table(nodes, pods, (), backend)
     rows = table.valid_rows().tolist()
-    cache = _VictimCache()
+    cache = VictimCache()
     found = cache.of(table, rows, rng.choice((0, 5, 20)))
-    shadow = _Shadow(table)
+    shadow = Shadow(table)
     live = [row for row, v in zip(rows, found, strict=True) if v.pods]
     if not live:
         return
@@ -1549,7 +1547,7 @@ def test_the_usage_copy_is_the_table_with_the_same_pods_taken_off(seed: int) -> 
     ]
     if back:
         at = np.asarray([row for row, _, _ in back])
-        shadow.change(at, _Deltas.concat([v.deltas.take(np.asarray([j])) for _, v, j in back]), +1)
+        shadow.change(at, Deltas.concat([v.deltas.take(np.asarray([j])) for _, v, j in back]), +1)
         for row, v, j in back:
             table.assume(v.pods[j], row)
     view = shadow.view()

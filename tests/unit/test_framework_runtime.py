@@ -5,19 +5,24 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import numpy as np
 import pytest
 
 from kubus.api.manifests import parse_manifests
 from kubus.api.objects import Pod
 from kubus.cli.simulate import SCHEDULED, UNSCHEDULABLE, simulate
-from kubus.framework.config import load_config
+from kubus.framework.config import default_config, load_config
 from kubus.framework.cycle_state import CycleState
-from kubus.framework.interface import FilterDiagnosis, PostFilterResult
+from kubus.framework.interface import FilterDiagnosis, FilterResult, PostFilterResult
+from kubus.framework.registry import ExtensionPoint
 from kubus.framework.runtime import MAX_PERMIT_TIMEOUT, Framework
+from kubus.framework.scheduling import Scheduler
 from kubus.framework.status import Code, Status
 from kubus.framework.waiting import WaitingPods
 from kubus.kernels.backend import select_backend
+from kubus.kernels.node_table import NodeTable
 from kubus.plugins import in_tree_registry
+from kubus.synthetic import make_nodes, make_pods
 
 POD = parse_manifests("{apiVersion: v1, kind: Pod, metadata: {name: p}, spec: {containers: [{name: c}]}}").pods[0]
 
@@ -186,3 +191,51 @@ def test_pre_filter_extensions_run_for_the_plugins_that_have_them() -> None:
     removed = fw.run_remove_pod(CycleState(), POD, None, None)  # type: ignore[arg-type]
     assert (removed.code, removed.plugin) == (Code.UNSCHEDULABLE, "Stateful")
     assert calls == ["add Stateful", "remove Stateful"]
+
+
+# ---- the array extension points (PreFilter to NormalizeScore), run by the runtime too ---------
+
+
+def test_pre_filter_intersects_node_sets_records_skips_and_names_the_failing_plugin() -> None:
+    only = lambda *names: lambda self, *args: (frozenset(names), Status.success())  # noqa: E731
+    skips = plugin("Skips", pre_filter=lambda self, *args: (None, Status.skip()))
+    ab, bc, cd = (plugin(a + b, pre_filter=only(a.lower(), b.lower())) for a, b in ("AB", "BC", "CD"))
+    state = CycleState()
+    timed: list[tuple[ExtensionPoint, str]] = []
+    fw = framework(pre_filter=[skips, ab, bc])
+    result = fw.run_pre_filter(state, POD, None, timer=lambda point, name, s: timed.append((point, name)))  # type: ignore[arg-type]
+    assert (result.status.is_success, result.allowed, result.narrowed_by) == (True, frozenset({"b"}), ("AB", "BC"))
+    assert state.skip_filter_plugins == {"Skips"}
+    assert timed == [(ExtensionPoint.PRE_FILTER, name) for name in ("Skips", "AB", "BC")]
+    empty = framework(pre_filter=[ab, cd]).run_pre_filter(CycleState(), POD, None)  # type: ignore[arg-type]
+    assert empty.status.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE and empty.narrowed_by == ("AB", "CD")
+    assert empty.status.reasons == ("node(s) didn't satisfy plugin(s) [AB CD] simultaneously",)
+    no = plugin("No", pre_filter=lambda self, *args: (None, Status.unschedulable("no")))
+    failed = framework(pre_filter=[no, ab]).run_pre_filter(CycleState(), POD, None)  # type: ignore[arg-type]
+    assert (failed.status.code, failed.status.plugin, failed.narrowed_by) == (Code.UNSCHEDULABLE, "No", ())
+
+
+def test_filter_runs_every_plugin_a_skipped_one_without_a_result() -> None:
+    passing = FilterResult(np.ones(3, dtype=bool))
+    a = plugin("A", filter=lambda self, *args: passing)
+    b = plugin("B", filter=lambda self, *args: pytest.fail("its PreFilter said Skip"))
+    state = CycleState()
+    state.skip_filter_plugins.add("B")
+    results = framework(filter=[a, b]).run_filter(state, POD, None)  # type: ignore[arg-type]
+    assert [(p.name, r) for p, r in results] == [("A", passing), ("B", None)]
+
+
+def test_the_scheduler_times_every_point_and_the_plugins_of_a_sampled_class() -> None:
+    timed: set[tuple[ExtensionPoint, str]] = set()
+    registry = in_tree_registry()
+    profile = default_config(registry=registry).profiles[0]
+    table = NodeTable(select_backend("numpy"), seed=1)
+    table.add_nodes(make_nodes(8, seed=2))
+    scheduler = Scheduler(
+        Framework.from_profile(profile, registry), table, timer=lambda point, name, s: timed.add((point, name))
+    )
+    assert scheduler.schedule(make_pods(1, seed=3, gpu_fraction=0.0))[0].scheduled
+    points = {point for point, name in timed if not name}
+    assert points == {ExtensionPoint.FILTER, ExtensionPoint.SCORE, ExtensionPoint.RESERVE}
+    sampled = {point for point, name in timed if name}  # the first class is sampled
+    assert sampled == {ExtensionPoint.PRE_FILTER, ExtensionPoint.FILTER, ExtensionPoint.PRE_SCORE, ExtensionPoint.SCORE}

@@ -1,4 +1,4 @@
-"""PodTopologySpread, vectorized (`kubus.plugins`) and one node at a time (`kubus.reference`).
+"""PodTopologySpread, vectorized (`kubus.plugins`) and one node at a time (`kubus_reference`).
 
 kube's podtopologyspread filtering_test.go (TestSingleConstraint, TestMultipleConstraints) and
 scoring_test.go (TestPodTopologySpreadScore, TestPreScoreSkip) tables run against both forms,
@@ -63,8 +63,8 @@ from kubus.plugins.pod_topology_spread import (
     ERR_REASON_NODE_LABEL_NOT_MATCH,
     PodTopologySpread,
 )
-from kubus.reference import ReferenceScheduler, reference_profile
-from kubus.reference.pod_topology_spread import PodTopologySpread as RefPodTopologySpread
+from kubus_reference import ReferenceScheduler, reference_profile
+from kubus_reference.pod_topology_spread import PodTopologySpread as RefPodTopologySpread
 
 IN, NOT_IN, EXISTS = SelectorOperator.IN, SelectorOperator.NOT_IN, SelectorOperator.EXISTS
 DNS, SA = "DoNotSchedule", "ScheduleAnyway"
@@ -1061,7 +1061,7 @@ def test_round_halves_away_from_zero_and_go_log() -> None:
     """Score rounds x.5 up as Go's math.Round does, with Go's math.Log (not the C library's,
     which differs for log(3): one domain)."""
     from kubus.plugins._gomath import go_log, go_round
-    from kubus.reference import _gomath
+    from kubus_reference import _gomath
 
     assert go_log(3.0) == 1.0986122886681096 == _gomath.go_log(3.0)
     assert all(go_log(float(n)) == _gomath.go_log(float(n)) for n in range(1, 5000))
