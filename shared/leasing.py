@@ -28,7 +28,7 @@ class Leadership:
 
     def __init__(
         self,
-        cluster: ClusterState,
+        store: ClusterState,
         name: str,
         holder: str,
         *,
@@ -39,7 +39,7 @@ class Leadership:
     ) -> None:
         if not 0 < renew_interval < ttl:
             raise ValueError(f"lease renew interval ({renew_interval}s) must be positive and below its ttl ({ttl}s)")
-        self.cluster = cluster
+        self.store = store
         self.name = name
         self.holder = holder
         self.ttl = ttl
@@ -74,7 +74,7 @@ class Leadership:
         being away (logged)."""
         started = self._clock()
         try:
-            token = await self.cluster.acquire_lease(self.name, self.holder, max(1, int(self.ttl * 1000)))
+            token = await self.store.acquire_lease(self.name, self.holder, max(1, int(self.ttl * 1000)))
         except TRANSIENT_ERRORS as exc:
             self.log.warning("lease renewal failed", error=repr(exc), leading=self.leading)
         else:
@@ -126,7 +126,7 @@ class Leadership:
         """Give the lease up (a clean stop), so a standby takes over at once. Idempotent."""
         self._token = None
         try:
-            released = await self.cluster.release_lease(self.name, self.holder)
+            released = await self.store.release_lease(self.name, self.holder)
         except TRANSIENT_ERRORS as exc:
             self.log.warning("lease release failed; it lapses by itself", error=repr(exc))
             return

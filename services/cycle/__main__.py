@@ -10,7 +10,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from kubus.cycle.service import CycleOptions, CycleService
+from kubus.cycle.options import CycleOptions
+from kubus.cycle.service import CycleService
 from kubus.entrypoint import add_service_flags, run_service, settings_from_flags
 from kubus.errors import UsageError
 from kubus.framework.config import default_config, load_config

@@ -6,19 +6,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from enum import StrEnum
 
 from nats.aio.msg import Msg
+from nats.js import JetStreamContext
 
-from kubus.bus import NODE_PODS_ALL, EventKind, PullConsumer, deliveries, publish_durable_many, redelivery_delay
+from kubus.api.objects import Node
+from kubus.bus import (
+    NODE_PODS_ALL,
+    EventKind,
+    MessageFaults,
+    deliveries,
+    publish_durable_many,
+    redelivery_delay,
+)
 from kubus.bus.messages import MessageError, NodeAssignment, decode
-from kubus.gpu_agent._core import AgentCore
+from kubus.gpu_agent._plumbing import each, log_failure, pod_publication, publish_pod_event
 from kubus.gpu_agent.admission import Verdict, admit
-from kubus.gpu_agent.running import RunningPod
-from kubus.service import StructuredLogger, is_transient
-from kubus.store import EventType, PodEvent, PodPhase, PodStart, Reservation, StoreCode
+from kubus.gpu_agent.inventory import NodeInventory
+from kubus.gpu_agent.options import AgentOptions
+from kubus.gpu_agent.running import RunningPod, RunningPods
+from kubus.metrics import Metrics
+from kubus.service import Outage, StructuredLogger, is_transient
+from kubus.store import ClusterState, EventType, PodEvent, PodPhase, PodStart, Reservation, StoreCode
 
 __all__ = ["AdmissionResult", "Assignments"]
 
@@ -40,30 +51,46 @@ _Delivered = tuple[NodeAssignment, list[int]]
 """An assignment and the positions, in the batch, of the messages that delivered it."""
 
 
-class Assignments(AgentCore):
-    """Consumes and admits the NodeAssignments of this agent's nodes."""
+class Assignments:
+    """Admits the NodeAssignments of this agent's nodes."""
 
-    async def _assignment_loop(self, subscription: PullConsumer) -> None:
-        while not self.stopping.is_set():
-            began = time.monotonic()
-            messages = await self.fetch(subscription, self.options.batch, self.options.fetch_timeout)
-            if not messages:
-                continue
-            await self.handle_batch(messages)
-            if len(messages) < self.options.batch:  # light load: let the next batch gather
-                left = self.options.batch_wait - (time.monotonic() - began)
-                if left > 0:
-                    await self._sleep(left)
-
-    async def handle(self, msg: Msg) -> AdmissionResult | None:
-        """Handle one delivered NodeAssignment to the end: `handle_batch` of one."""
-        return (await self.handle_batch([msg]))[0]
+    def __init__(
+        self,
+        *,
+        store: ClusterState,
+        js: JetStreamContext,
+        nodes: Mapping[str, Node],
+        running: RunningPods,
+        inventory: NodeInventory | None,
+        options: AgentOptions,
+        outage: Outage,
+        clock: Callable[[], float],
+        source: str,
+        log: StructuredLogger,
+        metrics: Metrics,
+    ) -> None:
+        """``nodes``: the agent's nodes, by name (as it knows them now); ``running``: the pods it
+        runs; ``inventory``: a real node's, whose GPUs' health admission asks (None: simulated);
+        ``source``: who records the pod events it writes."""
+        self.store = store
+        self.js = js
+        self.nodes = nodes
+        self.running = running
+        self.inventory = inventory
+        self.options = options
+        self.outage = outage
+        self.clock = clock
+        self.source = source
+        self.log = log
+        self.metrics = metrics
+        self.faults = MessageFaults(options.max_failures)
+        """Failed tries of each assignment that were its own fault (not an outage's)."""
 
     async def handle_batch(self, messages: Sequence[Msg]) -> list[AdmissionResult | None]:
         """Handle delivered NodeAssignments to the end (each acked, nak'ed or terminated), in
         order; never raises (but for cancellation). None for garbage or another agent's node.
 
-        The batch is admitted together (`_admit_many`: a few pipelined round trips to Redis and
+        The batch is admitted together (`admit_many`: a few pipelined round trips to Redis and
         one to JetStream, whatever its size), the same pod delivered twice in it once. Should
         that fail, each assignment is admitted again alone, through the same code, so a bad one
         costs only itself its retries; every step is idempotent, so nothing runs twice."""
@@ -98,20 +125,22 @@ class Assignments(AgentCore):
         again one assignment at a time; one alone has its messages nak'ed (to be delivered
         again), or terminated on their last delivery. Never raises (but for cancellation)."""
         try:
-            admitted = await self._admit_many([assignment for assignment, _ in group])
+            admitted = await self.admit_many([assignment for assignment, _ in group])
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             if is_transient(exc):  # a server away: every assignment waits for it, none fails alone
                 self.outage.note(exc)
-                self._log_failure("admission failed, will retry when the servers answer", exc, pods=len(group))
+                log_failure(self.log, "admission failed, will retry when the servers answer", exc, pods=len(group))
                 for _, where in group:
                     for i in where:
                         results[i] = await self._give_back(messages[i], exc, self.log)
                 return
             if len(group) > 1:
-                self._log_failure("batch admission failed, admitting one by one", exc, pods=len(group))
-                await self._each(group, lambda one: self._settle([one], messages, results))
+                log_failure(self.log, "batch admission failed, admitting one by one", exc, pods=len(group))
+                await each(
+                    group, lambda one: self._settle([one], messages, results), concurrency=self.options.concurrency
+                )
                 return
             ((assignment, where),) = group
             log = self.log.bind(pod=assignment.key, uid=assignment.uid, node=assignment.node)
@@ -129,18 +158,18 @@ class Assignments(AgentCore):
         last allowed failure (the pod is left Bound: the resync adopts it). A server that is
         away is waited out, however long: it is not the assignment's failure."""
         delivered = deliveries(msg)
-        if is_transient(exc) or self._faults.failed(msg) < self.options.max_failures:
+        if is_transient(exc) or self.faults.failed(msg) < self.options.max_failures:
             if not is_transient(exc):
-                self._log_failure("admission failed, will retry", exc, log=log, delivery=delivered)
+                log_failure(log, "admission failed, will retry", exc, delivery=delivered)
             with contextlib.suppress(Exception):
                 await msg.nak(delay=redelivery_delay(delivered))
             return AdmissionResult.RETRY
-        self._log_failure("admission failed for the last time; pod left Bound", exc, log=log)
+        log_failure(log, "admission failed for the last time; pod left Bound", exc)
         with contextlib.suppress(Exception):
             await msg.term()
         return AdmissionResult.DROPPED
 
-    async def _admit_many(self, assignments: Sequence[NodeAssignment]) -> list[AdmissionResult]:
+    async def admit_many(self, assignments: Sequence[NodeAssignment]) -> list[AdmissionResult]:
         """Admit assignments of distinct pods in a few round trips: read every pod and its
         reservation (one pipeline), decide every admission at once (no await in between, so
         admissions on one node see each other), start the admitted pods (one pipeline of
@@ -148,7 +177,6 @@ class Assignments(AgentCore):
         their ``pod.running`` events together, then the rare rejections and releases.
         Every return means "done with it" (ack); raises on Redis/NATS errors, with no pod left
         half-tracked (a retry finds the ones that started Running in Redis)."""
-        state = self._store()
         results: list[AdmissionResult | None] = [None] * len(assignments)
         running: list[RunningPod] = []
         """Pods to announce ``pod.running`` for."""
@@ -157,7 +185,7 @@ class Assignments(AgentCore):
             if a.uid in self.running:  # a redelivery of a pod running here
                 running.append(self.running[a.uid])
                 results[i] = AdmissionResult.ADMITTED
-        views = await state.admission_views([(assignments[i].node, assignments[i].uid) for i in fresh])
+        views = await self.store.admission_views([(assignments[i].node, assignments[i].uid) for i in fresh])
 
         releases: list[NodeAssignment] = []
         rejected: list[tuple[NodeAssignment, Verdict]] = []
@@ -224,7 +252,7 @@ class Assignments(AgentCore):
 
         if starts:
             try:
-                outcomes = await state.start_pods(starts)
+                outcomes = await self.store.start_pods(starts)
             except BaseException:
                 for _, pod in starting:
                     if self.running.get(pod.uid) is pod:
@@ -255,13 +283,15 @@ class Assignments(AgentCore):
             if started:
                 self.log.info("pods running", pods=started, running=len(self.running))
 
-        await self._each(releases, lambda a: state.release(a.node, a.uid))
-        await self._each(
-            rejected, lambda item: self._fail(item[0], item[1], self.log.bind(pod=item[0].key, uid=item[0].uid))
+        await each(releases, lambda a: self.store.release(a.node, a.uid), concurrency=self.options.concurrency)
+        await each(
+            rejected,
+            lambda item: self._fail(item[0], item[1], self.log.bind(pod=item[0].key, uid=item[0].uid)),
+            concurrency=self.options.concurrency,
         )
         if running:
             await publish_durable_many(
-                self.jetstream(), [self._pod_publication(EventKind.POD_RUNNING, p) for p in running]
+                self.js, [pod_publication(EventKind.POD_RUNNING, p, at=self.clock()) for p in running]
             )
         return [r if r is not None else AdmissionResult.DROPPED for r in results]
 
@@ -269,9 +299,8 @@ class Assignments(AgentCore):
         """Stop tracking the pods of ``nodes`` the store no longer has running there (deleted or
         moved on while their events are still on the way); their room is released again
         (idempotent). Returns how many were forgotten."""
-        state = self._store()
         tracked = [p for node in nodes for p in self.running.on(node)]
-        records = await state.get_pods([p.uid for p in tracked])
+        records = await self.store.get_pods([p.uid for p in tracked])
         gone = [
             p for p, r in zip(tracked, records, strict=True)
             if r is None or r.node != p.node or r.phase not in (PodPhase.BOUND, PodPhase.RUNNING)
@@ -279,22 +308,23 @@ class Assignments(AgentCore):
         for pod in gone:
             self.running.untrack(pod.uid)
             self.log.info("pod stopped: gone from the store", pod=pod.key, uid=pod.uid, node=pod.node)
-        await self._each(gone, lambda p: state.release(p.node, p.uid))
+        await each(gone, lambda p: self.store.release(p.node, p.uid), concurrency=self.options.concurrency)
         return len(gone)
 
     async def _fail(self, a: NodeAssignment, verdict: Verdict, log: StructuredLogger) -> None:
         """The pod does not fit the node as it is: it fails, as kubelet fails it, and its room goes back."""
-        state = self._store()
-        write = await state.transition(
+        write = await self.store.transition(
             a.uid, PodPhase.FAILED, expected_phases={PodPhase.BOUND}, reason=verdict.reason, message=verdict.message
         )
         if write.code in (StoreCode.OK, StoreCode.ALREADY, StoreCode.GONE):
-            await state.release(a.node, a.uid)
+            await self.store.release(a.node, a.uid)
         if write.code is StoreCode.OK:
             event = PodEvent(self.clock(), EventType.WARNING, verdict.reason, verdict.message, self.source)
-            await state.append_event(a.uid, event)
+            await self.store.append_event(a.uid, event)
             pod = RunningPod(a.uid, a.key, a.node, None, self.clock(), 0.0)
-            await self._pod_event(EventKind.POD_FINISHED, pod, phase=PodPhase.FAILED, reason=verdict.reason)
+            await publish_pod_event(
+                self.js, EventKind.POD_FINISHED, pod, at=self.clock(), phase=PodPhase.FAILED, reason=verdict.reason
+            )
         log.warning("pod rejected at admission", reason=verdict.reason, message=verdict.message, code=str(write.code))
 
     async def _reject(self, msg: Msg, reason: str) -> None:

@@ -44,41 +44,106 @@ One agent runs one real node (``--node``), or simulates many (``--simulate N``) 
   read the phase indexes (one query per 5,000 running pods, one for the Bound pods), not
   every pod or node. A pod that runs until deleted costs nothing periodic beyond that.
 
-One module per part: `registration` (registration, heartbeat, inventory), `assignments`
-(taking assignments), `finishing` (the timer, deletion), `resync` (rescan, resync, orphans),
-over `running` (the table of pods this agent runs) and `_core` (what the parts share).
+It is composed of parts, one module each, each given what it needs and built once the
+connections exist (`AgentParts`): `registration` (registration, heartbeat, inventory),
+`assignments` (admitting assignments), `finishing` (the timer, deletion), `resync` (rescan,
+resync, orphans); they share `running` (the table of pods this agent runs, `RunningPods`) and
+the service runs their loops.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
 
 from kubus.api.objects import Node
 from kubus.bus import (
     NODE_PODS_ALL,
     NODES_STREAM,
     EventKind,
+    PullConsumer,
     agent_consumer,
     ensure_pull_consumer,
     event_filter,
     node_pods,
 )
+from kubus.gpu_agent._plumbing import log_failure
+from kubus.gpu_agent.assignments import AdmissionResult, Assignments
 from kubus.gpu_agent.finishing import Finishing
 from kubus.gpu_agent.inventory import NodeInventory
 from kubus.gpu_agent.options import AgentOptions
 from kubus.gpu_agent.registration import Registration
 from kubus.gpu_agent.resync import Resync
-from kubus.gpu_agent.simulation import simulated_nodes
+from kubus.gpu_agent.running import RunningPods
+from kubus.gpu_agent.simulation import pod_duration, simulated_nodes
+from kubus.service import Service
 from kubus.settings import ConnectionSettings
 from kubus.store import ClusterState
 
-__all__ = ["AgentService"]
+__all__ = ["AgentParts", "AgentService"]
 
 
-class AgentService(Registration, Resync, Finishing):
+@dataclass(frozen=True, slots=True)
+class AgentParts:
+    """The parts of a started agent, each holding what it needs."""
+
+    store: ClusterState
+    registration: Registration
+    assignments: Assignments
+    finishing: Finishing
+    resync: Resync
+
+
+class AgentService(Service):
     """The node agent; see the module docstring. Build it with `for_node` or `simulating`,
     or directly from the nodes it runs (``simulated`` picks the one-consumer-for-all mode)."""
+
+    metrics_role = "gpu-agent"
+
+    def __init__(
+        self,
+        settings: ConnectionSettings | None,
+        nodes: Sequence[Node],
+        options: AgentOptions | None = None,
+        *,
+        simulated: bool = False,
+        inventory: NodeInventory | None = None,
+        clock: Callable[[], float] = time.time,
+        name: str = "gpu-agent",
+    ) -> None:
+        super().__init__(name, settings)
+        if not nodes:
+            raise ValueError("an agent needs at least one node")
+        if not simulated and len(nodes) != 1:
+            raise ValueError("an agent runs one real node; use simulated=True for more")
+        self.nodes: dict[str, Node] = {n.name: n for n in nodes}
+        if len(self.nodes) != len(nodes):
+            raise ValueError("node names repeat")
+        self.options = options or AgentOptions()
+        self.simulated = simulated
+        self.inventory = inventory
+        self.clock = clock
+        self.source = f"{name}/{socket.gethostname()}"
+        """Who recorded the pod events this agent writes."""
+        opts = self.options
+        self.running = RunningPods(
+            self.nodes,
+            lambda uid: pod_duration(uid, opts.pod_duration, opts.pod_duration_jitter),
+            self.metrics.pods_running.set,
+        )
+        """The pods this agent runs, by uid."""
+        self.parts: AgentParts | None = None
+        """The parts, built by start() once the connections are open (None before)."""
+        self._loops: list[asyncio.Task[None]] = []
+        """The root tasks that finish the work in hand when the agent stops."""
 
     @classmethod
     def for_node(
@@ -100,39 +165,62 @@ class AgentService(Registration, Resync, Finishing):
         """An agent simulating ``count`` nodes cloned from ``template`` (see kubus.gpu_agent.simulation)."""
         return cls(settings, simulated_nodes(template, count, prefix), options, simulated=True)
 
+    def _assemble(self, store: ClusterState, js: JetStreamContext) -> AgentParts:
+        o, log, metrics = self.options, self.log, self.metrics
+        registration = Registration(
+            store=store, js=js, nodes=self.nodes, inventory=self.inventory, simulated=self.simulated, options=o,
+            clock=self.clock, log=log, metrics=metrics,
+        )  # fmt: skip
+        assignments = Assignments(
+            store=store, js=js, nodes=self.nodes, running=self.running, inventory=self.inventory, options=o,
+            outage=self.outage, clock=self.clock, source=self.source, log=log, metrics=metrics,
+        )  # fmt: skip
+        finishing = Finishing(
+            store=store, js=js, running=self.running, concurrency=o.concurrency, clock=self.clock,
+            source=self.source, log=log, metrics=metrics,
+        )  # fmt: skip
+        resync = Resync(
+            store=store, nodes=self.nodes, running=self.running, admit=assignments.admit_many, options=o,
+            clock=self.clock, log=log, metrics=metrics,
+        )  # fmt: skip
+        return AgentParts(store, registration, assignments, finishing, resync)
+
     async def on_start(self) -> None:
-        assert self.redis is not None and self.nc is not None and self.js is not None
-        self.cluster = ClusterState(self.redis, clock=self.clock)
+        if self.nc is None or self.js is None or self.redis is None:
+            raise RuntimeError(f"{self.name}: needs NATS and Redis (settings)")
+        self.parts = parts = self._assemble(ClusterState(self.redis, clock=self.clock), self.js)
         # The consumer first: a simulation next to per-node agents fails here, before touching Redis.
-        if self.simulated:
-            durable, subject = agent_consumer(None), NODE_PODS_ALL
-        else:
-            (node,) = self._names
-            durable, subject = agent_consumer(node), node_pods(node)
-        subscription = self.intake(
-            await ensure_pull_consumer(
-                self.nc,
-                self.js,
-                NODES_STREAM.name,
-                durable,
-                subject,
-                ack_wait=self.options.ack_wait,
-                description="gpu-agent: the pods bound to its node(s).",
-            )
-        )
-        await self._register(self._names)
-        await self._beat()
-        await self._rescan()
+        subscription = self.intake(await self._consumer(self.nc, self.js))
+        await parts.registration.register(list(self.nodes))
+        await parts.registration.beat()
+        await parts.resync.rescan()
         # Deleted pods stop at once (the periodic resync catches events missed while away).
-        self.intake(await self.nc.subscribe(event_filter(EventKind.POD_DELETED), cb=self._on_deleted))
+        self.intake(await self.nc.subscribe(event_filter(EventKind.POD_DELETED), cb=parts.finishing.on_deleted))
         # Keeps the nodes alive in the node lifecycle's eyes (and re-registers lost ones).
-        self.spawn("heartbeat", self._heartbeat_loop)
+        self.spawn("heartbeat", self._heartbeat_loop, parts.registration)
         # Admits and starts the pods bound to this agent's nodes.
         self._loops.append(self.spawn("assignments", self._assignment_loop, subscription))
         # Finishes pods whose run time is up (one timer for every pod).
-        self._loops.append(self.spawn("finish pods", self._finish_loop))
+        self._loops.append(self.spawn("finish pods", parts.finishing.finish_due, self.stopping))
         # Forgets pods that stopped being Running behind our back (missed deletions), adopts orphans.
-        self.spawn("resync", self._resync_loop)
+        self.spawn("resync", self._resync_loop, parts.resync)
+
+    async def _consumer(self, nc: NATS, js: JetStreamContext) -> PullConsumer:
+        """The durable consumer of this agent's assignments (see the module docstring)."""
+        if self.simulated:
+            durable, subject = agent_consumer(None), NODE_PODS_ALL
+        else:
+            (node,) = self.nodes
+            durable, subject = agent_consumer(node), node_pods(node)
+        return await ensure_pull_consumer(
+            nc,
+            js,
+            NODES_STREAM.name,
+            durable,
+            subject,
+            ack_wait=self.options.ack_wait,
+            description="gpu-agent: the pods bound to its node(s).",
+        )
 
     async def on_stop(self) -> None:
         # The assignment loop finishes the batch in hand, the finisher the finishes under way.
@@ -143,3 +231,56 @@ class AgentService(Registration, Resync, Finishing):
                     await asyncio.shield(loop)
         if self.inventory is not None:
             self.inventory.close()
+
+    # -- assignments -----------------------------------------------------------------------------
+
+    async def handle(self, msg: Msg) -> AdmissionResult | None:
+        """Handle one delivered NodeAssignment to the end: `handle_batch` of one."""
+        return (await self.handle_batch([msg]))[0]
+
+    async def handle_batch(self, messages: Sequence[Msg]) -> list[AdmissionResult | None]:
+        """Handle delivered NodeAssignments to the end (`Assignments.handle_batch`). Raises
+        RuntimeError before start()."""
+        if self.parts is None:
+            raise RuntimeError(f"{self.name}: not started")
+        return await self.parts.assignments.handle_batch(messages)
+
+    # -- the parts' loops ------------------------------------------------------------------------
+
+    async def _assignment_loop(self, subscription: PullConsumer) -> None:
+        while not self.stopping.is_set():
+            began = time.monotonic()
+            messages = await self.fetch(subscription, self.options.batch, self.options.fetch_timeout)
+            if not messages:
+                continue
+            await self.handle_batch(messages)
+            if len(messages) < self.options.batch:  # light load: let the next batch gather
+                left = self.options.batch_wait - (time.monotonic() - began)
+                if left > 0:
+                    await self._sleep(left)
+
+    async def _heartbeat_loop(self, registration: Registration) -> None:
+        last_inventory = time.monotonic()
+        while not await self._sleep(self.options.heartbeat_interval):
+            try:
+                await registration.beat()
+                if time.monotonic() - last_inventory >= self.options.inventory_interval:
+                    last_inventory = time.monotonic()
+                    await registration.refresh_inventory()
+            except Exception as exc:
+                log_failure(self.log, "heartbeat failed", exc)
+
+    async def _resync_loop(self, resync: Resync) -> None:
+        while not await self._sleep(self.options.resync_interval):
+            try:
+                await resync.resync()
+                await resync.adopt_untracked()
+                await resync.adopt_orphans()
+            except Exception as exc:
+                log_failure(self.log, "resync failed", exc)
+
+    async def _sleep(self, seconds: float) -> bool:
+        """Wait ``seconds``; True (at once) when the service is stopping."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.stopping.wait(), seconds)
+        return self.stopping.is_set()

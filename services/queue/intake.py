@@ -1,18 +1,19 @@
-"""The queue's intake: the KUBUS_PODS consumer. Submitted pods are read, admitted (kube's
-Priority admission: `_admit`), stored Pending and queued (in batches); deletions and hand-backs
-are applied; bad input is rejected with an event. A pod that names its node (`spec.nodeName`) is
-never queued: `NodePlacement` puts it on that node."""
+"""The queue's intake (`Intake`): the messages of KUBUS_PODS. Submitted pods are read, admitted
+(kube's Priority admission: `Intake._admit`), stored Pending and queued (in batches); deletions
+and hand-backs are applied; bad input is rejected with an event. A pod that names its node
+(`spec.nodeName`) is never queued: `NodePlacement` puts it on that node."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 from nats.aio.msg import Msg
+from nats.js import JetStreamContext
 
 from kubus.api.errors import ManifestError
-from kubus.api.gpus import pod_gpu_devices, pod_gpu_request
 from kubus.api.objects import Pod
 from kubus.api.podgroups import pod_group_key
 from kubus.api.submission import Rejected, Submission, admit_priority, identify, read_submission
@@ -22,6 +23,7 @@ from kubus.bus import (
     PODS_REQUEUE,
     PODS_SUBMIT,
     EventKind,
+    MessageFaults,
     Publication,
     announcements,
     deliveries,
@@ -31,27 +33,33 @@ from kubus.bus import (
 )
 from kubus.bus.messages import (
     MessageError,
-    NodeAssignment,
+    Outcome,
+    OutcomeKind,
     Outcomes,
     PodDeletion,
     decode,
 )
 from kubus.codec import DecodeError
-from kubus.kernels.nodeinfo import PodInfo
-from kubus.plugins.gpu_fit import pick_devices
-from kubus.queue._base import QueueBase, Retry
+from kubus.metrics import Metrics
+from kubus.queue._pods import count_rejected, parse_stored, pod_announcement, publish, record_event
+from kubus.queue.options import QueueOptions
+from kubus.queue.placement import NodePlacement
 from kubus.queue.queueing import QueueName
-from kubus.service import is_transient
+from kubus.queue.queues import Queues
+from kubus.service import Outage, StructuredLogger, is_transient
 from kubus.store import (
+    ClusterState,
     EventType,
-    PodEvent,
     PodPhase,
     PodRecord,
-    Reservation,
-    ReserveResult,
     StoreCode,
 )
-from kubus.store.cluster_state import Binding
+
+__all__ = ["Intake", "Retry"]
+
+
+class Retry(Exception):
+    """A message to process again later (the state it needs is changing); nak'd with a delay."""
 
 
 def _lane(msg: Msg) -> str:
@@ -77,170 +85,59 @@ def _lane(msg: Msg) -> str:
     return "?"
 
 
-def _refusal(node: str, result: ReserveResult) -> tuple[str, str]:
-    """kubelet-like (reason, message) for a reservation on a pod's own node that Redis refused:
-    ``OutOfcpu``/``OutOfmemory``/``OutOfpods`` for room, ``NodePorts`` for a host port,
-    ``NodeNotFound``/``NodeUnreachable`` for the node, ``UnexpectedAdmissionError`` else."""
-    if result.code is StoreCode.NODE_GONE:
-        if "unreachable" in result.reason:
-            return "NodeUnreachable", f"node {node} is unreachable"
-        return "NodeNotFound", f"node {node} not found"
-    first = result.reasons[0] if result.reasons else ""
-    if first == "Too many pods":
-        reason = "OutOfpods"
-    elif first.startswith("Insufficient "):
-        reason = "OutOf" + first.removeprefix("Insufficient ")
-    elif first.startswith("host port"):
-        reason = "NodePorts"
-    else:
-        reason = "UnexpectedAdmissionError"
-    return reason, f"node {node} didn't have room for the pod: {result.reason or result.code}"
+async def settle(log: StructuredLogger, ack: Awaitable[object]) -> None:
+    """Await an ack, nak or term; a failure is logged, never raised."""
+    try:
+        await ack
+    except Exception as exc:  # the server redelivers it after ack_wait: handlers are idempotent
+        log.warning("ack failed", error=repr(exc))
 
 
-class NodePlacement(QueueBase):
-    """Pods that name their node (`spec.nodeName`): kube never schedules them, so neither do we.
-    They are placed on that node with the protocol's own steps (docs/services.md, step 2): the
-    attempt (`transition` Pending -> Reserved), `reserve`, `bind_many`, `announcements.bound`;
-    the node's agent then admits them. A node that does not exist or has no room fails the pod
-    (kubelet's reasons), with a Warning pod event: never queued, never lost."""
-
-    async def _place_on_node(self, record: PodRecord, pod: Pod, *, announce_bound: bool = False) -> None:
-        """Place ``pod`` (stored as ``record``) on ``pod.spec.nodeName``, going on from wherever
-        an earlier try stopped: Pending -> a new attempt; Reserved there -> that attempt (its
-        record version; `reserve` and `bind_many` are idempotent on it); Bound there -> its
-        bind announced again when ``announce_bound`` (message ids make that harmless). Any other
-        phase: nothing. Every step after the attempt is conditional on it, so a pod that moved
-        on (deleted, given back by the janitor) is left alone. Raises on Redis or NATS errors
-        (the caller retries; what a crash leaves, the janitor repairs)."""
-        state = self._cluster()
-        node, uid, key = pod.spec.node_name, record.uid, record.key
-        log = self.log.bind(pod=key, uid=uid, node=node)
-        if record.phase is PodPhase.BOUND and record.node == node:
-            held = await state.reservation(node, uid)
-            if announce_bound and held is not None and held.attempt.isdigit():
-                await self._announce_bound(record, node, int(held.attempt), held.gpu_devices)
-            return
-        if record.phase is PodPhase.RESERVED and record.node == node:
-            attempt, devices, refusal = record.version, record.gpu_devices, None
-        elif record.phase is PodPhase.PENDING:
-            devices, refusal = await self._gpu_devices_on(pod, node)
-            w = await state.transition(
-                uid, PodPhase.RESERVED, node=node, gpu_devices=devices, expected_phases={PodPhase.PENDING},
-                count_attempt=True,
-            )  # fmt: skip
-            if not w.ok:
-                log.info("node placement skipped: the pod moved on", code=str(w.code), phase=str(w.phase or "-"))
-                return
-            attempt = w.version
-        else:
-            return
-        if refusal is None:
-            try:
-                reservation = Reservation.of(PodInfo.of(pod, devices), node, attempt=str(attempt))
-            except ValueError as exc:
-                refusal = "UnexpectedAdmissionError", f"node {node}: {exc}"
-            else:
-                reserved = await state.reserve(node, reservation)
-                if not reserved.ok:
-                    refusal = _refusal(node, reserved)
-        if refusal is not None:
-            await self._fail_placement(record, node, attempt, *refusal)
-            return
-        message = f"Assigned {key} to {node} (spec.nodeName: not scheduled)"
-        event = PodEvent(time.time(), EventType.NORMAL, "Assigned", message, "queue")
-        [bound] = await state.bind_many([Binding(uid, node, attempt, devices, record.profile, event)])
-        if not bound.bound:  # deleted, or given back meanwhile: bind_many gave this attempt's room back
-            log.info("node placement dropped: the pod moved on", marked=str(bound.marked))
-            return
-        await self._announce_bound(record, node, attempt, devices)
-        log.info("pod placed on its node", attempt=attempt)
-
-    async def _announce_bound(self, record: PodRecord, node: str, attempt: int, devices: tuple[int, ...]) -> None:
-        await publish_durable_many(self.jetstream(), bound_publications(record, node, attempt, devices))
-
-    async def _gpu_devices_on(self, pod: Pod, node: str) -> tuple[tuple[int, ...], tuple[str, str] | None]:
-        """The GPU devices the pod gets on ``node``: () when it asks for none; those it pins
-        (`kubus.io/gpu-devices`, which the manifest reader checked against its request); else
-        GPUFit's pick (`pick_devices`) among the node's devices free now. Or why not: the node
-        is missing, or has too few devices free (the reserve re-checks them atomically)."""
-        request = pod_gpu_request(pod)
-        if request is None:
-            return (), None
-        pinned = pod_gpu_devices(pod)
-        if pinned:
-            return pinned, None
-        node_info = await self._cluster().node_info(node)
-        if node_info is None:
-            return (), ("NodeNotFound", f"node {node} not found")
-        devices = pick_devices(request, node_info)
-        if len(devices) < request.count:
-            return (), (
-                "UnexpectedAdmissionError",
-                f"node {node}: requested number of GPU devices unavailable: requested {request.count}, "
-                f"available {len(devices)}",
-            )
-        return devices, None
-
-    async def _fail_placement(self, record: PodRecord, node: str, attempt: int, reason: str, message: str) -> None:
-        """The attempt's end when the node refused the pod: Failed (conditional on the attempt;
-        no room is held), a Warning pod event with kubelet's reason."""
-        w = await self._cluster().transition(
-            record.uid,
-            PodPhase.FAILED,
-            expected_version=attempt,
-            expected_phases={PodPhase.RESERVED},
-            reason=reason,
-            message=message,
-        )
-        if not w.ok:
-            return
-        await self._pod_event(record.uid, EventType.WARNING, reason, message, "queue")
-        self.log.warning("pod refused by its node", pod=record.key, uid=record.uid, node=node, reason=reason,
-                         message=message)  # fmt: skip
-
-
-def bound_publications(record: PodRecord, node: str, attempt: int, devices: tuple[int, ...]) -> list[Publication]:
-    """The bind announcement of a stored pod (its assignment and ``pod.bound``)."""
-    assignment = NodeAssignment(
-        uid=record.uid, key=record.key, node=node, manifest=record.manifest, gpu_devices=devices, attempt=attempt
-    )
-    return announcements.bound(assignment, record.profile, at=time.time())
-
-
-class Intake(NodePlacement):
+class Intake:
     """Takes submitted, deleted and handed-back pods from JetStream."""
 
-    async def _consume_pods(self) -> None:
-        sub = self._pods_sub
-        while not self.stopping.is_set():
-            if not self._serves():
-                # A standby takes nothing in (the pods it stored would wait in no served queue).
-                await self._until_serving()
+    def __init__(
+        self,
+        *,
+        store: ClusterState,
+        js: JetStreamContext,
+        options: QueueOptions,
+        queues: Queues,
+        placement: NodePlacement,
+        outage: Outage,
+        log: StructuredLogger,
+        metrics: Metrics,
+    ) -> None:
+        self.store = store
+        self.js = js
+        self.options = options
+        self.queues = queues
+        self.placement = placement
+        self.outage = outage
+        self.log = log
+        self.metrics = metrics
+        self.faults = MessageFaults(options.max_failures)
+        """Failed tries of each KUBUS_PODS message that were its own fault (not an outage's)."""
+
+    async def take(self, msgs: list[Msg], *, go_on: Callable[[], bool]) -> None:
+        """Handle a fetched batch; each message is acked once its effect is in Redis. Once
+        ``go_on`` says no (stopping, or not serving any more), the rest is nak'd. Never raises."""
+        # One lane per pod: a pod's messages in their order, different pods at once. The
+        # batch runs in rounds, round i taking the i-th message of every lane, so the
+        # submits of one round (each about another pod) share their round trips.
+        lanes: dict[str, list[Msg]] = {}
+        for msg in msgs:
+            lanes.setdefault(_lane(msg), []).append(msg)
+        for i in range(max((len(lane) for lane in lanes.values()), default=0)):
+            round_ = [lane[i] for lane in lanes.values() if i < len(lane)]
+            if not go_on():
+                # Hand the rest back: the next queue (or the next leader) gets them at once.
+                for msg in round_:
+                    await settle(self.log, msg.nak())
                 continue
-            msgs = await self.fetch(sub, self.options.fetch_batch, timeout=1.0, pace=self.options.fetch_pace)
-            if not msgs:
-                continue
-            self._consumer_idle.clear()
-            try:
-                # One lane per pod: a pod's messages in their order, different pods at once. The
-                # batch runs in rounds, round i taking the i-th message of every lane, so the
-                # submits of one round (each about another pod) share their round trips.
-                lanes: dict[str, list[Msg]] = {}
-                for msg in msgs:
-                    lanes.setdefault(_lane(msg), []).append(msg)
-                for i in range(max((len(lane) for lane in lanes.values()), default=0)):
-                    round_ = [lane[i] for lane in lanes.values() if i < len(lane)]
-                    if self.stopping.is_set() or not self._serves():
-                        # Hand the rest back: the next queue (or the next leader) gets them at once.
-                        for msg in round_:
-                            await self._settle(msg.nak())
-                        continue
-                    submits = [m for m in round_ if m.subject == PODS_SUBMIT]
-                    others = [m for m in round_ if m.subject != PODS_SUBMIT]
-                    await asyncio.gather(self._submit_batch(submits), *map(self._handle_pods_message, others))
-            finally:
-                self._consumer_idle.set()
-            self._after_change()
+            submits = [m for m in round_ if m.subject == PODS_SUBMIT]
+            others = [m for m in round_ if m.subject != PODS_SUBMIT]
+            await asyncio.gather(self._submit_batch(submits), *map(self._handle_pods_message, others))
 
     async def _handle_pods_message(self, msg: Msg) -> None:
         """Process one KUBUS_PODS message; ack once its effect is in Redis. Never raises. A
@@ -262,7 +159,7 @@ class Intake(NodePlacement):
         except Exception as exc:
             await self._failed_message(msg, exc)
             return
-        await self._settle(msg.ack())
+        await settle(self.log, msg.ack())
 
     async def _failed_message(self, msg: Msg, exc: Exception) -> None:
         """A message whose handling failed (not bad input): nak'd to be retried after a delay.
@@ -276,36 +173,37 @@ class Intake(NodePlacement):
             self.outage.note(exc)  # says so once per outage; each message only at debug level
             self.log.debug("message will be retried when the servers answer", subject=msg.subject,
                           deliveries=delivered, delay=delay, error=repr(exc))  # fmt: skip
-            await self._settle(msg.nak(delay=delay))
+            await settle(self.log, msg.nak(delay=delay))
             return
-        failures = self._faults.failed(msg)
+        failures = self.faults.failed(msg)
         if failures >= self.options.max_failures:
             self.log.exception("giving up on a message", subject=msg.subject, failures=failures)
             await self._reject(
                 msg, Rejected(f"{msg.subject}: gave up after {failures} failed tries: {exc!r}", reason="Failed")
             )
-            await self._settle(msg.term())
+            await settle(self.log, msg.term())
         else:
             self.log.warning(
                 "message will be retried", subject=msg.subject, failures=failures, delay=delay, error=repr(exc)
             )
-            await self._settle(msg.nak(delay=delay))
+            await settle(self.log, msg.nak(delay=delay))
 
     async def _reject(self, msg: Msg, exc: Rejected) -> None:
         """Bad input: count it, log it, announce it (pod.rejected, and a Warning PodEvent when
         the pod is named). The caller acks it. Never raises."""
-        self._count_rejected(msg.subject)
+        count_rejected(self.metrics, msg.subject)
         seq = msg.metadata.sequence.stream if msg.metadata.sequence else 0
         name = exc.key or f"invalid/{seq}"
         self.log.warning("message rejected", subject=msg.subject, pod=exc.key or "-", reason=exc.reason, error=str(exc))
         try:
-            await self._publish(
+            await publish(
+                self.js,
                 announcements.rejection_event(
                     name, msg.subject, seq, at=time.time(), reason=exc.reason, message=str(exc), uid=exc.uid
-                )
+                ),
             )
             if exc.uid:
-                await self._pod_event(exc.uid, EventType.WARNING, "Rejected", str(exc), "queue")
+                await record_event(self.store, exc.uid, EventType.WARNING, "Rejected", str(exc), "queue")
         except Exception as publish_error:
             self.log.warning("could not announce a rejection", pod=name, error=repr(publish_error))
 
@@ -323,7 +221,7 @@ class Intake(NodePlacement):
                 subs = read_submission(msg.data, source=PODS_SUBMIT, max_manifest_bytes=self.options.max_manifest_bytes)
             except Rejected as exc:
                 await self._reject(msg, exc)
-                await self._settle(msg.ack())
+                await settle(self.log, msg.ack())
             except Exception as exc:  # not bad input: a bug or a server error; retried, then rejected
                 await self._failed_message(msg, exc)
             else:
@@ -334,10 +232,10 @@ class Intake(NodePlacement):
         now = time.time()
         records = [self._pending_record(sub.pod, sub.manifest, now) for _, subs in read for sub in subs]
         try:
-            stored = await self._cluster().put_pods(records)
+            stored = await self.store.put_pods(records)
             # A gang's members are indexed before any of them is queued or placed (Coscheduling
             # counts them); a redelivery adds them again, harmlessly.
-            await self._cluster().add_group_members(
+            await self.store.add_group_members(
                 (group, sub.pod.metadata.uid)
                 for _, subs in read
                 for sub in subs
@@ -373,7 +271,7 @@ class Intake(NodePlacement):
             settled.append(msg)
         await self._announce(announce)
         for msg in settled:
-            await self._settle(msg.ack())
+            await settle(self.log, msg.ack())
 
     async def _admit(self, read: list[tuple[Msg, list[Submission]]]) -> list[tuple[Msg, list[Submission]]]:
         """kube's Priority admission of the messages' pods (`admit_priority`), against the
@@ -385,7 +283,7 @@ class Intake(NodePlacement):
         if not read:
             return []
         try:
-            classes = await self._cluster().priority_classes()
+            classes = await self.store.priority_classes()
         except Exception as exc:
             for msg, _ in read:
                 await self._failed_message(msg, exc)
@@ -396,7 +294,7 @@ class Intake(NodePlacement):
                 admitted.append((msg, [admit_priority(sub, classes, source=PODS_SUBMIT) for sub in subs]))
             except Rejected as exc:
                 await self._reject(msg, exc)
-                await self._settle(msg.ack())
+                await settle(self.log, msg.ack())
         return admitted
 
     def _pending_record(self, pod: Pod, manifest: bytes, now: float) -> PodRecord:
@@ -408,7 +306,6 @@ class Intake(NodePlacement):
         """Publish pod.accepted events, all at once. An announcement only: failures are logged."""
         if not publications:
             return
-        assert self.js is not None
         try:
             results = await publish_durable_many(self.js, publications, return_exceptions=True)
         except Exception as exc:
@@ -421,10 +318,9 @@ class Intake(NodePlacement):
     async def _accept_stored(self, pod: Pod, manifest: bytes, *, redelivered: bool) -> None:
         """A submitted pod whose uid Redis has already: a redelivery (queued again if pending),
         a resubmit with changes (`_update`), or a pod that is over (refused)."""
-        state = self._cluster()
         uid, key = pod.metadata.uid, pod.key
         queue = self.queues.get(pod.spec.scheduler_name)
-        existing = await state.get_pod(uid)
+        existing = await self.store.get_pod(uid)
         if existing is None:
             raise Retry(f"pod {key}: stored and gone at once")
         if existing.phase.terminal:
@@ -439,7 +335,7 @@ class Intake(NodePlacement):
         if existing.manifest != manifest:
             await self._update(existing, pod, manifest)
         elif pod.spec.node_name:  # a redelivery: go on with its placement where it stopped
-            await self._place_on_node(existing, pod, announce_bound=redelivered)
+            await self.placement.place(existing, pod, announce_bound=redelivered)
         elif existing.phase is PodPhase.PENDING and queue is not None:
             queue.add(pod, manifest, attempts=existing.attempts)  # a redelivery: make sure it is queued
 
@@ -450,25 +346,24 @@ class Intake(NodePlacement):
         uid, key, profile = pod.metadata.uid, pod.key, pod.spec.scheduler_name
         for line in pod.spec.unhonoured:  # never silent: the user hears what kubus does not check
             self.log.warning("pod field not honoured", pod=key, uid=uid, field=line)
-            await self._pod_event(uid, EventType.WARNING, "FieldNotHonoured", line, "queue")
+            await record_event(self.store, uid, EventType.WARNING, "FieldNotHonoured", line, "queue")
         if pod.spec.node_name:
             self.log.debug("pod accepted for its node", pod=key, uid=uid, node=pod.spec.node_name)
-            await self._place_on_node(record, pod)
-            return self._pod_announcement(EventKind.POD_ACCEPTED, record)
+            await self.placement.place(record, pod)
+            return pod_announcement(EventKind.POD_ACCEPTED, record)
         queue = self.queues.get(profile)
         if queue is None:
             self.log.warning("pod accepted for no profile", pod=key, uid=uid, profile=profile)
-            await self._pod_event(uid, EventType.WARNING, "FailedScheduling", record.message, "queue")
-            await self._publish(
-                self._pod_announcement(
-                    EventKind.POD_UNSCHEDULABLE, record, reason=record.reason, message=record.message
-                )
+            await record_event(self.store, uid, EventType.WARNING, "FailedScheduling", record.message, "queue")
+            await publish(
+                self.js,
+                pod_announcement(EventKind.POD_UNSCHEDULABLE, record, reason=record.reason, message=record.message),
             )
             return None
         where = queue.add(pod, manifest)
         # One line per pod: debug, as kube-scheduler logs each pod only at -v=3 and above.
         self.log.debug("pod accepted", pod=key, uid=uid, profile=profile, queue=where)
-        return self._pod_announcement(EventKind.POD_ACCEPTED, record)
+        return pod_announcement(EventKind.POD_ACCEPTED, record)
 
     def _pending_reason(self, pod: Pod) -> tuple[str, str]:
         """The (reason, message) a pod starts Pending with: none, no such profile, or gated."""
@@ -504,7 +399,7 @@ class Intake(NodePlacement):
         if queue is not None and queue.where(uid) is QueueName.IN_FLIGHT:
             raise Retry(f"pod {key}: being scheduled; the update waits for the attempt's outcome")
         reason, message = ("", "") if pod.spec.node_name else self._pending_reason(pod)
-        w = await self._cluster().transition(
+        w = await self.store.transition(
             uid,
             PodPhase.PENDING,
             expected_version=existing.version,
@@ -518,7 +413,7 @@ class Intake(NodePlacement):
         if pod.spec.node_name:  # it names its node now: placed there, never scheduled
             if queue is not None:
                 queue.delete(uid)
-            await self._place_on_node(replace(existing, phase=PodPhase.PENDING, manifest=manifest), pod)
+            await self.placement.place(replace(existing, phase=PodPhase.PENDING, manifest=manifest), pod)
             return
         where = None
         if queue is not None:
@@ -527,34 +422,34 @@ class Intake(NodePlacement):
 
     async def _on_delete(self, msg: Msg) -> None:
         deletion = decode(PodDeletion, msg.data)
-        state = self._cluster()
         key = f"{deletion.namespace}/{deletion.name}"
         if deletion.uid:
-            record = await state.get_pod(deletion.uid)
+            record = await self.store.get_pod(deletion.uid)
             if record is not None and record.key != key:
                 raise Rejected(f"{PODS_DELETE}: Pod {key}: uid {deletion.uid} is pod {record.key}", key=key)
         else:
-            record = await state.find_pod(deletion.namespace, deletion.name)
+            record = await self.store.find_pod(deletion.namespace, deletion.name)
         if record is None:
             raise Rejected(f"{PODS_DELETE}: Pod {key}: not found", reason="NotFound", key=key)
-        w = await state.transition(record.uid, PodPhase.DELETED)
+        w = await self.store.transition(record.uid, PodPhase.DELETED)
         if w.code not in (StoreCode.OK, StoreCode.ALREADY, StoreCode.GONE):
             raise Retry(f"pod {key}: delete refused ({w.code})")
-        after = await state.get_pod(record.uid)
+        after = await self.store.get_pod(record.uid)
         node = after.node if after is not None else record.node
         if node:
-            await state.release(node, record.uid)
+            await self.store.release(node, record.uid)
         if (group := self._group_of(record)) is not None:
-            await state.remove_group_member(group, record.uid)
+            await self.store.remove_group_member(group, record.uid)
         for queue in self.queues.values():
             queue.delete(record.uid)
         if w.ok:
-            await self._pod_event(record.uid, EventType.NORMAL, "Deleted", f"deleted (was {w.phase})", "queue")
+            await record_event(self.store, record.uid, EventType.NORMAL, "Deleted", f"deleted (was {w.phase})", "queue")
         self.log.info("pod deleted", pod=key, uid=record.uid, node=node or "-", was=str(w.phase or "-"))
-        await self._publish(
+        await publish(
+            self.js,
             announcements.pod_event(
                 EventKind.POD_DELETED, key, record.uid, at=time.time(), node=node, profile=record.profile
-            )
+            ),
         )
 
     def _group_of(self, record: PodRecord) -> str | None:
@@ -569,4 +464,67 @@ class Intake(NodePlacement):
     async def _on_requeue(self, msg: Msg) -> None:
         outcomes = decode(Outcomes, msg.data)
         for outcome in outcomes.outcomes:
-            await self._hand_back(outcome)
+            await self.hand_back(outcome)
+
+    async def hand_back(self, outcome: Outcome) -> None:
+        """A pod handed back after its reservation was given up (a failed Permit or bind): back
+        to Pending (compare-and-set on the attempt when given), its reason recorded, requeued."""
+        uid = outcome.uid
+        if outcome.kind is OutcomeKind.RESERVED:
+            return  # nothing to hand back
+        record = await self.store.get_pod(uid)
+        if record is None:
+            self.log.warning("hand-back of an unknown pod ignored", uid=uid)
+            return
+        bind_failed = outcome.kind is OutcomeKind.BIND_FAILED
+        unschedulable = outcome.kind is OutcomeKind.UNSCHEDULABLE
+        reason = "Unschedulable" if unschedulable else "SchedulerError"
+        message = outcome.message or "handed back"
+        if bind_failed:
+            message = f"binding rejected: {message}"
+        if record.phase is PodPhase.RESERVED:
+            if outcome.node and record.node != outcome.node:
+                self.log.info("stale hand-back ignored", pod=record.key, uid=uid, node=outcome.node, now_on=record.node)
+                return
+            if not outcome.attempt:
+                held = await self.store.reservation(record.node, uid)
+                if held is not None:  # without the attempt we cannot tell whose it is: the janitor decides
+                    self.log.info(
+                        "hand-back without attempt while a reservation is held; left to the janitor",
+                        pod=record.key,
+                        uid=uid,
+                        node=record.node,
+                        state=str(held.state),
+                    )
+                    return
+            attempt = outcome.attempt or record.version
+            given = await self.store.give_back(uid, record.node, attempt, reason=reason, message=message)
+            if not given.ok:
+                self.log.info("stale hand-back ignored", pod=record.key, uid=uid, code=str(given.code))
+                return
+            if given.released:  # the binder could not give the room back itself
+                await publish(self.js, pod_announcement(EventKind.POD_UNRESERVED, record, attempt, reason=reason))
+        elif record.phase is PodPhase.PENDING:
+            w = await self.store.transition(
+                uid, PodPhase.PENDING, expected_phases={PodPhase.PENDING}, reason=reason, message=message
+            )
+            if not w.ok:
+                return
+        else:
+            self.log.info(
+                "hand-back of a pod no longer reserved ignored", pod=record.key, uid=uid, phase=str(record.phase)
+            )
+            return
+        await record_event(self.store, uid, EventType.WARNING, "FailedScheduling", message, record.profile)
+        queue = self.queues.get(record.profile)
+        pod = parse_stored(record, self.log)
+        if queue is None or pod is None:
+            return
+        plugins = outcome.plugins if unschedulable else ()
+        where = queue.add_unschedulable(
+            uid, plugins, pod=pod, manifest=record.manifest, attempts=max(record.attempts, 1)
+        )
+        self.log.info(
+            "pod handed back", pod=record.key, uid=uid, kind=str(outcome.kind), queue=str(where or "-"), message=message
+        )
+        self.queues.changed()

@@ -1,15 +1,22 @@
-"""Serving the cycles: ``kubus.queue.<profile>.pop`` hands out pods, ``.done`` takes their outcomes
-(kube's Pop and Done / AddUnschedulableIfNotPresent)."""
+"""Serving the cycles (`Serving`): ``kubus.queue.<profile>.pop`` hands out pods, ``.done`` takes
+their outcomes (kube's Pop and Done / AddUnschedulableIfNotPresent)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import Awaitable, Callable
+from functools import partial
 
+from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.js import JetStreamContext
 
+from kubus.api.objects import Pod
 from kubus.api.podgroups import pod_group_key
-from kubus.bus import EventKind, announcements
+from kubus.bus import EventKind, announcements, queue_done, queue_pop
 from kubus.bus.messages import (
     ERROR_HEADER,
     FENCED,
@@ -23,39 +30,109 @@ from kubus.bus.messages import (
     decode,
     encode,
 )
-from kubus.queue._base import QueueBase
+from kubus.metrics import Metrics
+from kubus.queue._pods import count_rejected, parse_stored, publish, record_event
+from kubus.queue.options import QueueOptions
 from kubus.queue.queueing import QueueName
-from kubus.service import TRANSIENT_ERRORS, Throttle
+from kubus.queue.queues import Queues
+from kubus.queue.term import Term
+from kubus.service import TRANSIENT_ERRORS, StructuredLogger, Throttle
 from kubus.store import (
+    ClusterState,
     EventType,
     PodPhase,
     cycle_lease,
     queue_lease,
 )
 
+__all__ = ["Serving", "Subscriptions"]
 
-class Serving(QueueBase):
+
+class Subscriptions:
+    """NATS subscriptions held for a while (the queue's pop and done ones, while it serves), let
+    go together: `unsubscribe` is idempotent, so stop() may call it after a step-down did."""
+
+    def __init__(self) -> None:
+        self._held: list[Subscription] = []
+
+    def add(self, subscription: Subscription) -> None:
+        self._held.append(subscription)
+
+    async def unsubscribe(self) -> None:
+        held, self._held = self._held, []
+        for subscription in held:
+            # One closed already (its connection closed) has nothing left to undo.
+            with contextlib.suppress(Exception):
+                await subscription.unsubscribe()
+
+
+class Serving:
     """The pop and done request handlers."""
 
-    async def _on_pop(self, profile: str, msg: Msg) -> None:
-        if not self._serves():
+    def __init__(
+        self,
+        *,
+        store: ClusterState,
+        nc: NATS,
+        js: JetStreamContext,
+        options: QueueOptions,
+        queues: Queues,
+        term: Term,
+        hand_back: Callable[[Outcome], Awaitable[None]],
+        on_reserved: Callable[[Pod], None],
+        log: StructuredLogger,
+        metrics: Metrics,
+    ) -> None:
+        """``hand_back``: what a failed bind's outcome does to its pod (`Intake.hand_back`);
+        ``on_reserved``: told each pod its cycle reserved (the hints of its later events read it)."""
+        self.store = store
+        self.nc = nc
+        self.js = js
+        self.options = options
+        self.queues = queues
+        self.term = term
+        self.hand_back = hand_back
+        self.on_reserved = on_reserved
+        self.log = log
+        self.metrics = metrics
+        self.subscriptions = Subscriptions()
+        """The pop and done subscriptions: held only while serving."""
+        self._tokens: dict[str, int] = {}
+        """Profile -> the newest fencing token a pop carried that the lease in Redis confirmed."""
+        self._refused_pops: dict[str, Throttle] = {}
+        """Profile -> the throttle of its 'pop refused' lines."""
+        self._redis_slots = asyncio.Semaphore(32)
+        """Bounds the Redis writes one batch of outcomes makes at once."""
+
+    async def subscribe(self) -> None:
+        """Serve every profile's pops and outcomes (core NATS request/reply)."""
+        for profile in self.queues:
+            self.subscriptions.add(await self.nc.subscribe(queue_pop(profile), cb=partial(self.on_pop, profile)))
+            self.subscriptions.add(await self.nc.subscribe(queue_done(profile), cb=partial(self.on_done, profile)))
+
+    def forget(self) -> None:
+        """Forget the fencing tokens seen (the queues they fenced are gone)."""
+        self._tokens.clear()
+
+    async def on_pop(self, profile: str, msg: Msg) -> None:
+        if not self.term.serves():
             return  # not the leader (any more): the leader answers, or nobody, and the cycle asks again
-        term = self._served_term
+        served = self.term.served_term
         if not msg.reply:
-            self._count_rejected(msg.subject)
+            count_rejected(self.metrics, msg.subject)
             self.log.warning("pop without a reply subject ignored", profile=profile)
             return
         try:
             request = decode(PopRequest, msg.data)
         except MessageError as exc:
-            self._count_rejected(msg.subject)
+            count_rejected(self.metrics, msg.subject)
             self.log.warning("bad pop request", profile=profile, error=str(exc))
             await self._reply_error(msg, str(exc))
             return
         queue = self.queues[profile]
         token = request.fencing_token
         refusal = await self._fencing_refusal(profile, token)
-        if not self._serves():
+        if not self.term.serves():
             return  # the lease in Redis names another queue: deposed, it answers nothing
         if refusal is not None:
             if (dropped := self._refused_pops.setdefault(profile, Throttle()).allow()) is not None:
@@ -75,7 +152,7 @@ class Serving(QueueBase):
         count = max(0, min(request.max_pods, self.options.max_pop))
         entries = queue.pop(count, holder=request.holder, token=token, max_bytes=self._pop_budget())
         if not entries and count and request.wait_ms > 0:
-            ready = self._ready[profile]
+            ready = self.queues.ready(profile)
             ready.clear()
             try:
                 async with asyncio.timeout(min(request.wait_ms / 1000, self.options.max_pop_wait)):
@@ -83,7 +160,7 @@ class Serving(QueueBase):
             except TimeoutError:
                 pass
             entries = queue.pop(count, holder=request.holder, token=token, max_bytes=self._pop_budget())
-        if not self._serves() or self._served_term != term:
+        if not self.term.serves() or self.term.served_term != served:
             return  # lost the lease while waiting: these queues are gone, the next leader has the pods
         reply = PopReply(
             pods=tuple(QueuedPod(uid=e.uid, key=e.key, manifest=e.manifest, attempts=e.attempts - 1) for e in entries)
@@ -91,7 +168,7 @@ class Serving(QueueBase):
         await msg.respond(encode(reply))
         if entries:
             self.log.debug("pods popped", profile=profile, holder=request.holder, pods=len(entries))
-            self._after_change()
+            self.queues.changed()
 
     async def _fencing_refusal(self, profile: str, token: int) -> str | None:
         """Why a pop with fencing ``token`` is refused, or None: the token must be the one of
@@ -103,13 +180,11 @@ class Serving(QueueBase):
         or token than this replica's, it steps down (`_serves` is False from then on)."""
         name, own = cycle_lease(profile), queue_lease()
         try:
-            held, lease = await self._cluster().get_leases(own, name)
+            held, lease = await self.store.get_leases(own, name)
         except TRANSIENT_ERRORS as exc:
             return f"the lease {name} cannot be read: {exc!r}"
-        leadership = self.leadership
-        if leadership is not None and (
-            held is None or held.holder != leadership.holder or held.token != leadership.token
-        ):
+        leadership = self.term.leadership
+        if held is None or held.holder != leadership.holder or held.token != leadership.token:
             now = "free" if held is None else f"held by {held.holder} with token {held.token}"
             leadership.step_down(f"a pop found the lease {own} {now}")
             return f"this queue no longer holds the lease {own}"
@@ -121,20 +196,20 @@ class Serving(QueueBase):
 
     def _pop_budget(self) -> int:
         """Manifest bytes one pop reply may carry: escaping may double them inside the JSON."""
-        max_payload = self.nc.max_payload if self.nc is not None and self.nc.max_payload else 1024 * 1024
+        max_payload = self.nc.max_payload or 1024 * 1024
         return max(max_payload // 2 - 16 * 1024, 1024)
 
     async def _reply_error(self, msg: Msg, error: str) -> None:
-        if msg.reply and self.nc is not None:
+        if msg.reply:
             await self.nc.publish(msg.reply, b"", headers={ERROR_HEADER: error[:1000]})
 
-    async def _on_done(self, profile: str, msg: Msg) -> None:
-        if not self._serves():
+    async def on_done(self, profile: str, msg: Msg) -> None:
+        if not self.term.serves():
             return  # the leader takes outcomes; the cycle reports again, or the leader's rebuild covers it
         try:
             outcomes = decode(Outcomes, msg.data)
         except MessageError as exc:
-            self._count_rejected(msg.subject)
+            count_rejected(self.metrics, msg.subject)
             self.log.warning("bad outcomes", profile=profile, error=str(exc))
             await self._reply_error(msg, str(exc))
             return
@@ -148,13 +223,13 @@ class Serving(QueueBase):
             if entry is None:
                 rest.append(o)
             else:
-                self._note_reserved(entry.pod)
+                self.on_reserved(entry.pod)
                 if (group := pod_group_key(entry.pod)) is not None:
                     groups.add(group)
         queue.activate_siblings(groups)
         if rest:
             await asyncio.gather(*(self._outcome(profile, o) for o in rest))
-        self._after_change()
+        self.queues.changed()
         if msg.reply:
             await msg.respond(b"")
 
@@ -173,7 +248,7 @@ class Serving(QueueBase):
         if outcome.kind is OutcomeKind.RESERVED:
             await self._reserved(profile, outcome.uid)
         elif outcome.kind is OutcomeKind.BIND_FAILED:
-            await self._hand_back(outcome)
+            await self.hand_back(outcome)
         elif outcome.kind is OutcomeKind.REFUSED and self.queues[profile].retry_refused(outcome.uid) is not None:
             self.log.debug("reservation refused; retried at once", profile=profile, uid=outcome.uid, node=outcome.node)
         else:
@@ -182,12 +257,12 @@ class Serving(QueueBase):
     async def _reserved(self, profile: str, uid: str) -> None:
         queue = self.queues[profile]
         if (entry := queue.done(uid)) is not None:
-            self._note_reserved(entry.pod)
+            self.on_reserved(entry.pod)
             return
         if queue.where(uid) is None:
             return
         # Not in flight, yet queued: popped before a restart, or handed back before this report.
-        record = await self._cluster().get_pod(uid)
+        record = await self.store.get_pod(uid)
         if record is None or record.phase is not PodPhase.PENDING:
             queue.delete(uid)
 
@@ -195,7 +270,6 @@ class Serving(QueueBase):
         """An attempt found no node (UNSCHEDULABLE), had its reservation refused by Redis too
         many attempts in a row (REFUSED: `retry_refused` said no) or failed (ERROR): record
         why, then back off."""
-        state = self._cluster()
         queue = self.queues[profile]
         uid = outcome.uid
         where = queue.where(uid)
@@ -208,7 +282,7 @@ class Serving(QueueBase):
         unschedulable = outcome.kind in (OutcomeKind.UNSCHEDULABLE, OutcomeKind.REFUSED)
         reason = "Unschedulable" if unschedulable else "SchedulerError"
         message = outcome.message or ("no node fits the pod" if unschedulable else "scheduling failed")
-        w = await state.transition(
+        w = await self.store.transition(
             uid,
             PodPhase.PENDING,
             expected_phases={PodPhase.PENDING},
@@ -227,12 +301,12 @@ class Serving(QueueBase):
                 phase=str(w.phase or "-"),
             )
             return
-        await self._pod_event(uid, EventType.WARNING, "FailedScheduling", message, profile)
+        await record_event(self.store, uid, EventType.WARNING, "FailedScheduling", message, profile)
         plugins = outcome.plugins if unschedulable else ()
         where = queue.add_unschedulable(uid, plugins)
         if where is None and queue.where(uid) is None:
-            record = await state.get_pod(uid)  # popped before a restart: not in flight here
-            pod = self._pod_of(record) if record is not None else None
+            record = await self.store.get_pod(uid)  # popped before a restart: not in flight here
+            pod = parse_stored(record, self.log) if record is not None else None
             if (
                 record is not None
                 and pod is not None
@@ -259,6 +333,6 @@ class Serving(QueueBase):
                 reason=reason, message=message,
             )  # fmt: skip
             try:
-                await self._publish(event)
+                await publish(self.js, event)
             except TRANSIENT_ERRORS as exc:  # an announcement: the store has the reason
                 self.log.warning("could not announce an unschedulable pod", pod=key, error=repr(exc))

@@ -117,20 +117,20 @@ class WatcherService(Service):
         self.profiles = tuple(p.scheduler_name for p in config.profiles)
         self.options = options or WatcherOptions()
         self.client: KubeClient | None = None
+        """The apiserver client, opened by start() (closed by stop())."""
         self.reflectors: dict[str, Reflector] = {}
         """By resource plural: the reflectors, once started (tests wait on their `synced`)."""
-        self.nodes: NodeMirror | None = None
 
     async def on_start(self) -> None:
         assert self.nc is not None and self.js is not None and self.redis is not None
         o = self.options
-        self.client = KubeClient(self.kube, qps=o.qps, burst=o.burst, write_lanes=o.status_writes)
-        missing = await self._check_access(self.client)
+        self.client = client = KubeClient(self.kube, qps=o.qps, burst=o.burst, write_lanes=o.status_writes)
+        missing = await self._check_access(client)
         store = ClusterState(self.redis)
-        self.nodes = NodeMirror(store=store, js=self.js, log=self.log)
+        nodes = NodeMirror(store=store, js=self.js, log=self.log)
         pods = PodMirror(store=store, js=self.js, profiles=self.profiles, log=self.log, submit_batch=o.submit_batch)
         status = StatusWriter(
-            client=self.client,
+            client=client,
             log=self.log,
             instance=socket.gethostname(),
             series_window=o.event_series_window,
@@ -138,7 +138,7 @@ class WatcherService(Service):
         )
         kinds = {kind: resource for kind, resource in mirrored().items() if resource not in missing}
         for resource in (*kinds.values(), NODES, PODS):
-            self.reflectors[resource.plural] = Reflector(self.client, resource, watch_timeout=o.watch_timeout)
+            self.reflectors[resource.plural] = Reflector(client, resource, watch_timeout=o.watch_timeout)
         for kind, resource in kinds.items():
             # The objects admission and the plugins read (classes, namespaces, budgets, gangs,
             # the workloads default spreading selects pods by).
@@ -148,15 +148,15 @@ class WatcherService(Service):
             if resource in missing:
                 # Its CRD is not installed: watched from the moment it is.
                 mirror = ObjectMirror(kind, store=store, log=self.log)
-                self.spawn(f"wait for {resource.plural}", self._mirror_once_served, resource, mirror)
+                self.spawn(f"wait for {resource.plural}", self._mirror_once_served, client, resource, mirror)
         # The nodes, with their room, labels, taints and GPUs.
-        self.spawn("watch nodes", self._mirror, self.reflectors[NODES.plural], self.nodes)
+        self.spawn("watch nodes", self._mirror, self.reflectors[NODES.plural], nodes)
         # The pods, once the objects and nodes are in: submitted, placed, finished, deleted.
         self.spawn("watch pods", self._pods, pods)
         # Bindings no binder reported recorded (it died between the apiserver and the store).
         self.spawn("settle bindings", self._settle, pods)
         # The queue's node lifecycle marks silent nodes lost: the apiserver's are alive while listed.
-        self.spawn("heartbeat nodes", self._heartbeat)
+        self.spawn("heartbeat nodes", self._heartbeat, nodes)
         consumer = self.intake(
             await ensure_pull_consumer(
                 self.nc,
@@ -185,12 +185,11 @@ class WatcherService(Service):
             async for event in reflector:
                 await self._apply(event, mirror, reflector.resource)
 
-    async def _mirror_once_served(self, resource: Resource, mirror: _Mirror) -> None:
-        assert self.client is not None
+    async def _mirror_once_served(self, client: KubeClient, resource: Resource, mirror: _Mirror) -> None:
         while not await _sleep_or(self.stopping, _CRD_RECHECK):
-            if not await self._missing(self.client, resource):
+            if not await self._missing(client, resource):
                 self.log.info("now served: watching it", resource=str(resource))
-                reflector = Reflector(self.client, resource, watch_timeout=self.options.watch_timeout)
+                reflector = Reflector(client, resource, watch_timeout=self.options.watch_timeout)
                 self.reflectors[resource.plural] = reflector
                 await self._mirror(reflector, mirror)
                 return
@@ -226,11 +225,10 @@ class WatcherService(Service):
             except TRANSIENT_ERRORS as exc:
                 self.log.warning("settling bindings failed", error=repr(exc))
 
-    async def _heartbeat(self) -> None:
-        assert self.nodes is not None
+    async def _heartbeat(self, nodes: NodeMirror) -> None:
         while not await _sleep_or(self.stopping, self.options.heartbeat_interval):
             try:
-                await self.nodes.heartbeat()
+                await nodes.heartbeat()
             except TRANSIENT_ERRORS as exc:
                 self.log.warning("heartbeat failed", error=repr(exc))
 

@@ -43,6 +43,8 @@ from kubus.bus.messages import (
     encode,
 )
 from kubus.cycle import CycleOptions, CycleService
+from kubus.cycle.nodes import Loaded, NodeTableKeeper, ResyncPace
+from kubus.cycle.permits import Permits
 from kubus.framework.config import load_config
 from kubus.framework.runtime import Framework
 from kubus.kernels.nodeinfo import PodInfo
@@ -395,12 +397,12 @@ async def test_a_batch_failing_after_its_pods_were_reserved_still_hands_them_ove
     pods = [await submit(state, f"web-{i}") for i in range(2)]
     service = cycle(settings)
 
-    async def fail() -> None:
+    async def fail(permits: Permits) -> None:
         raise RuntimeError("the last step of the batch failed")
 
     # the batch's last step (writing Permit decisions) fails after both pods were reserved
-    monkeypatch.setattr(CycleService, "_sees_waiting_pods", property(lambda self: True))
-    monkeypatch.setattr(service, "_apply_decisions", fail)
+    monkeypatch.setattr(Permits, "sees_waiting_pods", property(lambda self: True))
+    monkeypatch.setattr(Permits, "apply_decisions", fail)
     async with running(service):
         await loaded(service, 1)
         queue.offer(*pods)
@@ -719,7 +721,7 @@ async def test_a_standby_takes_over_and_the_old_leader_stops_popping(
 
 
 async def test_a_warm_standby_follows_the_nodes_and_takes_over_without_loading_its_table(
-    settings: ConnectionSettings, state: ClusterState, nats: NATS, js: JetStreamContext
+    settings: ConnectionSettings, state: ClusterState, nats: NATS, js: JetStreamContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The standby loads its table at start and follows node changes while it waits; on taking
     the lease it reads only the rows changed since (no full load), and schedules at once. A
@@ -728,15 +730,15 @@ async def test_a_warm_standby_follows_the_nodes_and_takes_over_without_loading_i
     queue = await FakeQueue(nats).start()
     first, second = cycle(settings, holder="first"), cycle(settings, holder="second")
     cold = cycle(settings, holder="cold", warm_standby=False)
-    loads: dict[str, int] = {}
-    for service in (first, second, cold):
-        load = service._load
+    loads: dict[str, int] = {}  # full loads of the node table, by the replica's holder
+    load = NodeTableKeeper.load
 
-        async def counted(load: Callable[[], Awaitable[None]] = load, holder: str = service.holder) -> None:
-            loads[holder] = loads.get(holder, 0) + 1
-            await load()
+    async def counted(nodes: NodeTableKeeper) -> Loaded:
+        holder = nodes.leadership.holder
+        loads[holder] = loads.get(holder, 0) + 1
+        return await load(nodes)
 
-        service._load = counted  # type: ignore[method-assign]
+    monkeypatch.setattr(NodeTableKeeper, "load", counted)
     async with running(first, second, cold):
         await loaded(first, 1)
 
@@ -775,6 +777,14 @@ async def test_a_warm_standby_follows_the_nodes_and_takes_over_without_loading_i
             assert not first.leading
 
         await eventually(deposed)
+
+        async def fenced() -> None:
+            # The old leader's pop made before it stepped down may still wait at the queue: once
+            # the new leader has popped with its newer token, the queue answers that one empty.
+            token = second.fencing_token
+            assert token is not None and queue.newest_token >= token
+
+        await eventually(fenced)
         late = await submit(state, "late", "2")
         queue.offer(late)
         [outcome] = await queue.decided(late)
@@ -795,8 +805,9 @@ async def test_a_leader_that_lost_its_lease_after_reserving_gives_the_room_back_
     service = cycle(settings)
     async with running(service):
         await loaded(service, 1)
-        assert service.cluster is not None
-        reserve_attempts = service.cluster.reserve_attempts
+        assert service.running is not None
+        store = service.running.store
+        reserve_attempts = store.reserve_attempts
         stolen = asyncio.Event()
 
         async def reserve_then_lose_the_lease(profile: str, reservations: list[Reservation]) -> Any:
@@ -811,7 +822,7 @@ async def test_a_leader_that_lost_its_lease_after_reserving_gives_the_room_back_
                 await eventually(deposed)
             return answer
 
-        service.cluster.reserve_attempts = reserve_then_lose_the_lease  # type: ignore[method-assign]
+        store.reserve_attempts = reserve_then_lose_the_lease  # type: ignore[method-assign]
         pods = [await submit(state, f"web-{i}") for i in range(2)]
         queue.offer(*pods)
         outcomes = await queue.decided(*pods)
@@ -948,18 +959,18 @@ async def test_a_resync_slice_keeps_to_its_budget_only_while_pods_wait(settings:
     the slices of one re-read cut the throughput to a quarter for seconds. While pods wait, the
     next slice goes once the last one's cost is resync_budget of the time since it began; while
     the cycle is idle, at once."""
-    service = cycle(settings, resync_budget=0.25)
+    pace = ResyncPace(options=cycle(settings, resync_budget=0.25).options)  # as the node table keeper holds it
     now = asyncio.get_running_loop().time()
-    service._resync_left = ["n1", "n2"]  # a re-read under way
-    service._next_slice = now + 60
-    service._idle = False
-    assert not service._resync_due()
-    service._idle = True
-    assert service._resync_due()
-    service._idle, service._next_slice = False, now - 1
-    assert service._resync_due()
-    service._resync_left, service._next_resync = [], now + 60  # none under way: the next starts when due
-    assert not service._resync_due()
+    pace.left = ["n1", "n2"]  # a re-read under way
+    pace.next_slice = now + 60
+    pace.idle = False
+    assert not pace.due()
+    pace.idle = True
+    assert pace.due()
+    pace.idle, pace.next_slice = False, now - 1
+    assert pace.due()
+    pace.left, pace.next_resync = [], now + 60  # none under way: the next starts when due
+    assert not pace.due()
 
 
 def _assert_kind(queue: FakeQueue, pod: QueuedPod, kind: OutcomeKind) -> None:

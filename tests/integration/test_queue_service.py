@@ -57,6 +57,7 @@ from kubus.plugins import in_tree_registry
 from kubus.queue import QueueName, QueueOptions, QueueService
 from kubus.queue.__main__ import main as queue_main
 from kubus.queue.queueing import REFUSED_RETRIES
+from kubus.queue.service import QueueParts
 from kubus.service import ServiceState
 from kubus.settings import ConnectionSettings
 from kubus.store import (
@@ -225,6 +226,16 @@ def _assert(condition: Any) -> None:
     assert condition
 
 
+def parts(queue: QueueService) -> QueueParts:
+    """The parts of a started queue."""
+    assert queue.parts is not None
+    return queue.parts
+
+
+def serves(queue: QueueService) -> bool:
+    return parts(queue).term.serves()
+
+
 async def test_the_events_of_a_pod_the_queue_saw_reserved_use_its_parsed_pod_not_redis(
     start_queue: QueueFactory, nats: NATS, js: JetStreamContext, redis: aioredis.Redis
 ) -> None:
@@ -240,13 +251,13 @@ async def test_the_events_of_a_pod_the_queue_saw_reserved_use_its_parsed_pod_not
     def event(kind: str) -> ClusterEvent:
         return ClusterEvent(kind=kind, name="default/web-1", node="n1", at=time.time(), data=PodChange(uid))
 
-    old, new = await queue._pod_change(event("pod.bound"))
+    old, new = await parts(queue).events._pod_change(event("pod.bound"))
     assert old is None and new is not None
     assert (new.metadata.uid, new.spec.node_name, pod_requests(new)["cpu"]) == (uid, "n1", 250)
-    old, new = await queue._pod_change(event("pod.finished"))
+    old, new = await parts(queue).events._pod_change(event("pod.finished"))
     assert old is not None and old.spec.node_name == "n1" and new is None
     # its last event: forgotten, so the next one reads Redis (where the record is gone: no objects)
-    assert await queue._pod_change(event("pod.running")) == (None, None)
+    assert await parts(queue).events._pod_change(event("pod.running")) == (None, None)
 
 
 async def test_a_field_kubus_does_not_honour_is_a_warning_event_and_the_pod_still_queues(
@@ -1145,7 +1156,7 @@ async def test_a_standby_queue_takes_over_with_its_queues_rebuilt_and_the_depose
     state = ClusterState(redis)
     first = await start_queue(LEASED)
     second = await start_queue(LEASED)
-    assert first._serves() and not second._serves()
+    assert serves(first) and not serves(second)
     data = [pod_manifest(f"web-{i}") for i in range(3)]
     for d in data:
         await submit(js, d)
@@ -1160,7 +1171,7 @@ async def test_a_standby_queue_takes_over_with_its_queues_rebuilt_and_the_depose
     await steal_queue_lease(state, second.holder)
 
     async def taken_over() -> None:
-        assert second._serves() and not first._serves()
+        assert serves(second) and not serves(first)
 
     await eventually(taken_over)
     assert held_pods(first) == 0
@@ -1172,7 +1183,7 @@ async def test_a_standby_queue_takes_over_with_its_queues_rebuilt_and_the_depose
 
     # A clean stop gives the lease up: the other takes over at once, its queues rebuilt.
     await second.stop()
-    await eventually(lambda: _assert(first._serves()), timeout=2)
+    await eventually(lambda: _assert(serves(first)), timeout=2)
     assert sorted(await pop_names(nats, max_pods=10, wait_ms=3000)) == ["web-0", "web-1", "web-2", "web-3"]
 
 
@@ -1187,12 +1198,12 @@ async def test_a_queue_whose_lease_redis_gives_to_another_answers_no_pop_and_sto
     data = pod_manifest("web-0")
     await submit(js, data)
     await stored(state, uid_of(data))
-    assert queue._serves()
+    assert serves(queue)
     await steal_queue_lease(state, "thief")
     request = encode(PopRequest(max_pods=5, wait_ms=0, holder="test", fencing_token=0))
     with pytest.raises(nats_errors.TimeoutError):  # subscribed still, and silent
         await nats.request(queue_pop(DEFAULT), request, timeout=1)
-    assert not queue._serves() and held_pods(queue) == 0
+    assert not serves(queue) and held_pods(queue) == 0
 
     async def unsubscribed() -> None:
         with pytest.raises(nats_errors.NoRespondersError):

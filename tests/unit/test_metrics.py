@@ -114,10 +114,10 @@ _PROCESS = {
     "process_cpu_seconds_total", "process_resident_memory_bytes", "process_open_fds", "process_start_time_seconds",
 }  # fmt: skip
 _SERVICES = {  # folder -> (module, class, role)
-    "queue": ("kubus.queue._base", "QueueBase", "queue"),
+    "queue": ("kubus.queue.service", "QueueService", "queue"),
     "cycle": ("kubus.cycle.service", "CycleService", "cycle"),
     "binder": ("kubus.binder.service", "BinderService", "binder"),
-    "gpu-agent": ("kubus.gpu_agent._core", "AgentCore", "gpu-agent"),
+    "gpu-agent": ("kubus.gpu_agent.service", "AgentService", "gpu-agent"),
     "watcher": ("kubus.watcher.service", "WatcherService", "watcher"),
 }
 _SERVICES_DIR = Path(__file__).resolve().parents[2] / "services"

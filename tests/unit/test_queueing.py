@@ -640,7 +640,7 @@ def test_the_queue_listens_for_the_events_its_plugins_registered_and_every_node_
     from kubus.queue.service import QueueService
 
     service = QueueService(None, default_config(in_tree_registry()))
-    kinds = service._event_kinds()
+    kinds = service.queues.event_kinds()
     assert "pod.running" not in kinds, "no kube plugin reads a pod's phase change"
     assert {"pod.bound", "pod.finished", "pod.deleted", "pod.unreserved"} <= set(kinds)
     assert {k for k in CLUSTER_EVENTS if k.startswith("node.")} <= set(kinds)
