@@ -27,7 +27,7 @@ import nats
 import uvloop
 
 from kubus.bus import MSG_ID_HEADER, Publication, PullConsumer, publish_durable_many
-from kubus.embedded import EmbeddedServers
+from kubus.cli.embedded import EmbeddedServers
 
 BATCH = 64
 PAYLOAD = b"x" * 1200

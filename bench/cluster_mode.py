@@ -28,8 +28,8 @@ from kube_support import KubeApiServer, kube_binaries, make_nodes, pod_manifest
 
 from kubus.cli.bench import cpu_seconds, peak_memory
 from kubus.cli.up import start_cluster, wait_ready
+from kubus.core.settings import redis_client
 from kubus.kubeapi import NAMESPACES, PODS, EventType, KubeClient, Reflector, Replaced, WatchEvent
-from kubus.settings import redis_client
 from kubus.store import ClusterState
 
 PROFILE = "kubus"

@@ -25,7 +25,7 @@ import redis.asyncio as aioredis
 import uvloop
 
 from kubus.bus.connection import Publication, publish_durable_many
-from kubus.embedded import EmbeddedServers
+from kubus.cli.embedded import EmbeddedServers
 
 BATCH = 256
 _SCRIPT = "redis.call('HSET', KEYS[1], 'phase', ARGV[1], 'at', ARGV[2]) return redis.call('HINCRBY', KEYS[1], 'v', 1)"

@@ -67,6 +67,7 @@ from kubus.api.quantity import parse_quantity
 from kubus.cli.bench import cpu_seconds
 from kubus.cli.up import Cluster, start_cluster, wait_ready
 from kubus.cli.workload import HOSTNAME_LABEL, POD_CONSTRAINT_WORKLOADS, ZONE_LABEL, pod_constraint_pods
+from kubus.core.settings import redis_client
 from kubus.kubeapi import (
     NAMESPACES,
     NODES,
@@ -79,7 +80,6 @@ from kubus.kubeapi import (
     Replaced,
     WatchEvent,
 )
-from kubus.settings import redis_client
 from kubus.store import ClusterState
 
 KUBE_QPS = 5000

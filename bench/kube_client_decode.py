@@ -20,7 +20,7 @@ printed, to show they match.
 
 Table 1, decode: process CPU per object for each library's own decoding of those bytes, done as
 the library does it (min of ``--repeat`` runs):
-- thin: kubus.codec (orjson) to plain dicts; watch lines through kubus.kubeapi's `Watch`
+- thin: kubus.core.codec (orjson) to plain dicts; watch lines through kubus.kubeapi's `Watch`
   (split, decode, `WatchEvent`); thin-json: the same with the standard library's json;
 - lightkube 1.0 (msgspec structs: `decoders.decode_list`, and its watch driver's
   `process_one_line`: decode the event, then the object into a Pod/Node struct);
@@ -94,7 +94,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from kube_support import KubeApiServer, ensure_namespace, kube_binaries, make_nodes, pod_manifest
 
-from kubus import codec
+from kubus.core import codec
 from kubus.kubeapi import NODES, PODS, Resource
 from kubus.kubeapi.client import Watch
 

@@ -1,6 +1,6 @@
 """Scheduling-decision benchmark: vectorized kernels against the one-node-at-a-time baseline.
 
-Default profile, synthetic realistic clusters (kubus.synthetic: labels, taints, mixed GPU and CPU
+Default profile, synthetic realistic clusters (kubus.api.synthetic: labels, taints, mixed GPU and CPU
 nodes, images), every node filtered and scored (percentageOfNodesToScore: 100) unless the row
 says "adaptive". For each size it reports the time per pod of one scheduling decision (a pod
 scheduled and assumed, as the cycle does), batches of 256 pods, and the same decisions by the
@@ -21,6 +21,7 @@ import tracemalloc
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from kubus.api.synthetic import make_nodes, make_pods, make_replicas
 from kubus.framework.config import default_config
 from kubus.framework.runtime import Framework
 from kubus.framework.scheduling import Scheduler
@@ -28,7 +29,6 @@ from kubus.kernels.backend import select_backend
 from kubus.kernels.node_table import NodeTable
 from kubus.kernels.nodeinfo import NodeInfo
 from kubus.plugins import in_tree_registry
-from kubus.synthetic import make_nodes, make_pods, make_replicas
 from kubus_reference import ReferenceScheduler, reference_profile
 
 

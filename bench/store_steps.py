@@ -40,11 +40,11 @@ import redis.asyncio as aioredis
 import yaml
 from cycle_batches import bench_scheduler  # this folder's: run as `python bench/store_steps.py`
 
-from kubus import codec
 from kubus.api.manifests import parse_node, parse_pod
 from kubus.cli.bench import cpu_seconds
+from kubus.cli.embedded import EmbeddedServers, free_port, valkey_server_binary
 from kubus.cli.workload import NODE_TEMPLATE, mixed_workload
-from kubus.embedded import EmbeddedServers, free_port, valkey_server_binary
+from kubus.core import codec
 from kubus.framework.scheduling import ScheduleResult
 from kubus.gpu_agent.simulation import simulated_nodes
 from kubus.plugins.gpu_fit import GPUFit

@@ -4,7 +4,7 @@ Servers, in this order (session-scoped, started once, only if a test asks for th
 
 1. ``KUBUS_NATS_URL`` / ``KUBUS_REDIS_URL`` from the environment, each when set;
 2. testcontainers (``nats -js``, ``redis``) when a Docker engine answers;
-3. `kubus.embedded.EmbeddedServers` on free ports in a temporary directory, with credentials
+3. `kubus.cli.embedded.EmbeddedServers` on free ports in a temporary directory, with credentials
    (`kubus.access`): no anonymous access, one user per role. ``nats_url``/``redis_url`` then
    carry the admin login; the e2e services log in as their roles and the CLI as ``client``.
 
@@ -46,8 +46,8 @@ from nats.js import JetStreamContext
 from support import ServerEndpoints
 
 from kubus.access import ACCESS_DIR, ensure_credentials
-from kubus.embedded import EmbeddedServers
-from kubus.settings import ConnectionSettings
+from kubus.cli.embedded import EmbeddedServers
+from kubus.core.settings import ConnectionSettings
 from kubus.store import ClusterState
 
 if TYPE_CHECKING:  # imported by the kube fixtures only when used: kubus.kubeapi needs aiohttp

@@ -1,6 +1,6 @@
 """``python -m kubus.binder``: run one binder replica until SIGTERM/SIGINT.
 
-Exit status as `kubus.entrypoint` says: 0 after a clean stop, 1 when it could not start or a root
+Exit status as `kubus.runtime.entrypoint` says: 0 after a clean stop, 1 when it could not start or a root
 task died, 2 for bad settings or flags.
 """
 
@@ -12,13 +12,13 @@ from collections.abc import Sequence
 
 from kubus.binder.apiserver import BIND_CONCURRENCY, ApiBinding
 from kubus.binder.service import BinderOptions, BinderService
-from kubus.entrypoint import add_kube_pace_flags, add_service_flags, run_service, settings_from_flags
 from kubus.framework.config import default_config, load_config
 from kubus.framework.runtime import Framework
 from kubus.framework.waiting import WaitingPods
 from kubus.kubeapi import KubeClient, KubeConfigError
 from kubus.kubeapi import load_config as load_kube_config
 from kubus.plugins import in_tree_registry
+from kubus.runtime.entrypoint import add_kube_pace_flags, add_service_flags, run_service, settings_from_flags
 
 PROG = "kubus.binder"
 KUBE_QPS, KUBE_BURST = 200.0, 400

@@ -33,7 +33,7 @@ from enum import Enum
 
 from kubus.bus.messages import BindRequest
 from kubus.kubeapi import PODS, KubeAPIError, KubeClient
-from kubus.service import logger
+from kubus.runtime.service import logger
 
 __all__ = ["BIND_CONCURRENCY", "ApiBindResult", "ApiBinding"]
 

@@ -23,11 +23,11 @@ from kubus.binder.handback import HandBack, requeue_publication, unreserved_publ
 from kubus.binder.work import BindResult, Work, framework_of, request_log
 from kubus.bus import Publication, announcements, node_pods
 from kubus.bus.messages import BindRequest, NodeAssignment
+from kubus.core.metrics import Metrics
 from kubus.framework.registry import ExtensionPoint
 from kubus.framework.runtime import Framework
 from kubus.framework.status import Status
-from kubus.metrics import Metrics
-from kubus.service import StructuredLogger, is_transient
+from kubus.runtime.service import StructuredLogger, is_transient
 from kubus.store import ClusterState, EventType, PodEvent, PodPhase, StoreCode
 from kubus.store.cluster_state import Binding, BindingResult
 

@@ -30,9 +30,9 @@ from kubus.bus import (
     redelivery_delay,
 )
 from kubus.bus.messages import BindRequest, Outcome, OutcomeKind, Outcomes, encode
+from kubus.core.metrics import Metrics
 from kubus.framework.runtime import Framework
-from kubus.metrics import Metrics
-from kubus.service import Outage, StructuredLogger, is_transient
+from kubus.runtime.service import Outage, StructuredLogger, is_transient
 from kubus.store import ClusterState, PodPhase, StoreCode
 
 __all__ = ["HandBack", "requeue_publication", "unreserved_publication"]

@@ -31,7 +31,7 @@ class BinderOptions:
     fetch_timeout: float = 1.0
     """Seconds one fetch waits for requests (how quickly an idle binder notices stop)."""
     fetch_pace: float = 0.01
-    """Seconds between a fetch that came back short and the next (`kubus.service.Service.fetch`):
+    """Seconds between a fetch that came back short and the next (`kubus.runtime.service.Service.fetch`):
     requests trickling in are bound, stored and announced as one batch."""
     durable: str = "kubus-binder"
     """Name of the durable consumer every replica shares."""

@@ -11,9 +11,9 @@ from collections.abc import Callable
 from typing import Protocol
 
 from kubus.bus.messages import BindRequest
+from kubus.core.metrics import Metrics
 from kubus.framework.status import Code, Status
-from kubus.metrics import Metrics
-from kubus.service import TRANSIENT_ERRORS
+from kubus.runtime.service import TRANSIENT_ERRORS
 from kubus.store import ClusterState, PermitState
 
 __all__ = ["NO_WAIT", "AllowAll", "PermitGate", "PermitWatcher"]

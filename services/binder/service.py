@@ -41,8 +41,8 @@ release once marked bound; both on the attempt), a ``pod.unreserved`` event, the
 ``requeue/<uid>/<attempt>``), then ack. The queue moves the pod back to Pending with a
 compare-and-set on that attempt, so a stale hand-back changes nothing.
 
-Transient errors (Redis or NATS away, `kubus.service.is_transient`): ``nak`` with a growing
-delay and intake paused until the servers answer (`kubus.service.Outage`), as long as it takes.
+Transient errors (Redis or NATS away, `kubus.runtime.service.is_transient`): ``nak`` with a growing
+delay and intake paused until the servers answer (`kubus.runtime.service.Outage`), as long as it takes.
 Other failures are counted per request (`kubus.bus.MessageFaults`); the last allowed one
 (``max_failures``) hands the pod back instead. Garbage on the subject is
 terminated with a log line and ``kubus_rejected_messages_total``, never a crash.
@@ -76,10 +76,10 @@ from kubus.bus import (
     publish_durable_many,
 )
 from kubus.bus.messages import BindRequest, MessageError, decode
+from kubus.core.settings import ConnectionSettings
 from kubus.framework.runtime import Framework
 from kubus.framework.status import Status
-from kubus.service import Service
-from kubus.settings import ConnectionSettings
+from kubus.runtime.service import Service
 from kubus.store import ClusterState
 
 __all__ = ["AllowAll", "BindResult", "BinderOptions", "BinderService", "PermitGate", "PermitWatcher"]

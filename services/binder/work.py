@@ -13,10 +13,10 @@ from nats.aio.msg import Msg
 
 from kubus.api.objects import Pod
 from kubus.bus.messages import BindRequest, MessageError
+from kubus.core.metrics import Metrics
 from kubus.framework.cycle_state import CycleState
 from kubus.framework.runtime import Framework
-from kubus.metrics import Metrics
-from kubus.service import StructuredLogger
+from kubus.runtime.service import StructuredLogger
 
 __all__ = ["BindResult", "Work", "check_request", "framework_of", "request_log"]
 

@@ -1,6 +1,6 @@
 """``python -m kubus.cycle --profile NAME``: run one scheduling-cycle replica until SIGTERM/SIGINT.
 
-Exit status as `kubus.entrypoint` says: 0 after a clean stop, 1 when it could not start or a root
+Exit status as `kubus.runtime.entrypoint` says: 0 after a clean stop, 1 when it could not start or a root
 task died, 2 with one line for a bad config, an unknown profile, bad settings or flags.
 """
 
@@ -10,15 +10,15 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from kubus.core.errors import UsageError
 from kubus.cycle.options import CycleOptions
 from kubus.cycle.service import CycleService
-from kubus.entrypoint import add_service_flags, run_service, settings_from_flags
-from kubus.errors import UsageError
 from kubus.framework.config import default_config, load_config
 from kubus.framework.runtime import Framework
 from kubus.framework.waiting import WaitingPods
 from kubus.kernels.backend import BACKENDS, BackendUnavailable
 from kubus.plugins import in_tree_registry
+from kubus.runtime.entrypoint import add_service_flags, run_service, settings_from_flags
 
 PROG = "kubus.cycle"
 

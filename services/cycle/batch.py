@@ -14,10 +14,10 @@ from nats.aio.client import Client as NATS
 from kubus.api.objects import Pod
 from kubus.bus import queue_done
 from kubus.bus.messages import ERROR_HEADER, Outcome, OutcomeKind, Outcomes, QueuedPod, encode
+from kubus.core.metrics import Metrics
 from kubus.cycle.options import CycleOptions
 from kubus.framework.scheduling import ScheduleResult
-from kubus.metrics import Metrics
-from kubus.service import StructuredLogger
+from kubus.runtime.service import StructuredLogger
 from kubus.store import Reservation, ReserveResult, StoreCode, cycle_lease
 
 

@@ -7,11 +7,11 @@ from nats.aio.msg import Msg
 
 from kubus.bus import EVENTS, RESERVED_ALL, EventKind
 from kubus.bus.messages import ClusterEvent, MessageError, PodChange, ReservedPods, decode
+from kubus.core.metrics import Metrics
 from kubus.cycle.nodes import NodeTableKeeper
 from kubus.cycle.presence import Presence
-from kubus.leasing import Leadership
-from kubus.metrics import Metrics
-from kubus.service import TRANSIENT_ERRORS, StructuredLogger
+from kubus.runtime.leasing import Leadership
+from kubus.runtime.service import TRANSIENT_ERRORS, StructuredLogger
 from kubus.store import ClusterState, Reservation
 
 NODE_EVENTS = frozenset(

@@ -15,8 +15,8 @@ from kubus.cycle.batch import Batch, Reserved, lost_lease_message, uid
 from kubus.cycle.options import CycleOptions
 from kubus.cycle.presence import Presence
 from kubus.cycle.undo import Undo
-from kubus.leasing import Leadership
-from kubus.service import TRANSIENT_ERRORS, StructuredLogger
+from kubus.runtime.leasing import Leadership
+from kubus.runtime.service import TRANSIENT_ERRORS, StructuredLogger
 
 
 class HandOver:

@@ -11,14 +11,14 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from kubus.core.metrics import Metrics
 from kubus.cycle.options import CycleOptions
 from kubus.cycle.snapshot import NodeSnapshot, SyncStats
 from kubus.framework.runtime import Framework
 from kubus.framework.scheduling import PointTimer, Scheduler
 from kubus.kernels import Backend
-from kubus.leasing import Leadership
-from kubus.metrics import Metrics
-from kubus.service import TRANSIENT_ERRORS, StructuredLogger
+from kubus.runtime.leasing import Leadership
+from kubus.runtime.service import TRANSIENT_ERRORS, StructuredLogger
 from kubus.store import ClusterState, DecodedRecords, Reservation
 
 

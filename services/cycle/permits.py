@@ -10,13 +10,13 @@ from collections.abc import Awaitable, Sequence
 from kubus.api.objects import Pod
 from kubus.api.podgroups import pod_group_key
 from kubus.bus.messages import Outcome, OutcomeKind
+from kubus.core.metrics import Metrics
 from kubus.cycle.batch import Batch, Reserved, uid
 from kubus.cycle.undo import Undo
 from kubus.framework.cycle_state import CycleState
 from kubus.framework.runtime import Framework
 from kubus.framework.waiting import WaitingPods
-from kubus.metrics import Metrics
-from kubus.service import StructuredLogger
+from kubus.runtime.service import StructuredLogger
 from kubus.store import ClusterState
 
 

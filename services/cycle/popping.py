@@ -11,9 +11,9 @@ from nats.aio.client import Client as NATS
 
 from kubus.bus import queue_pop
 from kubus.bus.messages import ERROR_HEADER, MessageError, PopReply, PopRequest, QueuedPod, decode, encode
+from kubus.core.metrics import Metrics
 from kubus.cycle.options import CycleOptions
-from kubus.metrics import Metrics
-from kubus.service import StructuredLogger, Throttle
+from kubus.runtime.service import StructuredLogger, Throttle
 
 
 class Popper:

@@ -16,7 +16,7 @@ from kubus.cycle.reservation import ReservationMaker
 from kubus.cycle.undo import Undo
 from kubus.framework.scheduling import ScheduleResult
 from kubus.kernels import NodeTable, PodInfo
-from kubus.service import TRANSIENT_ERRORS, StructuredLogger
+from kubus.runtime.service import TRANSIENT_ERRORS, StructuredLogger
 from kubus.store import (
     ClusterState,
     EventType,

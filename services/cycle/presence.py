@@ -18,7 +18,7 @@ from kubus.bus.messages import ReservedPods, encode
 from kubus.cycle.batch import Reserved
 from kubus.cycle.nodes import NodeTableKeeper
 from kubus.cycle.options import CycleOptions
-from kubus.service import StructuredLogger
+from kubus.runtime.service import StructuredLogger
 
 
 class Presence:

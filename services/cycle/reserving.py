@@ -8,6 +8,7 @@ import dataclasses
 import time
 from collections.abc import Awaitable, Sequence
 
+from kubus.core.metrics import Metrics
 from kubus.cycle.batch import Attempted, Batch, Refused, Reserved, lost_lease_message, uid
 from kubus.cycle.preempting import Preemptions
 from kubus.cycle.reservation import ReservationMaker
@@ -16,9 +17,8 @@ from kubus.cycle.undo import Undo
 from kubus.framework.cycle_state import GPU_DEVICES_STATE_KEY
 from kubus.framework.scheduling import ScheduleResult
 from kubus.kernels import NodeTable, PodInfo
-from kubus.leasing import Leadership
-from kubus.metrics import Metrics
-from kubus.service import TRANSIENT_ERRORS, StructuredLogger
+from kubus.runtime.leasing import Leadership
+from kubus.runtime.service import TRANSIENT_ERRORS, StructuredLogger
 from kubus.store import ClusterState, Reservation, StoreCode
 
 RESERVE_EXTENSION_POINT = "Reserve"

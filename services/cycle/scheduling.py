@@ -14,6 +14,7 @@ from kubus.api.errors import ManifestError
 from kubus.api.manifests import wire_pod
 from kubus.api.objects import Pod
 from kubus.bus.messages import Outcome, OutcomeKind, QueuedPod
+from kubus.core.metrics import Metrics
 from kubus.cycle.batch import Batch, lost_lease_message, uid
 from kubus.cycle.nodes import Loaded, NodeTableKeeper
 from kubus.cycle.snapshot import NodeSnapshot
@@ -22,9 +23,8 @@ from kubus.framework.registry import ExtensionPoint
 from kubus.framework.runtime import Framework
 from kubus.framework.scheduling import ScheduleResult
 from kubus.framework.status import Code
-from kubus.leasing import Leadership
-from kubus.metrics import Metrics
-from kubus.service import StructuredLogger
+from kubus.runtime.leasing import Leadership
+from kubus.runtime.service import StructuredLogger
 from kubus.store import ClusterState
 
 SCHEDULE_EXTENSION_POINT = "SchedulePod"

@@ -1,6 +1,6 @@
 """The scheduling cycle of one profile: pop a batch, schedule it, reserve, hand it to the binders.
 
-One active replica per profile holds the lease ``cycle/<profile>`` (`kubus.leasing`);
+One active replica per profile holds the lease ``cycle/<profile>`` (`kubus.runtime.leasing`);
 standbys run the same service and take over when the lease lapses. The leader, in a loop
 (docs/services.md, steps 3 and 4):
 
@@ -67,6 +67,7 @@ from nats.js import JetStreamContext
 
 from kubus.bus import RESERVED_ALL, EventKind, event_filter
 from kubus.bus.messages import Outcome, OutcomeKind, QueuedPod
+from kubus.core.settings import ConnectionSettings
 from kubus.cycle.batch import Batch, Refused, Reporter, uid
 from kubus.cycle.events import NODE_EVENTS, POD_EVENTS, ClusterEvents
 from kubus.cycle.handover import HandOver
@@ -84,9 +85,8 @@ from kubus.framework.runtime import Framework
 from kubus.framework.scheduling import ScheduleResult
 from kubus.framework.waiting import WaitingPods
 from kubus.kernels import NodeTable, select_backend
-from kubus.leasing import Leadership
-from kubus.service import TRANSIENT_ERRORS, Service, StructuredLogger
-from kubus.settings import ConnectionSettings
+from kubus.runtime.leasing import Leadership
+from kubus.runtime.service import TRANSIENT_ERRORS, Service, StructuredLogger
 from kubus.store import ClusterState, cycle_lease
 
 __all__ = ["CycleOptions", "CycleService", "SchedulingCycle"]

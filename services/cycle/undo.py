@@ -13,7 +13,7 @@ from kubus.cycle.nodes import NodeTableKeeper
 from kubus.framework.cycle_state import CycleState
 from kubus.framework.runtime import Framework
 from kubus.framework.scheduling import ScheduleResult
-from kubus.service import TRANSIENT_ERRORS, StructuredLogger
+from kubus.runtime.service import TRANSIENT_ERRORS, StructuredLogger
 from kubus.store import ClusterState, PodWrite
 
 

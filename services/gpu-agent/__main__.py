@@ -6,7 +6,7 @@
 
 ``--node`` defaults to ``$NODE_NAME`` (a DaemonSet passes it with the downward API). A
 simulation owns the KUBUS_NODES stream: run it against a NATS without per-node agents.
-Exit status as `kubus.entrypoint` says: 0 after a clean stop, 1 when it could not start or a root
+Exit status as `kubus.runtime.entrypoint` says: 0 after a clean stop, 1 when it could not start or a root
 task died, 2 for bad settings, flags or manifests.
 """
 
@@ -18,10 +18,10 @@ import sys
 from collections.abc import Sequence
 
 from kubus.api.errors import ManifestError
-from kubus.entrypoint import add_service_flags, run_service, settings_from_flags
 from kubus.gpu_agent.inventory import NodeInventory, load_node_template
 from kubus.gpu_agent.options import AgentOptions
 from kubus.gpu_agent.service import AgentService
+from kubus.runtime.entrypoint import add_service_flags, run_service, settings_from_flags
 
 PROG = "kubus.gpu_agent"
 _SIMULATED_POD_DURATION = 30.0

@@ -13,7 +13,7 @@ from nats.js import JetStreamContext
 
 from kubus.bus import EventKind, Publication, announcements, publish_durable
 from kubus.gpu_agent.running import RunningPod
-from kubus.service import TRANSIENT_ERRORS, StructuredLogger
+from kubus.runtime.service import TRANSIENT_ERRORS, StructuredLogger
 from kubus.store import PodPhase
 
 _T = TypeVar("_T")

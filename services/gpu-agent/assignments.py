@@ -22,13 +22,13 @@ from kubus.bus import (
     redelivery_delay,
 )
 from kubus.bus.messages import MessageError, NodeAssignment, decode
+from kubus.core.metrics import Metrics
 from kubus.gpu_agent._plumbing import each, log_failure, pod_publication, publish_pod_event
 from kubus.gpu_agent.admission import Verdict, admit
 from kubus.gpu_agent.inventory import NodeInventory
 from kubus.gpu_agent.options import AgentOptions
 from kubus.gpu_agent.running import RunningPod, RunningPods
-from kubus.metrics import Metrics
-from kubus.service import Outage, StructuredLogger, is_transient
+from kubus.runtime.service import Outage, StructuredLogger, is_transient
 from kubus.store import ClusterState, EventType, PodEvent, PodPhase, PodStart, Reservation, StoreCode
 
 __all__ = ["AdmissionResult", "Assignments"]

@@ -12,10 +12,10 @@ from nats.js import JetStreamContext
 
 from kubus.bus import EventKind, event_filter
 from kubus.bus.messages import ClusterEvent, MessageError, PodChange, decode
+from kubus.core.metrics import Metrics
 from kubus.gpu_agent._plumbing import each, log_failure, publish_pod_event
 from kubus.gpu_agent.running import RunningPod, RunningPods
-from kubus.metrics import Metrics
-from kubus.service import StructuredLogger, Throttle
+from kubus.runtime.service import StructuredLogger, Throttle
 from kubus.store import ClusterState, EventType, PodEvent, PodPhase, StoreCode
 
 __all__ = ["Finishing"]

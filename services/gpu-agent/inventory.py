@@ -23,13 +23,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from kubus import codec
 from kubus.api.errors import ManifestError
 from kubus.api.gpus import GPUS_ANNOTATION
 from kubus.api.manifests import DEFAULT_MAX_PODS, HOSTNAME_LABEL, load_manifests, parse_node
 from kubus.api.names import dns1123_subdomain_error, label_value_error
 from kubus.api.objects import CPU, MEMORY, NVIDIA_GPU, PODS, GPUDevice, Node
-from kubus.service import logger
+from kubus.core import codec
+from kubus.runtime.service import logger
 
 __all__ = ["NVML", "NodeInventory", "host_node", "load_node_template", "renamed", "with_gpus"]
 

@@ -10,11 +10,11 @@ from nats.js import JetStreamContext
 
 from kubus.api.objects import Node
 from kubus.bus import EventKind, announcements, publish_durable
+from kubus.core.metrics import Metrics
 from kubus.gpu_agent._plumbing import each
 from kubus.gpu_agent.inventory import NodeInventory
 from kubus.gpu_agent.options import AgentOptions
-from kubus.metrics import Metrics
-from kubus.service import StructuredLogger
+from kubus.runtime.service import StructuredLogger
 from kubus.store import ClusterState
 
 __all__ = ["Registration"]

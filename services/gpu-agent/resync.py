@@ -9,12 +9,12 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from kubus.api.objects import Node
 from kubus.bus.messages import NodeAssignment
+from kubus.core.metrics import Metrics
 from kubus.gpu_agent._plumbing import each
 from kubus.gpu_agent.assignments import AdmissionResult
 from kubus.gpu_agent.options import AgentOptions
 from kubus.gpu_agent.running import RunningPods
-from kubus.metrics import Metrics
-from kubus.service import StructuredLogger
+from kubus.runtime.service import StructuredLogger
 from kubus.store import ClusterState, PodPhase
 
 __all__ = ["Resync"]

@@ -75,6 +75,7 @@ from kubus.bus import (
     event_filter,
     node_pods,
 )
+from kubus.core.settings import ConnectionSettings
 from kubus.gpu_agent._plumbing import log_failure
 from kubus.gpu_agent.assignments import AdmissionResult, Assignments
 from kubus.gpu_agent.finishing import Finishing
@@ -84,8 +85,7 @@ from kubus.gpu_agent.registration import Registration
 from kubus.gpu_agent.resync import Resync
 from kubus.gpu_agent.running import RunningPods
 from kubus.gpu_agent.simulation import pod_duration, simulated_nodes
-from kubus.service import Service
-from kubus.settings import ConnectionSettings
+from kubus.runtime.service import Service
 from kubus.store import ClusterState
 
 __all__ = ["AgentParts", "AgentService"]

@@ -19,8 +19,8 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 from kubus.api.objects import Node
+from kubus.api.synthetic import ZONE_LABEL, simulated_zones
 from kubus.gpu_agent.inventory import renamed
-from kubus.synthetic import ZONE_LABEL, simulated_zones
 
 __all__ = [
     "MAX_SIMULATED_NODES",

@@ -5,7 +5,7 @@
 
 Several may run: one holds the lease ``queue`` and serves, the others stand by.
 
-Exit status as `kubus.entrypoint` says: 0 after a clean stop, 1 when it could not start or a root
+Exit status as `kubus.runtime.entrypoint` says: 0 after a clean stop, 1 when it could not start or a root
 task died, 2 for a bad command line, configuration or settings (one line).
 """
 
@@ -15,10 +15,10 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from kubus.entrypoint import add_service_flags, run_service, settings_from_flags, warn_ignored
 from kubus.framework.config import default_config, load_config
 from kubus.plugins import in_tree_registry
 from kubus.queue.service import QueueOptions, QueueService
+from kubus.runtime.entrypoint import add_service_flags, run_service, settings_from_flags, warn_ignored
 
 PROG = "kubus.queue"
 

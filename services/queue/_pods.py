@@ -7,7 +7,6 @@ import time
 
 from nats.js import JetStreamContext
 
-from kubus import codec
 from kubus.api.errors import ManifestError
 from kubus.api.objects import Pod
 from kubus.bus import (
@@ -21,8 +20,9 @@ from kubus.bus import (
     announcements,
     publish_durable,
 )
-from kubus.metrics import Metrics
-from kubus.service import StructuredLogger
+from kubus.core import codec
+from kubus.core.metrics import Metrics
+from kubus.runtime.service import StructuredLogger
 from kubus.store import ClusterState, EventType, PodEvent, PodRecord
 
 

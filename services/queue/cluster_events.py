@@ -13,13 +13,13 @@ from nats.aio.msg import Msg
 from kubus.api.objects import Node, Pod
 from kubus.bus import EVENTS, event_kind_of, untoken
 from kubus.bus.messages import ClusterEvent, MessageError, PodChange, decode
+from kubus.core.metrics import Metrics
 from kubus.framework.queueing_hints import NODE_ADDED, NODE_DELETED, POD_BOUND, POD_FREED, WILDCARD, EventObject
-from kubus.metrics import Metrics
 from kubus.queue._pods import count_rejected, parse_stored
 from kubus.queue.queueing import CLUSTER_EVENTS
 from kubus.queue.queues import Queues
 from kubus.queue.term import Term
-from kubus.service import TRANSIENT_ERRORS, StructuredLogger
+from kubus.runtime.service import TRANSIENT_ERRORS, StructuredLogger
 from kubus.store import ClusterState, NodeRecord
 
 __all__ = ["RESERVED_PODS_KEPT", "ClusterEvents"]

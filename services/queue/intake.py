@@ -39,14 +39,14 @@ from kubus.bus.messages import (
     PodDeletion,
     decode,
 )
-from kubus.codec import DecodeError
-from kubus.metrics import Metrics
+from kubus.core.codec import DecodeError
+from kubus.core.metrics import Metrics
 from kubus.queue._pods import count_rejected, parse_stored, pod_announcement, publish, record_event
 from kubus.queue.options import QueueOptions
 from kubus.queue.placement import NodePlacement
 from kubus.queue.queueing import QueueName
 from kubus.queue.queues import Queues
-from kubus.service import Outage, StructuredLogger, is_transient
+from kubus.runtime.service import Outage, StructuredLogger, is_transient
 from kubus.store import (
     ClusterState,
     EventType,

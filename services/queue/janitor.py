@@ -20,7 +20,7 @@ from kubus.queue.options import QueueOptions
 from kubus.queue.placement import NodePlacement, bound_publications
 from kubus.queue.queueing import QueueName
 from kubus.queue.queues import Queues
-from kubus.service import StructuredLogger
+from kubus.runtime.service import StructuredLogger
 from kubus.store import (
     ClusterState,
     EventType,

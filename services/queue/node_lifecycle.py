@@ -11,10 +11,10 @@ from kubus.bus import (
     EventKind,
     announcements,
 )
-from kubus.metrics import Metrics
+from kubus.core.metrics import Metrics
 from kubus.queue._pods import publish
 from kubus.queue.options import QueueOptions
-from kubus.service import StructuredLogger
+from kubus.runtime.service import StructuredLogger
 from kubus.store import ClusterState
 
 __all__ = ["NodeLifecycle"]

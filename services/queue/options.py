@@ -49,7 +49,7 @@ class QueueOptions:
     submitted one at a time (a watcher following the apiserver) are stored as a batch."""
     max_failures: int = 5
     """Failed tries of one KUBUS_PODS message at most; the last rejects it. A try that failed
-    because NATS or Redis was away (`kubus.service.is_transient`) is not counted: an
+    because NATS or Redis was away (`kubus.runtime.service.is_transient`) is not counted: an
     acknowledged submission waits out any outage (`kubus.bus.MessageFaults`)."""
     ack_wait: float = 30.0
     """Seconds JetStream waits for an ack before redelivering."""

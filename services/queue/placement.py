@@ -13,7 +13,7 @@ from kubus.bus.messages import NodeAssignment
 from kubus.kernels.nodeinfo import PodInfo
 from kubus.plugins.gpu_fit import pick_devices
 from kubus.queue._pods import record_event
-from kubus.service import StructuredLogger
+from kubus.runtime.service import StructuredLogger
 from kubus.store import (
     ClusterState,
     EventType,

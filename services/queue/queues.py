@@ -7,13 +7,13 @@ import asyncio
 from collections import Counter
 from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
 
+from kubus.core.metrics import Metrics
 from kubus.framework.config import SchedulerConfiguration
 from kubus.framework.queueing_hints import WILDCARD
 from kubus.framework.runtime import Framework
-from kubus.metrics import Metrics
 from kubus.queue.options import QueueOptions
 from kubus.queue.queueing import CLUSTER_EVENTS, QueueName, SchedulingQueue
-from kubus.service import StructuredLogger
+from kubus.runtime.service import StructuredLogger
 
 __all__ = ["Queues"]
 

@@ -15,7 +15,7 @@ What it does, per docs/services.md (the contract):
   flushes the backoffQ every second and the unschedulable leftovers after five minutes;
 - repairs what crashed services leave (the janitor), watches node heartbeats, and resyncs
   with Redis, which is also how a restarted queue rebuilds: nothing pending is lost;
-- runs once: the replica holding the lease ``queue`` (`kubus.leasing`) serves; a standby
+- runs once: the replica holding the lease ``queue`` (`kubus.runtime.leasing`) serves; a standby
   waits for the lease, and on winning it rebuilds its queues from Redis (`_take_over`, the
   same resync) before it subscribes the pops. A queue that loses the lease stops serving at
   once, and every pop is checked against the lease as Redis has it.
@@ -52,11 +52,11 @@ from kubus.bus import (
     ensure_pull_consumer,
     event_filter,
 )
+from kubus.core.settings import ConnectionSettings
 from kubus.framework.config import SchedulerConfiguration
 from kubus.framework.registry import Registry
 from kubus.framework.runtime import Framework
 from kubus.framework.waiting import WaitingPods
-from kubus.leasing import Leadership
 from kubus.plugins import in_tree_registry
 from kubus.queue.cluster_events import ClusterEvents
 from kubus.queue.intake import Intake
@@ -67,8 +67,8 @@ from kubus.queue.placement import NodePlacement
 from kubus.queue.queues import Queues
 from kubus.queue.serving import Serving
 from kubus.queue.term import Term
-from kubus.service import TRANSIENT_ERRORS, Service
-from kubus.settings import ConnectionSettings
+from kubus.runtime.leasing import Leadership
+from kubus.runtime.service import TRANSIENT_ERRORS, Service
 from kubus.store import ClusterState, queue_lease
 
 __all__ = ["QueueOptions", "QueueParts", "QueueService"]
@@ -224,7 +224,7 @@ class QueueService(Service):
 
     async def _lead(self, parts: QueueParts) -> None:
         """Serve in every term this replica leads: rebuild on winning the lease, stop serving on
-        losing it (`kubus.leasing.Leadership`)."""
+        losing it (`kubus.runtime.leasing.Leadership`)."""
         leadership = parts.term.leadership
         while not self.stopping.is_set():
             if not await leadership.wait(self.stopping):

@@ -30,13 +30,13 @@ from kubus.bus.messages import (
     decode,
     encode,
 )
-from kubus.metrics import Metrics
+from kubus.core.metrics import Metrics
 from kubus.queue._pods import count_rejected, parse_stored, publish, record_event
 from kubus.queue.options import QueueOptions
 from kubus.queue.queueing import QueueName
 from kubus.queue.queues import Queues
 from kubus.queue.term import Term
-from kubus.service import TRANSIENT_ERRORS, StructuredLogger, Throttle
+from kubus.runtime.service import TRANSIENT_ERRORS, StructuredLogger, Throttle
 from kubus.store import (
     ClusterState,
     EventType,

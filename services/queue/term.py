@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from kubus.leasing import Leadership
+from kubus.runtime.leasing import Leadership
 
 __all__ = ["Term"]
 

@@ -1,6 +1,6 @@
 """``python -m kubus.watcher --kubeconfig FILE``: run the watcher until SIGTERM/SIGINT.
 
-Exit status as `kubus.entrypoint` says: 0 after a clean stop, 1 when it could not start (the
+Exit status as `kubus.runtime.entrypoint` says: 0 after a clean stop, 1 when it could not start (the
 apiserver unreachable, the token refused, a permission missing: one line) or a root task died,
 2 for bad flags, settings, configuration or kubeconfig.
 """
@@ -11,11 +11,17 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from kubus.entrypoint import add_kube_pace_flags, add_service_flags, run_service, settings_from_flags, warn_ignored
 from kubus.framework.config import default_config, load_config
 from kubus.kubeapi import KubeConfigError
 from kubus.kubeapi import load_config as load_kube_config
 from kubus.plugins import in_tree_registry
+from kubus.runtime.entrypoint import (
+    add_kube_pace_flags,
+    add_service_flags,
+    run_service,
+    settings_from_flags,
+    warn_ignored,
+)
 from kubus.watcher.options import WatcherOptions
 from kubus.watcher.service import WatcherService
 

@@ -17,7 +17,7 @@ from kubus.api.manifests import parse_node
 from kubus.api.objects import Node
 from kubus.bus import EventKind, announcements, publish_durable_many
 from kubus.bus.connection import Publication
-from kubus.service import StructuredLogger, Throttle
+from kubus.runtime.service import StructuredLogger, Throttle
 from kubus.store import ClusterState, PutNodeResult
 
 __all__ = ["NodeMirror"]

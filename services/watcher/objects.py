@@ -9,7 +9,6 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kubus import codec
 from kubus.api.disruption import PodDisruptionBudget
 from kubus.api.errors import ManifestError
 from kubus.api.manifests import parse_object
@@ -17,6 +16,7 @@ from kubus.api.namespaces import Namespace
 from kubus.api.podgroups import PodGroup
 from kubus.api.priority import PriorityClass, PriorityError
 from kubus.api.workloads import ReplicaSet, ReplicationController, Service, StatefulSet
+from kubus.core import codec
 from kubus.kubeapi import (
     NAMESPACES,
     POD_DISRUPTION_BUDGETS,
@@ -28,7 +28,7 @@ from kubus.kubeapi import (
     STATEFUL_SETS,
     Resource,
 )
-from kubus.service import StructuredLogger
+from kubus.runtime.service import StructuredLogger
 from kubus.store import ClusterState
 
 __all__ = ["ObjectMirror", "mirrored"]

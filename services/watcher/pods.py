@@ -36,7 +36,6 @@ from typing import Any
 
 from nats.js import JetStreamContext
 
-from kubus import codec
 from kubus.api.errors import ManifestError
 from kubus.api.gpus import pod_gpu_devices, pod_gpu_request
 from kubus.api.manifests import DEFAULT_SCHEDULER_NAME, parse_pod
@@ -45,9 +44,10 @@ from kubus.api.submission import pod_from_api
 from kubus.bus import PODS_DELETE, PODS_SUBMIT, EventKind, announcements, msgids, publish_durable_many
 from kubus.bus.connection import Publication
 from kubus.bus.messages import PodDeletion, encode
+from kubus.core import codec
 from kubus.kernels.nodeinfo import PodInfo
 from kubus.plugins.gpu_fit import pick_devices
-from kubus.service import StructuredLogger, Throttle
+from kubus.runtime.service import StructuredLogger, Throttle
 from kubus.store import ClusterState, PodPhase, PodRecord, Reservation, StoreCode
 
 __all__ = ["PodMirror"]

@@ -40,7 +40,8 @@ from kubus.bus import (
 )
 from kubus.bus.consumers import deliveries
 from kubus.bus.messages import ClusterEvent
-from kubus.errors import KubusError
+from kubus.core.errors import KubusError
+from kubus.core.settings import ConnectionSettings
 from kubus.framework.config import SchedulerConfiguration
 from kubus.kubeapi import (
     NODES,
@@ -57,8 +58,7 @@ from kubus.kubeapi import (
     WatchEvent,
     check_access,
 )
-from kubus.service import TRANSIENT_ERRORS, Service, is_transient
-from kubus.settings import ConnectionSettings
+from kubus.runtime.service import TRANSIENT_ERRORS, Service, is_transient
 from kubus.store import ClusterState
 from kubus.watcher.nodes import NodeMirror
 from kubus.watcher.objects import ObjectMirror, mirrored

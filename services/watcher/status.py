@@ -34,7 +34,7 @@ from nats.aio.msg import Msg
 from kubus.bus.messages import ClusterEvent, MessageError, PodChange, Rejection, decode
 from kubus.bus.subjects import EventKind
 from kubus.kubeapi import EVENTS, PODS, KubeAPIError, KubeClient, PatchType
-from kubus.service import StructuredLogger, Throttle
+from kubus.runtime.service import StructuredLogger, Throttle
 from kubus.store import preemptor_of
 
 __all__ = ["WATCHED_KINDS", "StatusWriter"]

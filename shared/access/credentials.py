@@ -26,10 +26,10 @@ from pathlib import Path
 
 import yaml
 
-from kubus import codec
 from kubus.access.roles import ADMIN, ROLES, Role, node_agent_role, role
 from kubus.access.servers import nats_authorization, redis_acl
-from kubus.errors import KubusError
+from kubus.core import codec
+from kubus.core.errors import KubusError
 from kubus.store.keys import DEFAULT_PREFIX
 
 __all__ = [
@@ -132,7 +132,7 @@ def ensure_credentials(
     then every file of the module docstring written again (mode 0600, the folder 0700).
     ``anonymous_ping`` lets a client without a login send PING to Redis and nothing else (the
     health probes of a Valkey chart); off, the default user is disabled. ``settings``: more
-    `kubus.settings` keys written into every user's settings file (the sentinels and replica
+    `kubus.core.settings` keys written into every user's settings file (the sentinels and replica
     counts of ``kubus up --ha``, so the services and the CLI find the primary after a failover).
     Raises AccessError for a damaged passwords file, KeyError for an unknown user."""
     folder = Path(directory)

@@ -19,8 +19,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 
-from kubus import codec
 from kubus.access.roles import Role, redis_patterns
+from kubus.core import codec
 from kubus.store.keys import DEFAULT_PREFIX
 
 __all__ = ["REDIS_COMMANDS", "nats_authorization", "nats_user", "redis_acl", "redis_acl_line"]

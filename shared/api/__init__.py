@@ -17,7 +17,7 @@
 - `kubus.api.resource_names`: native and extended resource names, as kube classifies them.
 - `kubus.api.errors`: ManifestError, the one-line error for bad input.
 
-Only the standard library, PyYAML, `kubus.codec` and `kubus.errors` are imported here.
+Only the standard library, PyYAML, `kubus.core.codec` and `kubus.core.errors` are imported here.
 """
 
 from kubus.api.disruption import PodDisruptionBudget, disruptions_allowed, pdb_matches

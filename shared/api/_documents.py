@@ -12,8 +12,8 @@ from typing import Any
 
 import yaml
 
-from kubus import codec
 from kubus.api._fields import key_path, quote
+from kubus.core import codec
 
 __all__ = [
     "Duplicates",

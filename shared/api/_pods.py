@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
-from kubus import codec
 from kubus.api._fields import (
     Reader,
     key_path,
@@ -44,6 +43,7 @@ from kubus.api.objects import (
 )
 from kubus.api.quantity import MAX_INT64
 from kubus.api.resource_names import is_overcommit_allowed
+from kubus.core import codec
 
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 _SET_OPERATORS = (SelectorOperator.IN, SelectorOperator.NOT_IN)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from kubus.errors import KubusError
+from kubus.core.errors import KubusError
 
 
 class ManifestError(KubusError):

@@ -58,11 +58,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from kubus import codec
 from kubus.api.objects import NVIDIA_GPU, GPUDevice, Pod
 from kubus.api.quantity import to_base_units
 from kubus.api.requests import pod_requests
-from kubus.errors import KubusError
+from kubus.core import codec
+from kubus.core.errors import KubusError
 
 GPUS_ANNOTATION = "kubus.io/gpus"
 GPU_MEMORY_ANNOTATION = "kubus.io/gpu-memory"

@@ -13,7 +13,7 @@ import re
 
 from kubus.api.names import label_value_error, qualified_name_error
 from kubus.api.objects import LabelSelector, LabelSelectorRequirement, SelectorOperator
-from kubus.errors import KubusError
+from kubus.core.errors import KubusError
 
 __all__ = ["LabelSelectorSyntaxError", "parse_label_selector"]
 

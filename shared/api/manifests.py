@@ -103,7 +103,6 @@ from typing import Any, TypeVar
 
 import yaml
 
-from kubus import codec
 from kubus.api._disruption_budgets import read_pod_disruption_budget
 from kubus.api._documents import (
     Duplicates,
@@ -134,6 +133,7 @@ from kubus.api.podgroups import PodGroup
 from kubus.api.priority import PriorityClass, PriorityError, check_priority_class
 from kubus.api.schema import unknown_fields
 from kubus.api.workloads import Workload
+from kubus.core import codec
 
 _T = TypeVar("_T")
 

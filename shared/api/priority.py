@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from kubus.api.objects import Pod, PreemptionPolicy
-from kubus.errors import KubusError
+from kubus.core.errors import KubusError
 
 __all__ = [
     "HIGHEST_USER_DEFINABLE_PRIORITY",

@@ -16,12 +16,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kubus import codec
 from kubus.api.errors import ManifestError, ManifestErrors
 from kubus.api.manifests import json_document, list_items, parse_manifests, parse_pod, read_documents
 from kubus.api.objects import Pod
 from kubus.api.priority import PriorityClass, PriorityError, resolve_priority
-from kubus.errors import KubusError
+from kubus.core import codec
+from kubus.core.errors import KubusError
 
 __all__ = ["Rejected", "Submission", "admit_priority", "identify", "pod_from_api", "read_submission"]
 

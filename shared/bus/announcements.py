@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
-from kubus import codec
 from kubus.bus import msgids
 from kubus.bus.connection import Publication
 from kubus.bus.messages import ClusterEvent, NodeAssignment, NodeChange, PodChange, Rejection, encode
 from kubus.bus.subjects import EventKind, event_subject, node_pods
+from kubus.core import codec
 
 __all__ = ["Evicted", "bound", "node_event", "pod_event", "preempted", "rejection_event"]
 

@@ -19,8 +19,8 @@ from nats.js import JetStreamContext
 from nats.js.api import PubAck, RetentionPolicy, StorageType, StreamConfig
 
 from kubus.bus.subjects import STREAMS, Retention, StreamSpec
-from kubus.errors import KubusError
-from kubus.settings import ConnectionSettings, nats_connect_options
+from kubus.core.errors import KubusError
+from kubus.core.settings import ConnectionSettings, nats_connect_options
 
 __all__ = [
     "MSG_ID_HEADER",

@@ -19,7 +19,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from kubus.bus.pull import PullConsumer
-from kubus.errors import KubusError
+from kubus.core.errors import KubusError
 
 __all__ = [
     "WATCHER_CONSUMER",

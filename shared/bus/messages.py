@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, TypeVar
 
-from kubus import codec
 from kubus.bus.subjects import EventKind
-from kubus.errors import KubusError
+from kubus.core import codec
+from kubus.core.errors import KubusError
 
 T = TypeVar("T")
 

@@ -13,7 +13,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from kubus import codec
 from kubus.api.disruption import PodDisruptionBudget
 from kubus.api.errors import ManifestError
 from kubus.api.manifests import FieldValidation, Manifests, parse_manifests, wire_pod
@@ -27,8 +26,9 @@ from kubus.bus.subjects import MAX_MANIFEST_SIZE, PODS_SUBMIT
 from kubus.cli.connect import UsageError, open_bus, open_state
 from kubus.cli.kube_objects import same_pod
 from kubus.cli.submitting import SubmitManifest, submit
-from kubus.service import TRANSIENT_ERRORS
-from kubus.settings import ConnectionSettings
+from kubus.core import codec
+from kubus.core.settings import ConnectionSettings
+from kubus.runtime.service import TRANSIENT_ERRORS
 from kubus.store.cluster_state import ClusterState
 from kubus.store.records import PodPhase, PodRecord
 

@@ -48,9 +48,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kubus import codec
+from kubus.api.synthetic import simulated_zones
 from kubus.cli.cluster import SubmitManifest, pod_manifests, submit, write_table
 from kubus.cli.connect import UsageError, open_bus, open_state
+from kubus.cli.embedded import ServerStartError
 from kubus.cli.progress import LiveLine, PodTimes, PodTracker, percentile, status_line
 from kubus.cli.up import check_template, report_exit, start_cluster, wait_ready
 from kubus.cli.workload import (
@@ -63,11 +64,10 @@ from kubus.cli.workload import (
     pod_constraint_pods,
     pod_constraints_scheduler_config,
 )
-from kubus.embedded import ServerStartError
+from kubus.core import codec
 from kubus.store.cluster_state import ClusterState
 from kubus.store.invariants import check_invariants
 from kubus.store.records import PodPhase
-from kubus.synthetic import simulated_zones
 
 __all__ = ["BenchPlan", "bench_plan", "check_invariants_settled", "profile_names", "run_bench"]
 

@@ -31,7 +31,7 @@ from kubus.cli.output import Listing, Output, format_age, print_listing, write_t
 from kubus.cli.pods import POD_COLUMNS, POD_WIDE_COLUMNS, WATCH_HEARTBEAT, get_pods, list_pods, pod_listing, watch_pods
 from kubus.cli.submitting import SubmitManifest, pod_manifests, submit
 from kubus.cli.top import GPU_BAR_WIDTH, gpu_bar, top_nodes, top_pods
-from kubus.settings import ConnectionSettings
+from kubus.core.settings import ConnectionSettings
 
 __all__ = [
     "APPLY_TIMEOUT",

@@ -36,9 +36,9 @@ from kubus.cli.endpoints import (
 from kubus.cli.output import OUTPUT_FORMATS, output_formats, output_of
 from kubus.cli.resources import manifest_paths, objects_in_files, resource_choices, targets
 from kubus.cli.workload import BENCH_WORKLOADS
+from kubus.core.settings import ConnectionSettings
 from kubus.framework.config import SchedulerConfiguration, default_config, load_config
 from kubus.plugins import in_tree_registry
-from kubus.settings import ConnectionSettings
 
 __all__ = ["add_cluster_commands", "add_connection_options", "add_validate_option", "run_cluster_command"]
 
@@ -50,7 +50,7 @@ def add_connection_options(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--settings",
         metavar="FILE",
-        help="connection settings YAML (kubus.settings: URLs, NATS creds/user/token, TLS files, Redis auth)",
+        help="connection settings YAML (kubus.core.settings: URLs, NATS creds/user/token, TLS files, Redis auth)",
     )
     g.add_argument(
         "--data-dir",

@@ -16,8 +16,8 @@ from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
 from kubus.bus.connection import connect_bus, ensure_streams
-from kubus.errors import KubusError, UsageError
-from kubus.settings import ConnectionSettings, redis_client
+from kubus.core.errors import KubusError, UsageError
+from kubus.core.settings import ConnectionSettings, redis_client
 from kubus.store.cluster_state import ClusterState
 
 __all__ = ["Unreachable", "UsageError", "open_bus", "open_state", "safe_url"]

@@ -16,7 +16,7 @@ from kubus.bus.messages import PodDeletion, encode
 from kubus.bus.subjects import PODS_DELETE
 from kubus.cli.connect import open_bus, open_state
 from kubus.cli.not_found import not_found
-from kubus.settings import ConnectionSettings
+from kubus.core.settings import ConnectionSettings
 from kubus.store.records import PodPhase, PodRecord
 
 __all__ = ["delete_objects", "delete_pod", "delete_pods"]

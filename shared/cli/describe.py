@@ -34,6 +34,7 @@ from kubus.cli.cluster import (
 from kubus.cli.connect import open_state
 from kubus.cli.kube_objects import collapse_events, kube_quantity
 from kubus.cli.simulate import hints_text
+from kubus.core.settings import ConnectionSettings
 from kubus.framework.config import SchedulerConfiguration
 from kubus.framework.hints import Hint, fit_hints
 from kubus.framework.runtime import Framework
@@ -42,7 +43,6 @@ from kubus.kernels.backend import Backend
 from kubus.kernels.node_table import NodeTable
 from kubus.kernels.nodeinfo import NodeInfo
 from kubus.plugins import in_tree_registry
-from kubus.settings import ConnectionSettings
 from kubus.store.cluster_state import ClusterState
 from kubus.store.records import NodeRecord, PodEvent, PodPhase, PodRecord
 

@@ -2,14 +2,14 @@
 
 Order, first that sets a URL wins: ``--nats``/``--redis`` flags → ``KUBUS_NATS_URL``/``KUBUS_REDIS_URL``
 → the ``--settings`` file → the URLs `kubus up` recorded in ``<data dir>/endpoints.json`` →
-kubus.settings' defaults. `kubus up`'s data dir is ``--data-dir``, else ``$KUBUS_HOME``, else
+kubus.core.settings' defaults. `kubus up`'s data dir is ``--data-dir``, else ``$KUBUS_HOME``, else
 ``.kubus`` in the current directory. A cluster command finds it from any directory, as kubectl
 finds its cluster (`cluster_home`): ``--data-dir``, else ``--cluster NAME`` (a cluster recorded in
 the per-user file), else ``$KUBUS_HOME``, else ``./.kubus`` when a `kubus up` runs there, else the
 per-user file's current cluster: every `kubus up` records its data dir in ``~/.kubus/config``
 (``$KUBUS_CONFIG`` names another file), kubeconfig-style, and makes it the current one.
 Credentials and TLS (``nats_creds``, ``redis_tls_ca``, ...) come from the
-settings file and the environment exactly as for the services (`kubus.settings.load_settings`);
+settings file and the environment exactly as for the services (`kubus.core.settings.load_settings`);
 with neither, a `kubus up` with embedded servers lends its ``client`` login
 (``<data dir>/access/client.yaml``, readable by its owner only).
 """
@@ -26,10 +26,10 @@ from typing import Any
 
 import yaml
 
-from kubus import codec
 from kubus.access import ACCESS_DIR
-from kubus.errors import UsageError
-from kubus.settings import ENV_PREFIX, ConnectionSettings, load_settings
+from kubus.core import codec
+from kubus.core.errors import UsageError
+from kubus.core.settings import ENV_PREFIX, ConnectionSettings, load_settings
 
 __all__ = [
     "CONFIG_ENV",

@@ -12,7 +12,7 @@ from kubus.cli.kube_objects import CollapsedEvent, collapse_events, event_object
 from kubus.cli.not_found import NotFoundError, not_found, report
 from kubus.cli.output import Listing, Output, format_age, output_of
 from kubus.cli.pods import list_pods
-from kubus.settings import ConnectionSettings
+from kubus.core.settings import ConnectionSettings
 from kubus.store.cluster_state import ClusterState
 
 __all__ = ["event_age", "event_listing", "get_events"]

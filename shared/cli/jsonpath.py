@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubus import codec
+from kubus.core import codec
 
 __all__ = ["JSONPathError", "Template", "parse", "relaxed"]
 

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from kubus import codec
 from kubus.api.gpus import GPU_DEVICES_ANNOTATION, format_gpu_devices
+from kubus.core import codec
 from kubus.kernels.nodeinfo import NodeInfo
 from kubus.store.permits import PermitState
 from kubus.store.records import NodeRecord, PodEvent, PodPhase, PodRecord

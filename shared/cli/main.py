@@ -10,7 +10,6 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from kubus import codec
 from kubus.api.errors import ManifestError
 from kubus.api.manifests import FieldValidation, Manifests, load_manifests
 from kubus.cli.access import add_access_command, run_access
@@ -18,11 +17,12 @@ from kubus.cli.cluster import NotFoundError
 from kubus.cli.commands import add_cluster_commands, add_validate_option, run_cluster_command
 from kubus.cli.completion import SHELLS, completion_script
 from kubus.cli.connect import Unreachable, UsageError
+from kubus.core import codec
+from kubus.core.settings import SettingsError
 from kubus.framework.config import ConfigError, default_config, load_config
 from kubus.framework.registry import RegistryError
 from kubus.kernels.backend import BackendUnavailable, select_backend
 from kubus.plugins import in_tree_registry
-from kubus.settings import SettingsError
 
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 1

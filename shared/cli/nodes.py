@@ -14,8 +14,8 @@ from kubus.cli.connect import open_state
 from kubus.cli.kube_objects import node_object
 from kubus.cli.not_found import not_found, report
 from kubus.cli.output import Listing, Output, format_age, output_of
+from kubus.core.settings import ConnectionSettings
 from kubus.kernels.nodeinfo import NodeInfo
-from kubus.settings import ConnectionSettings
 from kubus.store.cluster_state import ClusterState, node_info_of
 from kubus.store.records import NodeRecord
 

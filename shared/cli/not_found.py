@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from kubus.cli.output import Listing, Output, print_listing
-from kubus.errors import KubusError
+from kubus.core.errors import KubusError
 
 __all__ = ["NotFoundError", "not_found", "report"]
 

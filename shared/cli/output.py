@@ -18,10 +18,10 @@ from typing import Any, TextIO
 
 import yaml
 
-from kubus import codec
 from kubus.cli.jsonpath import JSONPathError, Template, parse, relaxed, text_of
 from kubus.cli.kube_objects import kube_list
-from kubus.errors import UsageError
+from kubus.core import codec
+from kubus.core.errors import UsageError
 
 __all__ = [
     "DOCUMENT_OUTPUTS",

@@ -12,7 +12,6 @@ from typing import Any, TextIO
 
 from nats.js.api import DeliverPolicy
 
-from kubus import codec
 from kubus.api.objects import LabelSelector
 from kubus.api.pod_affinity import selector_matches
 from kubus.bus.connection import settle
@@ -22,7 +21,8 @@ from kubus.cli.connect import open_bus, open_state
 from kubus.cli.kube_objects import pod_object
 from kubus.cli.not_found import not_found, report
 from kubus.cli.output import Listing, Output, format_age, output_of, print_listing
-from kubus.settings import ConnectionSettings
+from kubus.core import codec
+from kubus.core.settings import ConnectionSettings
 from kubus.store.cluster_state import ClusterState
 from kubus.store.permits import PermitState
 from kubus.store.records import PodPhase, PodRecord

@@ -21,9 +21,9 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kubus.embedded import forget_child, log_tail, spawn_child
-from kubus.entrypoint import DEFAULT_STOP_TIMEOUT, EXIT_GRACE
-from kubus.service import RUNNING_EVENT
+from kubus.cli.embedded import forget_child, log_tail, spawn_child
+from kubus.runtime.entrypoint import DEFAULT_STOP_TIMEOUT, EXIT_GRACE
+from kubus.runtime.service import RUNNING_EVENT
 
 __all__ = [
     "DEFAULT_METRICS_BASE",
@@ -40,7 +40,7 @@ __all__ = [
 
 _POLL = 0.05
 _RUNNING_MARK = f'event="{RUNNING_EVENT}"'.encode()
-"""How `kubus.service.RUNNING_EVENT` reads in a service's log (its value has a space: quoted)."""
+"""How `kubus.runtime.service.RUNNING_EVENT` reads in a service's log (its value has a space: quoted)."""
 _TAIL_LINES = 20
 
 SERVICE_STOP_WAIT = DEFAULT_STOP_TIMEOUT + EXIT_GRACE
@@ -237,7 +237,7 @@ class ServiceProcess:
         return log_tail(self.log_path, self._log_offset, lines)
 
     def started(self) -> bool:
-        """Whether this run of the service has said it runs (`kubus.service.RUNNING_EVENT` in its
+        """Whether this run of the service has said it runs (`kubus.runtime.service.RUNNING_EVENT` in its
         log): connected, its work subscribed. Reads the log until it has."""
         if self._started_at_offset == self._log_offset:
             return True

@@ -19,8 +19,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from kubus import codec
 from kubus.bus.subjects import EventKind, event_filter
+from kubus.core import codec
 from kubus.store.cluster_state import ClusterState
 from kubus.store.records import PodPhase
 

@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from kubus.api.manifests import list_items, read_documents
-from kubus.errors import UsageError
+from kubus.core.errors import UsageError
 
 __all__ = ["RESOURCES", "ResourceChoices", "manifest_paths", "objects_in_files", "resource_choices", "targets"]
 

@@ -9,11 +9,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kubus import codec
 from kubus.api.manifests import parse_pod
 from kubus.bus import msgids
 from kubus.bus.connection import Publication, publish_durable_many
 from kubus.bus.subjects import PODS_SUBMIT
+from kubus.core import codec
 
 __all__ = ["SubmitManifest", "pod_manifests", "submit"]
 

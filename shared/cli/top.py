@@ -16,8 +16,8 @@ from kubus.cli.nodes import NO_NODES, nodes_in_use
 from kubus.cli.not_found import not_found
 from kubus.cli.output import DOCUMENT_OUTPUTS, write_document, write_table
 from kubus.cli.pods import format_devices
+from kubus.core.settings import ConnectionSettings
 from kubus.kernels.nodeinfo import PodInfo
-from kubus.settings import ConnectionSettings
 from kubus.store.records import NodeRecord
 
 __all__ = ["GPU_BAR_WIDTH", "gpu_bar", "top_nodes", "top_pods"]

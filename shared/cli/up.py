@@ -32,6 +32,7 @@ from kubus.access import ACCESS_DIR, ADMIN, ROLES, Credentials, ensure_credentia
 from kubus.api.manifests import load_manifests
 from kubus.cli.commands import scheduler_config
 from kubus.cli.connect import Unreachable, UsageError, open_state, safe_url
+from kubus.cli.embedded import HA_DIR, EmbeddedServers, ReplicatedServers, ServerStartError
 from kubus.cli.endpoints import (
     Endpoints,
     data_dir,
@@ -52,10 +53,9 @@ from kubus.cli.processes import (
 )
 from kubus.cli.progress import sleep_or
 from kubus.cli.workload import NODE_TEMPLATE, gpu_scheduler_config
-from kubus.embedded import HA_DIR, EmbeddedServers, ReplicatedServers, ServerStartError
-from kubus.entrypoint import EXIT_USAGE
+from kubus.core.settings import ConnectionSettings, load_settings
 from kubus.framework.config import ignored_warnings
-from kubus.settings import ConnectionSettings, load_settings
+from kubus.runtime.entrypoint import EXIT_USAGE
 from kubus.store import ClusterState, cycle_lease, queue_lease
 
 __all__ = ["Cluster", "RestartBackoff", "run_up", "start_cluster", "wait_ready"]

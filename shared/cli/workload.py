@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from kubus.synthetic import SIMULATED_ZONES_ANNOTATION, ZONE_LABEL
+from kubus.api.synthetic import SIMULATED_ZONES_ANNOTATION, ZONE_LABEL
 
 __all__ = [
     "BENCH_WORKLOADS",

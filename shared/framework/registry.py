@@ -22,7 +22,7 @@ from enum import StrEnum
 from importlib.metadata import entry_points
 from typing import Any
 
-from kubus.errors import KubusError
+from kubus.core.errors import KubusError
 
 ENTRY_POINT_GROUP = "kubus.plugins"
 

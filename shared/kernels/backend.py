@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from kubus.errors import KubusError
+from kubus.core.errors import KubusError
 
 BACKENDS = ("auto", "numpy", "cupy")
 

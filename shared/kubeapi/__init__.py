@@ -3,7 +3,7 @@
 - `kubus.kubeapi.config`: where the cluster is and how to log in (`load_config`: --kubeconfig,
   KUBECONFIG, ~/.kube/config, the in-cluster service account), as kubectl and client-go find it.
 - `kubus.kubeapi.client`: `KubeClient` (get, list, watch, create, update, patch, delete, bind)
-  over aiohttp, objects as plain dicts decoded by `kubus.codec`.
+  over aiohttp, objects as plain dicts decoded by `kubus.core.codec`.
 - `kubus.kubeapi.watch`: `Watch`, the stream of `WatchEvent`s that `KubeClient.watch` opens.
 - `kubus.kubeapi.resources`: `Resource` and the resources kubus uses (`PODS`, `NODES`, ...).
 - `kubus.kubeapi.reflector`: `Reflector`, list + watch kept going through 410s and outages.

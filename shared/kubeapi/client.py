@@ -1,5 +1,5 @@
 """An asyncio client of the Kubernetes API: plain dicts in and out, over aiohttp, decoded with
-`kubus.codec` (orjson).
+`kubus.core.codec` (orjson).
 
 bench/kube_client_decode.py chose it over lightkube, kr8s and kubernetes-asyncio, by the client's
 CPU per Pod and Node: its decoding ties the cheapest (lightkube's msgspec structs), is 5-100 times
@@ -31,7 +31,7 @@ from typing import Any, Self
 
 import aiohttp
 
-from kubus import codec
+from kubus.core import codec
 from kubus.kubeapi.config import KubeConfig
 from kubus.kubeapi.errors import KubeAPIError, KubeUnreachable, describe_failure
 from kubus.kubeapi.lanes import Lanes

@@ -10,7 +10,7 @@ from typing import Any
 
 import aiohttp
 
-from kubus.errors import KubusError
+from kubus.core.errors import KubusError
 
 __all__ = ["KubeAPIError", "KubeError", "KubeUnreachable", "describe_failure"]
 
@@ -25,7 +25,7 @@ class KubeUnreachable(KubeError):
     can tell: retry with backoff. str() is one line naming the server."""
 
     transient = True
-    """As `KubeAPIError.transient` (`kubus.service.is_transient` reads it)."""
+    """As `KubeAPIError.transient` (`kubus.runtime.service.is_transient` reads it)."""
 
     def __init__(self, server: str, reason: str) -> None:
         super().__init__(f"cannot reach the Kubernetes API at {server}: {reason}")

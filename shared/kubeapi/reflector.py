@@ -48,7 +48,7 @@ from kubus.kubeapi.client import KubeClient
 from kubus.kubeapi.errors import KubeAPIError, KubeUnreachable
 from kubus.kubeapi.resources import KubeObject, Resource
 from kubus.kubeapi.watch import WatchEvent
-from kubus.service import logger
+from kubus.runtime.service import logger
 
 __all__ = ["Backoff", "Reflector", "ReflectorEvent", "Replaced"]
 

@@ -1,7 +1,7 @@
 """A watch of the Kubernetes API as a stream of events: `Watch` (what `KubeClient.watch`
 returns), `WatchEvent` and `EventType`.
 
-The apiserver sends one JSON document per line; a line is decoded (`kubus.codec`) only when the
+The apiserver sends one JSON document per line; a line is decoded (`kubus.core.codec`) only when the
 consumer asks for the next event, so a slow consumer slows the stream rather than buffering it.
 """
 
@@ -16,7 +16,7 @@ from typing import Self
 
 import aiohttp
 
-from kubus import codec
+from kubus.core import codec
 from kubus.kubeapi.errors import KubeAPIError, KubeUnreachable, describe_failure
 from kubus.kubeapi.resources import KubeObject, Resource
 

@@ -8,7 +8,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kubus.codec import text
+from kubus.core.codec import text
 from kubus.store.keys import DEFAULT_PREFIX, Keys
 from kubus.store.scripts import Scripts, StoreCode
 
@@ -57,7 +57,7 @@ class StoreCore:
 
     async def confirm_replicated(self) -> None:
         """Return once this process's earlier writes are on the replicas the client waits for
-        (`kubus.redis_connection.KubusRedis.confirm_replicated`: ``redis_wait_replicas``); at
+        (`kubus.core.redis_connection.KubusRedis.confirm_replicated`: ``redis_wait_replicas``); at
         once without replicas to wait for. Called by the writes a failover must not undo once
         they are acknowledged: stored submissions, bindings, deletions. Raises ReplicationTimeout
         (transient: retry the step, which is idempotent) when the replicas do not confirm in time."""

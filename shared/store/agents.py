@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kubus.codec import text
+from kubus.core.codec import text
 from kubus.store._core import _BATCH, StoreCore, _code
 from kubus.store.records import (
     PodEvent,

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubus.api.objects import PODS
-from kubus.codec import text
+from kubus.core.codec import text
 from kubus.store.cluster_state import ClusterState
 from kubus.store.keys import PHASES, unescape
 from kubus.store.nodes import _reservations

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kubus.codec import text
+from kubus.core.codec import text
 from kubus.store._core import StoreCore
 
 

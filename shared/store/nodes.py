@@ -8,9 +8,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from kubus import codec
 from kubus.api.objects import Node
-from kubus.codec import text
+from kubus.core import codec
+from kubus.core.codec import text
 from kubus.kernels.nodeinfo import NodeInfo
 from kubus.store._core import _BATCH, _MAX_LUA_INT, StoreCore, _code
 from kubus.store.records import (

@@ -21,7 +21,6 @@ from typing import Any
 
 from redis.exceptions import WatchError
 
-from kubus import codec
 from kubus.api.disruption import IntOrPercent, PodDisruptionBudget
 from kubus.api.namespaces import Namespace
 from kubus.api.objects import LabelSelector, LabelSelectorRequirement, PreemptionPolicy, SelectorOperator
@@ -35,7 +34,8 @@ from kubus.api.workloads import (
     Workload,
     Workloads,
 )
-from kubus.codec import text
+from kubus.core import codec
+from kubus.core.codec import text
 from kubus.store._core import StoreCore
 
 __all__ = [

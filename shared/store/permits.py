@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kubus.codec import text
+from kubus.core.codec import text
 from kubus.store._core import _BATCH, StoreCore
 
 __all__ = ["PermitState", "PermitStore"]

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from kubus import codec
 from kubus.api.podgroups import PodGroup
-from kubus.codec import text
+from kubus.core import codec
+from kubus.core.codec import text
 from kubus.store._core import _BATCH, StoreCore
 from kubus.store.records import PodPhase
 

@@ -6,9 +6,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from kubus import codec
 from kubus.api.gpus import format_gpu_devices
-from kubus.codec import text
+from kubus.core import codec
+from kubus.core.codec import text
 from kubus.store._core import _BATCH, _BIND_CHUNK, StoreCore, _code
 from kubus.store.records import (
     PodEvent,

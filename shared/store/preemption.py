@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kubus.codec import text
+from kubus.core.codec import text
 from kubus.store._core import StoreCore, _code
 from kubus.store.records import EventType, PodEvent, PodPhase, Reservation
 from kubus.store.reservations import ReserveResult, on_node

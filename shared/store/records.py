@@ -1,6 +1,6 @@
 """What kubus stores in Redis: nodes, pods, reservations and pod events, as frozen dataclasses.
 
-Each record knows its own encoding (`kubus.codec` JSON, or the fields of a Redis hash) and how to
+Each record knows its own encoding (`kubus.core.codec` JSON, or the fields of a Redis hash) and how to
 decode it back; the key layout is in `kubus.store.keys`, the atomic changes in
 `kubus.store.scripts`. Quantities are integers in base units (milli-CPU, bytes), as everywhere.
 """
@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
 
-from kubus import codec
 from kubus.api.gpus import GPURequest, format_gpu_devices
 from kubus.api.manifests import HOSTNAME_LABEL, parse_pod
 from kubus.api.namespaces import NAMESPACE_NAME_LABEL, namespace_labels
@@ -42,7 +41,8 @@ from kubus.api.pod_affinity import (
     read_pod_affinity_manifest,
     selector_manifest,
 )
-from kubus.codec import text
+from kubus.core import codec
+from kubus.core.codec import text
 from kubus.kernels.nodeinfo import PodInfo
 
 UNREACHABLE_TAINT_KEY = "node.kubernetes.io/unreachable"

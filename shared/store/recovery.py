@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from kubus.api.errors import ManifestError
-from kubus.codec import DecodeError, text
+from kubus.core.codec import DecodeError, text
 from kubus.kernels.nodeinfo import PodInfo
 from kubus.store._core import _BATCH
 from kubus.store.keys import PHASES

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from kubus.codec import text
+from kubus.core.codec import text
 from kubus.store._core import StoreCore, _code
 from kubus.store.nodes import _reservations
 from kubus.store.pods import PodWrite

@@ -26,12 +26,12 @@ import pytest
 import yaml
 
 from kubus.binder import __main__ as binder_main
+from kubus.core.settings import ENV_PREFIX
 from kubus.cycle import __main__ as cycle_main
 from kubus.gpu_agent import __main__ as agent_main
 from kubus.kubeapi import load_config as load_kube_config
 from kubus.kubeapi.config import SERVICE_ACCOUNT_DIR
 from kubus.queue import __main__ as queue_main
-from kubus.settings import ENV_PREFIX
 from kubus.watcher import __main__ as watcher_main
 
 ROOT = Path(__file__).resolve().parents[2]

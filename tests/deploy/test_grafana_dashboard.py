@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from kubus.metrics import SERVICE_FAMILIES, Metrics
+from kubus.core.metrics import SERVICE_FAMILIES, Metrics
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "kubus.json"
 

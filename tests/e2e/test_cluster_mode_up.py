@@ -17,8 +17,8 @@ from support import eventually
 
 from kubus.access import ACCESS_DIR, read_credentials
 from kubus.cli.endpoints import read_endpoints
+from kubus.core.settings import ConnectionSettings, redis_client
 from kubus.kubeapi import PODS
-from kubus.settings import ConnectionSettings, redis_client
 from kubus.store import ClusterState, check_invariants
 
 pytestmark = [pytest.mark.integration, pytest.mark.kube, pytest.mark.slow]

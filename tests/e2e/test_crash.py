@@ -18,7 +18,6 @@ from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 from support import ServerEndpoints, eventually
 
-from kubus import codec
 from kubus.access import inbox_prefix
 from kubus.bus.connection import publish_durable
 from kubus.bus.messages import (
@@ -48,6 +47,7 @@ from kubus.cli.bench import check_invariants_settled
 from kubus.cli.cluster import pod_manifests, submit
 from kubus.cli.up import Cluster
 from kubus.cli.workload import mixed_workload
+from kubus.core import codec
 from kubus.store import ClusterState, PodPhase
 
 PLACED = (PodPhase.BOUND, PodPhase.RUNNING, PodPhase.SUCCEEDED)

@@ -23,10 +23,10 @@ from kubus.bus import connect_bus
 from kubus.bus.subjects import POD_EVENTS, PODS_STREAM
 from kubus.cli.bench import check_invariants_settled
 from kubus.cli.cluster import SubmitManifest, pod_manifests, submit
+from kubus.cli.embedded import ReplicatedServers
 from kubus.cli.up import Cluster, start_cluster, supervise, wait_ready
 from kubus.cli.workload import NODE_TEMPLATE, gpu_scheduler_config
-from kubus.embedded import ReplicatedServers
-from kubus.settings import redis_client
+from kubus.core.settings import redis_client
 from kubus.store import ClusterState, PodPhase
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

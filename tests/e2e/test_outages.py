@@ -18,7 +18,6 @@ import pytest
 from cluster_support import KubusUp, run_kubus, service_logs
 from support import eventually
 
-from kubus import codec
 from kubus.access import ACCESS_DIR, inbox_prefix, read_credentials
 from kubus.bus import connect_bus
 from kubus.cli.bench import check_invariants_settled
@@ -26,8 +25,9 @@ from kubus.cli.cluster import SubmitManifest, pod_manifests, submit
 from kubus.cli.endpoints import read_endpoints
 from kubus.cli.up import Cluster, start_cluster, wait_ready
 from kubus.cli.workload import NODE_TEMPLATE, gpu_scheduler_config
-from kubus.redis_connection import DiskError
-from kubus.settings import ConnectionSettings, redis_client
+from kubus.core import codec
+from kubus.core.redis_connection import DiskError
+from kubus.core.settings import ConnectionSettings, redis_client
 from kubus.store import ClusterState, PodPhase
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

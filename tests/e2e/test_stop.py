@@ -20,20 +20,20 @@ import pytest
 from cluster_support import KubusUp, descendants, process_stat, run_kubus, service_logs, still_alive
 from support import eventually
 
-from kubus import codec
 from kubus.bus.connection import connect_bus
 from kubus.cli.cluster import pod_manifests, submit
 from kubus.cli.processes import GROUP_STOP_WAIT, SERVICE_STOP_WAIT
 from kubus.cli.up import start_cluster, wait_ready
 from kubus.cli.workload import NODE_TEMPLATE, gpu_scheduler_config, mixed_workload
-from kubus.entrypoint import DEFAULT_STOP_TIMEOUT, EXIT_GRACE
-from kubus.settings import redis_client
+from kubus.core import codec
+from kubus.core.settings import redis_client
+from kubus.runtime.entrypoint import DEFAULT_STOP_TIMEOUT, EXIT_GRACE
 from kubus.store import ClusterState, PodPhase
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")]
 
 STOP_BOUND = DEFAULT_STOP_TIMEOUT + EXIT_GRACE
-"""What `kubus.entrypoint` promises: a service is gone this many seconds after SIGTERM."""
+"""What `kubus.runtime.entrypoint` promises: a service is gone this many seconds after SIGTERM."""
 
 
 # -- services, when a server dies under load --------------------------------------------------------

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from kubus.api.manifests import parse_node, parse_pod
+from kubus.api.synthetic import make_nodes, make_pods
 from kubus.cli.workload import (
     POD_CONSTRAINT_WORKLOADS,
     cpu_node_template,
@@ -25,7 +26,6 @@ from kubus.gpu_agent.simulation import simulated_nodes
 from kubus.kernels.backend import NUMPY, Backend, select_backend
 from kubus.kernels.node_table import NodeTable
 from kubus.plugins import in_tree_registry
-from kubus.synthetic import make_nodes, make_pods
 
 pytestmark = pytest.mark.gpu
 

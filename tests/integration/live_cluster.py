@@ -14,14 +14,14 @@ from support import eventually
 from kubus.api.manifests import parse_manifests
 from kubus.binder import BinderOptions, BinderService
 from kubus.cli.cluster import pod_manifests, submit
+from kubus.core.settings import ConnectionSettings
 from kubus.cycle import CycleOptions, CycleService
 from kubus.framework.config import load_config
 from kubus.framework.registry import Registry
 from kubus.framework.runtime import Framework
 from kubus.framework.waiting import WaitingPods
 from kubus.queue import QueueOptions, QueueService
-from kubus.service import Service
-from kubus.settings import ConnectionSettings
+from kubus.runtime.service import Service
 from kubus.store import ClusterState, PodPhase
 
 __all__ = ["LiveCluster", "live_cluster", "pod", "until_phase"]

@@ -34,7 +34,6 @@ from nats.aio.client import Client as NATS
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from support import eventually
 
-from kubus import codec
 from kubus.access import ACCESS_DIR, Credentials, ensure_credentials, inbox_prefix
 from kubus.api.manifests import parse_manifests, parse_pod
 from kubus.binder import BinderOptions
@@ -58,9 +57,10 @@ from kubus.bus.subjects import (
     reserved,
 )
 from kubus.cli.cluster import watch_pods
-from kubus.embedded import EmbeddedServers, free_port, nats_server_binary
+from kubus.cli.embedded import EmbeddedServers, free_port, nats_server_binary
+from kubus.core import codec
+from kubus.core.settings import ConnectionSettings, load_settings, nats_connect_options, redis_client
 from kubus.queue import QueueOptions
-from kubus.settings import ConnectionSettings, load_settings, nats_connect_options, redis_client
 from kubus.store import ClusterState, PodRecord
 
 pytestmark = pytest.mark.integration

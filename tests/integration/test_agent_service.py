@@ -11,14 +11,14 @@ import pytest
 from nats.js import JetStreamContext
 from support import eventually
 
-from kubus import codec
 from kubus.api.manifests import parse_node, parse_pod
 from kubus.api.objects import Node
 from kubus.bus import EVENTS_STREAM, NODES_STREAM, ConsumerConflictError, ensure_streams, event_subject, node_pods
 from kubus.bus.messages import ClusterEvent, NodeAssignment, PodChange, encode
+from kubus.core import codec
+from kubus.core.settings import ConnectionSettings
 from kubus.gpu_agent import AgentOptions, AgentService, NodeInventory
 from kubus.kernels.nodeinfo import PodInfo
-from kubus.settings import ConnectionSettings
 from kubus.store import ClusterState, PodPhase, PodRecord, Reservation, StoreCode, check_invariants
 
 _ids = itertools.count()

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from kubus import codec
 from kubus.api.manifests import parse_node, parse_pod
+from kubus.core import codec
 from kubus.kernels.nodeinfo import PodInfo
 from kubus.store import ClusterState, PodPhase, PodRecord, Reservation, StoreCode
 

@@ -13,7 +13,6 @@ from nats.js import JetStreamContext
 from nats.js.api import PubAck
 from support import eventually
 
-from kubus import codec
 from kubus.api.manifests import parse_node, parse_pod
 from kubus.binder import BinderOptions, BinderService, BindResult
 from kubus.bus import (
@@ -30,11 +29,12 @@ from kubus.bus import (
     node_pods,
 )
 from kubus.bus.messages import BindRequest, NodeAssignment, OutcomeKind, Outcomes, decode, encode
+from kubus.core import codec
+from kubus.core.redis_connection import DiskError
+from kubus.core.settings import ConnectionSettings
 from kubus.framework.status import Status
 from kubus.kernels.nodeinfo import PodInfo
-from kubus.redis_connection import DiskError
-from kubus.service import ServiceState
-from kubus.settings import ConnectionSettings
+from kubus.runtime.service import ServiceState
 from kubus.store import ClusterState, PodPhase, PodRecord, Reservation, ReservationState, check_invariants
 
 PROFILE = "default-scheduler"

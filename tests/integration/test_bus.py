@@ -39,8 +39,8 @@ from kubus.bus import (
     token,
     untoken,
 )
-from kubus.service import Service, ServiceState
-from kubus.settings import ConnectionSettings
+from kubus.core.settings import ConnectionSettings
+from kubus.runtime.service import Service, ServiceState
 
 # -- subjects (no server needed) -------------------------------------------------------------------
 

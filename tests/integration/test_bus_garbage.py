@@ -26,7 +26,6 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from support import eventually
 
-from kubus import codec
 from kubus.api.manifests import parse_node, parse_pod
 from kubus.api.submission import identify
 from kubus.binder import BinderOptions, BinderService
@@ -64,6 +63,8 @@ from kubus.bus.messages import (
     decode,
     encode,
 )
+from kubus.core import codec
+from kubus.core.settings import ConnectionSettings
 from kubus.cycle import CycleOptions, CycleService
 from kubus.framework.config import load_config
 from kubus.framework.runtime import Framework
@@ -71,8 +72,7 @@ from kubus.gpu_agent import AgentOptions, AgentService
 from kubus.kernels.nodeinfo import PodInfo
 from kubus.plugins import in_tree_registry
 from kubus.queue import QueueOptions, QueueService
-from kubus.service import Service, ServiceState
-from kubus.settings import ConnectionSettings
+from kubus.runtime.service import Service, ServiceState
 from kubus.store import ClusterState, EventType, PodPhase, PodRecord, Reservation, StoreCode, check_invariants
 
 PROFILE = "default-scheduler"

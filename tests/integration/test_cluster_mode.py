@@ -14,12 +14,13 @@ import pytest
 from kube_support import KubeTest, install_pod_group_crd, pod_manifest
 from support import eventually
 
-from kubus import codec
 from kubus.api.manifests import parse_manifests
 from kubus.api.podgroups import POD_GROUP_LABEL
 from kubus.binder import BinderOptions, BinderService
 from kubus.binder.apiserver import ApiBinding
 from kubus.cli.simulate import simulate
+from kubus.core import codec
+from kubus.core.settings import ConnectionSettings
 from kubus.cycle import CycleOptions, CycleService
 from kubus.framework.config import SchedulerConfiguration, load_config
 from kubus.framework.runtime import Framework
@@ -40,8 +41,7 @@ from kubus.kubeapi import (
 )
 from kubus.plugins import in_tree_registry
 from kubus.queue import QueueOptions, QueueService
-from kubus.service import Service, ServiceState
-from kubus.settings import ConnectionSettings
+from kubus.runtime.service import Service, ServiceState
 from kubus.store import ClusterState, PodPhase, check_invariants
 from kubus.watcher import WatcherOptions, WatcherService, WatcherStartError
 

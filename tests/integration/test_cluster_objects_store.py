@@ -17,7 +17,7 @@ from kubus.api.objects import LabelSelector, LabelSelectorRequirement, Preemptio
 from kubus.api.priority import PriorityClass, PriorityError
 from kubus.api.workloads import ReplicaSet, ReplicationController, Service, StatefulSet, Workloads
 from kubus.cli.cluster import apply
-from kubus.settings import ConnectionSettings
+from kubus.core.settings import ConnectionSettings
 from kubus.store import ClusterState
 
 HIGH = PriorityClass("high", 1000, preemption_policy=PreemptionPolicy.NEVER, description="batch")

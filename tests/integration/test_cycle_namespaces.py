@@ -7,11 +7,11 @@ from support import eventually
 
 from kubus.api.manifests import parse_node
 from kubus.api.namespaces import NAMESPACE_NAME_LABEL, Namespace
+from kubus.core.settings import ConnectionSettings
 from kubus.cycle import CycleOptions, CycleService
 from kubus.framework.config import default_config
 from kubus.framework.runtime import Framework
 from kubus.plugins import in_tree_registry
-from kubus.settings import ConnectionSettings
 from kubus.store import ClusterState
 
 FAST = CycleOptions(lease_ttl=1.0, renew_interval=0.1, pop_wait_ms=50, request_timeout=1.0, backend="numpy")

@@ -23,7 +23,6 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from support import eventually
 
-from kubus import codec
 from kubus.api.manifests import parse_node, parse_pod
 from kubus.bus import BIND_STREAM, RESERVED_ALL, EventKind, bind, event_subject, queue_done, queue_pop, settle
 from kubus.bus.messages import (
@@ -42,6 +41,8 @@ from kubus.bus.messages import (
     decode,
     encode,
 )
+from kubus.core import codec
+from kubus.core.settings import ConnectionSettings
 from kubus.cycle import CycleOptions, CycleService
 from kubus.cycle.nodes import Loaded, NodeTableKeeper, ResyncPace
 from kubus.cycle.permits import Permits
@@ -49,7 +50,6 @@ from kubus.framework.config import load_config
 from kubus.framework.runtime import Framework
 from kubus.kernels.nodeinfo import PodInfo
 from kubus.plugins import in_tree_registry
-from kubus.settings import ConnectionSettings
 from kubus.store import ClusterState, PodPhase, PodRecord, Reservation, check_invariants, cycle_lease
 
 PROFILE = "default-scheduler"

@@ -20,8 +20,8 @@ from nats.js.api import StorageType, StreamConfig
 from support import eventually
 
 from kubus.bus import PODS_STREAM, PODS_SUBMIT, connect_bus, ensure_streams, publish_durable
-from kubus.embedded import EmbeddedServers, ServerStartError, nats_server_binary, valkey_server_binary
-from kubus.settings import ConnectionSettings, redis_client
+from kubus.cli.embedded import EmbeddedServers, ServerStartError, nats_server_binary, valkey_server_binary
+from kubus.core.settings import ConnectionSettings, redis_client
 
 pytestmark = pytest.mark.integration
 
@@ -175,7 +175,7 @@ async def test_servers_die_with_a_killed_parent(tmp_path: Path) -> None:
     # A parent that starts the servers, prints their pids, then hangs until it is SIGKILLed.
     script = (
         "import json, sys, time\n"
-        "from kubus.embedded import EmbeddedServers\n"
+        "from kubus.cli.embedded import EmbeddedServers\n"
         f"servers = EmbeddedServers({str(tmp_path)!r})\n"
         "servers.start_sync()\n"
         "print(json.dumps(servers.pids()), flush=True)\n"

@@ -16,6 +16,7 @@ from nats.js import JetStreamContext
 from support import eventually
 
 from kubus.api.objects import Pod
+from kubus.core.settings import ConnectionSettings
 from kubus.framework.cycle_state import CycleState
 from kubus.framework.interface import FilterDiagnosis, PostFilterResult
 from kubus.framework.registry import Registry
@@ -23,7 +24,6 @@ from kubus.framework.status import Status
 from kubus.framework.waiting import WaitingPods
 from kubus.kernels.nodeinfo import NodeInfo
 from kubus.plugins import in_tree_registry
-from kubus.settings import ConnectionSettings
 from kubus.store import ClusterState, PodPhase, check_invariants
 
 PROFILE = "default-scheduler"

@@ -15,8 +15,8 @@ from nats.js import JetStreamContext
 from support import eventually
 
 from kubus.api.podgroups import POD_GROUP_LABEL, PodGroup
+from kubus.core.settings import ConnectionSettings
 from kubus.plugins import in_tree_registry
-from kubus.settings import ConnectionSettings
 from kubus.store import ClusterState, PodPhase, check_invariants
 
 PROFILE = "default-scheduler"

@@ -1,4 +1,4 @@
-"""The replicated embedded servers (`kubus.embedded.ReplicatedServers`) as the services use them:
+"""The replicated embedded servers (`kubus.cli.embedded.ReplicatedServers`) as the services use them:
 streams in three copies on a 3-node NATS cluster survive a kill -9 of their leader, and the
 store client follows a Valkey failover through Sentinel, WAITs for a replica, and runs its
 scripts on the new primary."""
@@ -20,10 +20,10 @@ from support import eventually
 
 from kubus.access import ensure_credentials
 from kubus.bus import PODS_STREAM, PODS_SUBMIT, connect_bus, ensure_streams, publish_durable
-from kubus.embedded import ReplicatedServers
-from kubus.redis_connection import KubusRedis
-from kubus.service import is_transient
-from kubus.settings import ConnectionSettings, load_settings, redis_client
+from kubus.cli.embedded import ReplicatedServers
+from kubus.core.redis_connection import KubusRedis
+from kubus.core.settings import ConnectionSettings, load_settings, redis_client
+from kubus.runtime.service import is_transient
 from kubus.store import ClusterState, PodPhase, PodRecord, StoreCode
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

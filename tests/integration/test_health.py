@@ -14,10 +14,10 @@ import redis.asyncio as aioredis
 from nats.aio.client import Client as NATS
 from support import eventually, http_get
 
-from kubus.embedded import EmbeddedServers
-from kubus.metrics import serve_metrics
-from kubus.service import Service
-from kubus.settings import ConnectionSettings
+from kubus.cli.embedded import EmbeddedServers
+from kubus.core.metrics import serve_metrics
+from kubus.core.settings import ConnectionSettings
+from kubus.runtime.service import Service
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "examples"
 

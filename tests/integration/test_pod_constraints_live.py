@@ -13,8 +13,8 @@ from live_cluster import LiveCluster, live_cluster, pod
 from nats.js import JetStreamContext
 from support import eventually
 
+from kubus.core.settings import ConnectionSettings
 from kubus.plugins import in_tree_registry
-from kubus.settings import ConnectionSettings
 from kubus.store import ClusterState, PodPhase, check_invariants
 
 CONFIG = """

@@ -15,15 +15,15 @@ from builders import pod_manifest
 from nats.js import JetStreamContext
 from support import eventually
 
-from kubus import codec
 from kubus.api.podgroups import POD_GROUP_LABEL, PodGroup
 from kubus.bus import PODS_DELETE, PODS_SUBMIT, publish_durable
 from kubus.bus.messages import PodDeletion, encode
 from kubus.cli.cluster import apply
+from kubus.core import codec
+from kubus.core.settings import ConnectionSettings
 from kubus.framework.config import load_config
 from kubus.plugins import in_tree_registry
 from kubus.queue import QueueOptions, QueueService
-from kubus.settings import ConnectionSettings
 from kubus.store import ClusterState, PodPhase
 
 CONFIG = load_config(

@@ -7,9 +7,9 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from kubus import codec
 from kubus.api.manifests import parse_pod
 from kubus.api.podgroups import POD_GROUP_LABEL, PodGroup
+from kubus.core import codec
 from kubus.store import ClusterState, PodPhase, PodRecord
 
 TRAIN = PodGroup(

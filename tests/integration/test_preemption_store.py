@@ -11,12 +11,12 @@ from typing import Any
 import redis.asyncio as aioredis
 from test_store import h100s, make_node, reservation, submit, usage
 
-from kubus import codec
 from kubus.api.manifests import parse_pod
 from kubus.api.objects import Pod
 from kubus.bus import announcements, msgids
 from kubus.bus.messages import ClusterEvent, PodChange, decode
 from kubus.bus.subjects import EventKind
+from kubus.core import codec
 from kubus.store import (
     ClusterState,
     EventType,

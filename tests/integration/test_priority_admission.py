@@ -18,7 +18,6 @@ from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 from support import eventually
 
-from kubus import codec
 from kubus.api.objects import Pod, PreemptionPolicy
 from kubus.api.priority import PriorityClass
 from kubus.api.submission import identify
@@ -26,10 +25,11 @@ from kubus.bus import PODS_SUBMIT, publish_durable, queue_pop
 from kubus.bus.messages import ClusterEvent, PopReply, PopRequest, decode, encode
 from kubus.cli.cluster import apply
 from kubus.cli.connect import UsageError
+from kubus.core import codec
+from kubus.core.settings import ConnectionSettings
 from kubus.framework.config import load_config
 from kubus.plugins import in_tree_registry
 from kubus.queue import QueueOptions, QueueService
-from kubus.settings import ConnectionSettings
 from kubus.store import ClusterState, EventType
 
 CONFIG = load_config(

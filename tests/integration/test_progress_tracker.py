@@ -9,12 +9,12 @@ import pytest
 from nats.aio.client import Client as NATS
 from support import eventually
 
-from kubus import codec
 from kubus.api.manifests import parse_pod
 from kubus.bus import announcements
 from kubus.bus.subjects import EventKind, event_filter
 from kubus.cli import progress
 from kubus.cli.progress import PodTracker
+from kubus.core import codec
 from kubus.store import ClusterState, PodPhase, PodRecord
 
 

@@ -23,7 +23,7 @@ from kubus.bus import (
     publish_durable_many,
 )
 from kubus.bus.pull import _status_error
-from kubus.service import Service
+from kubus.runtime.service import Service
 
 DURABLE = "test-binder"
 

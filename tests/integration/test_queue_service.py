@@ -17,7 +17,6 @@ from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 from support import eventually
 
-from kubus import codec
 from kubus.api.manifests import parse_node
 from kubus.api.requests import pod_requests
 from kubus.api.submission import Rejected, identify, read_submission
@@ -51,6 +50,8 @@ from kubus.bus.messages import (
     decode,
     encode,
 )
+from kubus.core import codec
+from kubus.core.settings import ConnectionSettings
 from kubus.framework.config import SchedulerConfiguration, load_config
 from kubus.kernels.nodeinfo import PodInfo
 from kubus.plugins import in_tree_registry
@@ -58,8 +59,7 @@ from kubus.queue import QueueName, QueueOptions, QueueService
 from kubus.queue.__main__ import main as queue_main
 from kubus.queue.queueing import REFUSED_RETRIES
 from kubus.queue.service import QueueParts
-from kubus.service import ServiceState
-from kubus.settings import ConnectionSettings
+from kubus.runtime.service import ServiceState
 from kubus.store import (
     ClusterState,
     EventType,

@@ -41,7 +41,7 @@ from kubus.kubeapi import (
     Resource,
     check_access,
 )
-from kubus.service import logger
+from kubus.runtime.service import logger
 from kubus.watcher.objects import mirrored
 from kubus.watcher.service import FIX_RBAC
 from kubus.watcher.status import StatusWriter

@@ -11,10 +11,10 @@ import pytest
 import redis.asyncio as aioredis
 from support import eventually
 
-from kubus import codec
 from kubus.api.manifests import parse_node, parse_pod
 from kubus.api.objects import Node, Pod
 from kubus.cli.kube_objects import node_object
+from kubus.core import codec
 from kubus.kernels.nodeinfo import PodInfo
 from kubus.store import (
     ClusterState,

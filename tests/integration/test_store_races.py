@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from kubus import codec
 from kubus.api.manifests import parse_node, parse_pod
 from kubus.api.objects import Node, Pod
+from kubus.core import codec
 from kubus.kernels.nodeinfo import PodInfo
 from kubus.store import ClusterState, PodPhase, PodRecord, Reservation, StoreCode, check_invariants, node_info_of
 from kubus_reference.gpu_fit import pick_gpu_devices

@@ -14,13 +14,13 @@ from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 from support import eventually
 
-from kubus import codec
 from kubus.api.manifests import parse_pod
 from kubus.bus.connection import ensure_streams
 from kubus.bus.messages import ClusterEvent, PodChange, encode
 from kubus.bus.subjects import EventKind, event_subject
 from kubus.cli.cluster import watch_pods
-from kubus.settings import ConnectionSettings
+from kubus.core import codec
+from kubus.core.settings import ConnectionSettings
 from kubus.store import ClusterState, PodRecord
 
 

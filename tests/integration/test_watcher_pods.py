@@ -12,7 +12,7 @@ from nats.js import JetStreamContext
 from kubus.api.manifests import parse_node, parse_pod
 from kubus.bus.connection import ensure_streams
 from kubus.kernels.nodeinfo import PodInfo
-from kubus.service import logger
+from kubus.runtime.service import logger
 from kubus.store import ClusterState, PodPhase, PodRecord, Reservation
 from kubus.watcher.pods import SETTLE, PodMirror
 

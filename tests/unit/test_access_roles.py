@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from kubus import codec
 from kubus.access import ADMIN, ROLES, ensure_credentials, inbox_prefix, node_agent_role, role
 from kubus.access.servers import redis_acl_line
 from kubus.bus.consumers import WATCHER_CONSUMER, agent_consumer
 from kubus.bus.subjects import NODE_PODS_ALL, STREAMS, bind, event_subject, node_pods
-from kubus.embedded import nats_server_binary
+from kubus.cli.embedded import nats_server_binary
+from kubus.core import codec
 
 
 def _matches(pattern: str, subject: str) -> bool:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubus import codec
 from kubus.api.manifests import parse_node, parse_pod
 from kubus.api.objects import Node
+from kubus.core import codec
 from kubus.gpu_agent.admission import Verdict, admit
 from kubus.kernels.nodeinfo import PodInfo
 from kubus.store import Reservation

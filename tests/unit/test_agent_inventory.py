@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from kubus import codec
 from kubus.api.errors import ManifestError
 from kubus.api.gpus import parse_node_gpus
+from kubus.core import codec
 from kubus.gpu_agent.__main__ import build, parse_args
 from kubus.gpu_agent.inventory import NVML, NodeInventory, host_node, load_node_template, renamed, with_gpus
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kubus.api.manifests import parse_node
+from kubus.api.synthetic import simulated_zones
 from kubus.gpu_agent.simulation import pod_duration, simulated_node_names, simulated_nodes
-from kubus.synthetic import simulated_zones
 
 
 def template():  # type: ignore[no-untyped-def]

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from kubus import codec
 from kubus.api.label_selectors import LabelSelectorSyntaxError, parse_label_selector
 from kubus.api.pod_affinity import selector_matches
 from kubus.cli.cluster import gpu_bar, write_table
@@ -30,7 +29,8 @@ from kubus.cli.kube_objects import (
 )
 from kubus.cli.output import Listing, format_age, output_of, print_listing
 from kubus.cli.resources import manifest_paths, objects_in_files, targets
-from kubus.errors import UsageError
+from kubus.core import codec
+from kubus.core.errors import UsageError
 from kubus.store.records import EventType, NodeRecord, PodEvent, PodPhase, PodRecord
 
 WEB = {"app": "web", "tier": "front", "env": "prod"}

@@ -16,7 +16,7 @@ from kubus.cli.endpoints import (
     record_cluster,
     write_endpoints,
 )
-from kubus.errors import UsageError
+from kubus.core.errors import UsageError
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ import pytest
 
 from kubus.api.manifests import parse_manifests
 from kubus.api.objects import Pod
+from kubus.api.synthetic import make_nodes, make_pods
 from kubus.cli.simulate import SCHEDULED, UNSCHEDULABLE, simulate
 from kubus.framework.config import default_config, load_config
 from kubus.framework.cycle_state import CycleState
@@ -22,7 +23,6 @@ from kubus.framework.waiting import WaitingPods
 from kubus.kernels.backend import select_backend
 from kubus.kernels.node_table import NodeTable
 from kubus.plugins import in_tree_registry
-from kubus.synthetic import make_nodes, make_pods
 
 POD = parse_manifests("{apiVersion: v1, kind: Pod, metadata: {name: p}, spec: {containers: [{name: c}]}}").pods[0]
 

@@ -24,8 +24,13 @@ def _top_level() -> set[str]:
 
 
 def test_every_module_has_a_layer() -> None:
-    layered = {m for layer in CONTRACTS["layers"]["layers"] for m in re.split(r"[|:]", layer)}
-    assert {m.strip() for m in layered} == _top_level()
+    layered = {m.strip() for layer in CONTRACTS["layers"]["layers"] for m in re.split(r"[|:]", layer)}
+    assert {".".join(m.split(".")[:2]) for m in layered} == _top_level()
+    # A package whose modules sit in layers of their own (kubus.core) names every one of them.
+    for package in {".".join(m.split(".")[:2]) for m in layered if m.count(".") > 1}:
+        folder = ROOT / ".mypy-path" / Path(*package.split("."))
+        modules = {f"{package}.{f.stem}" for f in folder.glob("*.py") if f.name != "__init__.py"}
+        assert modules == {m for m in layered if m.startswith(package + ".")}, package
 
 
 def test_the_services_are_the_independent_ones() -> None:

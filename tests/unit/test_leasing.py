@@ -1,11 +1,11 @@
-"""`kubus.leasing.Leadership` against a lease store in memory: taking, losing and waiting."""
+"""`kubus.runtime.leasing.Leadership` against a lease store in memory: taking, losing and waiting."""
 
 from __future__ import annotations
 
 import asyncio
 
-from kubus.leasing import Leadership
-from kubus.service import logger
+from kubus.runtime.leasing import Leadership
+from kubus.runtime.service import logger
 
 
 class Leases:

@@ -18,7 +18,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kubus import codec
 from kubus.api.errors import ManifestError
 from kubus.api.manifests import parse_manifests, wire_pod
 from kubus.api.submission import Rejected, Submission, identify, read_submission
@@ -43,6 +42,7 @@ from kubus.bus.messages import (
     encode,
     event_data_type,
 )
+from kubus.core import codec
 from kubus.kernels.nodeinfo import PodInfo
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

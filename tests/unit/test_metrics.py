@@ -23,11 +23,11 @@ from kubus.cli.connect import UsageError
 from kubus.cli.endpoints import Endpoints, read_endpoints, write_endpoints
 from kubus.cli.processes import DEFAULT_METRICS_BASE, cluster_services, free_metrics_ports, port_free
 from kubus.cli.up import _metrics_ports as up_metrics_ports
+from kubus.core.metrics import COMMON_FAMILIES, SERVICE_FAMILIES, Metrics, MetricsPortError, serve_metrics
 from kubus.cycle import NodeSnapshot
 from kubus.kernels.nodeinfo import PodInfo
-from kubus.metrics import COMMON_FAMILIES, SERVICE_FAMILIES, Metrics, MetricsPortError, serve_metrics
 from kubus.queue import SchedulingQueue
-from kubus.service import Service, ServiceError
+from kubus.runtime.service import Service, ServiceError
 from kubus.store import Reservation, ReservationState
 
 

@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kubus.api.objects import CPU, PODS, Node, NodeStatus, ObjectMeta
+from kubus.api.synthetic import make_node, make_pod
 from kubus.kernels.node_table import NodeTable
 from kubus.kernels.nodeinfo import PodInfo
-from kubus.synthetic import make_node, make_pod
 
 
 def _canonical(table: NodeTable) -> dict:

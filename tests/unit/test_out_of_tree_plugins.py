@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from builders import make_node, make_pod
 
-from kubus import codec
 from kubus.api.objects import Node, Pod
 from kubus.cli.commands import scheduler_config
 from kubus.cli.describe import explain_pod
+from kubus.core import codec
 from kubus.framework.config import load_config
 from kubus.framework.cycle_state import CycleState
 from kubus.framework.registry import ExtensionPoint

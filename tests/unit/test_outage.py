@@ -1,4 +1,4 @@
-"""`kubus.service.Outage`: intake pauses while a server is away, with a growing backoff, says so
+"""`kubus.runtime.service.Outage`: intake pauses while a server is away, with a growing backoff, says so
 once each way, and resumes by itself; `Throttle`: one line per interval of a flood."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from kubus.service import Outage, Throttle, logger
+from kubus.runtime.service import Outage, Throttle, logger
 
 
 class Clock:

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 
 from kubus.binder.service import PermitWatcher
 from kubus.bus.messages import BindRequest
-from kubus.metrics import Metrics
+from kubus.core.metrics import Metrics
 from kubus.store import PermitState
 
 

@@ -7,9 +7,9 @@ from typing import ClassVar
 import builders
 import pytest
 
-from kubus import codec
 from kubus.api.objects import ObjectMeta, Pod, PodSpec
 from kubus.api.submission import Rejected, read_submission
+from kubus.core import codec
 from kubus.queue import (
     CLUSTER_EVENTS,
     QueueName,

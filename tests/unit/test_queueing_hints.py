@@ -10,7 +10,6 @@ from typing import Any, ClassVar
 import pytest
 from builders import make_node, make_pod
 
-from kubus import codec
 from kubus.api.objects import (
     Affinity,
     GPUDevice,
@@ -27,6 +26,7 @@ from kubus.api.objects import (
 )
 from kubus.api.objects import NodeAffinity as NodeAffinitySpec
 from kubus.bus import EventKind
+from kubus.core import codec
 from kubus.framework import ClusterEventWithHint, EnqueueExtensions, QueueingHint
 from kubus.framework.queueing_hints import ALL_EVENTS, WILDCARD, EventObject, QueueingHintFn
 from kubus.plugins import (

@@ -12,7 +12,7 @@ from redis.asyncio.connection import Connection, SSLConnection, UnixDomainSocket
 from redis.exceptions import DataError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from kubus.redis_connection import fast_connection
+from kubus.core.redis_connection import fast_connection
 
 ARGS = st.one_of(
     st.text(),

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from support import eventually
 
-from kubus.entrypoint import GC_GEN0_THRESHOLD, tune_gc
-from kubus.service import RUNNING_EVENT, Service, ServiceError, ServiceState, install_signal_handlers, logger
-from kubus.settings import ConnectionSettings
+from kubus.core.settings import ConnectionSettings
+from kubus.runtime.entrypoint import GC_GEN0_THRESHOLD, tune_gc
+from kubus.runtime.service import RUNNING_EVENT, Service, ServiceError, ServiceState, install_signal_handlers, logger
 
 
 class Recorder(Service):
@@ -274,7 +274,7 @@ def test_kubus_profile_dir_profiles_a_service_run(tmp_path: Path, monkeypatch: p
     """KUBUS_PROFILE_DIR: the run is profiled and the profile written, named for the service."""
     import pstats
 
-    from kubus.entrypoint import PROFILE_DIR_ENV, _profiled
+    from kubus.runtime.entrypoint import PROFILE_DIR_ENV, _profiled
 
     monkeypatch.setenv(PROFILE_DIR_ENV, str(tmp_path / "profiles"))
     with _profiled("kubus.queue"):
@@ -290,8 +290,8 @@ def test_kubus_profile_dir_profiles_a_service_run(tmp_path: Path, monkeypatch: p
 
 _ONE_SHOT_SERVICE = """
 import argparse, asyncio, sys
-from kubus.entrypoint import add_service_flags, run_service
-from kubus.service import Service
+from kubus.runtime.entrypoint import add_service_flags, run_service
+from kubus.runtime.service import Service
 
 class OneShot(Service):
     '''Says which event loop runs it, then stops itself.'''

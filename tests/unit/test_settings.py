@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import redis.exceptions
 
-from kubus.settings import (
+from kubus.core.settings import (
     REDIS_REPLY_TIMEOUT,
     ConnectionSettings,
     SettingsError,
@@ -28,7 +28,7 @@ def test_defaults() -> None:
 
 
 def test_every_field_is_documented() -> None:
-    source = Path(__import__("kubus.settings").settings.__file__).read_text()
+    source = Path(__import__("kubus.core.settings").settings.__file__).read_text()
     for name in ConnectionSettings.__dataclass_fields__:
         line = next(i for i, text in enumerate(source.splitlines()) if text.strip().startswith(f"{name}:"))
         assert source.splitlines()[line + 1].strip().startswith('"""'), f"{name} has no docstring"

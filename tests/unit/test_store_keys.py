@@ -7,8 +7,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from redis.crc import key_slot
 
-from kubus import codec
 from kubus.api.manifests import parse_node, parse_pod
+from kubus.api.synthetic import make_nodes, make_pods
+from kubus.core import codec
 from kubus.kernels.nodeinfo import NodeInfo, PodInfo
 from kubus.store import (
     EventType,
@@ -24,7 +25,6 @@ from kubus.store import (
 )
 from kubus.store.keys import PHASES, escape, hash_slot_tag, unescape
 from kubus.store.records import UNREACHABLE_TAINT_KEY, ordered_requests
-from kubus.synthetic import make_nodes, make_pods
 from kubus_reference.gpu_fit import pick_gpu_devices
 
 KEYS = Keys()

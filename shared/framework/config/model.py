@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from kubus.errors import KubusError
+from kubus.core.errors import KubusError
 from kubus.framework.registry import ExtensionPoint
 
 API_VERSION = "kubescheduler.config.k8s.io/v1"

@@ -11,16 +11,16 @@ given. Processes are plain ``subprocess.Popen`` children polled without blocking
 `EmbeddedServers` is not tied to one event loop: ``start_sync()``/``stop_sync()`` work from
 synchronous code (pytest session fixtures) with a loop of their own.
 
-Its parts: `kubus.embedded.host` (the binaries, the loopback address, a free port),
-`kubus.embedded.children` (child processes that do not outlive kubus), `kubus.embedded.servers`
-(`EmbeddedServers`) and `kubus.embedded.replicated` (`ReplicatedServers`, no single point of
+Its parts: `kubus.cli.embedded.host` (the binaries, the loopback address, a free port),
+`kubus.cli.embedded.children` (child processes that do not outlive kubus), `kubus.cli.embedded.servers`
+(`EmbeddedServers`) and `kubus.cli.embedded.replicated` (`ReplicatedServers`, no single point of
 failure).
 """
 
-from kubus.embedded.children import ServerStartError, forget_child, log_tail, spawn_child
-from kubus.embedded.host import free_port, nats_server_binary, valkey_server_binary
-from kubus.embedded.replicated import HA_DIR, SENTINEL_MASTER, ReplicatedServers
-from kubus.embedded.servers import EmbeddedServers
+from kubus.cli.embedded.children import ServerStartError, forget_child, log_tail, spawn_child
+from kubus.cli.embedded.host import free_port, nats_server_binary, valkey_server_binary
+from kubus.cli.embedded.replicated import HA_DIR, SENTINEL_MASTER, ReplicatedServers
+from kubus.cli.embedded.servers import EmbeddedServers
 
 __all__ = [
     "HA_DIR",

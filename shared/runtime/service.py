@@ -40,10 +40,10 @@ from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
 from kubus.bus.connection import connect_bus, ensure_streams, settle
-from kubus.errors import KubusError
-from kubus.metrics import Metrics
-from kubus.redis_connection import DiskError
-from kubus.settings import ConnectionSettings, redis_client
+from kubus.core.errors import KubusError
+from kubus.core.metrics import Metrics
+from kubus.core.redis_connection import DiskError
+from kubus.core.settings import ConnectionSettings, redis_client
 
 __all__ = [
     "RUNNING_EVENT",
@@ -338,7 +338,7 @@ class Service:
     """
 
     metrics_role: ClassVar[str | None] = None
-    """The role whose metric families `metrics` exports (`kubus.metrics.SERVICE_FAMILIES`); None: all."""
+    """The role whose metric families `metrics` exports (`kubus.core.metrics.SERVICE_FAMILIES`); None: all."""
 
     def __init__(self, name: str, settings: ConnectionSettings | None = None, *, streams: bool = True) -> None:
         self.name = name
@@ -464,7 +464,7 @@ class Service:
     def state(self) -> ServiceState:
         return self._state
 
-    # -- health (what /healthz and /readyz answer; see kubus.metrics.serve_metrics) ----------------
+    # -- health (what /healthz and /readyz answer; see kubus.core.metrics.serve_metrics) ----------------
 
     def liveness(self) -> str | None:
         """Why this service is no longer alive (a root task died, it is stopping or stopped), or None.

@@ -17,8 +17,8 @@ from urllib.parse import urlparse
 import redis.asyncio as aioredis
 import yaml
 
-from kubus.errors import KubusError
-from kubus.redis_connection import KubusRedis, fast_connection, sentinel_client
+from kubus.core.errors import KubusError
+from kubus.core.redis_connection import KubusRedis, fast_connection, sentinel_client
 
 __all__ = [
     "ENV_PREFIX",
@@ -252,7 +252,7 @@ def redis_client(settings: ConnectionSettings, **kwargs: Any) -> KubusRedis:
     """A redis.asyncio client for ``settings`` (bytes responses unless ``kwargs`` say otherwise).
 
     No connection is made until the first command; at most `REDIS_POOL_SIZE` at once. With
-    ``redis_sentinels``, the primary the sentinels name (`kubus.redis_connection.sentinel_client`),
+    ``redis_sentinels``, the primary the sentinels name (`kubus.core.redis_connection.sentinel_client`),
     followed through failovers. ``redis_wait_replicas``/``redis_wait_timeout`` go to the client
     (`KubusRedis.confirm_replicated`). Raises SettingsError when TLS files are set but the URL is
     not ``rediss://``.

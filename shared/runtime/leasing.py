@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from kubus.service import TRANSIENT_ERRORS, StructuredLogger
+from kubus.runtime.service import TRANSIENT_ERRORS, StructuredLogger
 from kubus.store import ClusterState
 
 __all__ = ["Leadership"]

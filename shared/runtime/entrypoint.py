@@ -29,10 +29,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from kubus.bus import ConsumerConflictError
+from kubus.core.metrics import serve_metrics
+from kubus.core.settings import ConnectionSettings, load_settings
 from kubus.framework.config import SchedulerConfiguration, ignored_warnings
-from kubus.metrics import serve_metrics
-from kubus.service import Service, ServiceError, configure_logging, install_signal_handlers, logger
-from kubus.settings import ConnectionSettings, load_settings
+from kubus.runtime.service import Service, ServiceError, configure_logging, install_signal_handlers, logger
 
 __all__ = [
     "DEFAULT_STOP_TIMEOUT",
@@ -84,7 +84,7 @@ def _loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
 
 def add_service_flags(parser: argparse.ArgumentParser) -> None:
     """``--settings``, ``--nats``, ``--redis``, ``--metrics-port`` and ``--log-level``."""
-    parser.add_argument("--settings", metavar="FILE", help="connection settings (YAML); see kubus.settings")
+    parser.add_argument("--settings", metavar="FILE", help="connection settings (YAML); see kubus.core.settings")
     parser.add_argument("--nats", metavar="URL", help="NATS URL (default $KUBUS_NATS_URL or nats://127.0.0.1:4222)")
     parser.add_argument(
         "--redis", metavar="URL", help="Redis URL (default $KUBUS_REDIS_URL or redis://127.0.0.1:6379/0)"

@@ -34,7 +34,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Proc
 from prometheus_client.exposition import ThreadingWSGIServer, generate_latest
 from prometheus_client.metrics import MetricWrapperBase
 
-_log = logging.getLogger("kubus.metrics")
+_log = logging.getLogger("kubus.core.metrics")
 
 _WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900)
 """Permit waits last from nothing (gangs complete at once) to kube's 15-minute maximum."""
@@ -381,7 +381,7 @@ def _version() -> str:
 
 
 class Health(Protocol):
-    """What `serve_metrics` asks for /healthz and /readyz (`kubus.service.Service` is one)."""
+    """What `serve_metrics` asks for /healthz and /readyz (`kubus.runtime.service.Service` is one)."""
 
     def liveness(self) -> str | None:
         """Why the process should be restarted, or None while it is alive. Called from another thread."""

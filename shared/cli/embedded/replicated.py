@@ -20,8 +20,8 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from kubus.access import ADMIN, Credentials
-from kubus.embedded.children import POLL_INTERVAL, ServerProcess, ServerStartError
-from kubus.embedded.host import HOST, free_port, nats_server_binary, valkey_server_binary
+from kubus.cli.embedded.children import POLL_INTERVAL, ServerProcess, ServerStartError
+from kubus.cli.embedded.host import HOST, free_port, nats_server_binary, valkey_server_binary
 
 __all__ = ["HA_DIR", "SENTINEL_MASTER", "ReplicatedServers"]
 

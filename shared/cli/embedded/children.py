@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
-from kubus.errors import KubusError
+from kubus.core.errors import KubusError
 
 __all__ = ["POLL_INTERVAL", "ServerProcess", "ServerStartError", "forget_child", "log_tail", "spawn_child"]
 
@@ -67,7 +67,7 @@ def spawn_child(
     its own session (a Ctrl-C in the terminal reaches kubus, which stops its children in order,
     instead of the terminal signalling them all at once), SIGTERM when the thread that started it
     ends even by SIGKILL (Linux, PR_SET_PDEATHSIG; a kubus service then stops within its stop
-    timeout, see `kubus.entrypoint`), and killed at interpreter exit until `forget_child`.
+    timeout, see `kubus.runtime.entrypoint`), and killed at interpreter exit until `forget_child`.
     Call it from the thread that lives as long as the child should (the event loop's)."""
     proc = subprocess.Popen(
         list(argv),

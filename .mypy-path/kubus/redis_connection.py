@@ -1,1 +1,0 @@
-../../shared/redis_connection.py
