@@ -99,7 +99,7 @@ class BindingCycle:
             else:
                 try:
                     await self.handback.unreserve_plugins(work.request)
-                    await self.store.unreserve(work.request.node, work.request.uid, str(work.request.attempt))
+                    await self.store.unreserve(work.request.node, work.request.uid, work.request.attempt)
                     await work.msg.ack()
                 except asyncio.CancelledError:
                     raise

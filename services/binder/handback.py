@@ -75,8 +75,7 @@ class HandBack:
         pod was handed back."""
         store = self.store
         await self.unreserve_plugins(request)
-        attempt = str(request.attempt) if request.attempt else None
-        code = await store.unreserve(request.node, request.uid, attempt)
+        code = await store.unreserve(request.node, request.uid, request.attempt)
         if code is StoreCode.BOUND:  # marked bound by a delivery before this one: bound already?
             record = await store.get_pod(request.uid)
             if record is not None and record.bindings and record.phase is not PodPhase.DELETED:
@@ -91,7 +90,7 @@ class HandBack:
                     reason=message,
                 )
                 return False
-            code = await store.release(request.node, request.uid, attempt)
+            code = await store.release(request.node, request.uid, request.attempt)
         if code is StoreCode.OK:
             p = unreserved_publication(request, at=self.clock())
             await publish_durable(self.js, p.subject, p.payload, p.msg_id)

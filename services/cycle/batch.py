@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import nats.errors
 from nats.aio.client import Client as NATS
 
+from kubus.api.attempts import Attempt
 from kubus.api.objects import Pod
 from kubus.bus import queue_done
 from kubus.bus.messages import ERROR_HEADER, Outcome, OutcomeKind, Outcomes, QueuedPod, encode
@@ -36,7 +37,7 @@ class Batch:
     conflicts: int = 0
     skipped: set[str] = field(default_factory=set)
     """Uids of pods that were no longer Pending: not an attempt, not counted as one."""
-    victims: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    victims: dict[str, list[tuple[str, Attempt]]] = field(default_factory=dict)
     """Preemptor uid -> (uid, attempt) of each pod its preemption evicts (the table already
     forgot them; the store evicts them with the preemptor's reservation, in one step)."""
     reserved: list[Reserved] = field(default_factory=list)

@@ -83,7 +83,7 @@ class Preemptions:
                 continue
             try:
                 holds.append(
-                    (result, write.version, self.reservation(batch, result, pod_info, str(write.version), table))
+                    (result, write.version, self.reservation(batch, result, pod_info, write.version, table))
                 )
             except ValueError as exc:
                 undo.append(self.undo.failed(batch, result, exc, attempt=write.version))

@@ -8,13 +8,13 @@ import asyncio
 import contextlib
 import math
 from collections.abc import Iterator, Sequence
-from typing import Any
 
 import nats.errors
 from nats.aio.client import Client as NATS
 
 from kubus.bus import reserved as reserved_subject
 from kubus.bus.messages import ReservedPods, encode
+from kubus.core.codec import JSONObject
 from kubus.cycle.batch import Reserved
 from kubus.cycle.nodes import NodeTableKeeper
 from kubus.cycle.options import CycleOptions
@@ -78,7 +78,7 @@ class Presence:
             self.log.debug("reservations not announced", pods=len(reserved), error=repr(exc))
 
 
-def _notices(profile: str, reservations: list[dict[str, Any]], limit: int) -> Iterator[bytes]:
+def _notices(profile: str, reservations: list[JSONObject], limit: int) -> Iterator[bytes]:
     """`ReservedPods` messages of at most ``limit`` bytes (NATS' max payload) for ``reservations``."""
     data = encode(ReservedPods(profile, tuple(reservations)))
     if len(data) <= limit or len(reservations) == 1:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from kubus.api.attempts import Attempt
 from kubus.cycle.batch import Batch, uid
 from kubus.framework.runtime import Framework
 from kubus.framework.scheduling import ScheduleResult
@@ -25,7 +26,7 @@ class ReservationMaker:
         were taken by another profile meanwhile ('' without GPUFit: the devices stand)."""
 
     def __call__(
-        self, batch: Batch, result: ScheduleResult, pod_info: PodInfo, attempt: str, table: NodeTable
+        self, batch: Batch, result: ScheduleResult, pod_info: PodInfo, attempt: Attempt, table: NodeTable
     ) -> Reservation:
         """The pod's reservation on its node. Raises ValueError when it cannot be made."""
         return Reservation.of(

@@ -8,6 +8,7 @@ import dataclasses
 import time
 from collections.abc import Awaitable, Sequence
 
+from kubus.api.attempts import NO_ATTEMPT
 from kubus.core.metrics import Metrics
 from kubus.cycle.batch import Attempted, Batch, Refused, Reserved, lost_lease_message, uid
 from kubus.cycle.preempting import Preemptions
@@ -91,7 +92,7 @@ class Reserver:
                     reservation = self._moved_devices(result, reservation, answer.gpu_devices, table)
                     devices = answer.gpu_devices
                 reserved.append(Reserved(result, node, attempt, reservation, devices))
-                snapshot.reserved(pod.key, node, str(attempt))
+                snapshot.reserved(pod.key, node, attempt)
                 continue
             step = self.undo(pod, node, result.state, attempt=attempt if in_store else None)
             if in_store:  # Reserved in Redis: the attempt is given back there too
@@ -122,7 +123,7 @@ class Reserver:
         holds: list[tuple[ScheduleResult, Reservation]] = []
         for result, pod_info in wanted:
             try:
-                holds.append((result, self.reservation(batch, result, pod_info, "", table)))
+                holds.append((result, self.reservation(batch, result, pod_info, NO_ATTEMPT, table)))
             except ValueError as exc:
                 self.undo.failed(batch, result, exc)
         try:
@@ -137,7 +138,7 @@ class Reserver:
                 self.undo.not_pending(batch, result, answer.write)
                 continue
             attempt = answer.write.version  # OK: the attempt made; NOOP: the pod's version, unchanged
-            out.append((result, attempt, dataclasses.replace(reservation, attempt=str(attempt)), answer.room, False))
+            out.append((result, attempt, dataclasses.replace(reservation, attempt=attempt), answer.room, False))
         return out
 
     def _moved_devices(

@@ -10,6 +10,7 @@ import time
 
 from prometheus_client import Histogram
 
+from kubus.api.attempts import NO_ATTEMPT
 from kubus.api.errors import ManifestError
 from kubus.api.manifests import wire_pod
 from kubus.api.objects import Pod
@@ -111,7 +112,7 @@ class BatchScheduler:
                 placed.append(result)
                 if result.preempted:
                     batch.victims[uid(pod)] = [
-                        (v.pod.metadata.uid, where.attempt if where is not None else "")
+                        (v.pod.metadata.uid, where.attempt if where is not None else NO_ATTEMPT)
                         for v in result.preempted
                         for where in (snapshot.evicted(v.pod.key, result.node),)
                     ]

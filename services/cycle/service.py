@@ -1,49 +1,16 @@
 """The scheduling cycle of one profile: pop a batch, schedule it, reserve, hand it to the binders.
 
-One active replica per profile holds the lease ``cycle/<profile>`` (`kubus.runtime.leasing`);
-standbys run the same service and take over when the lease lapses. The leader, in a loop
-(docs/services.md, steps 3 and 4):
+The protocol (node table, pop, schedule, reserve, Permit, hand over, report) is told once, in
+docs/services.md, steps 3 and 4. What this module guarantees:
 
-1. **Node table.** On becoming leader it loads every node and its reservations from Redis
-   (`ClusterState.load_snapshot`) into a `NodeSnapshot`; cluster events (``kubus.events.>``)
-   name the nodes whose rows it reads again before the next batch, and a full resync every
-   ``resync_interval`` heals any event it missed. Its own reservations are assumed locally as
-   it makes them; the other profiles' cycles announce theirs (`ReservedPods` on
-   ``kubus.reserved.<profile>``) as they hand them over, while they hear another profile's cycle
-   there (an empty one every ``presence_interval``), and those are assumed before the next
-   batch, a bind ahead of their ``pod.bound``, so fewer reservations collide in Redis. The
-   namespaces' labels (for namespaceSelectors) and the workloads (Services, ReplicationControllers,
-   ReplicaSets, StatefulSets: default topology spreading's) are read from the store before every
-   pop, when their version moved: one applied is seen from the next batch on.
-2. **Pop** up to ``batch_size`` pods (`PopRequest` on ``kubus.queue.<profile>.pop``, with the
-   lease's fencing token). Each manifest is parsed; a bad one is an ERROR outcome. The next
-   pop is sent as soon as a batch arrives, so the queue answers while this batch is scheduled
-   (one pop ahead at most; on stop, its pods are scheduled too, not left in flight).
-3. **Schedule** the batch (`Scheduler.schedule`, in a worker thread so the lease keeps being
-   renewed; never two batches at once): each pod sees the placements of the ones before it.
-4. **Reserve** each placed pod, the batch in one round trip: for each, one atomic script
-   (RESERVE_POD, `ClusterState.reserve_attempts`) reserves the room with the fencing token and
-   then moves the pod Pending -> Reserved (its new version is the attempt id); a pod placed by
-   preemption is moved first, then PREEMPT evicts its victims and reserves. A pod someone else
-   moved (deleted, or reserved by another attempt) is forgotten and skipped; its ERROR outcome
-   says it is no longer Pending, and the queue, finding that in Redis too, drops it. A refused
-   reservation (CONFLICT, NODE_GONE: another profile got there first) leaves the pod Pending;
-   the rows of the nodes that refused are read again from Redis (the other profile's pods there
-   are news to the table), and the refused pods are scheduled once more against the refreshed
-   table; refused again, they are UNSCHEDULABLE with the conflict's reason. FENCED means a
-   newer leader exists: this replica steps down.
-5. **Hand over** each reserved pod: the batch's reservations announced to the other profiles'
-   cycles, then a `BindRequest` on ``kubus.bind.<profile>`` (msg id
-   ``bind/<uid>/<attempt>``), after checking the lease once more; a replica that lost it gives
-   the room back (unreserve, Pending again) and reports an ERROR instead.
-6. **Report** one `Outcomes` message for the batch to ``kubus.queue.<profile>.done``
-   (request/reply, retried): RESERVED with the node and devices, UNSCHEDULABLE with kube's
-   message and the rejecting plugins, ERROR with the error.
-
-Steps 5 and 6 of a batch run while the next batch is scheduled (one batch finishing at a time);
-a stop waits for them.
-
-Leadership is checked before every batch, after scheduling and before every publish.
+- one active replica per profile: the holder of the lease ``cycle/<profile>``
+  (`kubus.runtime.leasing`); standbys keep their node table current (warm) and take over when
+  the lease lapses; leadership is checked before every batch, after scheduling and before
+  every publish, and a replica that lost it gives back what it reserved;
+- one batch scheduled at a time (in a worker thread, so the lease keeps being renewed), one
+  pop ahead at most, and one batch finishing (hand-over and report) while the next is
+  scheduled; a stop waits for both;
+- every failure past Reserve goes back through one path (`kubus.cycle.undo.Undo`).
 
 The service is built from parts, each in its own module, made in `CycleService.on_start` once the
 connections exist and handed their dependencies explicitly: the node table (`nodes`), popping

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from kubus.api.attempts import NO_ATTEMPT, Attempt
 from kubus.api.objects import Node
 from kubus.kernels import NUMPY, Backend, NodeTable
 from kubus.kernels.nodeinfo import PodInfo
@@ -29,9 +30,9 @@ class PlacedPod:
 
     node: str
     uid: str
-    attempt: str = field(default="", compare=False)
-    """The attempt of its reservation in Redis, when the table has it from there ('' for the
-    cycle's own placements until a sync): preemption evicts exactly that reservation."""
+    attempt: Attempt = field(default=NO_ATTEMPT, compare=False)
+    """The attempt of its reservation in Redis, when the table has it from there (NO_ATTEMPT for
+    the cycle's own placements until a sync): preemption evicts exactly that reservation."""
     bound: bool = field(default=False, compare=False)
     """Whether its reservation was bound when the table last read it (scheduler_cache_size's
     assumed_pods are the others)."""
@@ -124,7 +125,7 @@ class NodeSnapshot:
         """Record a placement the Scheduler assumed into the table itself."""
         self.placed[key] = PlacedPod(node, uid)
 
-    def reserved(self, key: str, node: str, attempt: str) -> None:
+    def reserved(self, key: str, node: str, attempt: Attempt) -> None:
         """The store now holds the cycle's own placement under ``attempt`` (what a preemption
         that picks this pod as a victim must name)."""
         placed = self.placed.get(key)

@@ -12,6 +12,7 @@ from enum import StrEnum
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
+from kubus.api.attempts import Attempt
 from kubus.api.objects import Node
 from kubus.bus import (
     NODE_PODS_ALL,
@@ -191,11 +192,11 @@ class Assignments:
         rejected: list[tuple[NodeAssignment, Verdict]] = []
         starting: list[tuple[int, RunningPod]] = []
         starts: list[PodStart] = []
-        blocked: list[tuple[int, Reservation, str]] = []
+        blocked: list[tuple[int, Reservation, Attempt]] = []
         """The rejected ones: position, reservation, attempt (for a second decision)."""
         now = self.clock()
 
-        def start(i: int, a: NodeAssignment, reservation: Reservation, attempt: str) -> None:
+        def start(i: int, a: NodeAssignment, reservation: Reservation, attempt: Attempt) -> None:
             pod = self.running.track(a.uid, a.key, a.node, reservation, started_at=now, confirmed=False)
             starting.append((i, pod))
             event = PodEvent(now, EventType.NORMAL, "Started", f"Started pod on node {a.node}", self.source)
@@ -209,7 +210,7 @@ class Assignments:
                 running.append(self.running[a.uid])
                 results[i] = AdmissionResult.ADMITTED
                 continue
-            attempt = str(a.attempt) if a.attempt else ""
+            attempt = a.attempt
             refusal = view.refusal(attempt)
             if refusal is not None:
                 finished = view.phase is not None and view.phase.terminal

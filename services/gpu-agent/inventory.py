@@ -109,7 +109,7 @@ class NVML:
     a query the GPU does not support) is a GPU to report unhealthy, never a crash; any other
     exception is a bug and propagates."""
 
-    def __init__(self, module: Any) -> None:
+    def __init__(self, module: ModuleType) -> None:
         self._nvml = module
         self._error: type[Exception] = getattr(module, "NVMLError", Exception)
         """``pynvml.NVMLError``, the base of every NVML error; for a stand-in module without
@@ -119,7 +119,7 @@ class NVML:
     def open(cls, module: ModuleType | None = None) -> NVML | None:
         """NVML initialised, or None (logged once, with why) when the package is not installed,
         the driver is missing, or initialisation fails. ``module`` replaces ``import pynvml``."""
-        nvml: Any = module
+        nvml: Any = module  # Any: pynvml ships no types (and a test's stand-in module is duck-typed)
         if nvml is None:
             try:
                 import pynvml as nvml  # type: ignore[import-not-found, no-redef]
@@ -161,7 +161,7 @@ class NVML:
             return False
         return self._healthy(handle)
 
-    def _healthy(self, handle: Any) -> bool:
+    def _healthy(self, handle: Any) -> bool:  # Any: a pynvml device handle (pynvml ships no types)
         nvml = self._nvml
         try:
             nvml.nvmlDeviceGetMemoryInfo(handle)
@@ -210,7 +210,7 @@ class NodeInventory:
         return with_gpus(self.template, gpus)
 
     @property
-    def device_healthy(self) -> Any:
+    def device_healthy(self) -> Any:  # Any: NVML.healthy, an (index) -> bool, or None
         """A ``(index) -> bool`` that asks NVML, or None without NVML."""
         return self.nvml.healthy if self.nvml is not None else None
 

@@ -73,8 +73,8 @@ class NodePlacement:
         log = self.log.bind(pod=key, uid=uid, node=node)
         if record.phase is PodPhase.BOUND and record.node == node:
             held = await self.store.reservation(node, uid)
-            if announce_bound and held is not None and held.attempt.isdigit():
-                await self._announce_bound(record, node, int(held.attempt), held.gpu_devices)
+            if announce_bound and held is not None and held.attempt:
+                await self._announce_bound(record, node, held.attempt, held.gpu_devices)
             return
         if record.phase is PodPhase.RESERVED and record.node == node:
             attempt, devices, refusal = record.version, record.gpu_devices, None
@@ -92,7 +92,7 @@ class NodePlacement:
             return
         if refusal is None:
             try:
-                reservation = Reservation.of(PodInfo.of(pod, devices), node, attempt=str(attempt))
+                reservation = Reservation.of(PodInfo.of(pod, devices), node, attempt=attempt)
             except ValueError as exc:
                 refusal = "UnexpectedAdmissionError", f"node {node}: {exc}"
             else:

@@ -48,7 +48,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cmp_to_key
-from typing import Any
 
 from kubus.api.objects import Pod
 from kubus.api.podgroups import pod_group_key
@@ -286,13 +285,13 @@ class SchedulingQueue:
         events whose objects are worth reading."""
         sort_key = getattr(self.queue_sort, "sort_key", None)
         if callable(sort_key):
-            self._sort_key: Callable[[QueuedPodInfo], Any] = sort_key
+            self._sort_key: Callable[[QueuedPodInfo], object] = sort_key
         else:
             less = self.queue_sort.less
             self._sort_key = cmp_to_key(lambda a, b: -1 if less(a, b) else (1 if less(b, a) else 0))
         self._seq = 0
         self._active: dict[str, QueueEntry] = {}
-        self._active_heap: list[tuple[Any, int, str]] = []
+        self._active_heap: list[tuple[object, int, str]] = []
         self._backoff: dict[str, QueueEntry] = {}
         self._backoff_heap: list[tuple[float, int, str]] = []
         self._unschedulable: dict[str, QueueEntry] = {}
@@ -774,6 +773,6 @@ class SchedulingQueue:
         return where
 
     @staticmethod
-    def _current(entries: dict[str, QueueEntry], item: tuple[Any, int, str]) -> bool:
+    def _current(entries: dict[str, QueueEntry], item: tuple[object, int, str]) -> bool:
         entry = entries.get(item[2])
         return entry is not None and entry.seq == item[1]

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
 from nats.js import JetStreamContext
 
@@ -17,6 +16,7 @@ from kubus.api.manifests import parse_node
 from kubus.api.objects import Node
 from kubus.bus import EventKind, announcements, publish_durable_many
 from kubus.bus.connection import Publication
+from kubus.core.codec import JSONMapping
 from kubus.runtime.service import StructuredLogger, Throttle
 from kubus.store import ClusterState, PutNodeResult
 
@@ -45,7 +45,7 @@ class NodeMirror:
         """The nodes the apiserver has (as last seen): the ones heartbeaten."""
         self._unreadable = Throttle(60.0)
 
-    async def replace(self, objects: Sequence[Mapping[str, Any]]) -> None:
+    async def replace(self, objects: Sequence[JSONMapping]) -> None:
         """Every node the apiserver has now: each put; the store's other nodes deleted (gone
         while nobody watched). Idempotent."""
         announce: list[Publication] = []
@@ -60,7 +60,7 @@ class NodeMirror:
         await self._announce(announce)
         self.log.info("nodes listed", nodes=len(seen))
 
-    async def changed(self, obj: Mapping[str, Any]) -> None:
+    async def changed(self, obj: JSONMapping) -> None:
         """A node added or changed."""
         announce: list[Publication] = []
         name = await self._put(obj, announce)
@@ -69,7 +69,7 @@ class NodeMirror:
             await self.store.heartbeat(name)
         await self._announce(announce)
 
-    async def deleted(self, obj: Mapping[str, Any]) -> None:
+    async def deleted(self, obj: JSONMapping) -> None:
         """A node deleted: its reservations given back (the pods on it are deleted by kube's
         pod garbage collector, and their deletions reach kubus as any)."""
         name = str((obj.get("metadata") or {}).get("name") or "")
@@ -87,14 +87,14 @@ class NodeMirror:
         if names:
             await self.store.heartbeat_many(names)
 
-    async def _put(self, obj: Mapping[str, Any], announce: list[Publication]) -> str:
+    async def _put(self, obj: JSONMapping, announce: list[Publication]) -> str:
         node = self._read(obj)
         if node is None:
             return ""
         self._changed(node.name, await self.store.put_node(node), announce)
         return node.name
 
-    def _read(self, obj: Mapping[str, Any]) -> Node | None:
+    def _read(self, obj: JSONMapping) -> Node | None:
         try:
             return parse_node(obj, source=APISERVER)
         except ManifestError as exc:

@@ -42,6 +42,7 @@ class _Kind:
     what the store has of it."""
 
     resource: Resource
+    # Any: the kind's own object type (Namespace, PriorityClass, PodGroup, ...), one per kind.
     key: Callable[[Any], str]
     put: Callable[[ClusterState, Any, bytes], Awaitable[bool]]
     delete: Callable[[ClusterState, str], Awaitable[bool]]
@@ -131,7 +132,7 @@ class ObjectMirror:
         self.store = store
         self.log = log.bind(part=kind)
 
-    async def replace(self, objects: Sequence[Mapping[str, Any]]) -> None:
+    async def replace(self, objects: Sequence[Mapping[str, codec.JSONValue]]) -> None:
         """Every object of the kind the apiserver has now: each put, the store's others deleted."""
         seen: set[str] = set()
         for obj in objects:
@@ -142,7 +143,7 @@ class ObjectMirror:
             await self._k.delete(self.store, key)
             self.log.info("deleted", name=key)
 
-    async def changed(self, obj: Mapping[str, Any]) -> str:
+    async def changed(self, obj: Mapping[str, codec.JSONValue]) -> str:
         """One object added or changed; its store key ("" when it cannot be read: said, left out)."""
         typed = dict(obj)
         typed.setdefault("kind", self.kind)
@@ -169,7 +170,7 @@ class ObjectMirror:
             return ""
         return self._k.key(parsed)
 
-    async def deleted(self, obj: Mapping[str, Any]) -> None:
+    async def deleted(self, obj: Mapping[str, codec.JSONValue]) -> None:
         meta = obj.get("metadata") or {}
         name = str(meta.get("name") or "")
         key = f"{meta['namespace']}/{name}" if self._k.resource.namespaced and meta.get("namespace") else name
@@ -181,7 +182,7 @@ class ObjectMirror:
 _WORKLOAD_RESOURCES = (SERVICES, REPLICATION_CONTROLLERS, REPLICA_SETS, STATEFUL_SETS)
 
 
-def _scheduling_fields(obj: dict[str, Any], resource: Resource) -> dict[str, Any]:
+def _scheduling_fields(obj: codec.JSONObject, resource: Resource) -> codec.JSONObject:
     """The object without what the apiserver adds that kubus's readers refuse as unknown fields
     (a PodDisruptionBudget's or PodGroup's status); of a workload, only what default spreading
     reads (its selector, an RC's template labels): a field a newer apiserver adds to a Service's
@@ -190,7 +191,7 @@ def _scheduling_fields(obj: dict[str, Any], resource: Resource) -> dict[str, Any
     if resource in _WORKLOAD_RESOURCES:
         spec = obj.get("spec")
         if isinstance(spec, dict):
-            kept: dict[str, Any] = {k: spec[k] for k in ("selector",) if k in spec}
+            kept: codec.JSONObject = {k: spec[k] for k in ("selector",) if k in spec}
             template = spec.get("template")
             if resource is REPLICATION_CONTROLLERS and isinstance(template, dict):
                 meta = template.get("metadata")

@@ -32,10 +32,10 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from nats.js import JetStreamContext
 
+from kubus.api.attempts import NO_ATTEMPT
 from kubus.api.errors import ManifestError
 from kubus.api.gpus import pod_gpu_devices, pod_gpu_request
 from kubus.api.manifests import DEFAULT_SCHEDULER_NAME, parse_pod
@@ -53,8 +53,6 @@ from kubus.store import ClusterState, PodPhase, PodRecord, Reservation, StoreCod
 __all__ = ["PodMirror"]
 
 APISERVER = "apiserver"
-OBSERVED_ATTEMPT = "apiserver"
-"""The attempt of the room a pod bound outside kubus holds (no kubus attempt made it)."""
 
 _ON_NODE = frozenset({PodPhase.RESERVED, PodPhase.BOUND, PodPhase.RUNNING})
 
@@ -99,7 +97,7 @@ class _ApiPod:
         return f"{self.namespace}/{self.name}"
 
     @classmethod
-    def of(cls, obj: Mapping[str, Any]) -> _ApiPod | None:
+    def of(cls, obj: Mapping[str, codec.JSONValue]) -> _ApiPod | None:
         meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
         uid, name = meta.get("uid"), meta.get("name")
         if not isinstance(uid, str) or not uid or not isinstance(name, str) or not name:
@@ -137,14 +135,14 @@ class PodMirror:
         self.clock = clock
         self._seen: dict[str, _Seen] = {}
         self._unreadable = Throttle(60.0)
-        self._settling: dict[str, tuple[float, str, Mapping[str, Any]]] = {}
+        self._settling: dict[str, tuple[float, str, Mapping[str, codec.JSONValue]]] = {}
         """Uid -> (when to look, node, the object) of pods kubus's binder is binding."""
         self._bound: OrderedDict[str, str] = OrderedDict()
         """Uid -> node of pods kubus's binder said it bound, not yet seen bound here."""
 
     # -- what the reflector delivers -------------------------------------------------------------
 
-    async def replace(self, objects: Sequence[Mapping[str, Any]]) -> None:
+    async def replace(self, objects: Sequence[Mapping[str, codec.JSONValue]]) -> None:
         """Every pod the apiserver has now (the first list, or a relist after 410 Gone): each
         one applied, and the pods kubus holds that are not among them deleted (they went while
         nobody watched). Submissions go in batches."""
@@ -171,7 +169,7 @@ class PodMirror:
             del self._seen[uid]
         self.log.info("pods listed", pods=len(seen), deleted_meanwhile=len(gone))
 
-    async def changed(self, obj: Mapping[str, Any]) -> None:
+    async def changed(self, obj: Mapping[str, codec.JSONValue]) -> None:
         """A pod added or changed."""
         pod = _ApiPod.of(obj)
         if pod is None:
@@ -180,7 +178,7 @@ class PodMirror:
         if publication is not None:
             await publish_durable_many(self.js, [publication])
 
-    async def deleted(self, obj: Mapping[str, Any]) -> None:
+    async def deleted(self, obj: Mapping[str, codec.JSONValue]) -> None:
         """A pod deleted from the apiserver."""
         pod = _ApiPod.of(obj)
         if pod is None:
@@ -191,7 +189,7 @@ class PodMirror:
 
     # -- one pod ---------------------------------------------------------------------------------
 
-    async def _apply(self, pod: _ApiPod, obj: Mapping[str, Any]) -> Publication | None:
+    async def _apply(self, pod: _ApiPod, obj: Mapping[str, codec.JSONValue]) -> Publication | None:
         """Bring kubus in step with one apiserver pod; the submission to publish, if any."""
         seen = self._seen.get(pod.uid)
         if pod.phase in ("Succeeded", "Failed"):
@@ -260,7 +258,7 @@ class PodMirror:
                 self.log.info("binding not reported by a binder: recording it", pod=pod.key, node=pod.node)
                 await self._placed(pod, obj)
 
-    async def _placed(self, pod: _ApiPod, obj: Mapping[str, Any]) -> bool:
+    async def _placed(self, pod: _ApiPod, obj: Mapping[str, codec.JSONValue]) -> bool:
         """Record a pod the apiserver has on its node; False when it cannot be yet (its node is
         not known yet: the next event or relist tries again) or cannot be read (said)."""
         manifest = pod_from_api(obj)
@@ -275,7 +273,7 @@ class PodMirror:
         devices = await self._devices(parsed, pod.node)
         try:
             reservation = Reservation.of(
-                PodInfo.of(parsed, devices), pod.node, attempt=OBSERVED_ATTEMPT, profile=pod.scheduler, now=self.clock()
+                PodInfo.of(parsed, devices), pod.node, attempt=NO_ATTEMPT, profile=pod.scheduler, now=self.clock()
             )
         except ValueError as exc:
             self.log.warning("bound pod's GPUs unreadable: its room is not counted", pod=pod.key, error=str(exc))

@@ -23,8 +23,8 @@ import asyncio
 import contextlib
 import socket
 import zlib
-from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Sequence
+from typing import Protocol
 
 from nats.aio.msg import Msg
 
@@ -40,6 +40,7 @@ from kubus.bus import (
 )
 from kubus.bus.consumers import deliveries
 from kubus.bus.messages import ClusterEvent
+from kubus.core.codec import JSONMapping
 from kubus.core.errors import KubusError
 from kubus.core.settings import ConnectionSettings
 from kubus.framework.config import SchedulerConfiguration
@@ -90,11 +91,11 @@ class WatcherStartError(KubusError, ConnectionError):
 
 
 class _Mirror(Protocol):
-    async def replace(self, objects: Sequence[Mapping[str, Any]]) -> None: ...
+    async def replace(self, objects: Sequence[JSONMapping]) -> None: ...
 
-    async def changed(self, obj: Mapping[str, Any]) -> Any: ...
+    async def changed(self, obj: JSONMapping) -> object: ...
 
-    async def deleted(self, obj: Mapping[str, Any]) -> None: ...
+    async def deleted(self, obj: JSONMapping) -> None: ...
 
 
 class WatcherService(Service):

@@ -27,12 +27,12 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from nats.aio.msg import Msg
 
 from kubus.bus.messages import ClusterEvent, MessageError, PodChange, Rejection, decode
 from kubus.bus.subjects import EventKind
+from kubus.core.codec import JSONObject
 from kubus.kubeapi import EVENTS, PODS, KubeAPIError, KubeClient, PatchType
 from kubus.runtime.service import StructuredLogger, Throttle
 from kubus.store import preemptor_of
@@ -208,7 +208,7 @@ class StatusWriter:
                 if not exc.not_found:
                     raise
         scheduler = profile or "default-scheduler"
-        body: dict[str, Any] = {
+        body: JSONObject = {  # an events.k8s.io Event
             "apiVersion": "events.k8s.io/v1",
             "kind": "Event",
             "metadata": {"name": f"{name}.{uuid.uuid4().hex[:16]}", "namespace": namespace},

@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from kubus.api._fields import Reader, describe, key_path, shown
 from kubus.api._metadata import object_label, object_meta
 from kubus.api._pods import _label_selector
 from kubus.api.disruption import UNHEALTHY_POD_EVICTION_POLICIES, IntOrPercent, PodDisruptionBudget
+from kubus.core.codec import JSONValue
 
 PDB_API_VERSION = "policy/v1"
 
@@ -17,7 +16,7 @@ _SPEC_FIELDS = ("selector", "minAvailable", "maxUnavailable", "unhealthyPodEvict
 _INT32_MAX = 2**31 - 1
 
 
-def _int_or_percent(r: Reader, raw: Any, path: str) -> IntOrPercent:
+def _int_or_percent(r: Reader, raw: JSONValue, path: str) -> IntOrPercent:
     """A count (0 or more) or a percentage up to 100% (kube's ValidatePositiveIntOrPercent and
     IsNotMoreThan100Percent)."""
     if isinstance(raw, float) and raw.is_integer():
@@ -42,7 +41,7 @@ def _int_or_percent(r: Reader, raw: Any, path: str) -> IntOrPercent:
     return raw
 
 
-def read_pod_disruption_budget(obj: Any, source: str, where: str) -> PodDisruptionBudget:
+def read_pod_disruption_budget(obj: JSONValue, source: str, where: str) -> PodDisruptionBudget:
     """Raises ManifestError naming the object and the field. Any field a PodDisruptionBudget
     does not have is an error (a typo such as `minAvailible` would silently protect nothing)."""
     r = Reader(source, where)

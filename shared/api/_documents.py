@@ -7,13 +7,14 @@ aliasing"). `kubus.api.manifests` reads the objects of these documents."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Hashable, Iterator, Mapping
 from typing import Any
 
 import yaml
 
 from kubus.api._fields import key_path, quote
 from kubus.core import codec
+from kubus.core.codec import JSONList, JSONObject, JSONValue
 
 __all__ = [
     "Duplicates",
@@ -31,6 +32,7 @@ Duplicates = Mapping[int, tuple[str, str]]
 # --- YAML: the safe loader (C when available), with timestamps left as strings -------------------
 # kube decodes YAML through JSON, where a timestamp is just a string; PyYAML would make a label
 # value like 2024-01-02 a date. Removing the implicit resolver keeps such values strings.
+# Any: CSafeLoader exists only where PyYAML was built with libyaml, so the base is picked at run time.
 _BaseLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
@@ -43,8 +45,9 @@ class _Loader(_BaseLoader):  # type: ignore[misc]
         super().__init__(stream)
         self.kubus_duplicates: dict[int, tuple[str, str]] = {}
 
-    def construct_yaml_map(self, node: yaml.MappingNode) -> Iterator[dict[Any, Any]]:
-        data: dict[Any, Any] = {}
+    # A YAML mapping's keys may be of any hashable YAML type (ints, bools, null), not only strings.
+    def construct_yaml_map(self, node: yaml.MappingNode) -> Iterator[dict[Hashable, JSONValue]]:
+        data: dict[Hashable, JSONValue] = {}
         yield data
         own = node.value  # flatten_mapping takes the merge keys (<<) out of this very list
         count = len(own)
@@ -53,8 +56,8 @@ class _Loader(_BaseLoader):  # type: ignore[misc]
             # A key twice, or merge keys, whose keys the mapping's own keys may override.
             self._note_duplicate(data, own)
 
-    def _note_duplicate(self, data: dict[Any, Any], pairs: list[tuple[yaml.Node, yaml.Node]]) -> None:
-        first_nodes: dict[Any, yaml.Node] = {}
+    def _note_duplicate(self, data: dict[Hashable, JSONValue], pairs: list[tuple[yaml.Node, yaml.Node]]) -> None:
+        first_nodes: dict[Hashable, yaml.Node] = {}
         for key_node, _ in pairs:
             key = self.construct_object(key_node)  # built already: construct_object remembers it
             try:
@@ -100,7 +103,7 @@ class _AliasCheckingLoader(_Loader):
         self.kubus_nodes = 0
         self.kubus_expanded = 0
 
-    def construct_document(self, node: yaml.Node) -> Any:
+    def construct_document(self, node: yaml.Node) -> JSONValue:
         nodes, expanded = _expansion(node)
         self.kubus_nodes += nodes
         self.kubus_expanded += expanded
@@ -160,7 +163,7 @@ def yaml_error(e: yaml.YAMLError) -> str:
 # with it.
 
 
-def _keys_unique(text: bytes | str, doc: Any) -> bool:
+def _keys_unique(text: bytes | str, doc: JSONValue) -> bool:
     """True when no object of the JSON `text` (decoded: `doc`) gives a key twice; False when one
     may (or when the text spells a colon as \\u003a): `_json_duplicates` then says. About 2 µs
     for a pod's manifest of 600 bytes."""
@@ -174,13 +177,13 @@ def _keys_unique(text: bytes | str, doc: Any) -> bool:
     return data.count(b":") == again.count(b":")
 
 
-def _json_duplicates(text: bytes | str) -> tuple[Any, dict[int, tuple[str, str]]]:
+def _json_duplicates(text: bytes | str) -> tuple[JSONValue, dict[int, tuple[str, str]]]:
     """The JSON document of `text` (valid JSON) and its objects that have a key twice (the
     standard library's decoder, which shows each object's pairs before they become a dict).
     Raises codec.DecodeError for a text nested too deeply for that decoder."""
     duplicates: dict[int, tuple[str, str]] = {}
 
-    def mapping(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    def mapping(pairs: list[tuple[str, JSONValue]]) -> JSONObject:
         data = dict(pairs)
         if len(data) < len(pairs):
             seen: set[str] = set()
@@ -197,7 +200,7 @@ def _json_duplicates(text: bytes | str) -> tuple[Any, dict[int, tuple[str, str]]
         raise codec.DecodeError("nested too deeply", text if isinstance(text, str) else "", 0) from None
 
 
-def json_document(text: bytes | str) -> Any:
+def json_document(text: bytes | str) -> JSONValue:
     """The document of a text that is one JSON value, decoded the fast way (orjson). Raises
     codec.DecodeError when it is not JSON, and when an object of it may give a key twice (orjson
     would keep the last value, silently) or it is nested too deeply to tell: `parse_manifests`
@@ -208,7 +211,7 @@ def json_document(text: bytes | str) -> Any:
     return doc
 
 
-def decoded_documents(text: str) -> Iterator[tuple[Any, Duplicates]]:
+def decoded_documents(text: str) -> Iterator[tuple[JSONValue, Duplicates]]:
     """(document, its mappings that had a key twice) for each document of a manifest text: the
     JSON document when it is JSON, else every YAML document. Raises yaml.YAMLError as
     `read_documents` does."""
@@ -231,11 +234,11 @@ def decoded_documents(text: str) -> Iterator[tuple[Any, Duplicates]]:
         loader.dispose()
 
 
-def duplicate_in(obj: Any, duplicates: Duplicates, *, items: bool = True) -> tuple[str, str] | None:
+def duplicate_in(obj: JSONValue, duplicates: Duplicates, *, items: bool = True) -> tuple[str, str] | None:
     """(field path, reason) for the first mapping of `obj`, in document order, that had a key
     twice; None when none did. `items` False leaves out the `items` of `obj` (a List, whose
     items are objects of their own)."""
-    stack: list[tuple[Any, str]] = [(obj, "")]
+    stack: list[tuple[JSONValue, str]] = [(obj, "")]
     walked: set[int] = set()  # an alias may name a node twice, or its own ancestor
     while stack:
         node, path = stack.pop()
@@ -259,7 +262,7 @@ def duplicate_in(obj: Any, duplicates: Duplicates, *, items: bool = True) -> tup
     return None
 
 
-def read_documents(text: str, *, refuse_duplicates: bool = True) -> Iterator[Any]:
+def read_documents(text: str, *, refuse_duplicates: bool = True) -> Iterator[JSONValue]:
     """The documents of a manifest text as kube reads them: the JSON document when it is JSON,
     else every YAML document (safe loader, timestamps left as strings). Raises yaml.YAMLError
     when it reaches a document that is not valid YAML, that has a mapping with a key twice
@@ -274,7 +277,7 @@ def read_documents(text: str, *, refuse_duplicates: bool = True) -> Iterator[Any
         yield doc
 
 
-def list_items(doc: Any) -> list[Any] | None:
+def list_items(doc: JSONValue) -> JSONList | None:
     """The items of a document that is a List of any kind (its kind ends in "List" and its
     ``items`` is a list), each mapping item that names no kind given the one its List implies
     (PodList: Pod; List: none); None for any other document. Lenient, validating nothing: for

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from enum import Enum
 from fractions import Fraction
 from functools import lru_cache
-from typing import Any, NoReturn, TypeVar
+from typing import NoReturn, TypeVar
 
 from kubus.api.errors import ManifestError
 from kubus.api.names import qualified_name_error
@@ -21,6 +21,7 @@ from kubus.api.objects import (
 )
 from kubus.api.quantity import MAX_INT64, resource_quantity
 from kubus.api.resource_names import is_extended_resource_name
+from kubus.core.codec import JSONList, JSONObject, JSONValue
 
 _POD_RESOURCES = frozenset({CPU, MEMORY, EPHEMERAL_STORAGE})
 
@@ -34,12 +35,12 @@ def quote(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
-def shown(value: Any) -> str:
+def shown(value: JSONValue) -> str:
     """A string quoted, anything else described: for values that should have been a string."""
     return quote(value) if isinstance(value, str) else describe(value)
 
 
-def describe(value: Any) -> str:
+def describe(value: JSONValue) -> str:
     """A value's JSON type and, when short, the value: `integer 1`, `list`, `null`."""
     if value is None:
         return "null"
@@ -96,7 +97,7 @@ class Reader:
         raise ManifestError(self.source, self.obj, path, reason)
 
     # -- shapes --------------------------------------------------------------------------------
-    def mapping(self, value: Any, path: str) -> dict[str, Any]:
+    def mapping(self, value: JSONValue, path: str) -> JSONObject:
         if value is None:
             return {}
         if not isinstance(value, dict):
@@ -106,21 +107,21 @@ class Reader:
                 self.fail(path, f"keys must be strings, got {describe(key)}")
         return value
 
-    def object(self, value: Any, path: str, known: tuple[str, ...], *, allow_none: bool = True) -> dict[str, Any]:
+    def object(self, value: JSONValue, path: str, known: tuple[str, ...], *, allow_none: bool = True) -> JSONObject:
         """A mapping ({} for None when `allow_none`). Fields other than `known` are ignored, as
         the API server ignores them."""
         if value is None and not allow_none:
             self.fail(path, "expected a mapping, got null")
         return self.mapping(value, path)
 
-    def sequence(self, value: Any, path: str) -> list[Any]:
+    def sequence(self, value: JSONValue, path: str) -> JSONList:
         if value is None:
             return []
         if not isinstance(value, list):
             self.fail(path, f"expected a list, got {describe(value)}")
         return value
 
-    def string(self, value: Any, path: str, default: str = "") -> str:
+    def string(self, value: JSONValue, path: str, default: str = "") -> str:
         if value is None:
             return default
         if not isinstance(value, str):
@@ -128,13 +129,13 @@ class Reader:
             self.fail(path, f"expected a string, got {describe(value)}{hint}")
         return value
 
-    def required_string(self, value: Any, path: str) -> str:
+    def required_string(self, value: JSONValue, path: str) -> str:
         text = self.string(value, path)
         if not text:
             self.fail(path, "is required")
         return text
 
-    def integer(self, value: Any, path: str, *, lo: int = -MAX_INT64 - 1, hi: int = MAX_INT64) -> int:
+    def integer(self, value: JSONValue, path: str, *, lo: int = -MAX_INT64 - 1, hi: int = MAX_INT64) -> int:
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int):
@@ -143,30 +144,32 @@ class Reader:
             self.fail(path, f"must be between {lo} and {hi}, inclusive")
         return value
 
-    def optional_integer(self, value: Any, path: str, *, lo: int, hi: int) -> int | None:
+    def optional_integer(self, value: JSONValue, path: str, *, lo: int, hi: int) -> int | None:
         return None if value is None else self.integer(value, path, lo=lo, hi=hi)
 
-    def boolean(self, value: Any, path: str, default: bool) -> bool:
+    def boolean(self, value: JSONValue, path: str, default: bool) -> bool:
         if value is None:
             return default
         if not isinstance(value, bool):
             self.fail(path, f"expected true or false, got {describe(value)}")
         return value
 
-    def enum(self, value: Any, path: str, cls: type[_E]) -> _E:
+    def enum(self, value: JSONValue, path: str, cls: type[_E]) -> _E:
         text = self.string(value, path)
         try:
             return cls(text)
         except ValueError:
             self.fail(path, f"unsupported value {quote(text)} (supported: {_enum_values(cls)})")
 
-    def choice(self, value: Any, path: str, choices: tuple[str, ...]) -> str:
+    def choice(self, value: JSONValue, path: str, choices: tuple[str, ...]) -> str:
         text = self.string(value, path)
         if text not in choices:
             self.fail(path, f"unsupported value {quote(text)} (supported: {', '.join(choices)})")
         return text
 
-    def string_list(self, value: Any, path: str, check: Callable[[str], str | None] | None = None) -> tuple[str, ...]:
+    def string_list(
+        self, value: JSONValue, path: str, check: Callable[[str], str | None] | None = None
+    ) -> tuple[str, ...]:
         items = self.sequence(value, path)
         result = []
         for i, item in enumerate(items):
@@ -181,7 +184,7 @@ class Reader:
 
     def string_map(
         self,
-        value: Any,
+        value: JSONValue,
         path: str,
         key_check: Callable[[str], str | None] | None = None,
         value_check: Callable[[str], str | None] | None = None,
@@ -201,7 +204,7 @@ class Reader:
         return result
 
     # -- quantities ----------------------------------------------------------------------------
-    def quantity(self, name: str, raw: Any, path: str) -> tuple[int, Fraction]:
+    def quantity(self, name: str, raw: JSONValue, path: str) -> tuple[int, Fraction]:
         """(base units, exact value) of one resource quantity; rejects negatives and > int64."""
         if raw is None or isinstance(raw, bool) or not isinstance(raw, str | int | float):
             self.fail(path, f"expected a quantity (string or number), got {describe(raw)}")
@@ -210,7 +213,7 @@ class Reader:
         except ValueError as e:
             self.fail(path, str(e))
 
-    def resources(self, value: Any, path: str, *, pod: bool = False) -> dict[str, tuple[int, Fraction, str]]:
+    def resources(self, value: JSONValue, path: str, *, pod: bool = False) -> dict[str, tuple[int, Fraction, str]]:
         """name -> (base units, exact value, field path) for a ResourceList.
 
         `pod` restricts names without a domain to those a container can ask for, as kube's
@@ -236,11 +239,11 @@ class Reader:
             result[name] = (base, exact, item_path)
         return result
 
-    def resource_list(self, value: Any, path: str, *, pod: bool = False) -> dict[str, int]:
+    def resource_list(self, value: JSONValue, path: str, *, pod: bool = False) -> dict[str, int]:
         return {name: base for name, (base, _, _) in self.resources(value, path, pod=pod).items()}
 
     # -- metadata ------------------------------------------------------------------------------
-    def timestamp(self, value: Any, path: str) -> float:
+    def timestamp(self, value: JSONValue, path: str) -> float:
         if value is None:
             return 0.0
         text = self.string(value, path)

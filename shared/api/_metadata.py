@@ -4,8 +4,6 @@ label errors give the object (`Pod ns/name`)."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
-from typing import Any
 
 from kubus.api._fields import (
     Reader,
@@ -18,6 +16,7 @@ from kubus.api.objects import (
     ObjectMeta,
     OwnerReference,
 )
+from kubus.core.codec import JSONMapping, JSONValue
 
 STDIN = "<stdin>"
 """The source errors name for input without a file."""
@@ -30,7 +29,7 @@ def _uid(kind: str, namespace: str, name: str) -> str:
     return str(uuid.uuid5(_UID_NAMESPACE, f"{kind}/{namespace}/{name}"))
 
 
-def check_kind(r: Reader, obj: Mapping[str, Any], want: str) -> None:
+def check_kind(r: Reader, obj: JSONMapping, want: str) -> None:
     api_version = obj.get("apiVersion")
     if api_version is not None and api_version != "v1":
         r.fail("apiVersion", f"{shown(api_version)} is not supported for {want} (want v1)")
@@ -39,7 +38,7 @@ def check_kind(r: Reader, obj: Mapping[str, Any], want: str) -> None:
         r.fail("kind", f"expected {want}, got {shown(kind)}")
 
 
-def object_label(kind: str, obj: Mapping[str, Any], where: str, namespaced: bool) -> str:
+def object_label(kind: str, obj: JSONMapping, where: str, namespaced: bool) -> str:
     """`Pod ns/name` or `Node name` when the manifest names the object well enough, else where."""
     meta = obj.get("metadata")
     if not isinstance(meta, dict):
@@ -57,7 +56,7 @@ def object_label(kind: str, obj: Mapping[str, Any], where: str, namespaced: bool
     return f"{kind} {namespace}/{name}"
 
 
-def object_meta(r: Reader, raw: Any, kind: str, namespaced: bool) -> ObjectMeta:
+def object_meta(r: Reader, raw: JSONValue, kind: str, namespaced: bool) -> ObjectMeta:
     meta = r.mapping(raw, "metadata")
     if raw is None:
         r.fail("metadata", "is required")
@@ -92,7 +91,7 @@ def object_meta(r: Reader, raw: Any, kind: str, namespaced: bool) -> ObjectMeta:
     )
 
 
-def owner_references(r: Reader, raw: Any) -> tuple[OwnerReference, ...]:
+def owner_references(r: Reader, raw: JSONValue) -> tuple[OwnerReference, ...]:
     """metadata.ownerReferences, checked as kube's ValidateOwnerReferences checks them:
     apiVersion, kind and name required (uid too in kube; kubus accepts a reference without
     one, as a hand-written manifest has none and nothing it reads needs it), at most one
@@ -124,7 +123,7 @@ def owner_references(r: Reader, raw: Any) -> tuple[OwnerReference, ...]:
     return tuple(refs)
 
 
-def read_object(obj: Any, source: str, where: str, kind: str, *, namespaced: bool) -> tuple[Reader, ObjectMeta]:
+def read_object(obj: JSONValue, source: str, where: str, kind: str, *, namespaced: bool) -> tuple[Reader, ObjectMeta]:
     """A reader for one object of `kind` (errors name it as well as the manifest allows) and its
     metadata, after checking it is a mapping of that kind and apiVersion v1. Raises ManifestError."""
     r = Reader(source, where)

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from kubus.api._fields import key_path, quote
 from kubus.api._metadata import read_object
 from kubus.api.names import dns1123_label_error
 from kubus.api.namespaces import Namespace
+from kubus.core.codec import JSONValue
 
 _TOP_FIELDS = ("apiVersion", "kind", "metadata", "spec", "status")
 
 
-def read_namespace(obj: Any, source: str, where: str) -> Namespace:
+def read_namespace(obj: JSONValue, source: str, where: str) -> Namespace:
     """Raises ManifestError naming the object and the field. spec (finalizers) and status are
     accepted and not read; any other field is an error (a typo would silently drop labels)."""
     r, metadata = read_object(obj, source, where, "Namespace", namespaced=False)

@@ -3,9 +3,7 @@ kubus.api.manifests)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
 
 from kubus.api._fields import (
     Reader,
@@ -30,6 +28,7 @@ from kubus.api.objects import (
     Taint,
     TaintEffect,
 )
+from kubus.core.codec import JSONMapping, JSONValue
 
 DEFAULT_MAX_PODS = 110
 """kubelet's default --max-pods, given to nodes whose status has no `pods`."""
@@ -37,7 +36,7 @@ DEFAULT_MAX_PODS = 110
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 
-def _taints(r: Reader, raw: Any, path: str) -> tuple[Taint, ...]:
+def _taints(r: Reader, raw: JSONValue, path: str) -> tuple[Taint, ...]:
     taints = []
     seen: dict[tuple[str, TaintEffect], int] = {}
     for i, item in enumerate(r.sequence(raw, path)):
@@ -62,7 +61,7 @@ def _taints(r: Reader, raw: Any, path: str) -> tuple[Taint, ...]:
     return tuple(taints)
 
 
-def _node_status(r: Reader, raw: Any, gpus_total: int | None, gpus_healthy: int) -> NodeStatus:
+def _node_status(r: Reader, raw: JSONValue, gpus_total: int | None, gpus_healthy: int) -> NodeStatus:
     status = r.mapping(raw, "status")
     capacity = r.resource_list(status.get("capacity"), "status.capacity")
     allocatable = r.resource_list(status.get("allocatable"), "status.allocatable")
@@ -95,7 +94,7 @@ def _node_status(r: Reader, raw: Any, gpus_total: int | None, gpus_healthy: int)
     return NodeStatus(capacity=capacity, allocatable=allocatable, images=tuple(images), ready=ready)
 
 
-def read_node(obj: Any, source: str, where: str) -> Node:
+def read_node(obj: JSONValue, source: str, where: str) -> Node:
     r, metadata = read_object(obj, source, where, "Node", namespaced=False)
     if HOSTNAME_LABEL not in metadata.labels:
         metadata = replace(metadata, labels={**metadata.labels, HOSTNAME_LABEL: metadata.name})
@@ -126,7 +125,7 @@ def read_node(obj: Any, source: str, where: str) -> Node:
     return Node(metadata=metadata, spec=node_spec, status=status, gpus=gpus)
 
 
-def parse_node(obj: Mapping[str, Any], *, source: str = STDIN, index: int = 1) -> Node:
+def parse_node(obj: JSONMapping, *, source: str = STDIN, index: int = 1) -> Node:
     """A Node from its decoded manifest, defaulted and validated (see the module docstring).
 
     `source` and `index` (the 1-based document number) only label errors. Raises ManifestError.

@@ -3,12 +3,10 @@ PodGroup (see kubus.api.manifests and kubus.api.podgroups)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from kubus.api._fields import Reader, describe, key_path, shown
 from kubus.api._metadata import STDIN, object_label, object_meta
 from kubus.api.podgroups import PodGroup
+from kubus.core.codec import JSONMapping, JSONValue
 
 POD_GROUP_API_VERSION = "scheduling.x-k8s.io/v1alpha1"
 
@@ -17,7 +15,7 @@ _TOP_FIELDS = ("apiVersion", "kind", "metadata", "spec", "status")
 _MAX_INT32 = 2**31 - 1
 
 
-def read_pod_group(obj: Any, source: str, where: str) -> PodGroup:
+def read_pod_group(obj: JSONValue, source: str, where: str) -> PodGroup:
     """Raises ManifestError naming the object and the field."""
     r = Reader(source, where)
     if not isinstance(obj, dict):
@@ -55,7 +53,7 @@ def read_pod_group(obj: Any, source: str, where: str) -> PodGroup:
     )
 
 
-def parse_pod_group(obj: Mapping[str, Any], *, source: str = STDIN, index: int = 1) -> PodGroup:
+def parse_pod_group(obj: JSONMapping, *, source: str = STDIN, index: int = 1) -> PodGroup:
     """A PodGroup from its decoded manifest, validated. `source` and `index` (the 1-based
     document number) only label errors. Raises ManifestError."""
     return read_pod_group(obj, source, f"document {index}")

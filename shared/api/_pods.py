@@ -5,7 +5,6 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Mapping
 from fractions import Fraction
-from typing import Any
 
 from kubus.api._fields import (
     Reader,
@@ -44,17 +43,18 @@ from kubus.api.objects import (
 from kubus.api.quantity import MAX_INT64
 from kubus.api.resource_names import is_overcommit_allowed
 from kubus.core import codec
+from kubus.core.codec import JSONMapping, JSONObject, JSONValue
 
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 _SET_OPERATORS = (SelectorOperator.IN, SelectorOperator.NOT_IN)
 _EXISTS_OPERATORS = (SelectorOperator.EXISTS, SelectorOperator.DOES_NOT_EXIST)
 
 
-def _node_affinity(r: Reader, raw: Any, path: str) -> NodeAffinity:
+def _node_affinity(r: Reader, raw: JSONValue, path: str) -> NodeAffinity:
     return decode_node_affinity(r, raw, path, Validation.POD)
 
 
-def _label_selector(r: Reader, raw: Any, path: str) -> LabelSelector | None:
+def _label_selector(r: Reader, raw: JSONValue, path: str) -> LabelSelector | None:
     if raw is None:
         return None
     selector = r.mapping(raw, path)
@@ -87,7 +87,7 @@ def _label_selector(r: Reader, raw: Any, path: str) -> LabelSelector | None:
     return LabelSelector(match_labels=match_labels, match_expressions=tuple(expressions))
 
 
-def _pod_affinity_term(r: Reader, raw: Any, path: str) -> PodAffinityTerm:
+def _pod_affinity_term(r: Reader, raw: JSONValue, path: str) -> PodAffinityTerm:
     term = r.mapping(raw, path)
     topology_key = r.required_string(term.get("topologyKey"), f"{path}.topologyKey")
     if problem := qualified_name_error(topology_key):
@@ -104,7 +104,7 @@ def _pod_affinity_term(r: Reader, raw: Any, path: str) -> PodAffinityTerm:
     )
 
 
-def _pod_affinity(r: Reader, raw: Any, path: str) -> PodAffinity:
+def _pod_affinity(r: Reader, raw: JSONValue, path: str) -> PodAffinity:
     affinity = r.mapping(raw, path)
     req_path = f"{path}.requiredDuringSchedulingIgnoredDuringExecution"
     required = tuple(
@@ -125,7 +125,7 @@ def _pod_affinity(r: Reader, raw: Any, path: str) -> PodAffinity:
     return PodAffinity(required=required, preferred=tuple(preferred))
 
 
-def _affinity(r: Reader, raw: Any, path: str) -> Affinity | None:
+def _affinity(r: Reader, raw: JSONValue, path: str) -> Affinity | None:
     if raw is None:
         return None
     affinity = r.mapping(raw, path)
@@ -139,7 +139,7 @@ def _affinity(r: Reader, raw: Any, path: str) -> Affinity | None:
     )
 
 
-def _toleration(r: Reader, raw: Any, path: str) -> Toleration:
+def _toleration(r: Reader, raw: JSONValue, path: str) -> Toleration:
     tol = r.mapping(raw, path)
     key = r.string(tol.get("key"), f"{path}.key")
     if key and (problem := qualified_name_error(key)):
@@ -170,7 +170,7 @@ def _toleration(r: Reader, raw: Any, path: str) -> Toleration:
 # --- pods ---------------------------------------------------------------------------------------
 
 
-def _topology_spread(r: Reader, raw: Any, path: str) -> tuple[TopologySpreadConstraint, ...]:
+def _topology_spread(r: Reader, raw: JSONValue, path: str) -> tuple[TopologySpreadConstraint, ...]:
     result = []
     seen: dict[tuple[str, str], int] = {}
     for i, item in enumerate(r.sequence(raw, path)):
@@ -235,7 +235,7 @@ def _topology_spread(r: Reader, raw: Any, path: str) -> tuple[TopologySpreadCons
     return tuple(result)
 
 
-def _ports(r: Reader, raw: Any, path: str, *, host_network: bool) -> tuple[ContainerPort, ...]:
+def _ports(r: Reader, raw: JSONValue, path: str, *, host_network: bool) -> tuple[ContainerPort, ...]:
     """Container ports. With hostNetwork, the API server defaults hostPort to containerPort
     (SetDefaults_Pod) and refuses any other hostPort, so NodePorts sees the ports the pod takes."""
     ports = []
@@ -274,7 +274,7 @@ def _ports(r: Reader, raw: Any, path: str, *, host_network: bool) -> tuple[Conta
     return tuple(ports)
 
 
-def _container(r: Reader, raw: Any, path: str, *, init: bool, host_network: bool) -> Container:
+def _container(r: Reader, raw: JSONValue, path: str, *, init: bool, host_network: bool) -> Container:
     spec = r.mapping(raw, path)
     if raw is None:
         r.fail(path, "expected a container, got null")
@@ -320,7 +320,7 @@ def _format_exact(q: Fraction) -> str:
     return str(float(q))
 
 
-def _pod_spec(r: Reader, raw: Any) -> PodSpec:
+def _pod_spec(r: Reader, raw: JSONValue) -> PodSpec:
     if raw is None:
         r.fail("spec", "is required")
     spec = r.mapping(raw, "spec")
@@ -411,7 +411,7 @@ _UNHONOURED_VOLUMES = {
 }
 
 
-def _unhonoured(r: Reader, spec: Mapping[str, Any]) -> tuple[str, ...]:
+def _unhonoured(r: Reader, spec: JSONMapping) -> tuple[str, ...]:
     """The fields of a pod spec that kube-scheduler acts on and kubus does not, one line each
     (PodSpec.unhonoured). Never raises for a field it only reports."""
     out = []
@@ -456,7 +456,7 @@ _SPECS: dict[bytes, PodSpec] = {}
 _SPECS_KEPT = 4096
 
 
-def _shared_pod_spec(r: Reader, raw: Any) -> PodSpec:
+def _shared_pod_spec(r: Reader, raw: JSONValue) -> PodSpec:
     """`_pod_spec`, read once for every pod whose spec is the same JSON: the pods of one
     Deployment or Job share their template's, and each service reads every pod it handles (a
     frozen PodSpec is safe to share). Only specs that read without error are kept (an error
@@ -476,14 +476,14 @@ def _shared_pod_spec(r: Reader, raw: Any) -> PodSpec:
     return spec
 
 
-def read_pod(obj: Any, source: str, where: str) -> Pod:
+def read_pod(obj: JSONValue, source: str, where: str) -> Pod:
     r, metadata = read_object(obj, source, where, "Pod", namespaced=True)
     pod = Pod(metadata=metadata, spec=_shared_pod_spec(r, obj.get("spec")))
     _check_pod_gpus(r, pod)
     return pod
 
 
-def parse_pod(obj: Mapping[str, Any], *, source: str = STDIN, index: int = 1) -> Pod:
+def parse_pod(obj: JSONMapping, *, source: str = STDIN, index: int = 1) -> Pod:
     """A Pod from its decoded manifest (a dict as YAML/JSON gives it), defaulted and validated.
 
     `source` and `index` (the 1-based document number) only label errors. Raises ManifestError.
@@ -494,11 +494,11 @@ def parse_pod(obj: Mapping[str, Any], *, source: str = STDIN, index: int = 1) ->
 # ---- pod affinity on the wire (a reservation carries it for the plugins that read other pods) ----
 
 
-def selector_manifest(selector: LabelSelector | None) -> dict[str, Any] | None:
+def selector_manifest(selector: LabelSelector | None) -> JSONObject | None:
     """A LabelSelector in manifest form (None for a nil selector, {} for the empty one)."""
     if selector is None:
         return None
-    out: dict[str, Any] = {}
+    out: JSONObject = {}
     if selector.match_labels:
         out["matchLabels"] = dict(selector.match_labels)
     if selector.match_expressions:
@@ -508,8 +508,8 @@ def selector_manifest(selector: LabelSelector | None) -> dict[str, Any] | None:
     return out
 
 
-def _term_manifest(term: PodAffinityTerm) -> dict[str, Any]:
-    out: dict[str, Any] = {"topologyKey": term.topology_key}
+def _term_manifest(term: PodAffinityTerm) -> JSONObject:
+    out: JSONObject = {"topologyKey": term.topology_key}
     if term.label_selector is not None:
         out["labelSelector"] = selector_manifest(term.label_selector)
     if term.namespaces:
@@ -523,8 +523,8 @@ def _term_manifest(term: PodAffinityTerm) -> dict[str, Any]:
     return out
 
 
-def _affinity_manifest(affinity: PodAffinity) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _affinity_manifest(affinity: PodAffinity) -> JSONObject:
+    out: JSONObject = {}
     if affinity.required:
         out["requiredDuringSchedulingIgnoredDuringExecution"] = [_term_manifest(t) for t in affinity.required]
     if affinity.preferred:
@@ -534,10 +534,10 @@ def _affinity_manifest(affinity: PodAffinity) -> dict[str, Any]:
     return out
 
 
-def pod_affinity_manifest(pod: Pod) -> dict[str, Any]:
+def pod_affinity_manifest(pod: Pod) -> JSONObject:
     """The pod's podAffinity / podAntiAffinity in manifest form ({} when it has neither)."""
     affinity = pod.spec.affinity
-    out: dict[str, Any] = {}
+    out: JSONObject = {}
     if affinity is not None and affinity.pod_affinity is not None:
         out["podAffinity"] = _affinity_manifest(affinity.pod_affinity)
     if affinity is not None and affinity.pod_anti_affinity is not None:
@@ -545,7 +545,7 @@ def pod_affinity_manifest(pod: Pod) -> dict[str, Any]:
     return out
 
 
-def read_pod_affinity_manifest(raw: Mapping[str, Any], where: str) -> Affinity | None:
+def read_pod_affinity_manifest(raw: JSONMapping, where: str) -> Affinity | None:
     """`pod_affinity_manifest`'s output back to an Affinity (None for {}). Raises ManifestError."""
     if not raw:
         return None

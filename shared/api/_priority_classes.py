@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from kubus.api._fields import Reader, describe, key_path, shown
 from kubus.api._metadata import object_label, object_meta
 from kubus.api.objects import PreemptionPolicy
@@ -14,6 +12,7 @@ from kubus.api.priority import (
     PriorityClass,
     system_class_problem,
 )
+from kubus.core.codec import JSONValue
 
 PRIORITY_CLASS_API_VERSION = "scheduling.k8s.io/v1"
 
@@ -21,7 +20,7 @@ _TOP_FIELDS = ("apiVersion", "kind", "metadata", "value", "globalDefault", "desc
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 
 
-def read_priority_class(obj: Any, source: str, where: str) -> PriorityClass:
+def read_priority_class(obj: JSONValue, source: str, where: str) -> PriorityClass:
     """Raises ManifestError naming the object and the field. Any field a PriorityClass does not
     have is an error (a typo such as `globaldefault` would silently change every pod)."""
     r = Reader(source, where)

@@ -6,14 +6,13 @@ nothing)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from kubus.api._fields import Reader, describe, key_path, shown
 from kubus.api._metadata import object_label, object_meta
 from kubus.api._pods import _label_selector
 from kubus.api.names import label_value_error, qualified_name_error
 from kubus.api.objects import LabelSelector
 from kubus.api.workloads import ReplicaSet, ReplicationController, Service, StatefulSet, Workload
+from kubus.core.codec import JSONObject, JSONValue
 
 _TOP_FIELDS = ("apiVersion", "kind", "metadata", "spec", "status")
 _SPEC_FIELDS = {
@@ -58,7 +57,7 @@ _SPEC_FIELDS = {
 _API_VERSION = {"Service": "v1", "ReplicationController": "v1", "ReplicaSet": "apps/v1", "StatefulSet": "apps/v1"}
 
 
-def _start(obj: Any, source: str, where: str, kind: str) -> tuple[Reader, dict[str, Any]]:
+def _start(obj: JSONValue, source: str, where: str, kind: str) -> tuple[Reader, JSONObject]:
     r = Reader(source, where)
     if not isinstance(obj, dict):
         r.fail("", f"expected a {kind} (a mapping), got {describe(obj)}")
@@ -80,11 +79,11 @@ def _start(obj: Any, source: str, where: str, kind: str) -> tuple[Reader, dict[s
     return r, spec
 
 
-def _label_map(r: Reader, raw: Any, path: str) -> dict[str, str]:
+def _label_map(r: Reader, raw: JSONValue, path: str) -> dict[str, str]:
     return r.string_map(raw, path, qualified_name_error, label_value_error)
 
 
-def read_service(obj: Any, source: str, where: str) -> Service:
+def read_service(obj: JSONValue, source: str, where: str) -> Service:
     """Raises ManifestError naming the object and the field."""
     r, spec = _start(obj, source, where, "Service")
     meta = object_meta(r, obj.get("metadata"), "Service", namespaced=True)
@@ -93,7 +92,7 @@ def read_service(obj: Any, source: str, where: str) -> Service:
     return Service(namespace=meta.namespace, name=meta.name, selector=selector, uid=meta.uid)
 
 
-def read_replication_controller(obj: Any, source: str, where: str) -> ReplicationController:
+def read_replication_controller(obj: JSONValue, source: str, where: str) -> ReplicationController:
     """Raises ManifestError naming the object and the field. An empty spec.selector is the pod
     template's labels (SetDefaults_ReplicationController); still empty, it is an error."""
     r, spec = _start(obj, source, where, "ReplicationController")
@@ -108,7 +107,7 @@ def read_replication_controller(obj: Any, source: str, where: str) -> Replicatio
     return ReplicationController(namespace=meta.namespace, name=meta.name, selector=selector, uid=meta.uid)
 
 
-def _required_selector(r: Reader, spec: dict[str, Any]) -> LabelSelector:
+def _required_selector(r: Reader, spec: JSONObject) -> LabelSelector:
     selector = _label_selector(r, spec.get("selector"), "spec.selector")
     if selector is None:
         r.fail("spec.selector", "is required")
@@ -117,7 +116,7 @@ def _required_selector(r: Reader, spec: dict[str, Any]) -> LabelSelector:
     return selector
 
 
-def read_replica_set(obj: Any, source: str, where: str) -> ReplicaSet:
+def read_replica_set(obj: JSONValue, source: str, where: str) -> ReplicaSet:
     """Raises ManifestError naming the object and the field (spec.selector is required, and not
     empty)."""
     r, spec = _start(obj, source, where, "ReplicaSet")
@@ -125,7 +124,7 @@ def read_replica_set(obj: Any, source: str, where: str) -> ReplicaSet:
     return ReplicaSet(namespace=meta.namespace, name=meta.name, selector=_required_selector(r, spec), uid=meta.uid)
 
 
-def read_stateful_set(obj: Any, source: str, where: str) -> StatefulSet:
+def read_stateful_set(obj: JSONValue, source: str, where: str) -> StatefulSet:
     """Raises ManifestError naming the object and the field (spec.selector is required, and not
     empty)."""
     r, spec = _start(obj, source, where, "StatefulSet")
@@ -133,7 +132,7 @@ def read_stateful_set(obj: Any, source: str, where: str) -> StatefulSet:
     return StatefulSet(namespace=meta.namespace, name=meta.name, selector=_required_selector(r, spec), uid=meta.uid)
 
 
-WORKLOAD_READERS: dict[str, Any] = {
+WORKLOAD_READERS: JSONObject = {
     "Service": read_service,
     "ReplicationController": read_replication_controller,
     "ReplicaSet": read_replica_set,
@@ -142,7 +141,7 @@ WORKLOAD_READERS: dict[str, Any] = {
 """Kind -> reader ``(obj, source, where) -> Workload``."""
 
 
-def read_workload(obj: Any, source: str, where: str, kind: str) -> Workload:
+def read_workload(obj: JSONValue, source: str, where: str, kind: str) -> Workload:
     """The object of ``kind`` (a key of WORKLOAD_READERS). Raises ManifestError."""
     workload: Workload = WORKLOAD_READERS[kind](obj, source, where)
     return workload

@@ -56,12 +56,12 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
 
 from kubus.api.objects import NVIDIA_GPU, GPUDevice, Pod
 from kubus.api.quantity import to_base_units
 from kubus.api.requests import pod_requests
 from kubus.core import codec
+from kubus.core.codec import JSONValue
 from kubus.core.errors import KubusError
 
 GPUS_ANNOTATION = "kubus.io/gpus"
@@ -203,7 +203,7 @@ def parse_node_gpus(annotation_value: str) -> tuple[GPUDevice, ...]:
     return tuple(devices)
 
 
-def _parse_device(item: Any, position: int) -> GPUDevice:
+def _parse_device(item: JSONValue, position: int) -> GPUDevice:
     where = f"[{position}]"
     if not isinstance(item, dict):
         raise ValueError(f"{where}: expected a GPU object, got {_type_name(item)}")
@@ -345,7 +345,7 @@ def format_gpu_devices(indices: tuple[int, ...] | list[int]) -> str:
     return ",".join(str(i) for i in sorted(indices))
 
 
-def gpu_mode(args: Any) -> str:
+def gpu_mode(args: object) -> str:
     """The `mode` of GPUFit's args (GPUArgs, or None: binpack), as a string of GPU_MODES.
     Raises ValueError for an unknown mode."""
     mode = getattr(args, "mode", None) or BINPACK

@@ -95,11 +95,10 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import yaml
 
@@ -134,6 +133,7 @@ from kubus.api.priority import PriorityClass, PriorityError, check_priority_clas
 from kubus.api.schema import unknown_fields
 from kubus.api.workloads import Workload
 from kubus.core import codec
+from kubus.core.codec import JSONMapping, JSONObject, JSONValue
 
 _T = TypeVar("_T")
 
@@ -231,7 +231,7 @@ class Manifests:
 class ManifestObject:
     """One object of a manifest as read: the mapping the text gives and what kubus reads from it."""
 
-    raw: Mapping[str, Any]
+    raw: JSONMapping
     """The object as written (the last value of a field given twice, where the load accepts
     it); an item of a PodList or NodeList may name no kind, its List's: `obj` says which. Shared
     with the load, not a copy: read it, never change it."""
@@ -265,7 +265,7 @@ class _Collector:
         self.duplicates: Duplicates = {}
         """The current document's mappings that had a key twice."""
 
-    def document(self, doc: Any, number: int, duplicates: Duplicates) -> None:
+    def document(self, doc: JSONValue, number: int, duplicates: Duplicates) -> None:
         where = f"document {number}"
         self.duplicates = duplicates
         if doc is None:
@@ -282,7 +282,7 @@ class _Collector:
             return
         self.item(doc, where, None)
 
-    def item(self, doc: dict[str, Any], where: str, implied_kind: str | None) -> None:
+    def item(self, doc: JSONObject, where: str, implied_kind: str | None) -> None:
         kind = doc.get("kind", implied_kind)
         try:
             if self.duplicates and isinstance(kind, str) and (kind in _NAMESPACED or kind in _LIST_KINDS):
@@ -321,7 +321,7 @@ class _Collector:
         except ManifestError as e:
             self.errors.append(e)
 
-    def refuse_duplicates(self, doc: dict[str, Any], where: str, kind: str) -> None:
+    def refuse_duplicates(self, doc: JSONObject, where: str, kind: str) -> None:
         """Raise a ManifestError for the first field of the object `doc` (a List: less its items)
         given twice, as kube's strict decoding refuses it (only a warning, or nothing, when the
         load's validation is WARN or IGNORE)."""
@@ -339,7 +339,7 @@ class _Collector:
                 reason = f"{reason} ({_STRICT_HINT})"
             raise ManifestError(self.source, obj, path, reason)
 
-    def check_known(self, doc: dict[str, Any], where: str, kind: str) -> None:
+    def check_known(self, doc: JSONObject, where: str, kind: str) -> None:
         """Raise a ManifestError for the first field of the object `doc` that its kind's schema
         lacks (`kubus.api.schema`); with WARN, note each in the warnings instead."""
         if kind in _LIST_KINDS:
@@ -356,7 +356,7 @@ class _Collector:
                 raise ManifestError(self.source, obj, path, f"{reason} ({_STRICT_HINT})")
             self.result.warnings.append(str(ManifestError(self.source, obj, path, f"{reason}: ignored")))
 
-    def list(self, doc: dict[str, Any], where: str, kind: str) -> None:
+    def list(self, doc: JSONObject, where: str, kind: str) -> None:
         r = Reader(self.source, where)
         api_version = doc.get("apiVersion")
         if api_version is not None and api_version != "v1":
@@ -515,14 +515,14 @@ KubeObject = Pod | Node | PodGroup | Namespace | PriorityClass | PodDisruptionBu
 """An object of a kind kubus reads."""
 
 
-def parse_object(obj: Mapping[str, Any], *, source: str = STDIN) -> KubeObject:
+def parse_object(obj: JSONMapping, *, source: str = STDIN) -> KubeObject:
     """One decoded object of a kind kubus reads (its ``kind``: Pod, Node, PodGroup, Namespace,
     PriorityClass, PodDisruptionBudget, Service, ReplicationController, ReplicaSet, StatefulSet), as
     `parse_manifests` reads it; what an apiserver's
     watch delivers, for instance. ``source`` labels errors. Raises ManifestError (the kind
     among them)."""
     kind = obj.get("kind")
-    readers: dict[str, Any] = {
+    readers: JSONObject = {
         "Pod": read_pod,
         "Node": read_node,
         "PodGroup": read_pod_group,

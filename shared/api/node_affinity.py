@@ -22,9 +22,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
 from enum import Enum
-from typing import Any, NoReturn, Protocol
+from typing import NoReturn, Protocol
 
 from kubus.api.names import label_value_error, qualified_name_error
 from kubus.api.objects import (
@@ -36,6 +35,7 @@ from kubus.api.objects import (
     SelectorOperator,
 )
 from kubus.api.quantity import MAX_INT64
+from kubus.core.codec import JSONList, JSONMapping, JSONValue
 
 __all__ = [
     "LABEL_VALUE_RULE",
@@ -80,24 +80,24 @@ class FieldReader(Protocol):
         """Raise the reader's error for the field at `path`."""
         ...
 
-    def object(self, value: Any, path: str, known: tuple[str, ...], *, allow_none: bool = True) -> Mapping[str, Any]:
+    def object(self, value: JSONValue, path: str, known: tuple[str, ...], *, allow_none: bool = True) -> JSONMapping:
         """`value` as a mapping ({} for None when `allow_none`). `known`: the fields the object
         has; a strict reader rejects any other, a lenient one ignores them."""
         ...
 
-    def sequence(self, value: Any, path: str) -> list[Any]:
+    def sequence(self, value: JSONValue, path: str) -> JSONList:
         """`value` as a list ([] for None)."""
         ...
 
-    def string(self, value: Any, path: str) -> str:
+    def string(self, value: JSONValue, path: str) -> str:
         """`value` as a string."""
         ...
 
-    def string_list(self, value: Any, path: str) -> tuple[str, ...]:
+    def string_list(self, value: JSONValue, path: str) -> tuple[str, ...]:
         """`value` as a list of strings (() for None)."""
         ...
 
-    def integer(self, value: Any, path: str, *, lo: int, hi: int) -> int:
+    def integer(self, value: JSONValue, path: str, *, lo: int, hi: int) -> int:
         """`value` as an integer in [lo, hi]."""
         ...
 
@@ -127,7 +127,7 @@ def check_selector_values(r: FieldReader, op: SelectorOperator, values: tuple[st
             r.fail(f"{path}[0]", f"{_quote(text)} is not an integer")
 
 
-def _pod_requirement(r: FieldReader, raw: Any, path: str, *, is_field: bool) -> NodeSelectorRequirement:
+def _pod_requirement(r: FieldReader, raw: JSONValue, path: str, *, is_field: bool) -> NodeSelectorRequirement:
     """ValidateNodeSelectorRequirement / ValidateNodeFieldSelectorRequirement (the API server)."""
     req = r.object(raw, path, ("key", "operator", "values"))
     key = r.string(req.get("key", ""), f"{path}.key")
@@ -159,7 +159,7 @@ def _pod_requirement(r: FieldReader, raw: Any, path: str, *, is_field: bool) -> 
     return NodeSelectorRequirement(key=key, operator=op, values=values)
 
 
-def _parser_requirement(r: FieldReader, raw: Any, path: str, *, is_field: bool) -> NodeSelectorRequirement:
+def _parser_requirement(r: FieldReader, raw: JSONValue, path: str, *, is_field: bool) -> NodeSelectorRequirement:
     """The scheduler's nodeaffinity parser: labels.NewRequirement for matchExpressions, one
     In/NotIn value of `metadata.name` for matchFields."""
     m = r.object(raw, path, ("key", "operator", "values"), allow_none=False)
@@ -195,7 +195,7 @@ def _parser_requirement(r: FieldReader, raw: Any, path: str, *, is_field: bool) 
     return NodeSelectorRequirement(key, op, values)
 
 
-def _term(r: FieldReader, raw: Any, path: str, validation: Validation) -> NodeSelectorTerm:
+def _term(r: FieldReader, raw: JSONValue, path: str, validation: Validation) -> NodeSelectorTerm:
     term = r.object(raw, path, ("matchExpressions", "matchFields"))
     requirement = _pod_requirement if validation is Validation.POD else _parser_requirement
     exprs_path, fields_path = f"{path}.matchExpressions", f"{path}.matchFields"
@@ -211,7 +211,7 @@ def _term(r: FieldReader, raw: Any, path: str, validation: Validation) -> NodeSe
     )
 
 
-def decode_node_affinity(r: FieldReader, raw: Any, path: str, validation: Validation) -> NodeAffinity:
+def decode_node_affinity(r: FieldReader, raw: JSONValue, path: str, validation: Validation) -> NodeAffinity:
     """A NodeAffinity from its JSON shape at field path `path`, validated as kube does for
     `validation`. Raises whatever `r.fail` raises, at the first problem."""
     pod = validation is Validation.POD

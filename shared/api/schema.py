@@ -26,9 +26,9 @@ import json
 from collections.abc import Iterator, Mapping
 from functools import cache
 from pathlib import Path
-from typing import Any
 
 from kubus.api._fields import key_path
+from kubus.core.codec import JSONMapping, JSONObject, JSONValue
 
 __all__ = ["SCHEMA_KINDS", "unknown_fields"]
 
@@ -51,14 +51,14 @@ is made from scheduler-plugins' CRD (`_POD_GROUP`)."""
 _OBJECT_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
 
 # scheduler-plugins' PodGroup (scheduling.x-k8s.io/v1alpha1), as its CRD defines it.
-_POD_GROUP: dict[str, Any] = {
+_POD_GROUP: JSONObject = {
     "apiVersion": None,
     "kind": None,
     "metadata": _OBJECT_META,
     "spec": "PodGroup.spec",
     "status": "PodGroup.status",
 }
-_POD_GROUP_DEFS: dict[str, dict[str, Any]] = {
+_POD_GROUP_DEFS: dict[str, JSONObject] = {
     "PodGroup.spec": {"minMember": None, "minResources": ["{}", None], "scheduleTimeoutSeconds": None},
     "PodGroup.status": {
         "phase": None,
@@ -73,16 +73,16 @@ _POD_GROUP_DEFS: dict[str, dict[str, Any]] = {
 
 # A field's shape in the data: None (a value not looked into), "Def" (an object of that
 # definition's fields), ["[]", shape] (a list of shape) or ["{}", shape] (a map, any key, of shape).
-Shape = Any  # recursive JSON: None | str | list  (mypy has no recursive aliases of this form here)
+Shape = JSONValue  # recursive JSON: None | str | list  (mypy has no recursive aliases of this form here)
 
 
 @cache
-def _data() -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(_DATA.read_text())
+def _data() -> JSONObject:
+    data: JSONObject = json.loads(_DATA.read_text())
     return data
 
 
-def unknown_fields(kind: str, obj: Mapping[str, Any]) -> Iterator[str]:
+def unknown_fields(kind: str, obj: JSONMapping) -> Iterator[str]:
     """The paths of ``obj``'s fields (an object of ``kind``) that its schema does not have, in
     document order, kube's notation (``spec.containers[0].resourcse``). Nothing for a kind
     without a schema here. Never raises for a value of the wrong type: the readers report those."""
@@ -91,10 +91,10 @@ def unknown_fields(kind: str, obj: Mapping[str, Any]) -> Iterator[str]:
     if top is None:
         return
     defs: dict[str, dict[str, Shape]] = data["defs"]
-    stack: list[tuple[Any, dict[str, Shape], str]] = [(obj, top, "")]
+    stack: list[tuple[JSONValue, dict[str, Shape], str]] = [(obj, top, "")]
     while stack:
         value, fields, path = stack.pop()
-        children: list[tuple[Any, Shape, str]] = []
+        children: list[tuple[JSONValue, Shape, str]] = []
         for key, child in value.items():
             if not isinstance(key, str):
                 continue
@@ -103,15 +103,15 @@ def unknown_fields(kind: str, obj: Mapping[str, Any]) -> Iterator[str]:
                 yield child_path
                 continue
             children.append((child, fields[key], child_path))
-        pending: list[tuple[Any, dict[str, Shape], str]] = []
+        pending: list[tuple[JSONValue, dict[str, Shape], str]] = []
         for child, shape, child_path in children:
             pending.extend(_objects(child, shape, child_path, defs))
         stack.extend(reversed(pending))
 
 
 def _objects(
-    value: Any, shape: Shape, path: str, defs: Mapping[str, dict[str, Shape]]
-) -> Iterator[tuple[Any, dict[str, Shape], str]]:
+    value: JSONValue, shape: Shape, path: str, defs: Mapping[str, dict[str, Shape]]
+) -> Iterator[tuple[JSONValue, dict[str, Shape], str]]:
     """(mapping, its fields, its path) for each object of known fields inside ``value``."""
     if shape is None:
         return
@@ -133,12 +133,12 @@ def _objects(
 # --- making the data ------------------------------------------------------------------------------
 
 
-def build(schema_root: Path) -> dict[str, Any]:
+def build(schema_root: Path) -> JSONObject:
     """The field sets of every kind of `SCHEMA_KINDS` (and PodGroup), from the schema folders
     (``v1.30.0-local``, ...) of kubernetes-validate under ``schema_root``: the union over them."""
     versions = sorted(p for p in schema_root.iterdir() if p.is_dir() and not p.name.endswith("-strict"))
-    raw_defs: dict[str, list[dict[str, Any]]] = {}
-    kinds: dict[str, list[dict[str, Any]]] = {}
+    raw_defs: dict[str, list[JSONObject]] = {}
+    kinds: dict[str, list[JSONObject]] = {}
     for folder in versions:
         for name, schema in json.loads((folder / "_definitions.json").read_text())["$defs"].items():
             raw_defs.setdefault(name, []).append(schema)
@@ -147,7 +147,7 @@ def build(schema_root: Path) -> dict[str, Any]:
                 kinds.setdefault(kind, []).append(json.loads((folder / file).read_text()))
     defs: dict[str, dict[str, Shape]] = {}
 
-    def shape(schema: Mapping[str, Any]) -> Shape:
+    def shape(schema: JSONMapping) -> Shape:
         if schema.get("x-kubernetes-preserve-unknown-fields"):
             return None
         if "$ref" in schema:
@@ -198,7 +198,7 @@ def _schema_root() -> Path:
     return Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema"
 
 
-def render(data: Mapping[str, Any]) -> str:
+def render(data: JSONMapping) -> str:
     """The data file's text: one definition per line, so that a change reads as a small diff."""
     lines = ["{", ' "kinds": {']
     for i, (section, key) in enumerate((("kinds", "kinds"), ("defs", "defs"))):

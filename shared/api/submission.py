@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from kubus.api.errors import ManifestError, ManifestErrors
 from kubus.api.manifests import json_document, list_items, parse_manifests, parse_pod, read_documents
 from kubus.api.objects import Pod
 from kubus.api.priority import PriorityClass, PriorityError, resolve_priority
 from kubus.core import codec
+from kubus.core.codec import JSONMapping, JSONObject, JSONValue
 from kubus.core.errors import KubusError
 
 __all__ = ["Rejected", "Submission", "admit_priority", "identify", "pod_from_api", "read_submission"]
@@ -38,7 +38,7 @@ _KEPT_METADATA = (
 """The metadata of an apiserver's Pod that kubus keeps: what scheduling reads."""
 
 
-def pod_from_api(obj: Mapping[str, Any]) -> bytes:
+def pod_from_api(obj: JSONMapping) -> bytes:
     """The manifest kubus submits and stores for a Pod an apiserver has (cluster mode): its
     apiVersion, kind, spec and the metadata scheduling reads (`_KEPT_METADATA`), as JSON; not
     its status, resourceVersion or managedFields, which change while the pod does not change for
@@ -134,7 +134,7 @@ def admit_priority(sub: Submission, classes: Mapping[str, PriorityClass], *, sou
     return Submission(resolved, codec.dumps(doc))
 
 
-def _json_pod(data: bytes) -> dict[str, Any] | None:
+def _json_pod(data: bytes) -> JSONObject | None:
     """The Pod of a message that is exactly one JSON object of kind Pod, else None (the general
     path reads it: YAML, lists, a byte order mark, leading blanks, bad JSON, bad UTF-8, and an
     object that may give a key twice, which it refuses)."""
@@ -156,7 +156,7 @@ def _rejected(exc: ManifestError, data: bytes) -> Rejected:
 
 
 def _submission(
-    pod: Pod, raw: Mapping[str, Any], source: str, max_manifest_bytes: int, *, reparse: bool = True
+    pod: Pod, raw: JSONMapping, source: str, max_manifest_bytes: int, *, reparse: bool = True
 ) -> Submission:
     label = f"{source}: Pod {pod.key}"
     doc = dict(raw)
@@ -205,7 +205,7 @@ def identify(data: bytes) -> tuple[str, str]:
     return "", ""
 
 
-def _identity(doc: Any) -> tuple[str, str]:
+def _identity(doc: JSONValue) -> tuple[str, str]:
     if not isinstance(doc, dict) or not isinstance(doc.get("metadata"), dict):
         return "", ""
     meta = doc["metadata"]

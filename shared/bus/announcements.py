@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
+from kubus.api.attempts import NO_ATTEMPT, Attempt
 from kubus.bus import msgids
 from kubus.bus.connection import Publication
 from kubus.bus.messages import ClusterEvent, NodeAssignment, NodeChange, PodChange, Rejection, encode
@@ -42,7 +43,7 @@ def pod_event(
     *,
     at: float,
     node: str = "",
-    attempt: int = 0,
+    attempt: Attempt = NO_ATTEMPT,
     profile: str = "",
     phase: str = "",
     reason: str = "",

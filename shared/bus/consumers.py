@@ -11,10 +11,10 @@ from __future__ import annotations
 import re
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any
 
 import nats.js.errors
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
@@ -126,7 +126,7 @@ def redelivery_delay(num_delivered: int, *, base: float = 0.5, cap: float = 15.0
     return min(cap, base * 2.0 ** max(0, num_delivered - 1))
 
 
-def deliveries(msg: Any) -> int:
+def deliveries(msg: Msg) -> int:
     """How many times JetStream has delivered ``msg`` (1 the first time; 1 when it cannot say)."""
     try:
         return int(msg.metadata.num_delivered) or 1
@@ -152,7 +152,7 @@ class MessageFaults:
         self.size = size
         self._counts: OrderedDict[int, int] = OrderedDict()
 
-    def failed(self, msg: Any) -> int:
+    def failed(self, msg: Msg) -> int:
         """Count one failure of ``msg``; how many it has had (this one included)."""
         key = _sequence(msg)
         if key is None:  # not a JetStream message: its deliveries are all there is
@@ -163,7 +163,7 @@ class MessageFaults:
             self._counts.popitem(last=False)
         return count
 
-    def exhausted(self, msg: Any) -> bool:
+    def exhausted(self, msg: Msg) -> bool:
         """Count one failure of ``msg``; True when that was its last try (it is forgotten)."""
         if self.failed(msg) < self.limit:
             return False
@@ -173,7 +173,7 @@ class MessageFaults:
         return True
 
 
-def _sequence(msg: Any) -> int | None:
+def _sequence(msg: Msg) -> int | None:
     try:
         return int(msg.metadata.sequence.stream)
     except Exception:

@@ -29,8 +29,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, TypeVar
 
+from kubus.api.attempts import NO_ATTEMPT, Attempt
 from kubus.bus.subjects import EventKind
 from kubus.core import codec
+from kubus.core.codec import JSONObject, JSONValue
 from kubus.core.errors import KubusError
 
 T = TypeVar("T")
@@ -106,7 +108,7 @@ class Outcome:
     plugins: tuple[str, ...] = ()
     """The plugins that rejected the pod (for QueueingHints: which events can help it)."""
     gpu_devices: tuple[int, ...] = ()
-    attempt: int = 0
+    attempt: Attempt = NO_ATTEMPT
     """The attempt the outcome is about (see BindRequest.attempt), when there was one; 0 when
     none or unknown. A pod handed back on kubus.pods.requeue with it goes back to Pending only if
     it is still at that attempt (compare-and-set), so a stale hand-back undoes nothing newer."""
@@ -129,7 +131,7 @@ class BindRequest:
     gpu_devices: tuple[int, ...] = ()
     fencing_token: int = 0
     """The reserving cycle's lease token."""
-    attempt: int = 0
+    attempt: Attempt = NO_ATTEMPT
     """The pod record's version after its Pending -> Reserved transition (see docs/services.md):
     every later step is conditional on it."""
     reserved_at: float = 0.0
@@ -148,7 +150,7 @@ class ReservedPods:
     hint: a lost or late one costs a refused reservation, never an overcommit."""
 
     profile: str
-    reservations: tuple[dict[str, Any], ...] = ()
+    reservations: tuple[JSONObject, ...] = ()
     """Each as `kubus.store.Reservation.to_json` writes it (what Redis holds)."""
 
 
@@ -161,7 +163,7 @@ class NodeAssignment:
     node: str
     manifest: bytes
     gpu_devices: tuple[int, ...] = ()
-    attempt: int = 0
+    attempt: Attempt = NO_ATTEMPT
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,7 +180,7 @@ class PodChange:
     """What a ``pod.*`` event is about, beyond its name."""
 
     uid: str
-    attempt: int = 0
+    attempt: Attempt = NO_ATTEMPT
     """The scheduling attempt (see BindRequest.attempt) when there is one, else 0."""
     profile: str = ""
     """The pod's scheduler profile, when the announcer knows it."""
@@ -242,12 +244,12 @@ _EVENT_DATA: dict[str, type[EventData]] = {
 """`event_data_type`'s answers, by kind (looking the kind up as an EventKind showed in profiles)."""
 
 
-def encode(message: Any) -> bytes:
+def encode(message: object) -> bytes:
     """JSON bytes of a message dataclass (bytes fields as UTF-8 text)."""
     return codec.dumps(message, default=_bytes_as_text)
 
 
-def _bytes_as_text(value: Any) -> str:
+def _bytes_as_text(value: object) -> str:
     if isinstance(value, bytes):
         return value.decode("utf-8")
     raise TypeError(f"{type(value).__name__} is not a message field type")
@@ -262,7 +264,7 @@ def decode(cls: type[T], data: bytes | str) -> T:
     return _build(cls, raw, cls.__name__)
 
 
-_Convert = Callable[[Any, str, "str | int"], Any]
+_Convert = Callable[[JSONValue, str, "str | int"], object]
 """``convert(value, where, name)``: the value of field (or list index) ``name`` of the object at
 ``where``. The path is formatted only for an error (`_at`): messages are decoded at every hop."""
 _Field = tuple[str, _Convert, bool, "type | None"]
@@ -293,7 +295,7 @@ def _schema(cls: type) -> tuple[frozenset[str], tuple[_Field, ...]]:
     return schema
 
 
-def _build(cls: type[T], raw: Any, where: str) -> T:
+def _build(cls: type[T], raw: JSONValue, where: str) -> T:
     if not isinstance(raw, dict):
         raise MessageError(f"{where}: expected an object, got {type(raw).__name__}")
     if cls is ClusterEvent:
@@ -301,7 +303,7 @@ def _build(cls: type[T], raw: Any, where: str) -> T:
     return cls(**_values(cls, raw, where))
 
 
-def _values(cls: type, raw: dict[str, Any], where: str) -> dict[str, Any]:
+def _values(cls: type, raw: JSONObject, where: str) -> JSONObject:
     """The checked field values of ``cls`` in ``raw``."""
     names, fields = _schema(cls)
     if not names.issuperset(raw):
@@ -323,7 +325,7 @@ def _at(where: str, name: str | int) -> str:
     return f"{where}[{name}]" if isinstance(name, int) else f"{where}.{name}"
 
 
-def _build_event(raw: dict[str, Any], where: str) -> ClusterEvent:
+def _build_event(raw: JSONObject, where: str) -> ClusterEvent:
     """A ClusterEvent: the envelope as any message, its data as the payload of its kind."""
     kind, data = raw.get("kind"), raw.get("data")
     if not isinstance(kind, str):
@@ -334,6 +336,7 @@ def _build_event(raw: dict[str, Any], where: str) -> ClusterEvent:
     return ClusterEvent(**_values(ClusterEvent, raw, where), data=_build(payload, data, where + ".data"))
 
 
+# Any: a field's type hint, as typing.get_type_hints gives it (typed Any there).
 def _converter(hint: Any) -> _Convert:
     """The function that checks and converts a JSON value to ``hint`` (MessageError if it can't)."""
     origin = typing.get_origin(hint)
@@ -341,7 +344,7 @@ def _converter(hint: Any) -> _Convert:
         return lambda v, where, name: _build(hint, v, _at(where, name))  # type: ignore[arg-type]
     if isinstance(hint, type) and issubclass(hint, StrEnum):
 
-        def enum(v: Any, where: str, name: str | int) -> Any:
+        def enum(v: JSONValue, where: str, name: str | int) -> object:
             try:
                 return hint(v)
             except ValueError:
@@ -350,7 +353,7 @@ def _converter(hint: Any) -> _Convert:
         return enum
     if hint is bytes:
 
-        def text_bytes(v: Any, where: str, name: str | int) -> bytes:
+        def text_bytes(v: JSONValue, where: str, name: str | int) -> bytes:
             if not isinstance(v, str):
                 raise MessageError(f"{_at(where, name)}: expected a string")
             return v.encode("utf-8")
@@ -358,7 +361,7 @@ def _converter(hint: Any) -> _Convert:
         return text_bytes
     if hint is float:
 
-        def number(v: Any, where: str, name: str | int) -> float:
+        def number(v: JSONValue, where: str, name: str | int) -> float:
             if isinstance(v, bool) or not isinstance(v, int | float):
                 raise MessageError(f"{_at(where, name)}: expected a number")
             return float(v)
@@ -366,7 +369,7 @@ def _converter(hint: Any) -> _Convert:
         return number
     if hint in (int, str, bool):
 
-        def plain(v: Any, where: str, name: str | int) -> Any:
+        def plain(v: JSONValue, where: str, name: str | int) -> JSONValue:
             if not isinstance(v, hint) or (hint is int and isinstance(v, bool)):
                 raise MessageError(f"{_at(where, name)}: expected {hint.__name__}")
             return v
@@ -375,7 +378,7 @@ def _converter(hint: Any) -> _Convert:
     if origin is tuple:
         item = _converter(typing.get_args(hint)[0])
 
-        def items(v: Any, where: str, name: str | int) -> tuple[Any, ...]:
+        def items(v: JSONValue, where: str, name: str | int) -> tuple[object, ...]:
             if not isinstance(v, list):
                 raise MessageError(f"{_at(where, name)}: expected a list")
             path = _at(where, name)
@@ -384,14 +387,14 @@ def _converter(hint: Any) -> _Convert:
         return items
     if origin is dict or hint is dict:
 
-        def mapping(v: Any, where: str, name: str | int) -> Any:
+        def mapping(v: JSONValue, where: str, name: str | int) -> JSONObject:
             if not isinstance(v, dict):
                 raise MessageError(f"{_at(where, name)}: expected an object")
             return v
 
         return mapping
 
-    def unsupported(v: Any, where: str, name: str | int) -> Any:  # no optional fields on the wire
+    def unsupported(v: JSONValue, where: str, name: str | int) -> object:  # no optional fields on the wire
         raise MessageError(f"{_at(where, name)}: unsupported type {hint}")
 
     return unsupported

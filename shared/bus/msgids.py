@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 
+from kubus.api.attempts import Attempt
 from kubus.bus.subjects import EventKind
 
 __all__ = ["assign", "bind", "delete", "event", "requeue", "submit", "submitted_pod"]
@@ -44,17 +45,17 @@ def delete(namespace: str, name: str, uid: str, nonce: int) -> str:
     return f"delete/{namespace}/{name}/{uid}/{nonce}"
 
 
-def requeue(uid: str, attempt: int) -> str:
+def requeue(uid: str, attempt: Attempt) -> str:
     """The id of handing back attempt ``attempt`` of a pod."""
     return f"requeue/{uid}/{attempt}"
 
 
-def bind(uid: str, attempt: int) -> str:
+def bind(uid: str, attempt: Attempt) -> str:
     """The id of the BindRequest of attempt ``attempt``."""
     return f"bind/{uid}/{attempt}"
 
 
-def assign(uid: str, attempt: int) -> str:
+def assign(uid: str, attempt: Attempt) -> str:
     """The id of the NodeAssignment of attempt ``attempt`` (the binder's and the janitor's are one)."""
     return f"assign/{uid}/{attempt}"
 

@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import BinaryIO, TextIO
 
 from kubus.api.disruption import PodDisruptionBudget
 from kubus.api.errors import ManifestError
@@ -90,7 +90,7 @@ def _take_cluster_objects(result: ApplyObjects, manifests: Manifests, source: st
         result.workloads.append(obj)
 
 
-def read_pod_manifests(paths: Sequence[str], stdin: Any = None) -> list[SubmitManifest]:
+def read_pod_manifests(paths: Sequence[str], stdin: BinaryIO | None = None) -> list[SubmitManifest]:
     """Read, validate and split manifest files into one JSON manifest per pod, in file order.
 
     ``-`` reads standard input (once). Raises ManifestError (all of a file's bad objects) for
@@ -102,7 +102,7 @@ def read_pod_manifests(paths: Sequence[str], stdin: Any = None) -> list[SubmitMa
 
 def read_apply_manifests(
     paths: Sequence[str],
-    stdin: Any = None,
+    stdin: BinaryIO | None = None,
     *,
     validate: FieldValidation | None = FieldValidation.STRICT,
     warnings: list[str] | None = None,

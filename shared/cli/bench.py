@@ -46,14 +46,17 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TextIO
+
+from nats.js import JetStreamContext
 
 from kubus.api.synthetic import simulated_zones
 from kubus.cli.cluster import SubmitManifest, pod_manifests, submit, write_table
 from kubus.cli.connect import UsageError, open_bus, open_state
 from kubus.cli.embedded import ServerStartError
 from kubus.cli.progress import LiveLine, PodTimes, PodTracker, percentile, status_line
-from kubus.cli.up import check_template, report_exit, start_cluster, wait_ready
+from kubus.cli.up import Cluster, check_template, report_exit, start_cluster, wait_ready
 from kubus.cli.workload import (
     POD_CONSTRAINT_WORKLOADS,
     ZONE_LABEL,
@@ -65,6 +68,7 @@ from kubus.cli.workload import (
     pod_constraints_scheduler_config,
 )
 from kubus.core import codec
+from kubus.core.codec import JSONMapping, JSONObject
 from kubus.store.cluster_state import ClusterState
 from kubus.store.invariants import check_invariants
 from kubus.store.records import PodPhase
@@ -171,7 +175,7 @@ def peak_memory(pid: int) -> int | None:
     return None
 
 
-def _processes(cluster: Any) -> dict[str, int]:
+def _processes(cluster: Cluster) -> dict[str, int]:
     """name -> pid of every process of the run: the services, the servers, this bench."""
     pids = {service.name: service.pid for service in cluster.group if service.pid is not None}
     if cluster.servers is not None:
@@ -326,7 +330,7 @@ def bound_per_second(bound_at: Sequence[float], start: float) -> list[int]:
     return counts
 
 
-def _matplotlib() -> Any:
+def _matplotlib() -> ModuleType:
     """matplotlib.pyplot on its file-only backend. Raises UsageError when it is not installed."""
     try:
         import matplotlib
@@ -338,7 +342,7 @@ def _matplotlib() -> Any:
     return plt
 
 
-def write_throughput_plot(result: Mapping[str, Any], path: Path) -> None:
+def write_throughput_plot(result: JSONMapping, path: Path) -> None:
     """A PNG of pods bound per second and in all, over the run (`kubus bench --plot`). Raises
     UsageError when matplotlib is not installed (the `plot` extra)."""
     plt = _matplotlib()
@@ -375,7 +379,9 @@ OFFER_TICK = 0.05
 """Seconds between the submits of an offered load (`--rate`): rate × tick pods each time."""
 
 
-async def _submit_at_rate(js: Any, manifests: Sequence[SubmitManifest], tracker: PodTracker, rate: float) -> None:
+async def _submit_at_rate(
+    js: JetStreamContext, manifests: Sequence[SubmitManifest], tracker: PodTracker, rate: float
+) -> None:
     """Submit ``manifests`` at ``rate`` pods per second, steadily (a due share every OFFER_TICK,
     catching up after a slow publish), not as fast as JetStream takes them: an offered load."""
     began = time.monotonic()
@@ -384,14 +390,18 @@ async def _submit_at_rate(js: Any, manifests: Sequence[SubmitManifest], tracker:
         due = min(len(manifests), int((time.monotonic() - began) * rate) + 1)
         if due > sent:
             part = manifests[sent:due]
-            await submit(js, part, on_ack=lambda i, _dup, _t, part=part: tracker.submitted(part[i].key))
+
+            def acked(i: int, _dup: bool, _t: float, part: Sequence[SubmitManifest] = part) -> None:
+                tracker.submitted(part[i].key)
+
+            await submit(js, part, on_ack=acked)
             sent = due
         await asyncio.sleep(OFFER_TICK)
 
 
 async def _follow(
-    cluster: Any,
-    js: Any,
+    cluster: Cluster,
+    js: JetStreamContext,
     tracker: PodTracker,
     manifests: Sequence[SubmitManifest],
     line: LiveLine,
@@ -465,12 +475,12 @@ async def _follow(
 
 
 async def _load(
-    cluster: Any, state: ClusterState, args: argparse.Namespace, plan: BenchPlan, profiles: Sequence[str]
-) -> dict[str, Any]:
+    cluster: Cluster, state: ClusterState, args: argparse.Namespace, plan: BenchPlan, profiles: Sequence[str]
+) -> JSONObject:
     w = plan.constraints
     if w is None:
         objects = mixed_workload(plan.pods, seed=args.seed, namespace="bench", prefix="b", profiles=profiles)
-        init_objects: list[dict[str, Any]] = []
+        init_objects: list[JSONObject] = []
     else:
         init_objects, objects = pod_constraint_pods(w, plan.init_pods, plan.pods, profiles=profiles)
     manifests = pod_manifests(objects, source="bench workload")
@@ -478,7 +488,7 @@ async def _load(
     line = LiveLine(sys.stderr if args.output == "json" else sys.stdout)
     pids = _processes(cluster)
     deadline = time.monotonic() + args.timeout
-    init: dict[str, Any] | None = None
+    init: JSONObject | None = None
     init_pods: list[PodTimes] = []
     async with open_bus(cluster.settings, "kubus-bench") as (nc, js):
         if init_manifests:
@@ -578,7 +588,7 @@ def constraint_check(
     node_labels: Mapping[str, Mapping[str, str]],
     *,
     preempted: int = 0,
-) -> dict[str, Any]:
+) -> JSONObject:
     """Whether the pods were placed as kube's constraint says they must be: ``{"ok", "check"}``
     (the check in words, with what was found). ``node_labels``: node name -> its labels;
     ``preempted``: init pods evicted (preemption-basic)."""
@@ -617,7 +627,7 @@ def constraint_check(
     return {"ok": ok, "check": f"color=blue pods per zone within maxSkew {_MAX_SKEW}: skew {skew} ({found})"}
 
 
-def _report(result: dict[str, Any], args: argparse.Namespace, out: Any) -> None:
+def _report(result: JSONObject, args: argparse.Namespace, out: TextIO) -> None:
     if args.output == "json":
         out.write(codec.dumps(result, pretty=True).decode() + "\n")
         return

@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TextIO, TypeVar
 
 import nats.errors
 import redis.exceptions
@@ -39,6 +39,8 @@ from kubus.cli.workload import BENCH_WORKLOADS
 from kubus.core.settings import ConnectionSettings
 from kubus.framework.config import SchedulerConfiguration, default_config, load_config
 from kubus.plugins import in_tree_registry
+
+_P = TypeVar("_P", bound=argparse.ArgumentParser)
 
 __all__ = ["add_cluster_commands", "add_connection_options", "add_validate_option", "run_cluster_command"]
 
@@ -122,6 +124,7 @@ def _intermixed(p: argparse.ArgumentParser) -> None:
     class Intermixed(base):  # type: ignore[valid-type,misc]  # a subclass of the parser's own class
         _mixing = False
 
+        # Any: argparse's own signature, overloaded on ``namespace``, passed through as it is.
         def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
             if self._mixing:
                 return super().parse_known_args(args, namespace)
@@ -142,7 +145,7 @@ def _selector(args: argparse.Namespace) -> LabelSelector:
         raise UsageError(str(e)) from None
 
 
-def add_cluster_commands(sub: Any) -> None:
+def add_cluster_commands(sub: argparse._SubParsersAction[_P]) -> None:
     """Add up, apply, get, top, describe, delete and bench to the `kubus` subcommands."""
     up = sub.add_parser(
         "up",
@@ -573,7 +576,7 @@ async def _run(args: argparse.Namespace) -> int:
     raise UsageError(f"unknown command {args.command!r}")
 
 
-async def _get(args: argparse.Namespace, settings: ConnectionSettings, out: Any) -> int:
+async def _get(args: argparse.Namespace, settings: ConnectionSettings, out: TextIO) -> int:
     """`kubus get`: its forms checked (UsageError), then the listings printed."""
     from kubus.cli.cluster import get_events, get_resources, watch_pods
 

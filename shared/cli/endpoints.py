@@ -22,7 +22,6 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -270,7 +269,11 @@ def cluster_settings(
         if client.is_file():
             settings_file = str(client)
     from_file = _file_keys(settings_file)
-    overrides: dict[str, Any] = {"nats_url": nats, "redis_url": redis, "connect_timeout": connect_timeout}
+    overrides: dict[str, str | float | None] = {
+        "nats_url": nats,
+        "redis_url": redis,
+        "connect_timeout": connect_timeout,
+    }
     if recorded is not None:
         for name, url in (("nats_url", recorded.nats_url), ("redis_url", recorded.redis_url)):
             if overrides[name] is None and not env.get(ENV_PREFIX + name.upper()) and name not in from_file:

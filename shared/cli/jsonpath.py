@@ -17,9 +17,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from kubus.core import codec
+from kubus.core.codec import JSONList, JSONValue
 
 __all__ = ["JSONPathError", "Template", "parse", "relaxed"]
 
@@ -69,12 +69,12 @@ class _Filter:
     left: _Path
     op: str
     """"exists" for ``[?(@.a)]``."""
-    right: _Path | Any
+    right: _Operand
 
 
 @dataclass(frozen=True, slots=True)
 class _Path:
-    steps: tuple[Any, ...]
+    steps: tuple[_Step, ...]
     relative: bool = False
     """Starts at ``@`` (the current element of a filter), else at the current object."""
 
@@ -87,7 +87,15 @@ class _Text:
 @dataclass(slots=True)
 class _Range:
     path: _Path
-    body: list[Any] = field(default_factory=list)
+    body: list[_Node] = field(default_factory=list)
+
+
+_Step = _Field | _Recursive | _Wildcard | _Keys | _Indexes | _Slice | _Filter
+"""One step of a path: ``.a``, ``..a``, ``[*]``, ``['a','b']``, ``[0,1]``, ``[1:3]``, ``[?()]``."""
+_Operand = _Path | str | bool | int | float | None
+"""The right side of a filter's comparison: a path or a literal."""
+_Node = _Text | _Path | list[_Path] | _Range
+"""A piece of a template: text, an expression, a union of expressions, a range."""
 
 
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", '"': '"', "'": "'", "0": "\0"}
@@ -179,7 +187,7 @@ def _int(text: str, template: str) -> int:
         raise JSONPathError(f"jsonpath {template!r}: {text.strip()!r} is not an index") from None
 
 
-def _bracket_step(content: str, template: str) -> Any:
+def _bracket_step(content: str, template: str) -> _Step:
     inner = content.strip()
     if inner == "*":
         return _Wildcard()
@@ -240,7 +248,7 @@ def _parse_filter(body: str, template: str) -> _Filter:
     return _Filter(_parse_path(body, template), "exists", None)
 
 
-def _parse_operand(text: str, template: str) -> Any:
+def _parse_operand(text: str, template: str) -> _Operand:
     if text[:1] in "\"'":
         return _unquote(text, template)
     if text[:1] in "@$.":
@@ -266,7 +274,7 @@ def _parse_path(text: str, template: str) -> _Path:
         relative, i = True, 1
     elif text.startswith("$"):
         i = 1
-    steps: list[Any] = []
+    steps: list[_Step] = []
     while i < len(text):
         c = text[i]
         if text.startswith("..", i):
@@ -314,18 +322,18 @@ class Template:
     """A parsed JSONPath template; `render` applies it to an object."""
 
     source: str
-    nodes: tuple[Any, ...]
+    nodes: tuple[_Node, ...]
 
-    def render(self, obj: Any) -> str:
+    def render(self, obj: JSONValue) -> str:
         """The template's text for ``obj``. Never raises for missing keys (they print nothing)."""
         out: list[str] = []
         _render(self.nodes, obj, out)
         return "".join(out)
 
-    def values(self, obj: Any) -> list[Any]:
+    def values(self, obj: JSONValue) -> JSONList:
         """The values of the template's expressions for ``obj``, in order (texts left out):
         what --sort-by and custom-columns read."""
-        found: list[Any] = []
+        found: JSONList = []
         for node in self.nodes:
             if isinstance(node, _Path):
                 found += _walk(node, [obj], obj)
@@ -337,8 +345,8 @@ class Template:
 
 def parse(template: str) -> Template:
     """Parse a kubectl JSONPath template. Raises JSONPathError."""
-    root: list[Any] = []
-    stack: list[list[Any]] = [root]
+    root: list[_Node] = []
+    stack: list[list[_Node]] = [root]
     for is_action, text in _split_actions(template):
         if not is_action:
             stack[-1].append(_Text(text))
@@ -384,15 +392,15 @@ def relaxed(expression: str) -> Template:
 # ---- evaluation ---------------------------------------------------------------------------------
 
 
-def _descendants(value: Any) -> Iterator[Any]:
+def _descendants(value: JSONValue) -> Iterator[JSONValue]:
     yield value
     children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
     for child in children:
         yield from _descendants(child)
 
 
-def _step(step: Any, values: Sequence[Any], root: Any) -> list[Any]:
-    out: list[Any] = []
+def _step(step: _Step, values: Sequence[JSONValue], root: JSONValue) -> JSONList:
+    out: JSONList = []
     for v in values:
         if isinstance(step, _Field):
             if isinstance(v, dict) and step.name in v:
@@ -422,7 +430,7 @@ def _step(step: Any, values: Sequence[Any], root: Any) -> list[Any]:
     return out
 
 
-def _keeps(f: _Filter, item: Any, root: Any) -> bool:
+def _keeps(f: _Filter, item: JSONValue, root: JSONValue) -> bool:
     left = _walk(f.left, [item], root)
     if f.op == "exists":
         return bool(left)
@@ -446,14 +454,14 @@ def _keeps(f: _Filter, item: Any, root: Any) -> bool:
         return False
 
 
-def _walk(path: _Path, values: Sequence[Any], root: Any) -> list[Any]:
+def _walk(path: _Path, values: Sequence[JSONValue], root: JSONValue) -> JSONList:
     current = list(values)
     for step in path.steps:
         current = _step(step, current, root)
     return current
 
 
-def text_of(value: Any) -> str:
+def text_of(value: JSONValue) -> str:
     """One value as kubectl's jsonpath prints it: strings as they are, maps and lists as JSON."""
     if isinstance(value, str):
         return value
@@ -468,7 +476,7 @@ def text_of(value: Any) -> str:
     return str(value)
 
 
-def _render(nodes: Sequence[Any], current: Any, out: list[str]) -> None:
+def _render(nodes: Sequence[_Node], current: JSONValue, out: list[str]) -> None:
     for node in nodes:
         if isinstance(node, _Text):
             out.append(node.text)

@@ -23,10 +23,10 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from kubus.api.gpus import GPU_DEVICES_ANNOTATION, format_gpu_devices
 from kubus.core import codec
+from kubus.core.codec import JSONMapping, JSONObject, JSONValue
 from kubus.kernels.nodeinfo import NodeInfo
 from kubus.store.permits import PermitState
 from kubus.store.records import NodeRecord, PodEvent, PodPhase, PodRecord
@@ -84,7 +84,7 @@ def _quantities(amounts: Mapping[str, int]) -> dict[str, str]:
     return {r: kube_quantity(r, q) for r, q in sorted(amounts.items())}
 
 
-def kube_list(items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def kube_list(items: Sequence[JSONMapping]) -> JSONObject:
     """A v1 List of ``items``, as kubectl prints several objects."""
     return {"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": list(items)}
 
@@ -92,7 +92,7 @@ def kube_list(items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 # ---- pods ----------------------------------------------------------------------------------------
 
 
-def _manifest(record: PodRecord) -> dict[str, Any]:
+def _manifest(record: PodRecord) -> JSONObject:
     try:
         doc = codec.loads(record.manifest)
     except ValueError:
@@ -100,8 +100,8 @@ def _manifest(record: PodRecord) -> dict[str, Any]:
     return doc if isinstance(doc, dict) else {}
 
 
-def _condition(kind: str, status: bool, at: float, reason: str = "", message: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {"type": kind, "status": "True" if status else "False"}
+def _condition(kind: str, status: bool, at: float, reason: str = "", message: str = "") -> JSONObject:
+    out: JSONObject = {"type": kind, "status": "True" if status else "False"}
     out["lastProbeTime"] = None
     out["lastTransitionTime"] = rfc3339(at)
     if reason:
@@ -118,7 +118,7 @@ def _last(events: Iterable[PodEvent], *reasons: str) -> float:
 
 def pod_object(
     record: PodRecord, *, events: Sequence[PodEvent] = (), waiting: PermitState | None = None
-) -> dict[str, Any]:
+) -> JSONObject:
     """The v1 Pod of a record: its stored manifest, ``spec.nodeName`` once bound, and a kube
     ``status`` computed from the record (and its ``events``, for the conditions' times and
     startTime, when given). Never raises: a manifest that no longer reads gives the record's
@@ -138,16 +138,16 @@ def pod_object(
         annotations = dict(metadata.get("annotations") or {})
         annotations.setdefault(GPU_DEVICES_ANNOTATION, format_gpu_devices(record.gpu_devices))
         metadata["annotations"] = annotations
-    obj: dict[str, Any] = {**doc, "apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+    obj: JSONObject = {**doc, "apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
     obj["status"] = _pod_status(record, events, waiting)
     return obj
 
 
-def _pod_status(record: PodRecord, events: Sequence[PodEvent], waiting: PermitState | None) -> dict[str, Any]:
+def _pod_status(record: PodRecord, events: Sequence[PodEvent], waiting: PermitState | None) -> JSONObject:
     phase = record.phase
     scheduled_at = _last(events, "Scheduled") or record.updated_at
     started_at = _last(events, "Started")
-    conditions: list[dict[str, Any]] = []
+    conditions: list[JSONObject] = []
     if phase in _ON_A_NODE and record.node:
         conditions.append(_condition("PodScheduled", True, scheduled_at))
     elif phase is PodPhase.PENDING and record.reason:
@@ -161,7 +161,7 @@ def _pod_status(record: PodRecord, events: Sequence[PodEvent], waiting: PermitSt
             _condition(kind, False, record.updated_at, "PodCompleted") for kind in ("Ready", "ContainersReady")
         ]
     conditions.append(_condition(PHASE_CONDITION, True, record.updated_at, str(phase), _phase_message(record, waiting)))
-    status: dict[str, Any] = {"phase": KUBE_PHASES[phase], "conditions": conditions}
+    status: JSONObject = {"phase": KUBE_PHASES[phase], "conditions": conditions}
     if phase in (PodPhase.FAILED, PodPhase.DELETED) and record.reason:
         status["reason"] = record.reason
         if record.message:
@@ -194,7 +194,7 @@ _SERVER_METADATA = ("creationTimestamp", "resourceVersion", "generation", "manag
 the same pod."""
 
 
-def _comparable(doc: Any, node: str, devices: str) -> Any:
+def _comparable(doc: JSONValue, node: str, devices: str) -> JSONValue:
     if not isinstance(doc, dict):
         return doc
     out = {k: v for k, v in doc.items() if k != "status"}
@@ -232,11 +232,11 @@ def same_pod(stored: bytes, applied: bytes, *, node: str = "", devices: Sequence
 # ---- nodes ---------------------------------------------------------------------------------------
 
 
-def node_object(record: NodeRecord, info: NodeInfo | None = None, *, now: float | None = None) -> dict[str, Any]:
+def node_object(record: NodeRecord, info: NodeInfo | None = None, *, now: float | None = None) -> JSONObject:
     """The v1 Node of a record, with what the reservations on it use (``info``) under
     status.kubus. The Ready condition says Unknown for a node marked unreachable, as kube's
     node lifecycle controller does."""
-    metadata: dict[str, Any] = {"name": record.name}
+    metadata: JSONObject = {"name": record.name}
     if record.uid:
         metadata["uid"] = record.uid
     created = rfc3339(record.created_at)
@@ -246,7 +246,7 @@ def node_object(record: NodeRecord, info: NodeInfo | None = None, *, now: float 
         metadata["labels"] = dict(record.labels)
     if record.annotations:
         metadata["annotations"] = dict(record.annotations)
-    spec: dict[str, Any] = {}
+    spec: JSONObject = {}
     if record.unschedulable:
         spec["unschedulable"] = True
     if record.taints:
@@ -260,21 +260,21 @@ def node_object(record: NodeRecord, info: NodeInfo | None = None, *, now: float 
     else:
         ready = {"status": "False", "reason": "KubeletNotReady", "message": "the node says it is not ready"}
     condition = {"type": "Ready", **ready, "lastHeartbeatTime": rfc3339(record.heartbeat or 0.0)}
-    status: dict[str, Any] = {
+    status: JSONObject = {
         "capacity": _quantities(record.capacity),
         "allocatable": _quantities(record.allocatable),
         "conditions": [condition],
     }
     if record.images:
         status["images"] = [{"names": list(i.names), "sizeBytes": i.size_bytes} for i in record.images]
-    kubus: dict[str, Any] = {}
+    kubus: JSONObject = {}
     if info is not None:
         kubus["requested"] = _quantities({r: q for r, q in info.requested.items() if q})
         kubus["pods"] = len(info.pods)
     if record.gpus:
         gpus = []
         for i, g in enumerate(record.gpus):
-            gpu: dict[str, Any] = {"index": g.index, "uuid": g.uuid, "model": g.model, "memory": g.memory}
+            gpu: JSONObject = {"index": g.index, "uuid": g.uuid, "model": g.model, "memory": g.memory}
             gpu["healthy"] = g.healthy
             if info is not None and i < len(info.gpu_free_memory):
                 gpu["memoryUsed"] = g.memory - info.gpu_free_memory[i]
@@ -319,7 +319,7 @@ def collapse_events(events: Iterable[PodEvent]) -> list[CollapsedEvent]:
     return sorted(seen.values(), key=lambda c: (c.last, c.first))
 
 
-def event_object(event: CollapsedEvent, pod: PodRecord) -> dict[str, Any]:
+def event_object(event: CollapsedEvent, pod: PodRecord) -> JSONObject:
     """The v1 Event of a (collapsed) pod event, named as kube names them: ``<pod>.<hex time>``."""
     return {
         "apiVersion": "v1",

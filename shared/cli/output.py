@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import TextIO
 
 import yaml
 
 from kubus.cli.jsonpath import JSONPathError, Template, parse, relaxed, text_of
 from kubus.cli.kube_objects import kube_list
 from kubus.core import codec
+from kubus.core.codec import JSONList, JSONMapping, JSONObject
 from kubus.core.errors import UsageError
 
 __all__ = [
@@ -43,7 +44,7 @@ DOCUMENT_OUTPUTS = ("json", "yaml")
 """`-o` values that print one document instead of a table."""
 
 
-def write_document(doc: Mapping[str, Any], out: TextIO, output: str) -> None:
+def write_document(doc: JSONMapping, out: TextIO, output: str) -> None:
     """``doc`` as pretty JSON or as YAML (``output``: one of DOCUMENT_OUTPUTS), the keys in order."""
     if output == "yaml":
         out.write(yaml.safe_dump(dict(doc), sort_keys=False, allow_unicode=True))
@@ -213,13 +214,13 @@ class Listing:
     kind: str
     """The resource's singular name, as `-o name` prints it: pod, node, event."""
     header: list[str]
-    rows: list[tuple[dict[str, Any], list[str]]] = field(default_factory=list)
+    rows: list[tuple[JSONObject, list[str]]] = field(default_factory=list)
     colour_column: int | None = None
     single: bool = False
     """Asked for by one name: -o json/yaml/jsonpath print the object itself, not a List."""
 
 
-def _sort_key(values: list[Any]) -> tuple[int, Any]:
+def _sort_key(values: JSONList) -> tuple[int, str | int | float]:
     """kubectl's --sort-by order: missing first, then numbers by value, then the rest as text."""
     if not values or values[0] is None:
         return (0, "")

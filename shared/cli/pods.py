@@ -8,8 +8,9 @@ import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any, TextIO
+from typing import TextIO
 
+from nats.aio.msg import Msg
 from nats.js.api import DeliverPolicy
 
 from kubus.api.objects import LabelSelector
@@ -190,7 +191,7 @@ async def watch_pods(
     shape = output if isinstance(output, Output) else output_of(output)
     changed: asyncio.Queue[ClusterEvent] = asyncio.Queue()
 
-    async def on_event(msg: Any) -> None:
+    async def on_event(msg: Msg) -> None:
         try:
             changed.put_nowait(decode(ClusterEvent, msg.data))
         except ValueError:

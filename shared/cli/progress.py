@@ -17,7 +17,11 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import TextIO
+
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 
 from kubus.bus.subjects import EventKind, event_filter
 from kubus.core import codec
@@ -85,7 +89,7 @@ class PodTracker:
         """``pods``: (namespace/name, uid) of every pod to follow."""
         self.state = state
         self.pods: dict[str, PodTimes] = {key: PodTimes(key, uid) for key, uid in pods}
-        self._subs: list[Any] = []
+        self._subs: list[Subscription] = []
         self._history: list[tuple[float, int]] = []
         self._turn = 0
         """Where the next limited poll starts among the pods it reads (`poll`)."""
@@ -96,10 +100,10 @@ class PodTracker:
         """Record that the pod was stored by JetStream (its submit ack) at ``at`` (default now)."""
         self.pods[key].submitted = time.time() if at is None else at
 
-    async def follow_events(self, nc: Any) -> None:
+    async def follow_events(self, nc: NATS) -> None:
         """Subscribe (core NATS) to pod events, for bind and start moments as they happen."""
 
-        async def on_event(msg: Any) -> None:
+        async def on_event(msg: Msg) -> None:
             now = time.time()
             # Only the kind and the name, not a checked ClusterEvent: two events per pod, and the
             # tracker shares the machine with what it measures.

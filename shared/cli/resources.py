@@ -7,11 +7,12 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import BinaryIO
 
 import yaml
 
 from kubus.api.manifests import list_items, read_documents
+from kubus.core.codec import JSONList
 from kubus.core.errors import UsageError
 
 __all__ = ["RESOURCES", "ResourceChoices", "manifest_paths", "objects_in_files", "resource_choices", "targets"]
@@ -99,7 +100,7 @@ def manifest_paths(paths: Sequence[str], *, recursive: bool = False) -> list[str
     return out
 
 
-def objects_in_files(paths: Sequence[str], stdin: Any = None) -> list[tuple[str, str, str]]:
+def objects_in_files(paths: Sequence[str], stdin: BinaryIO | None = None) -> list[tuple[str, str, str]]:
     """(kind, namespace, name) of every object in the manifests at ``paths`` ('-' reads
     standard input), List items included, in order; namespace "" for a cluster-scoped kind
     and "default" for a namespaced one that names none. Only the names are read: `kubus delete
@@ -118,7 +119,7 @@ def objects_in_files(paths: Sequence[str], stdin: Any = None) -> list[tuple[str,
             raise UsageError(f"{path}: cannot read the file: {e.strerror or e}") from None
         except (yaml.YAMLError, ValueError) as e:
             raise UsageError(f"{path}: {' '.join(str(e).split())}") from None
-        items: list[Any] = []
+        items: JSONList = []
         for doc in docs:
             if (listed := list_items(doc)) is not None:
                 items += listed

@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cmp_to_key
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from kubus.api.gpus import pod_gpu_devices, pod_gpu_request
 from kubus.api.manifests import Manifests
@@ -33,6 +33,7 @@ from kubus.api.objects import Pod
 from kubus.api.podgroups import pod_group_key
 from kubus.api.priority import PriorityError, resolve_priority
 from kubus.api.workloads import Workloads
+from kubus.core.codec import JSONObject
 from kubus.framework.config import SchedulerConfiguration, ignored_warnings
 from kubus.framework.hints import Hint, fit_hints
 from kubus.framework.interface import QueueSortPlugin
@@ -45,6 +46,9 @@ from kubus.kernels.node_table import NodeTable
 from kubus.kernels.nodeinfo import PodInfo
 from kubus.plugins import PrioritySort, QueuedPodInfo, in_tree_registry
 from kubus.plugins.gpu_fit import pick_devices
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsRichComparison
 
 SCHEDULED = "Scheduled"
 UNSCHEDULABLE = "Unschedulable"
@@ -91,7 +95,7 @@ def queue_order(pods: Sequence[Pod], queue_sort: QueueSortPlugin | None = None) 
     """The pods in the order kube's activeQ pops them: by the QueueSort plugin's `less`
     (PrioritySort when None), each pod queued at its creation time; equal pods as given."""
     sort = queue_sort if queue_sort is not None else PrioritySort()
-    key: Callable[[QueuedPodInfo], Any]
+    key: Callable[[QueuedPodInfo], SupportsRichComparison]
     sort_key = getattr(sort, "sort_key", None)
     if callable(sort_key):
         key = sort_key
@@ -296,10 +300,10 @@ def _evicted(outcomes: list[PodOutcome], r: ScheduleResult) -> None:
 # ---- output ----------------------------------------------------------------------------------
 
 
-def to_json(outcomes: Sequence[PodOutcome], *, explain: bool) -> dict[str, Any]:
+def to_json(outcomes: Sequence[PodOutcome], *, explain: bool) -> JSONObject:
     pods = []
     for o in outcomes:
-        entry: dict[str, Any] = {
+        entry: JSONObject = {
             "name": o.pod.name,
             "namespace": o.pod.namespace,
             "node": o.node,
@@ -321,7 +325,7 @@ def to_json(outcomes: Sequence[PodOutcome], *, explain: bool) -> dict[str, Any]:
     return {"pods": pods}
 
 
-def _explain_json(e: NodeExplain) -> dict[str, Any]:
+def _explain_json(e: NodeExplain) -> JSONObject:
     return {
         "filter": e.filter,
         "scores": {p: {"raw": s.raw, "normalized": s.normalized, "weighted": s.weighted} for p, s in e.scores.items()},

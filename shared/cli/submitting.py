@@ -5,15 +5,17 @@ and the tests submit pods this way."""
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+
+from nats.js import JetStreamContext
 
 from kubus.api.manifests import parse_pod
 from kubus.bus import msgids
 from kubus.bus.connection import Publication, publish_durable_many
 from kubus.bus.subjects import PODS_SUBMIT
 from kubus.core import codec
+from kubus.core.codec import JSONObject
 
 __all__ = ["SubmitManifest", "pod_manifests", "submit"]
 
@@ -41,7 +43,7 @@ class SubmitManifest:
         return msgids.submit(self.namespace, self.name, self.data)
 
 
-def pod_manifests(objects: Sequence[dict[str, Any]], source: str = "<generated>") -> list[SubmitManifest]:
+def pod_manifests(objects: Sequence[JSONObject], source: str = "<generated>") -> list[SubmitManifest]:
     """Pod manifests given as dicts (a generated workload), validated, ready to submit.
     Raises ManifestError for an invalid one."""
     out = []
@@ -52,7 +54,11 @@ def pod_manifests(objects: Sequence[dict[str, Any]], source: str = "<generated>"
 
 
 async def submit(
-    js: Any, pods: Sequence[SubmitManifest], *, window: int = _PUBLISH_WINDOW, on_ack: Any = None
+    js: JetStreamContext,
+    pods: Sequence[SubmitManifest],
+    *,
+    window: int = _PUBLISH_WINDOW,
+    on_ack: Callable[[int, bool, float], object] | None = None,
 ) -> list[bool]:
     """Publish every pod to ``kubus.pods.submit``, ``window`` at a time (sent together, then
     their acks awaited); returns, in order, whether each was new (False: JetStream already had

@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 import sys
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import TextIO
 
 from kubus.api.objects import LabelSelector
 from kubus.api.pod_affinity import selector_matches
@@ -16,6 +16,7 @@ from kubus.cli.nodes import NO_NODES, nodes_in_use
 from kubus.cli.not_found import not_found
 from kubus.cli.output import DOCUMENT_OUTPUTS, write_document, write_table
 from kubus.cli.pods import format_devices
+from kubus.core.codec import JSONObject
 from kubus.core.settings import ConnectionSettings
 from kubus.kernels.nodeinfo import PodInfo
 from kubus.store.records import NodeRecord
@@ -58,7 +59,7 @@ async def top_nodes(
     if output in DOCUMENT_OUTPUTS:
         doc = []
         for record, info in nodes:
-            item: dict[str, Any] = {
+            item: JSONObject = {
                 "name": record.name,
                 "requested": dict(info.requested),
                 "allocatable": dict(record.allocatable),

@@ -17,11 +17,11 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import yaml
 
 from kubus.api.synthetic import SIMULATED_ZONES_ANNOTATION, ZONE_LABEL
+from kubus.core.codec import JSONMapping, JSONObject, JSONValue
 
 __all__ = [
     "BENCH_WORKLOADS",
@@ -148,14 +148,14 @@ _GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoS
 
 
 def _pod(
-    namespace: str, name: str, kind: str, scheduler: str, container: dict[str, Any], **spec: Any
-) -> dict[str, Any]:
+    namespace: str, name: str, kind: str, scheduler: str, container: JSONObject, **spec: JSONValue
+) -> JSONObject:
     labels = {KIND_LABEL: kind, "app": name.rsplit("-", 1)[0]}
     annotations = spec.pop("annotations", None)
-    metadata: dict[str, Any] = {"name": name, "namespace": namespace, "labels": labels}
+    metadata: JSONObject = {"name": name, "namespace": namespace, "labels": labels}
     if annotations:
         metadata["annotations"] = annotations
-    body: dict[str, Any] = {"containers": [container], **spec}
+    body: JSONObject = {"containers": [container], **spec}
     if scheduler != "default-scheduler":
         body["schedulerName"] = scheduler
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": body}
@@ -168,7 +168,7 @@ def mixed_workload(
     namespace: str = "default",
     prefix: str = "pod",
     profiles: Sequence[str] = ("default-scheduler",),
-) -> list[dict[str, Any]]:
+) -> list[JSONObject]:
     """``count`` Pod manifests, named ``<prefix>-<kind>-<i>``, spread round-robin over
     ``profiles`` (spec.schedulerName). Mix: 55% CPU services (250m-2 CPU, 256Mi-4Gi), 20%
     whole-GPU jobs (1, 2 or 4 GPUs, some pinned to the H100 model), 20% shared-GPU slices
@@ -183,7 +183,7 @@ def mixed_workload(
             kind = "cpu"
             requests = {"cpu": rng.choice(("250m", "500m", "1", "2")), "memory": rng.choice(("256Mi", "1Gi", "4Gi"))}
             container = {"name": "app", "image": image, "resources": {"requests": requests}}
-            spec: dict[str, Any] = {}
+            spec: JSONObject = {}
         elif roll < 0.75:
             kind = "gpu"
             gpus = rng.choice(("1", "1", "2", "4"))
@@ -214,7 +214,7 @@ def mixed_workload(
     return pods
 
 
-def impossible_pods(namespace: str = "default", prefix: str = "pod") -> list[dict[str, Any]]:
+def impossible_pods(namespace: str = "default", prefix: str = "pod") -> list[JSONObject]:
     """Two pods no simulated node can take (16 GPUs on an 8-GPU node; a zone that does not
     exist), so a demo has a "why pending" to show."""
     return [
@@ -260,7 +260,7 @@ class PodShape:
 
     namespace: str
     labels: Mapping[str, str]
-    spec: Mapping[str, Any] = field(default_factory=dict)
+    spec: JSONMapping = field(default_factory=dict)
     """Added to the pod's spec: affinity, topologySpreadConstraints, priority."""
     cpu: str = "100m"
 
@@ -289,7 +289,7 @@ class PodConstraintWorkload:
     """scheduler_perf's node count for it (`kubus bench --nodes` when not given)."""
 
 
-def _affinity(kind: str, color: str, key: str) -> dict[str, Any]:
+def _affinity(kind: str, color: str, key: str) -> JSONObject:
     term = {
         "labelSelector": {"matchLabels": {"color": color}},
         "topologyKey": key,
@@ -298,7 +298,7 @@ def _affinity(kind: str, color: str, key: str) -> dict[str, Any]:
     return {"affinity": {kind: {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}}
 
 
-def _spread(when: str) -> dict[str, Any]:
+def _spread(when: str) -> JSONObject:
     constraint = {
         "maxSkew": 5,
         "topologyKey": ZONE_LABEL,
@@ -381,17 +381,17 @@ pods of 3 cpu at priority 10 that must each preempt three; scheduler_perf runs i
 (`--nodes 500`: 2,000 init and 500 measured pods)."""
 
 
-def _constraint_pod(name: str, shape: PodShape, scheduler: str) -> dict[str, Any]:
+def _constraint_pod(name: str, shape: PodShape, scheduler: str) -> JSONObject:
     container = {
         "name": "pause",
         "image": "registry.k8s.io/pause:3.5",
         "ports": [{"containerPort": 80}],
         "resources": {"requests": {"cpu": shape.cpu, "memory": "500Mi"}},
     }
-    metadata: dict[str, Any] = {"name": name, "namespace": shape.namespace}
+    metadata: JSONObject = {"name": name, "namespace": shape.namespace}
     if shape.labels:
         metadata["labels"] = dict(shape.labels)
-    spec: dict[str, Any] = {"containers": [container], **shape.spec}
+    spec: JSONObject = {"containers": [container], **shape.spec}
     if scheduler != "default-scheduler":
         spec["schedulerName"] = scheduler
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
@@ -403,7 +403,7 @@ def pod_constraint_pods(
     measured: int,
     *,
     profiles: Sequence[str] = ("default-scheduler",),
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+) -> tuple[list[JSONObject], list[JSONObject]]:
     """The init pods (``init-<i>``) and the measured pods (``measured-<i>``) of ``workload``, as
     Pod manifests, each half spread round-robin over ``profiles``."""
     return (
@@ -412,6 +412,6 @@ def pod_constraint_pods(
     )
 
 
-def to_yaml(pods: Iterable[dict[str, Any]]) -> str:
+def to_yaml(pods: Iterable[JSONObject]) -> str:
     """Manifests as one multi-document YAML text."""
     return yaml.safe_dump_all(list(pods), sort_keys=False)

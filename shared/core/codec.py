@@ -6,16 +6,29 @@ Nothing else calls orjson directly, so encoding options and error types live in 
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeAlias
 
 import orjson
+
+# Decoded JSON and YAML are untyped: orjson.loads and yaml's loaders return Any, and a value's
+# type is only known once a reader has checked it (kubus.api's Reader, the config decoders).
+# These aliases name that one fact, so every other module says "JSON" rather than "Any".
+JSONValue: TypeAlias = Any
+"""A decoded JSON/YAML value of unchecked type: dict, list, str, int, float, bool or None."""
+JSONObject: TypeAlias = dict[str, Any]
+"""A decoded JSON object (or one being built for encoding): str keys, values of any JSON type."""
+JSONMapping: TypeAlias = Mapping[str, Any]
+"""A read-only view of a JSON object: what a function that only reads a document accepts."""
+JSONList: TypeAlias = list[Any]
+"""A decoded JSON array."""
 
 DecodeError = orjson.JSONDecodeError
 """Raised by `loads` for malformed JSON (a ValueError)."""
 
 
-def dumps(obj: Any, *, pretty: bool = False, default: Callable[[Any], Any] | None = None) -> bytes:
+# Any: ``default`` is handed whatever orjson cannot encode natively, of any type (as orjson's own).
+def dumps(obj: object, *, pretty: bool = False, default: Callable[[Any], JSONValue] | None = None) -> bytes:
     """JSON bytes; dataclasses and enums are encoded natively, dict keys as given. ``default``
     turns a value of any other type into one that is encoded (or raises TypeError)."""
     return orjson.dumps(obj, default=default, option=orjson.OPT_INDENT_2 if pretty else 0)
@@ -25,7 +38,7 @@ _LARGE = 1 << 20
 """Bytes of JSON from which `loads` holds the cyclic collector off while it builds the result."""
 
 
-def loads(data: bytes | str) -> Any:
+def loads(data: bytes | str) -> JSONValue:
     """Parse JSON. Raises DecodeError (a ValueError) on malformed input.
 
     A large document (an apiserver's list of thousands of pods) is parsed with the cyclic
@@ -40,7 +53,7 @@ def loads(data: bytes | str) -> Any:
         gc.enable()
 
 
-def text(value: Any) -> str:
+def text(value: object) -> str:
     """``value`` as str: bytes decoded as UTF-8 (a Redis reply, whether or not the client
     decodes responses), None as "", anything else by str()."""
     if isinstance(value, bytes):

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from threading import Thread
 from typing import Any, Protocol
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from wsgiref.types import StartResponse, WSGIEnvironment
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer, generate_latest
@@ -394,7 +395,7 @@ class Health(Protocol):
 
 class _QuietHandler(WSGIRequestHandler):
     # Probes hit these endpoints every few seconds; one log line per request would drown the service's own.
-    def log_message(self, format: str, *args: Any) -> None:
+    def log_message(self, format: str, *args: Any) -> None:  # Any: BaseHTTPRequestHandler's signature
         pass
 
 
@@ -436,7 +437,7 @@ def serve_metrics(
         probes = {"/healthz": health.liveness, "/readyz": ready}
     metrics_app = make_wsgi_app(metrics.registry)
 
-    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+    def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         probe = probes.get(environ.get("PATH_INFO", ""))
         if probe is None:
             metrics.refresh()

@@ -78,7 +78,7 @@ class _TimedSocketReads(_AsyncHiredisParser):
         super().__init__(socket_read_size)
         self.timeout: float | None = None
 
-    async def read_from_socket(self) -> Any:
+    async def read_from_socket(self) -> Any:  # Any: a reply, as redis-py's parser returns it
         if self.timeout is None:
             return await super().read_from_socket()  # type: ignore[no-untyped-call]
         try:
@@ -155,6 +155,7 @@ def sentinel_client(
     sentinels: Sequence[tuple[str, int]],
     master: str,
     *,
+    # Any: keyword arguments of redis-py's Sentinel and connections, passed on as they are.
     sentinel_options: dict[str, Any],
     **options: Any,
 ) -> KubusRedis:
@@ -179,6 +180,8 @@ def fast_connection(connection_class: type[AbstractConnection]) -> type[Abstract
     cls = _CLASSES.get(connection_class)
     if cls is None:
 
+        # Any: methods of a class made at run time (``type()`` below) over whichever redis-py
+        # connection class it extends, forwarding redis-py's own (untyped) arguments.
         def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
             kwargs.setdefault("parser_class", _TimedSocketReads)
             connection_class.__init__(self, *args, **kwargs)
@@ -218,7 +221,7 @@ def fast_connection(connection_class: type[AbstractConnection]) -> type[Abstract
     return cls
 
 
-def _packable(args: tuple[Any, ...]) -> bool:
+def _packable(args: tuple[object, ...]) -> bool:
     """Whether hiredis makes the bytes redis-py would: redis-py splits a str command name at
     any ASCII whitespace, a bytes one when it holds a space."""
     first = args[0]

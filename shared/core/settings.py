@@ -17,6 +17,7 @@ from urllib.parse import urlparse
 import redis.asyncio as aioredis
 import yaml
 
+from kubus.core.codec import JSONValue
 from kubus.core.errors import KubusError
 from kubus.core.redis_connection import KubusRedis, fast_connection, sentinel_client
 
@@ -143,7 +144,8 @@ def sentinel_addresses(text: str) -> list[tuple[str, int]]:
     return out
 
 
-def _coerce(name: str, value: Any, source: str) -> Any:
+# Any: a keyword argument of ConnectionSettings, of the type of the field it is for (many types).
+def _coerce(name: str, value: JSONValue, source: str) -> Any:
     """The value converted to the field's type; SettingsError naming ``source`` and ``name`` if it can't be."""
     if value is None:
         return None
@@ -166,7 +168,7 @@ def _coerce(name: str, value: Any, source: str) -> Any:
     raise SettingsError(f"{source}: {name}: expected a string, got {type(value).__name__} {value!r}")
 
 
-def _read_file(path: Path) -> dict[str, Any]:
+def _read_file(path: Path) -> dict[str, Any]:  # Any: ConnectionSettings' keyword arguments
     try:
         text = path.read_text()
     except OSError as exc:
@@ -179,7 +181,7 @@ def _read_file(path: Path) -> dict[str, Any]:
         return {}
     if not isinstance(data, dict):
         raise SettingsError(f"{path}: expected a mapping of setting names to values, got {type(data).__name__}")
-    values: dict[str, Any] = {}
+    values: dict[str, Any] = {}  # Any: as above
     for key, value in data.items():
         if key not in _FIELDS:
             raise SettingsError(f"{path}: unknown key {key!r} (known: {', '.join(_FIELDS)})")
@@ -191,7 +193,7 @@ def load_settings(
     *,
     file: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] = os.environ,
-    overrides: Mapping[str, Any] | None = None,
+    overrides: Mapping[str, object] | None = None,
 ) -> ConnectionSettings:
     """Settings from defaults, then ``file`` (YAML), then ``env`` (``KUBUS_<FIELD>``), then ``overrides``.
 
@@ -199,7 +201,7 @@ def load_settings(
     flags and optional secrets can be passed through as they are. Raises SettingsError for an
     unreadable file, an unknown key in the file or in ``overrides``, or a value of the wrong type.
     """
-    values: dict[str, Any] = {}
+    values: dict[str, Any] = {}  # Any: ConnectionSettings' keyword arguments, each of its field's type
     if file is not None:
         values.update(_read_file(Path(file)))
     for name in _FIELDS:
@@ -222,14 +224,14 @@ def _ssl_context(ca: str | None, cert: str | None, key: str | None) -> ssl.SSLCo
     return context
 
 
-def nats_connect_options(settings: ConnectionSettings) -> dict[str, Any]:
+def nats_connect_options(settings: ConnectionSettings) -> dict[str, Any]:  # Any: nats.connect's keywords
     """Keyword arguments for ``nats.connect``: servers, timeout, credentials and TLS.
 
     A TLS context is made (reading the files now) when any ``nats_tls_*`` is set; otherwise a
     ``tls://`` URL gets nats-py's default verification. Raises OSError/ssl.SSLError for
     unreadable certificate files.
     """
-    options: dict[str, Any] = {
+    options: dict[str, Any] = {  # Any: as above
         "servers": [url.strip() for url in settings.nats_url.split(",") if url.strip()],
         "connect_timeout": settings.connect_timeout,
     }
@@ -248,6 +250,7 @@ def nats_connect_options(settings: ConnectionSettings) -> dict[str, Any]:
     return options
 
 
+# Any: keyword arguments of redis-py's client and connections, of their own types, passed on.
 def redis_client(settings: ConnectionSettings, **kwargs: Any) -> KubusRedis:
     """A redis.asyncio client for ``settings`` (bytes responses unless ``kwargs`` say otherwise).
 
@@ -257,7 +260,7 @@ def redis_client(settings: ConnectionSettings, **kwargs: Any) -> KubusRedis:
     (`KubusRedis.confirm_replicated`). Raises SettingsError when TLS files are set but the URL is
     not ``rediss://``.
     """
-    options: dict[str, Any] = {
+    options: dict[str, Any] = {  # Any: as above
         "socket_connect_timeout": settings.connect_timeout,
         "socket_timeout": REDIS_REPLY_TIMEOUT,
         "decode_responses": False,
@@ -287,7 +290,7 @@ def redis_client(settings: ConnectionSettings, **kwargs: Any) -> KubusRedis:
         if url.password and "password" not in options:
             options["password"] = url.password
         options["db"] = int(url.path.strip("/") or 0)
-        sentinel_options: dict[str, Any] = {
+        sentinel_options: dict[str, str | float | None] = {
             "socket_connect_timeout": settings.connect_timeout,
             "socket_timeout": settings.connect_timeout,
         }

@@ -15,9 +15,10 @@ import numpy as np
 
 from kubus.api.objects import Pod
 from kubus.framework.cycle_state import SNAPSHOT_STATE_KEY, CycleState
-from kubus.framework.interface import FilterResult, Rejection, Rows
+from kubus.framework.interface import FilterResult, PluginInstance, Rejection, Rows
 from kubus.framework.registry import PluginSpec, extension_points_of
-from kubus.framework.status import Status
+from kubus.framework.status import Code, Status
+from kubus.kernels.backend import Array, ArrayModule
 from kubus.kernels.node_table import NodeTable, TableView
 from kubus.kernels.nodeinfo import NodeInfo
 
@@ -37,11 +38,12 @@ def _rows(view: TableView, rows: Rows) -> np.ndarray:
 class NodewisePlugin:
     """A vectorized face on a nodewise plugin instance."""
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: PluginInstance) -> None:
         self.inner = inner
         self.name: str = inner.name
         self.placement_sensitive: bool = getattr(inner, "placement_sensitive", True)
 
+    # Any: whatever the wrapped plugin has under that name.
     def __getattr__(self, name: str) -> Any:
         # extension points that see no node (pre_enqueue, less, permit, bind...) pass straight through
         return getattr(self.inner, name)
@@ -55,7 +57,7 @@ class NodewisePlugin:
         _with_snapshot(state, view.table)
         rows_h = _rows(view, rows)
         passed = np.zeros(len(rows_h), dtype=bool)
-        by_reason: dict[tuple[str, Any], np.ndarray] = {}
+        by_reason: dict[tuple[str, Code], np.ndarray] = {}
         for i, row in enumerate(rows_h):
             info = view.table.infos[row]
             if info is None:
@@ -75,13 +77,13 @@ class NodewisePlugin:
         status: Status = self.inner.pre_score(state, pod, list(table.node_infos()))
         return status
 
-    def score(self, state: CycleState, pod: Pod, view: TableView, rows: Rows) -> Any:
+    def score(self, state: CycleState, pod: Pod, view: TableView, rows: Rows) -> Array:
         _with_snapshot(state, view.table)
         infos: list[NodeInfo | None] = view.table.infos
         out = [0 if infos[r] is None else int(self.inner.score(state, pod, infos[r])) for r in _rows(view, rows)]
         return view.xp.asarray(np.array(out, dtype=np.int64))
 
-    def normalize_score(self, state: CycleState, pod: Pod, xp: Any, scores: Any) -> Any:
+    def normalize_score(self, state: CycleState, pod: Pod, xp: ArrayModule, scores: Array) -> Array:
         normalize = getattr(self.inner, "normalize_score", None)
         if normalize is None:
             return scores
@@ -104,7 +106,7 @@ def nodewise_spec(plugin_class: type, args_type: type | None = None) -> PluginSp
     """A registry entry for a nodewise plugin class: its own extension points, adapted instances."""
     base = PluginSpec.from_class(plugin_class, args_type)
 
-    def factory(args: Any, handle: Any) -> NodewisePlugin:
+    def factory(args: object, handle: object) -> NodewisePlugin:
         adapted = NodewisePlugin(base.factory(args, handle))
         if not hasattr(plugin_class, "normalize_score"):
             adapted.normalize_score = None  # type: ignore[assignment,method-assign]

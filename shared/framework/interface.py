@@ -34,18 +34,28 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeAlias, runtime_checkable
 
 from kubus.api.objects import Pod
 from kubus.framework.cycle_state import CycleState
 from kubus.framework.status import Code, Status
+from kubus.kernels.backend import Array, ArrayModule
 
 if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
+
+    from kubus.framework.runtime import Framework
     from kubus.kernels.node_table import NodeTable, TableView
     from kubus.kernels.nodeinfo import NodeInfo, PodInfo
 
-Rows = slice | Any
+Rows = slice | Array
 """slice(None) for all rows, or an integer index array (numpy or CuPy)."""
+
+PluginInstance: TypeAlias = Any
+"""A plugin object as its factory made it. Any: the extension points it implements (which of the
+Protocols below) are found at run time, from its methods (`extension_points_of`) and the
+profile, not from its static type; the framework files it under those Protocols as it is."""
 
 ALL_ROWS = slice(None)
 MAX_NODE_SCORE = 100
@@ -56,7 +66,7 @@ class Rejection:
     """One reason a filter rejects some nodes: `mask[i]` True means row i is rejected for it."""
 
     reason: str
-    mask: Any
+    mask: Array
     code: Code = Code.UNSCHEDULABLE
 
 
@@ -68,15 +78,15 @@ class FilterResult:
     mask, and may be in several (NodeResourcesFit reports every insufficient resource).
     """
 
-    passed: Any
+    passed: Array
     rejections: tuple[Rejection, ...] = ()
 
     @classmethod
-    def single(cls, passed: Any, reason: str, code: Code = Code.UNSCHEDULABLE) -> FilterResult:
+    def single(cls, passed: Array, reason: str, code: Code = Code.UNSCHEDULABLE) -> FilterResult:
         return cls(passed, (Rejection(reason, ~passed, code),))
 
     @classmethod
-    def of(cls, xp: Any, rejections: Sequence[Rejection], n: int) -> FilterResult:
+    def of(cls, xp: ArrayModule, rejections: Sequence[Rejection], n: int) -> FilterResult:
         """Combine rejections over n rows: a row passes when no rejection masks it."""
         if not rejections:
             return cls(xp.ones(n, dtype=bool))
@@ -97,6 +107,7 @@ class PreEnqueuePlugin(Plugin, Protocol):
 
 @runtime_checkable
 class QueueSortPlugin(Plugin, Protocol):
+    # Any: the queued pod's type (kubus.plugins.priority_sort.QueuedPodInfo) is of a layer above.
     def less(self, a: Any, b: Any) -> bool:
         """True when queued pod `a` should be scheduled before `b`."""
         ...
@@ -143,9 +154,9 @@ class FilterDiagnosis:
     table: NodeTable | None = None
     """The node table the pod was filtered against (the scheduler's; a PostFilter plugin may
     change it only to undo what it changed, e.g. a preemption dry run)."""
-    framework: Any = None
+    framework: Framework | None = None
     """The profile's `kubus.framework.runtime.Framework`, for dry runs of its Filter plugins."""
-    resolvable: Any = None
+    resolvable: NDArray[np.bool_] | None = None
     """Host bool per row: the row holds a node and no filter rejected it UnschedulableAndUnresolvable:
     where removing pods could help, the candidates of preemption."""
 
@@ -210,7 +221,7 @@ class FeasibleNodesPreScorePlugin(Plugin, Protocol):
     percentageOfNodesToScore sampling): PodTopologySpread. The scheduler runs its PreScore and
     Score at every decision, over the sampled feasible rows only (never cached per class)."""
 
-    def pre_score_feasible(self, state: CycleState, pod: Pod, table: NodeTable, rows: Any) -> Status:
+    def pre_score_feasible(self, state: CycleState, pod: Pod, table: NodeTable, rows: NDArray[np.intp]) -> Status:
         """PreScore with ``rows``: a host int array of the feasible rows being scored."""
         ...
 
@@ -219,14 +230,14 @@ class FeasibleNodesPreScorePlugin(Plugin, Protocol):
 class ScorePlugin(Plugin, Protocol):
     placement_sensitive: ClassVar[bool]
 
-    def score(self, state: CycleState, pod: Pod, view: TableView, rows: Rows) -> Any:
+    def score(self, state: CycleState, pod: Pod, view: TableView, rows: Rows) -> Array:
         """int64 score per row, 0..MAX_NODE_SCORE after normalization."""
         ...
 
 
 @runtime_checkable
 class NormalizeScorePlugin(Plugin, Protocol):
-    def normalize_score(self, state: CycleState, pod: Pod, xp: Any, scores: Any) -> Any:
+    def normalize_score(self, state: CycleState, pod: Pod, xp: ArrayModule, scores: Array) -> Array:
         """Scores of the nodes being scored (int64 array) -> normalized scores (new array)."""
         ...
 

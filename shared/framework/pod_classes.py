@@ -6,16 +6,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypeAlias
 
 from kubus.api.objects import Pod
 from kubus.framework.cycle_state import CycleState
-from kubus.framework.interface import is_cluster_scoped
+from kubus.framework.interface import FilterPlugin, PluginInstance, is_cluster_scoped
 from kubus.framework.runtime import Framework, PodScores, PointTimer
 from kubus.framework.status import Status
+from kubus.kernels.backend import Array
 from kubus.kernels.nodeinfo import PodInfo
 
-__all__ = ["Placements", "PodClass", "cluster_plugins", "journal_unbroken", "pod_class_key"]
+__all__ = ["Placements", "PodClass", "PodClassKey", "cluster_plugins", "journal_unbroken", "pod_class_key"]
+
+PodClassKey: TypeAlias = tuple[str, str, str, str, tuple[str, str, str] | None]
+"""`pod_class_key`: (namespace, labels, annotations, spec as text, the controller's (apiVersion,
+kind, name) or None)."""
 
 
 @dataclass(slots=True)
@@ -26,17 +31,17 @@ class PodClass:
     state: CycleState
     status: Status
     """Non-success when PreFilter or PreScore rejected or failed the class."""
-    candidates: Any = None
+    candidates: Array = None
     """bool per row: a node, and allowed by PreFilter results."""
-    static_pass: Any = None
+    static_pass: Array = None
     """bool per row: passes every filter plugin whose answer placements cannot change."""
-    sensitive_pass: Any = None
+    sensitive_pass: Array = None
     """bool per row: passes every placement-sensitive (row-local) filter plugin."""
-    cluster_pass: dict[str, Any] = field(default_factory=dict)
+    cluster_pass: dict[str, Array] = field(default_factory=dict)
     """Cluster-scoped filter plugin -> bool per row (all True while its PreFilter skips)."""
-    feasible: Any = None
-    sensitive_filters: tuple[Any, ...] = ()
-    cluster_plugins: tuple[Any, ...] = ()
+    feasible: Array = None
+    sensitive_filters: tuple[FilterPlugin, ...] = ()
+    cluster_plugins: tuple[PluginInstance, ...] = ()
     """The profile's cluster-scoped Filter/Score plugins: asked after every placement."""
     stale: set[str] = field(default_factory=set)
     """Cluster-scoped plugins a placement affected: rerun over every row before deciding."""
@@ -60,12 +65,12 @@ class PodClass:
     kept) this class has taken into `dirty`, `placed`, `evicted` and `stale`."""
     last_call: int = 0
     """The `Scheduler.schedule` call that last used this class (`KEEP_UNUSED_CALLS`)."""
-    affected_by: dict[Any, frozenset[str]] = field(default_factory=dict)
+    affected_by: dict[PodClassKey, frozenset[str]] = field(default_factory=dict)
     """A placed pod's class key -> the `cluster_plugins` whose `placement_affects` said True for
     it: pods of one class get the same answers, and a batch places many pods of few classes."""
     pod_info: PodInfo | None = None
     """The class's pod's PodInfo, once a pod of the class was placed: the others' are made from it."""
-    key: Any = None
+    key: PodClassKey | None = None
     """The class's key (`pod_class_key`): this one object in every placement of its pods, so
     that sets and dicts of placements' keys compare them by identity, not character by character."""
 
@@ -86,7 +91,7 @@ class Placements:
     rows: list[int] = field(default_factory=list)
     pairs: list[tuple[PodInfo, int]] = field(default_factory=list)
     """(pod, row) of each placement."""
-    keys: list[Any] = field(default_factory=list)
+    keys: list[PodClassKey] = field(default_factory=list)
     """The placed pod's class key (`pod_class_key`) of each placement."""
     evictions: list[int] = field(default_factory=list)
     """Ascending indices (counted as `base` is) of the placements that evicted pods."""
@@ -95,7 +100,7 @@ class Placements:
     def end(self) -> int:
         return self.base + len(self.rows)
 
-    def add(self, placed: PodInfo, row: int, evicted: bool, key: Any) -> None:
+    def add(self, placed: PodInfo, row: int, evicted: bool, key: PodClassKey) -> None:
         if evicted:
             self.evictions.append(self.end)
         self.rows.append(row)
@@ -110,23 +115,23 @@ class Placements:
         self.base = oldest
 
 
-def cluster_plugins(fw: Framework) -> tuple[Any, ...]:
+def cluster_plugins(fw: Framework) -> tuple[PluginInstance, ...]:
     """The profile's cluster-scoped Filter and Score plugins, each once, in profile order."""
-    found: dict[str, Any] = {}
+    found: dict[str, PluginInstance] = {}
     for plugin in (*fw.filter, *(p for p, _ in fw.score)):
         if is_cluster_scoped(plugin):
             found.setdefault(plugin.name, plugin)
     return tuple(found.values())
 
 
-def journal_unbroken(journal: Sequence[tuple[Any, int, bool, int]], since: int, now: int) -> bool:
+def journal_unbroken(journal: Sequence[tuple[PodInfo, int, bool, int]], since: int, now: int) -> bool:
     """Whether the journal accounts for every change of the table from version ``since`` to
     ``now``: each change bumps the version by one, so the versions it noted are exactly those."""
     versions = sorted({entry[3] for entry in journal})
     return versions == list(range(since + 1, now + 1))
 
 
-def pod_class_key(pod: Pod) -> Any:
+def pod_class_key(pod: Pod) -> PodClassKey:
     """Pods with equal keys get equal Filter/Score results (all plugins read only these: the
     namespace, labels, annotations, controller (default topology spreading's workload) and spec;
     not the name or uid)."""

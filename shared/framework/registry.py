@@ -20,9 +20,9 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from importlib.metadata import entry_points
-from typing import Any
 
 from kubus.core.errors import KubusError
+from kubus.framework.interface import PluginInstance
 
 ENTRY_POINT_GROUP = "kubus.plugins"
 
@@ -71,7 +71,7 @@ METHOD_EXTENSION_POINTS: dict[str, ExtensionPoint] = {
 """Method a plugin class defines -> the extension point that makes it. A Reserve plugin must
 define `unreserve` as well, as kube's ReservePlugin interface has both."""
 
-PluginFactory = Callable[[Any, Any], Any]
+PluginFactory = Callable[[object, object], PluginInstance]
 """`factory(args, handle) -> plugin`: args are the decoded plugin args (None for a plugin without
 an args type); handle is the framework's handle, whatever the framework passes."""
 

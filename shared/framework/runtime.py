@@ -29,6 +29,7 @@ from kubus.framework.interface import (
     FilterPlugin,
     FilterResult,
     PermitPlugin,
+    PluginInstance,
     PostBindPlugin,
     PostFilterPlugin,
     PostFilterResult,
@@ -39,6 +40,7 @@ from kubus.framework.interface import (
     PreScorePlugin,
     QueueSortPlugin,
     ReservePlugin,
+    Rows,
     ScorePlugin,
     has_pre_filter_extensions,
     is_cluster_scoped,
@@ -47,9 +49,13 @@ from kubus.framework.interface import (
 )
 from kubus.framework.registry import ExtensionPoint
 from kubus.framework.status import Code, Status
-from kubus.framework.waiting import WaitingPods
+from kubus.framework.waiting import Decision, WaitingPods
+from kubus.kernels.backend import Array
 
 if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
+
     from kubus.framework.registry import Registry
     from kubus.kernels.node_table import NodeTable, TableView
     from kubus.kernels.nodeinfo import NodeInfo, PodInfo
@@ -85,9 +91,10 @@ class UnreserveStore(Protocol):
 
     async def node_info(self, name: str) -> NodeInfo | None: ...
 
+    # Any: `kubus.store.PermitState`s, of a layer above the framework (read as `WaitingPods.load_states` reads them).
     async def waiting_pods(self, profile: str) -> Sequence[Any]: ...
 
-    async def apply_permit_decisions(self, decisions: Iterable[Any]) -> None: ...
+    async def apply_permit_decisions(self, decisions: Iterable[Decision]) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,12 +129,13 @@ class PreFilterResult:
 class ScoreTerm:
     """One Score plugin's raw scores for one pod, kept between decisions."""
 
-    plugin: Any
+    plugin: PluginInstance
+    """A Score plugin; NormalizeScore and feasible-nodes PreScore too, where it has them."""
     weight: int
     normalizes: bool
     sensitive: bool
     """Placement-sensitive and row-local: rescored on the rows placements touch (`run_score_rows`)."""
-    raw: Any = None
+    raw: Array = None
     """int64 raw scores for every row (None for a `per_decision` term)."""
     cluster: bool = False
     """Cluster-scoped (`ClusterScopedPlugin`): rescored over every row when a placement affects it."""
@@ -143,7 +151,7 @@ class PodScores:
     """A pod's Score plugins over every row (`Framework.run_score`), moved by the later runs."""
 
     terms: list[ScoreTerm]
-    base: Any
+    base: Array
     """int64 per row: the weighted sum of the active terms without NormalizeScore (they need no
     renormalizing at a decision)."""
 
@@ -168,9 +176,9 @@ class Framework:
     post_bind: tuple[PostBindPlugin, ...] = ()
     percentage_of_nodes_to_score: int | None = None
     """None: kube's adaptive percentage."""
-    plugins: Mapping[str, Any] = field(default_factory=dict)
+    plugins: Mapping[str, PluginInstance] = field(default_factory=dict)
     """Every plugin instance of the profile by name."""
-    handle: Any = None
+    handle: WaitingPods | None = None
     """What the plugins' factories got (a `kubus.framework.waiting.WaitingPods`, or None)."""
 
     @classmethod
@@ -180,21 +188,21 @@ class Framework:
         registry: Registry,
         *,
         percentage_of_nodes_to_score: int | None = None,
-        handle: Any = None,
+        handle: WaitingPods | None = None,
     ) -> Framework:
         """Instantiate a profile's plugins from the registry (one instance per plugin name).
 
         The profile's own percentageOfNodesToScore wins over the global one, as in kube.
         """
-        instances: dict[str, Any] = {}
+        instances: dict[str, PluginInstance] = {}
 
-        def get(name: str) -> Any:
+        def get(name: str) -> PluginInstance:
             if name not in instances:
                 spec = registry.get(name)
                 instances[name] = spec.factory(profile.plugin_args.get(name), handle)
             return instances[name]
 
-        def at(point: ExtensionPoint) -> Sequence[Any]:
+        def at(point: ExtensionPoint) -> Sequence[PluginInstance]:
             return [get(ref.name) for ref in profile.plugins.get(point, ())]
 
         sorts = at(ExtensionPoint.QUEUE_SORT)
@@ -284,7 +292,7 @@ class Framework:
 
     @staticmethod
     def _add_pods(
-        plugin: Any, state: CycleState, pod: Pod, table: NodeTable, placed: Sequence[tuple[PodInfo, int]]
+        plugin: PluginInstance, state: CycleState, pod: Pod, table: NodeTable, placed: Sequence[tuple[PodInfo, int]]
     ) -> bool:
         """AddPod of ``plugin`` for each placed pod, in order; False when it has no AddPod, its
         PreFilter skipped (a placement may end the skip: it must run again) or an AddPod failed
@@ -298,7 +306,7 @@ class Framework:
         state: CycleState,
         pod: Pod,
         view: TableView,
-        rows: Any = ALL_ROWS,
+        rows: Rows = ALL_ROWS,
         *,
         plugins: Sequence[FilterPlugin] | None = None,
         timer: PointTimer | None = None,
@@ -321,8 +329,8 @@ class Framework:
 
     @staticmethod
     def run_filter_passed(
-        state: CycleState, pod: Pod, view: TableView, rows: Any, plugins: Sequence[FilterPlugin], passed: Any
-    ) -> Any:
+        state: CycleState, pod: Pod, view: TableView, rows: Rows, plugins: Sequence[FilterPlugin], passed: Array
+    ) -> Array:
         """``passed`` (bool per row of ``rows``) and-ed with the Filter of each of ``plugins`` over
         ``rows``, skipped plugins passing: a placement's rows, rechecked at a decision. A new
         array; untimed."""
@@ -409,7 +417,7 @@ class Framework:
         return scores
 
     @staticmethod
-    def run_score_rows(state: CycleState, pod: Pod, view: TableView, scores: PodScores, rows: Any) -> None:
+    def run_score_rows(state: CycleState, pod: Pod, view: TableView, scores: PodScores, rows: Rows) -> None:
         """Score again over ``rows`` (the rows placements touched) of the placement-sensitive,
         row-local terms, in place. Untimed."""
         base = scores.base
@@ -443,8 +451,15 @@ class Framework:
                 scores.base = scores.base + term.raw * term.weight
 
     def run_normalize_score(
-        self, state: CycleState, pod: Pod, table: NodeTable, scores: PodScores, rows: Any, *, explain: bool = False
-    ) -> tuple[Status, Any, list[tuple[ScoreTerm, Any, Any]]]:
+        self,
+        state: CycleState,
+        pod: Pod,
+        table: NodeTable,
+        scores: PodScores,
+        rows: NDArray[np.intp],
+        *,
+        explain: bool = False,
+    ) -> tuple[Status, Array, list[tuple[ScoreTerm, Array, Array]]]:
         """The total score of each of ``rows`` (a host int array: the feasible rows being scored)
         as kube's RunScorePlugins gives it: PreScore (when the profile runs it at PreScore) and
         Score of the terms reading the feasible nodes over ``rows``, NormalizeScore of every
@@ -454,7 +469,7 @@ class Framework:
         xp = table.backend.xp
         d_rows = xp.asarray(rows)
         total = scores.base[d_rows]
-        details: list[tuple[ScoreTerm, Any, Any]] = []
+        details: list[tuple[ScoreTerm, Array, Array]] = []
         for term in scores.terms:
             plugin = term.plugin
             if term.per_decision:
@@ -615,7 +630,7 @@ class Framework:
 
 
 async def _call(
-    name: str, point: ExtensionPoint, timer: PluginTimer | None, fn: Callable[..., Any], *args: Any
+    name: str, point: ExtensionPoint, timer: PluginTimer | None, fn: Callable[..., object], *args: object
 ) -> Status:
     """Run one plugin method (sync or a coroutine); a raise is an Error status."""
     started = time.perf_counter()

@@ -20,7 +20,6 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
 
@@ -39,7 +38,14 @@ from kubus.framework.diagnosis import (
     resolvable,
 )
 from kubus.framework.interface import FilterDiagnosis, is_cluster_scoped, is_placement_sensitive, reads_table_only
-from kubus.framework.pod_classes import Placements, PodClass, cluster_plugins, journal_unbroken, pod_class_key
+from kubus.framework.pod_classes import (
+    Placements,
+    PodClass,
+    PodClassKey,
+    cluster_plugins,
+    journal_unbroken,
+    pod_class_key,
+)
 from kubus.framework.registry import ExtensionPoint
 from kubus.framework.results import NodeExplain, ScheduleResult, ScoreDetail
 from kubus.framework.runtime import Framework, PodScores, PointTimer
@@ -89,7 +95,7 @@ class Scheduler:
         in `PLUGIN_SAMPLE` (as kube samples its plugin metrics): the services' metrics."""
         self._evaluations = 0
         self.next_start_node_index = 0
-        self._classes: dict[Any, PodClass] = {}
+        self._classes: dict[PodClassKey, PodClass] = {}
         """The pod classes evaluated so far, while they stay in step with the table."""
         self._calls = 0
         """`schedule` calls so far."""
@@ -137,11 +143,12 @@ class Scheduler:
             if result.node is not None:
                 row = self.table.row_of[result.node]
                 placed = result.pod_info or self.table.node_info(row).pods[pod.key]
+                assert cls.key is not None  # set when the class was made, above
                 self._placements.add(placed, row, bool(result.preempted), cls.key)
         self._keep()
         return results
 
-    def _classes_in_step(self) -> dict[Any, PodClass]:
+    def _classes_in_step(self) -> dict[PodClassKey, PodClass]:
         """The classes kept from the last batch, brought in step with the pods assumed and
         forgotten in the table since (events, a resync, a reservation given back: its journal),
         taken in as placements are, a forgotten pod as an eviction (any count may drop). None

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from kubus.api.attempts import Attempt
 from kubus.framework.podgroups import PodGroups
 
 __all__ = ["Decision", "DecisionKind", "WaitingPods"]
@@ -31,7 +32,7 @@ class Decision:
 
     kind: DecisionKind
     uid: str
-    attempt: int
+    attempt: Attempt
     plugin: str
     message: str = ""
 
@@ -41,7 +42,7 @@ class _WaitingPod:
     uid: str
     key: str
     node: str
-    attempt: int
+    attempt: Attempt
     pending: set[str]
     owner: WaitingPods
     rejected: str = ""
@@ -122,7 +123,7 @@ class WaitingPods:
         for uid, key, node, attempt, pending in pods:
             self.add(uid, key, node, attempt, pending)
 
-    def load_states(self, states: Iterable[Any]) -> None:
+    def load_states(self, states: Iterable[Any]) -> None:  # Any: kubus.store.PermitState, a layer above
         """Replace the view with these waits (`kubus.store.PermitState`s: uid, key, node,
         attempt, pending, rejected); rejected ones are left out. A new batch starts: members
         between Reserve and Permit are forgotten."""
@@ -132,7 +133,7 @@ class WaitingPods:
             if not s.rejected:
                 self.add(s.uid, s.key, s.node, s.attempt, s.pending, group=getattr(s, "group", ""))
 
-    def add(self, uid: str, key: str, node: str, attempt: int, pending: Iterable[str], *, group: str = "") -> None:
+    def add(self, uid: str, key: str, node: str, attempt: Attempt, pending: Iterable[str], *, group: str = "") -> None:
         """A pod that starts waiting now (later Permit calls of the batch see it)."""
         self._pods[uid] = _WaitingPod(uid, key, node, attempt, set(pending), self, group=group)
 

@@ -8,15 +8,24 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
+from numpy.typing import NDArray
 
 from kubus.core.errors import KubusError
 
 BACKENDS = ("auto", "numpy", "cupy")
+
+Array: TypeAlias = Any
+"""An array of the backend: a numpy.ndarray, or a cupy.ndarray on a GPU. Any: CuPy ships no type
+hints, and numpy's NDArray would refuse a cupy array (and its dtypes are set per column at run
+time). Host-only arrays are typed `numpy.typing.NDArray` instead."""
+ArrayModule: TypeAlias = ModuleType
+"""The array module, numpy or cupy (`Backend.xp`); its attributes are untyped (ModuleType)."""
 
 log = logging.getLogger(__name__)
 _logged: set[tuple[str, str]] = set()
@@ -29,18 +38,18 @@ class BackendUnavailable(KubusError, RuntimeError):
 @dataclass(frozen=True, slots=True)
 class Backend:
     name: str
-    xp: ModuleType
+    xp: ArrayModule
     """The array module: numpy or cupy."""
 
     @property
     def on_device(self) -> bool:
         return self.xp is not np
 
-    def asarray(self, host: Any) -> Any:
+    def asarray(self, host: Sequence[int] | NDArray[np.generic]) -> Array:
         """Host data (list or numpy array) as an array of this backend."""
         return self.xp.asarray(host)
 
-    def to_host(self, arr: Any) -> np.ndarray:
+    def to_host(self, arr: Array) -> np.ndarray:
         """An array of this backend as a numpy array (no copy on numpy)."""
         host: np.ndarray = arr if self.xp is np else self.xp.asnumpy(arr)
         return host

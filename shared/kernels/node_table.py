@@ -24,14 +24,14 @@ the last view.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import Generic, TypeVar
 
 import numpy as np
 
 from kubus.api.disruption import PodDisruptionBudget
-from kubus.api.objects import CPU, EPHEMERAL_STORAGE, MEMORY, PODS, Node
+from kubus.api.objects import CPU, EPHEMERAL_STORAGE, MEMORY, PODS, Node, Taint
 from kubus.api.workloads import NO_WORKLOADS, Workloads
-from kubus.kernels.backend import NUMPY, Backend
+from kubus.kernels.backend import NUMPY, Array, Backend
 from kubus.kernels.nodeinfo import NodeInfo, PodInfo
 from kubus.kernels.pod_index import PodIndex
 from kubus.kernels.tiebreak import node_tie_hash
@@ -62,21 +62,26 @@ USAGE_COLUMNS = ("req", "nz_cpu", "nz_mem", "gpu_free", "gpu_pods")
 node's own."""
 
 
-def _at(column: str, rows: Any) -> Any:
+def _at(column: str, rows: slice | Array) -> Array:
     """Index of `rows` in a column: resource columns are resource-major."""
     return (slice(None), rows) if _COLUMNS[column][1] == "r" else rows
 
 
-class Interned:
-    """Strings to small integers, 0 reserved for "none"."""
+_V = TypeVar("_V")
+_N = TypeVar("_N")
+
+
+class Interned(Generic[_V, _N]):
+    """Values (strings, taint sets) of type _V to small integers, 0 reserved for "none" (`none`,
+    of type _N, at 0 of `values` and not in `ids`)."""
 
     __slots__ = ("ids", "values")
 
-    def __init__(self) -> None:
-        self.ids: dict[Any, int] = {}
-        self.values: list[Any] = [None]
+    def __init__(self, none: _N) -> None:
+        self.ids: dict[_V, int] = {}
+        self.values: list[_V | _N] = [none]
 
-    def id(self, value: Any) -> int:
+    def id(self, value: _V) -> int:
         i = self.ids.get(value)
         if i is None:
             i = self.ids[value] = len(self.values)
@@ -94,7 +99,7 @@ JOURNAL_LIMIT = 50_000
 class TableView:
     """The table's arrays on the backend, consistent as of one `NodeTable.view()` call."""
 
-    def __init__(self, table: NodeTable, arrays: dict[str, Any], labels: dict[str, Any]) -> None:
+    def __init__(self, table: NodeTable, arrays: dict[str, Array], labels: dict[str, Array]) -> None:
         self.table = table
         self.xp = table.backend.xp
         self._arrays = arrays
@@ -103,16 +108,16 @@ class TableView:
         # times per decision, and an instance attribute is found without a __getattr__ call
         self.__dict__.update(arrays)
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> Array:
         # Reached only for a name that is not a column; declared so that type checkers know
         # the columns (set in __init__) are there.
         raise AttributeError(name)
 
-    def label(self, key: str) -> Any | None:
+    def label(self, key: str) -> Array | None:
         """The interned column of label `key`, or None when no node has the key."""
         return self._labels.get(key)
 
-    def replacing(self, arrays: dict[str, Any]) -> TableView:
+    def replacing(self, arrays: dict[str, Array]) -> TableView:
         """This view with some arrays replaced (same names, shapes and backend), the others
         shared: e.g. a what-if of the usage columns (`USAGE_COLUMNS`)."""
         return TableView(self.table, {**self._arrays, **arrays}, self._labels)
@@ -129,11 +134,11 @@ class NodeTable:
         self.infos: list[NodeInfo | None] = []
         self.row_of: dict[str, int] = {}
         self._free_rows: list[int] = []
-        self.taint_sets = Interned()
+        self.taint_sets: Interned[tuple[Taint, ...], tuple[Taint, ...]] = Interned(())
         self.taint_sets.values[0] = ()
         self.taint_sets.ids[()] = 0
-        self.label_values: dict[str, Interned] = {}
-        self.gpu_models = Interned()
+        self.label_values: dict[str, Interned[str, None]] = {}
+        self.gpu_models: Interned[str, None] = Interned(None)
         self.images: dict[str, dict[int, int]] = {}
         """Image name as the node reports it -> {row: size in bytes} for nodes that have it."""
         self.port_rows: dict[tuple[str, int], set[int]] = {}
@@ -168,8 +173,8 @@ class NodeTable:
         self._valid_rows: np.ndarray = np.empty(0, dtype=np.intp)
         self._valid_rows_version = -1
         # device mirror (CuPy only): arrays, rows changed since the last view, full re-upload flag
-        self._device: dict[str, Any] = {}
-        self._device_labels: dict[str, Any] = {}
+        self._device: dict[str, Array] = {}
+        self._device_labels: dict[str, Array] = {}
         self._dirty: set[int] = set()
         self._stale = True
         # host view (numpy): slices of the host arrays, live; made again only when rows or the
@@ -414,7 +419,7 @@ class NodeTable:
             label_col = self._labels.get(key)
             if label_col is None:
                 label_col = self._labels[key] = np.zeros(self._cap, dtype=np.int32)
-                self.label_values[key] = Interned()
+                self.label_values[key] = Interned(None)
                 self._stale = True
                 self._layout += 1
             label_col[row] = self.label_values[key].id(value)

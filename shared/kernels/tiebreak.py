@@ -9,7 +9,8 @@ scheduling does, whatever order nodes were evaluated in.
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+
+from kubus.kernels.backend import Array, ArrayModule
 
 _MASK = (1 << 64) - 1
 
@@ -28,7 +29,7 @@ def mix(x: int) -> int:
     return x ^ (x >> 31)
 
 
-def mix_array(xp: Any, x: Any) -> Any:
+def mix_array(xp: ArrayModule, x: Array) -> Array:
     """splitmix64's finalizer over a uint64 array (numpy or CuPy), equal to `mix` elementwise."""
     x = x.astype(xp.uint64, copy=True)
     x ^= x >> xp.uint64(30)
@@ -52,7 +53,7 @@ def tie_key(pod_hash: int, node_hash: int) -> int:
     return mix(pod_hash ^ node_hash)
 
 
-def tie_keys(xp: Any, pod_hash: int, node_hashes: Any) -> Any:
+def tie_keys(xp: ArrayModule, pod_hash: int, node_hashes: Array) -> Array:
     """`tie_key` for many nodes at once; node_hashes is a uint64 array."""
     return mix_array(xp, node_hashes ^ xp.uint64(pod_hash))
 

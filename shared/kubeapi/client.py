@@ -27,11 +27,12 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Self
+from typing import Self
 
 import aiohttp
 
 from kubus.core import codec
+from kubus.core.codec import JSONMapping, JSONObject
 from kubus.kubeapi.config import KubeConfig
 from kubus.kubeapi.errors import KubeAPIError, KubeUnreachable, describe_failure
 from kubus.kubeapi.lanes import Lanes
@@ -243,7 +244,7 @@ class KubeClient:
     async def create(
         self,
         resource: Resource,
-        obj: Mapping[str, Any],
+        obj: JSONMapping,
         *,
         namespace: str | None = None,
         name: str | None = None,
@@ -273,7 +274,7 @@ class KubeClient:
     async def update(
         self,
         resource: Resource,
-        obj: Mapping[str, Any],
+        obj: JSONMapping,
         *,
         namespace: str | None = None,
         subresource: str | None = None,
@@ -299,7 +300,7 @@ class KubeClient:
         self,
         resource: Resource,
         name: str,
-        patch: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+        patch: JSONMapping | Sequence[JSONMapping],
         *,
         namespace: str | None = None,
         patch_type: PatchType = PatchType.STRATEGIC,
@@ -328,7 +329,7 @@ class KubeClient:
         self,
         resource: Resource,
         name: str,
-        patch: Mapping[str, Any],
+        patch: JSONMapping,
         *,
         namespace: str | None = None,
         patch_type: PatchType = PatchType.STRATEGIC,
@@ -350,7 +351,7 @@ class KubeClient:
         """DELETE ``name``; only if its uid (and resourceVersion) are still these, when given
         (else KubeAPIError 409). ``propagation_policy``: "Orphan", "Background", "Foreground".
         Returns what the apiserver answers (the object, or a Status). Raises KubeAPIError (404)."""
-        options: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        options: JSONObject = {"apiVersion": "v1", "kind": "DeleteOptions"}
         preconditions = {k: v for k, v in (("uid", uid), ("resourceVersion", resource_version)) if v is not None}
         if preconditions:
             options["preconditions"] = preconditions
@@ -368,7 +369,7 @@ class KubeClient:
         kube-scheduler's DefaultBinder does; with ``uid``, only that incarnation of the pod.
         Raises KubeAPIError: 409 when the pod is already bound (to any node) or its uid differs,
         404 when it is gone, 403 without the RBAC permission "create pods/binding"."""
-        metadata: dict[str, Any] = {"name": pod, "namespace": namespace}
+        metadata: JSONObject = {"name": pod, "namespace": namespace}
         if uid is not None:
             metadata["uid"] = uid
         binding = {
@@ -530,7 +531,7 @@ class KubeClient:
         return result
 
 
-def _ns(resource: Resource, namespace: str | None, obj: Mapping[str, Any] | None) -> str | None:
+def _ns(resource: Resource, namespace: str | None, obj: JSONMapping | None) -> str | None:
     """The namespace of a request about one object: required for a namespaced resource."""
     if not resource.namespaced:
         return None
@@ -554,7 +555,7 @@ def _api_error(
 ) -> KubeAPIError:
     """The KubeAPIError of an error response, from its Status body when it has one."""
     reason, message = "", ""
-    details: dict[str, Any] = {}
+    details: JSONObject = {}
     try:
         status = codec.loads(data) if data else {}
     except codec.DecodeError:

@@ -32,10 +32,10 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import yaml
 
+from kubus.core.codec import JSONMapping, JSONObject
 from kubus.kubeapi.errors import KubeError
 
 __all__ = ["SERVICE_ACCOUNT_DIR", "KubeConfig", "KubeConfigError", "load_config", "load_in_cluster", "load_kubeconfig"]
@@ -142,11 +142,11 @@ class _Entry:
     """A named cluster, user or context, with the file that defined it."""
 
     name: str
-    body: Mapping[str, Any]
+    body: JSONMapping
     file: Path
 
 
-def _read_file(path: Path) -> dict[str, Any]:
+def _read_file(path: Path) -> JSONObject:
     try:
         text = path.read_text()
     except OSError as error:
@@ -166,7 +166,7 @@ def _read_file(path: Path) -> dict[str, Any]:
     return document
 
 
-def _entries(documents: list[tuple[Path, dict[str, Any]]], key: str, inner: str) -> dict[str, _Entry]:
+def _entries(documents: list[tuple[Path, JSONObject]], key: str, inner: str) -> dict[str, _Entry]:
     merged: dict[str, _Entry] = {}
     for path, document in documents:
         items = document.get(key) or []

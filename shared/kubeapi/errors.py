@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 import os
 import ssl
-from typing import Any
 
 import aiohttp
 
+from kubus.core.codec import JSONObject
 from kubus.core.errors import KubusError
 
 __all__ = ["KubeAPIError", "KubeError", "KubeUnreachable", "describe_failure"]
@@ -55,7 +55,7 @@ class KubeAPIError(KubeError):
         namespace: str | None = None,
         name: str | None = None,
         retry_after: float | None = None,
-        details: dict[str, Any] | None = None,
+        details: JSONObject | None = None,
     ) -> None:
         self.status = status
         self.reason = reason

@@ -5,8 +5,9 @@ resources kubus reads and writes (`PODS`, `NODES`, `BINDINGS`, ...), and their o
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import quote
+
+from kubus.core.codec import JSONObject
 
 __all__ = [
     "BINDINGS",
@@ -30,8 +31,8 @@ __all__ = [
     "Resource",
 ]
 
-KubeObject = dict[str, Any]
-"""An object of the API as decoded JSON, a plain dict (Any: JSON values are of any type)."""
+KubeObject = JSONObject
+"""An object of the API as decoded JSON, a plain dict (`kubus.core.codec.JSONObject`)."""
 
 
 @dataclass(frozen=True, slots=True)

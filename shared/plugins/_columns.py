@@ -7,14 +7,14 @@ O(distinct values + rows).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 
 from kubus.api.matching import requirement_matches, term_is_valid
 from kubus.api.objects import NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, SelectorOperator
 from kubus.framework.interface import Rows
+from kubus.kernels.backend import Array, ArrayModule
 from kubus.kernels.node_table import TableView
 
 
@@ -22,7 +22,7 @@ def _n(view: TableView, rows: Rows) -> int:
     return int(view.valid[rows].shape[0])
 
 
-def requirement_mask(view: TableView, req: NodeSelectorRequirement, rows: Rows) -> Any:
+def requirement_mask(view: TableView, req: NodeSelectorRequirement, rows: Rows) -> Array:
     """bool per row: the node's label `req.key` satisfies `req`."""
     xp = view.xp
     col = view.label(req.key)
@@ -45,7 +45,7 @@ def requirement_mask(view: TableView, req: NodeSelectorRequirement, rows: Rows) 
     return xp.asarray(lut)[col[rows]]
 
 
-def node_name_mask(view: TableView, names: Any, rows: Rows) -> Any:
+def node_name_mask(view: TableView, names: Iterable[str], rows: Rows) -> Array:
     """bool per row: the node's name is in `names`."""
     mask = np.zeros(view.table.rows, dtype=bool)
     row_of = view.table.row_of
@@ -53,7 +53,7 @@ def node_name_mask(view: TableView, names: Any, rows: Rows) -> Any:
     return view.xp.asarray(mask)[rows]
 
 
-def term_mask(view: TableView, term: NodeSelectorTerm, rows: Rows) -> Any:
+def term_mask(view: TableView, term: NodeSelectorTerm, rows: Rows) -> Array:
     """kube's NodeSelectorTerm match over rows; an empty or unparsable term matches nothing."""
     xp = view.xp
     n = _n(view, rows)
@@ -68,7 +68,7 @@ def term_mask(view: TableView, term: NodeSelectorTerm, rows: Rows) -> Any:
     return mask
 
 
-def selector_mask(view: TableView, selector: NodeSelector, rows: Rows) -> Any:
+def selector_mask(view: TableView, selector: NodeSelector, rows: Rows) -> Array:
     """Terms ORed; no terms matches nothing."""
     mask = view.xp.zeros(_n(view, rows), dtype=bool)
     for term in selector.node_selector_terms:
@@ -76,7 +76,7 @@ def selector_mask(view: TableView, selector: NodeSelector, rows: Rows) -> Any:
     return mask
 
 
-def labels_mask(view: TableView, required: Mapping[str, str], rows: Rows) -> Any:
+def labels_mask(view: TableView, required: Mapping[str, str], rows: Rows) -> Array:
     """spec.nodeSelector over rows: every key present with an equal value."""
     mask = view.xp.ones(_n(view, rows), dtype=bool)
     for key, value in required.items():
@@ -84,7 +84,7 @@ def labels_mask(view: TableView, required: Mapping[str, str], rows: Rows) -> Any
     return mask
 
 
-def go_div(xp: Any, a: Any, b: Any) -> Any:
+def go_div(xp: ArrayModule, a: Array, b: Array) -> Array:
     """Go's integer division (truncates toward zero) for int64 arrays; b must be non-zero."""
     q = xp.abs(a) // xp.abs(b)
     return xp.where((a < 0) != (b < 0), -q, q)

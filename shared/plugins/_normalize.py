@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from kubus.kernels.backend import Array, ArrayModule
 
 
-def default_normalize_score(xp: Any, max_priority: int, reverse: bool, scores: Any) -> Any:
+def default_normalize_score(xp: ArrayModule, max_priority: int, reverse: bool, scores: Array) -> Array:
     """Scale so the highest score becomes max_priority (integer division, as Go); reverse flips.
 
     All scores zero: unchanged, or all max_priority when reversed.

@@ -6,17 +6,27 @@ from __future__ import annotations
 
 import itertools
 import weakref
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
 from kubus.api.disruption import PodDisruptionBudget
 from kubus.api.objects import Pod
 from kubus.framework.cycle_state import CycleState
-from kubus.framework.interface import FilterResult, has_pre_filter_extensions, is_cluster_scoped, is_placement_sensitive
+from kubus.framework.interface import (
+    FilterPlugin,
+    FilterResult,
+    Rejection,
+    has_pre_filter_extensions,
+    is_cluster_scoped,
+    is_placement_sensitive,
+)
+from kubus.framework.pod_classes import PodClassKey
+from kubus.framework.runtime import Framework
 from kubus.framework.status import Code, Status
+from kubus.kernels.backend import Array
 from kubus.kernels.node_table import NodeTable, TableView
 from kubus.kernels.nodeinfo import NodeInfo, PodInfo
 from kubus.plugins._preemption_budgets import split_indices_by_pdb_violation
@@ -67,7 +77,7 @@ class DryRun:
 
     def __init__(
         self,
-        framework: Any,
+        framework: Framework,
         table: NodeTable,
         state: CycleState,
         pod: Pod,
@@ -87,7 +97,7 @@ class DryRun:
         self.pdbs = pdbs
         self.allowed = allowed
         skip = state.skip_filter_plugins
-        self.filters: list[Any] = [p for p in framework.filter if p.name not in skip]
+        self.filters: list[FilterPlugin] = [p for p in framework.filter if p.name not in skip]
         """The Filter plugins that run for the pod, in order."""
         self.stateful = any(has_pre_filter_extensions(p) and p.name not in skip for p in framework.pre_filter)
         """Some PreFilter plugin keeps what-if state: each node gets its own CycleState."""
@@ -213,7 +223,9 @@ class DryRun:
         return named
 
     @staticmethod
-    def _drop_rejected(live: list[int], rows: list[int], rejected: dict[int, Status], outcomes: list[Any]) -> list[int]:
+    def _drop_rejected(
+        live: list[int], rows: list[int], rejected: dict[int, Status], outcomes: list[Candidate | Status | None]
+    ) -> list[int]:
         """``live`` (positions of ``rows``) less those ``rejected`` (row -> Status), whose
         outcomes it sets."""
         if not rejected:
@@ -227,7 +239,7 @@ class DryRun:
                 outcomes[i] = status
         return kept
 
-    def _reprieve_on_table(self, plans: dict[int, Plan], outcomes: list[Any]) -> None:
+    def _reprieve_on_table(self, plans: dict[int, Plan], outcomes: list[Candidate | Status | None]) -> None:
         for k in itertools.count():
             batch = [i for i, plan in plans.items() if k < len(plan.order)]
             if not batch:
@@ -346,7 +358,7 @@ class DryRun:
     def _state(self, row: int) -> CycleState:
         return self._states.get(row, self.state)
 
-    def _first_rejections(self, rows: list[int], plugins: Sequence[Any], view: TableView) -> dict[int, Status]:
+    def _first_rejections(self, rows: list[int], plugins: Sequence[FilterPlugin], view: TableView) -> dict[int, Status]:
         """kube's RunFilterPlugins on each row, ``plugins`` (in order) on ``view``: row -> the
         Status of the first plugin that rejects it, for the rows some plugin rejects."""
         out: dict[int, Status] = {}
@@ -452,6 +464,9 @@ def plan_scores(plans: Sequence[Plan]) -> Iterator[tuple[int, int, int, int, flo
 Outcomes = dict[int, tuple[NodeInfo, int, str, "Candidate | Status"]]
 """Row -> (its NodeInfo, generation, node name, the dry run's outcome there)."""
 
+_Kind = tuple[PodClassKey, int, tuple[int, ...], tuple[int, ...]]
+"""`OutcomeCache`'s kind of pod: (its class key, the table's resources, the budgets' ids, allowed)."""
+
 
 class OutcomeCache:
     """Per kind of pod, the dry run's outcome for each row (`DryRun.outcomes`), for one node
@@ -464,11 +479,11 @@ class OutcomeCache:
 
     def __init__(self) -> None:
         self._table: weakref.ref[NodeTable] | None = None
-        self._kinds: dict[Any, tuple[Sequence[PodDisruptionBudget], Outcomes]] = {}
+        self._kinds: dict[_Kind, tuple[Sequence[PodDisruptionBudget], Outcomes]] = {}
         """Kind -> (its budgets, kept alive so that their ids in the kind stay theirs; outcomes)."""
 
     def rows(
-        self, table: NodeTable, pod_key: Any, budgets: Sequence[PodDisruptionBudget], allowed: Sequence[int]
+        self, table: NodeTable, pod_key: PodClassKey, budgets: Sequence[PodDisruptionBudget], allowed: Sequence[int]
     ) -> Outcomes:
         """The outcomes kept for the kind on ``table`` (filled in by the dry run)."""
         if self._table is None or self._table() is not table:
@@ -484,7 +499,7 @@ class OutcomeCache:
         return kept[1]
 
 
-def status_of(plugin: str, rejections: Iterable[Any]) -> Status:
+def status_of(plugin: str, rejections: Iterable[Rejection]) -> Status:
     """A node's Status from the rejections of one plugin that masked it: its reasons, and the
     gravest code (an Error reads as kube's RunFilterPlugins words it)."""
     hits = list(rejections)
@@ -496,7 +511,7 @@ def status_of(plugin: str, rejections: Iterable[Any]) -> Status:
     return Status(code, reasons, plugin)
 
 
-def rejection_status(plugin: str, res: FilterResult, j: int, to_host: Any) -> Status:
+def rejection_status(plugin: str, res: FilterResult, j: int, to_host: Callable[[Array], np.ndarray]) -> Status:
     return status_of(plugin, [rej for rej in res.rejections if to_host(rej.mask)[j]])
 
 

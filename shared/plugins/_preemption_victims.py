@@ -8,11 +8,11 @@ from __future__ import annotations
 import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from kubus.api.objects import PODS
+from kubus.kernels.backend import Array
 from kubus.kernels.node_table import NodeTable, TableView
 from kubus.kernels.nodeinfo import NodeInfo, PodInfo, gpu_memory_taken
 
@@ -214,7 +214,7 @@ class Shadow:
         self.base = table.view()
         self.host = table.usage_copy()
         self.backend = table.backend
-        self._device: dict[str, Any] | None = None
+        self._device: dict[str, Array] | None = None
         self._dirty: set[int] = set()
         self._view: TableView | None = None
 

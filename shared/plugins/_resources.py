@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from kubus.api.objects import CPU, EPHEMERAL_STORAGE, MEMORY
 from kubus.framework.interface import Rows
+from kubus.kernels.backend import Array
 from kubus.kernels.node_table import TableView
 
 
 def allocatable_and_requested(
     view: TableView, resource: str, pod_request: int, rows: Rows, *, use_requested: bool
-) -> tuple[Any, Any]:
+) -> tuple[Array, Array]:
     """kube's calculateResourceAllocatableRequest, for every row.
 
     cpu and memory use the non-zero sums unless `use_requested`; an extended resource the pod

@@ -3,14 +3,13 @@ key's label column, and the nodes a constraint's inclusion policies admit (per r
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from kubus.api.matching import first_untolerated_taint, labels_match, node_selector_matches
 from kubus.api.objects import Node, Pod
 from kubus.api.pod_affinity import selector_key, selector_matches
 from kubus.framework.interface import ALL_ROWS, Rows
+from kubus.kernels.backend import Array
 from kubus.kernels.node_table import NodeTable, TableView
 from kubus.plugins._columns import labels_mask, selector_mask
 from kubus.plugins._spreading_constraints import SpreadConstraint, do_not_schedule_taint
@@ -111,7 +110,7 @@ def matching_pods(table: NodeTable, pod: Pod, c: SpreadConstraint) -> np.ndarray
     )
 
 
-def host_rows(view: TableView, rows: Rows) -> Any:
+def host_rows(view: TableView, rows: Rows) -> Array:
     """``rows`` as an index into host arrays: the slice itself, or a host int array."""
     if isinstance(rows, slice):
         return rows

@@ -5,12 +5,13 @@ normalization."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from kubus.api.objects import Pod
 from kubus.framework.interface import MAX_NODE_SCORE
+from kubus.kernels.backend import Array, ArrayModule
 from kubus.kernels.node_table import NodeTable
 from kubus.plugins._gomath import go_log, go_round
 from kubus.plugins._spreading_constraints import LABEL_HOSTNAME, SpreadConstraint
@@ -86,7 +87,7 @@ def score_nodes(
 
 
 def pre_score_state(
-    pod: Pod, table: NodeTable, constraints: tuple[SpreadConstraint, ...], rows: Any, nodes: ScoreNodes
+    pod: Pod, table: NodeTable, constraints: tuple[SpreadConstraint, ...], rows: NDArray[np.intp], nodes: ScoreNodes
 ) -> PreScoreState:
     """kube's PreScore over the scored ``rows``: every row's Score (0 for ignored rows)."""
     n = table.rows
@@ -133,7 +134,7 @@ def pre_score_state(
     return PreScoreState(raw, ignored, scored)
 
 
-def normalized(s: PreScoreState, xp: Any, scores: Any) -> Any:
+def normalized(s: PreScoreState, xp: ArrayModule, scores: Array) -> Array:
     """kube's NormalizeScore over the scores of the rows PreScore saw, in that order: ignored
     nodes 0; with max and min over the others, 100 when max is 0, else
     100 * (max + min - score) / max."""

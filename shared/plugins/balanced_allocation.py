@@ -3,19 +3,20 @@ balanced after placing the pod: score = (1 - standard deviation of the fractions
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from kubus.api.objects import CPU, MEMORY, Pod
 from kubus.framework.cycle_state import CycleState
 from kubus.framework.interface import MAX_NODE_SCORE, Rows
 from kubus.framework.status import Status
+from kubus.kernels.backend import Array, ArrayModule
 from kubus.kernels.node_table import NodeTable, TableView
 from kubus.plugins.node_resources_fit import ResourceWeight, _pod_score_requests, _resource_score
 
 _PRE_SCORE_KEY = "PreScoreNodeResourcesBalancedAllocation"
 
 
-def _balanced(xp: Any, cols: tuple[list[Any], list[Any]], weights: list[int]) -> Any:
+def _balanced(xp: ArrayModule, cols: tuple[list[Array], list[Array]], weights: list[int]) -> Array:
     """kube's balancedResourceScorer, float64 operations in Go's order.
 
     Go keeps only the fractions of resources the node has (allocatable != 0), capped at 1;
@@ -58,7 +59,7 @@ class NodeResourcesBalancedAllocation:
     placement_sensitive: ClassVar[bool] = True
     reads_table_only: ClassVar[bool] = True
 
-    def __init__(self, args: Any = None, handle: object = None) -> None:
+    def __init__(self, args: object = None, handle: object = None) -> None:
         resources = getattr(args, "resources", None) or ()
         self.resources = tuple(ResourceWeight(r.name, r.weight) for r in resources) or (
             ResourceWeight(CPU, 1),
@@ -73,5 +74,5 @@ class NodeResourcesBalancedAllocation:
         state.write(_PRE_SCORE_KEY, requests)
         return Status.success()
 
-    def score(self, state: CycleState, pod: Pod, view: TableView, rows: Rows) -> Any:
+    def score(self, state: CycleState, pod: Pod, view: TableView, rows: Rows) -> Array:
         return _resource_score(view, rows, self.resources, state.read(_PRE_SCORE_KEY), _balanced, use_requested=True)

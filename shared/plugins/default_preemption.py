@@ -85,7 +85,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
@@ -96,6 +96,7 @@ from kubus.framework.cycle_state import CycleState
 from kubus.framework.diagnosis import fit_error_message
 from kubus.framework.interface import FilterDiagnosis, PostFilterResult
 from kubus.framework.pod_classes import pod_class_key
+from kubus.framework.runtime import Framework
 from kubus.framework.status import Code, Status
 from kubus.kernels.node_table import NodeTable
 from kubus.plugins._preemption_budgets import preemption_selects, split_by_pdb_violation, table_disruptions_allowed
@@ -214,7 +215,7 @@ class DefaultPreemption:
         state: CycleState,
         pod: Pod,
         table: NodeTable,
-        framework: Any,
+        framework: Framework,
         rows: Sequence[int] | np.ndarray,
         offset: int,
         num_candidates: int,

@@ -9,7 +9,7 @@ Reserve. The request format (`nvidia.com/gpu`, `kubus.io/gpu-memory`, `kubus.io/
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
@@ -41,6 +41,7 @@ from kubus.framework.queueing_hints import (
     removed_pod,
 )
 from kubus.framework.status import Status
+from kubus.kernels.backend import Array
 from kubus.kernels.node_table import NodeTable, TableView
 from kubus.kernels.nodeinfo import NodeInfo
 
@@ -71,7 +72,7 @@ class GPUFit:
     reads_table_only: ClassVar[bool] = True
     reads_view_only: ClassVar[bool] = True
 
-    def __init__(self, args: Any = None, handle: object = None) -> None:
+    def __init__(self, args: object = None, handle: object = None) -> None:
         self.mode = gpu_mode(args)
 
     def pre_filter(self, state: CycleState, pod: Pod, table: NodeTable) -> tuple[None, Status]:
@@ -81,7 +82,7 @@ class GPUFit:
         state.write(_REQUEST_KEY, request)
         return None, Status.success()
 
-    def _devices(self, view: TableView, request: GPURequest, rows: Rows) -> dict[str, Any]:
+    def _devices(self, view: TableView, request: GPURequest, rows: Rows) -> dict[str, Array]:
         """Per-device masks [rows, GPUs] of the successive conditions a device must meet."""
         xp = view.xp
         total = view.gpu_total[rows]
@@ -130,7 +131,7 @@ class GPUFit:
     def pre_score(self, state: CycleState, pod: Pod, table: NodeTable) -> Status:
         return Status.success() if state.get(_REQUEST_KEY) is not None else Status.skip()
 
-    def score(self, state: CycleState, pod: Pod, view: TableView, rows: Rows) -> Any:
+    def score(self, state: CycleState, pod: Pod, view: TableView, rows: Rows) -> Array:
         xp = view.xp
         request: GPURequest = state.read(_REQUEST_KEY)
         total = view.gpu_total[rows]

@@ -3,13 +3,14 @@ image size and by how many nodes share the image (spread), as kube does."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
 from kubus.api.objects import Pod
 from kubus.framework.cycle_state import CycleState
 from kubus.framework.interface import MAX_NODE_SCORE, Rows
+from kubus.kernels.backend import Array
 from kubus.kernels.node_table import TableView
 
 MB = 1024 * 1024
@@ -31,9 +32,9 @@ class ImageLocality:
 
     def __init__(self, args: object = None, handle: object = None) -> None:
         # images of a pod -> (table, nodes_version, scores of every row): replicas share images
-        self._cache: dict[tuple[str, ...], tuple[object, int, Any]] = {}
+        self._cache: dict[tuple[str, ...], tuple[object, int, Array]] = {}
 
-    def score(self, state: CycleState, pod: Pod, view: TableView, rows: Rows) -> Any:
+    def score(self, state: CycleState, pod: Pod, view: TableView, rows: Rows) -> Array:
         images = tuple(c.image for c in pod.spec.init_containers + pod.spec.containers)
         hit = self._cache.get(images)
         table = view.table

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
@@ -52,6 +52,7 @@ from kubus.framework.queueing_hints import (
     node_change,
 )
 from kubus.framework.status import Code, Status
+from kubus.kernels.backend import Array, ArrayModule
 from kubus.kernels.node_table import Interned, NodeTable, TableView
 from kubus.kernels.nodeinfo import NodeInfo, PodInfo
 from kubus.kernels.pod_index import PodMatch, TermKind
@@ -65,7 +66,7 @@ _INCOMING_KEY = "InterPodAffinity/incoming"
 _PRE_FILTER_KEY = "PreFilterInterPodAffinity"
 _PRE_SCORE_KEY = "PreScoreInterPodAffinity"
 _NO_TERMS = PodAffinityTerms()
-_MISSING: Any = object()
+_MISSING = object()
 
 DomainCounts = dict[str, np.ndarray]
 """Topology key -> an int64 per domain (indexed by the label's interned id; index 0, the nodes
@@ -172,7 +173,7 @@ def _to_domains(table: NodeTable, per_row: Mapping[str, np.ndarray]) -> DomainCo
     return {key: _per_domain(table, key, counts) for key, counts in per_row.items()}
 
 
-def _select_rows(view: TableView, host: np.ndarray, rows: Rows) -> Any:
+def _select_rows(view: TableView, host: np.ndarray, rows: Rows) -> Array:
     """``host[rows]`` as a fresh backend array."""
     picked = host[rows].copy() if isinstance(rows, slice) else host[view.table.backend.to_host(rows)]
     return view.xp.asarray(picked)
@@ -204,7 +205,7 @@ class _PreFilterState:
     """Existing pods matching each of the pod's required anti-affinity terms."""
     matches_itself: bool
     """The pod matches all its own required affinity terms (the first pod of a series)."""
-    label_values: Mapping[str, Interned]
+    label_values: Mapping[str, Interned[str, None]]
     """The table's label interning, to find a node's domain in add_pod / remove_pod."""
     cache: tuple[Hashable, _FilterMasks] | None = None
 
@@ -320,7 +321,7 @@ class InterPodAffinity:
     """Its answer for a node changes with pods placed anywhere in the node's domains: the
     scheduler asks `placement_affects` instead."""
 
-    def __init__(self, args: Any = None, handle: object = None) -> None:
+    def __init__(self, args: object = None, handle: object = None) -> None:
         """``args``: an `InterPodAffinityArgs` (None: kube's defaults)."""
         self.hard_pod_affinity_weight: int = getattr(args, "hard_pod_affinity_weight", DEFAULT_HARD_POD_AFFINITY_WEIGHT)
         self.ignore_preferred_terms_of_existing_pods: bool = getattr(
@@ -521,7 +522,7 @@ class InterPodAffinity:
             return max(self.hard_pod_affinity_weight, 0)
         return weight if kind is TermKind.PREFERRED_AFFINITY else -weight
 
-    def score(self, state: CycleState, pod: Pod, view: TableView, rows: Rows) -> Any:
+    def score(self, state: CycleState, pod: Pod, view: TableView, rows: Rows) -> Array:
         """The sum over topology keys of the score of the node's domain (not normalized); 0
         after a PreScore that skipped. Raises KeyError when PreScore has not run."""
         s: _PreScoreState | None = state.read(_PRE_SCORE_KEY)
@@ -529,7 +530,7 @@ class InterPodAffinity:
             return view.xp.zeros(view.valid[rows].shape[0], dtype=view.xp.int64)
         return _select_rows(view, s.scores(view.table), rows)
 
-    def normalize_score(self, state: CycleState, pod: Pod, xp: Any, scores: Any) -> Any:
+    def normalize_score(self, state: CycleState, pod: Pod, xp: ArrayModule, scores: Array) -> Array:
         """kube's: (score - min) / (max - min) * 100 in float64, truncated; unchanged when no
         term contributed anything."""
         s: _PreScoreState | None = state.read(_PRE_SCORE_KEY)

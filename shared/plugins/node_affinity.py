@@ -8,7 +8,7 @@ preferred terms the node matches, normalized so the best node gets 100.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from kubus.api.matching import NODE_NAME_FIELD, labels_match, node_selector_matches
 from kubus.api.objects import Node, NodeSelector, Pod, PreferredSchedulingTerm, SelectorOperator
@@ -25,6 +25,7 @@ from kubus.framework.queueing_hints import (
     node_change,
 )
 from kubus.framework.status import Code, Status
+from kubus.kernels.backend import Array, ArrayModule
 from kubus.kernels.node_table import NodeTable, TableView
 from kubus.plugins._columns import labels_mask, selector_mask, term_mask
 from kubus.plugins._normalize import default_normalize_score
@@ -77,7 +78,7 @@ class NodeAffinity:
     placement_sensitive: ClassVar[bool] = False
     reads_table_only: ClassVar[bool] = True
 
-    def __init__(self, args: Any = None, handle: object = None) -> None:
+    def __init__(self, args: object = None, handle: object = None) -> None:
         added: NodeAffinitySpec | None = getattr(args, "added_affinity", None)
         self.added_required: NodeSelector | None = added.required if added else None
         self.added_preferred: tuple[PreferredSchedulingTerm, ...] = added.preferred if added else ()
@@ -119,7 +120,7 @@ class NodeAffinity:
         state.write(_PRE_SCORE_KEY, terms)
         return Status.success()
 
-    def score(self, state: CycleState, pod: Pod, view: TableView, rows: Rows) -> Any:
+    def score(self, state: CycleState, pod: Pod, view: TableView, rows: Rows) -> Array:
         xp = view.xp
         total = xp.zeros(view.valid[rows].shape[0], dtype=xp.int64)
         for term in state.read(_PRE_SCORE_KEY):
@@ -128,7 +129,7 @@ class NodeAffinity:
             total += term_mask(view, term.preference, rows).astype(xp.int64) * term.weight
         return total
 
-    def normalize_score(self, state: CycleState, pod: Pod, xp: Any, scores: Any) -> Any:
+    def normalize_score(self, state: CycleState, pod: Pod, xp: ArrayModule, scores: Array) -> Array:
         return default_normalize_score(xp, MAX_NODE_SCORE, False, scores)
 
     # ---- queueing hints ----------------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar, TypeAlias
 
 from kubus.api.objects import CPU, EPHEMERAL_STORAGE, MEMORY, PODS, Node, Pod
 from kubus.api.requests import pod_nonzero_requests, pod_requests
@@ -25,6 +25,7 @@ from kubus.framework.queueing_hints import (
     removed_pod,
 )
 from kubus.framework.status import Code, Status
+from kubus.kernels.backend import Array, ArrayModule
 from kubus.kernels.node_table import NodeTable, TableView
 from kubus.plugins._columns import go_div
 from kubus.plugins._resources import allocatable_and_requested
@@ -35,6 +36,9 @@ _PRE_SCORE_KEY = "PreScoreNodeResourcesFit"
 TOO_MANY_PODS = "Too many pods"
 MAX_UTILIZATION = 100
 
+_Scorer: TypeAlias = Callable[[ArrayModule, tuple[list[Array], list[Array]], list[int]], Array]
+"""`scorer(xp, (allocatable, requested) per resource, weights)`: an int64 score per row."""
+
 
 @dataclass(frozen=True, slots=True)
 class ResourceWeight:
@@ -42,7 +46,7 @@ class ResourceWeight:
     weight: int
 
 
-def _strategy(args: Any) -> tuple[str, tuple[ResourceWeight, ...], tuple[tuple[int, int], ...]]:
+def _strategy(args: object) -> tuple[str, tuple[ResourceWeight, ...], tuple[tuple[int, int], ...]]:
     """(type, resources, shape) from NodeResourcesFitArgs, with kube's defaults."""
     s = getattr(args, "scoring_strategy", None)
     kind = getattr(s, "type", None) or "LeastAllocated"
@@ -60,12 +64,12 @@ class NodeResourcesFit:
     reads_table_only: ClassVar[bool] = True
     reads_view_only: ClassVar[bool] = True
 
-    def __init__(self, args: Any = None, handle: object = None) -> None:
+    def __init__(self, args: object = None, handle: object = None) -> None:
         self.ignored_resources = frozenset(getattr(args, "ignored_resources", None) or ())
         self.ignored_groups = frozenset(getattr(args, "ignored_resource_groups", None) or ())
         kind, self.resources, shape = _strategy(args)
         self.strategy = kind
-        self.scorer: Callable[[Any, Any, Any], Any] = {
+        self.scorer: _Scorer = {
             "LeastAllocated": _least_allocated,
             "MostAllocated": _most_allocated,
             "RequestedToCapacityRatio": _requested_to_capacity_ratio(shape),
@@ -136,7 +140,7 @@ class NodeResourcesFit:
         state.write(_PRE_SCORE_KEY, _pod_score_requests(pod, [r.name for r in self.resources], use_requested=False))
         return Status.success()
 
-    def score(self, state: CycleState, pod: Pod, view: TableView, rows: Rows) -> Any:
+    def score(self, state: CycleState, pod: Pod, view: TableView, rows: Rows) -> Array:
         return _resource_score(view, rows, self.resources, state.read(_PRE_SCORE_KEY), self.scorer, use_requested=False)
 
     # ---- queueing hints ----------------------------------------------------------------------
@@ -219,10 +223,10 @@ def _resource_score(
     rows: Rows,
     resources: Sequence[ResourceWeight],
     pod_request: Sequence[int],
-    scorer: Callable[[Any, Any, Any], Any],
+    scorer: _Scorer,
     *,
     use_requested: bool,
-) -> Any:
+) -> Array:
     """kube's resourceAllocationScorer.score over rows: [resource][row] matrices to the scorer."""
     cols = [
         allocatable_and_requested(view, r.name, q, rows, use_requested=use_requested)
@@ -234,14 +238,14 @@ def _resource_score(
     return scorer(view.xp, (alloc, req), weights)
 
 
-def _weighted_mean(xp: Any, alloc: list[Any], scores: list[Any], weights: list[int]) -> Any:
+def _weighted_mean(xp: ArrayModule, alloc: list[Array], scores: list[Array], weights: list[int]) -> Array:
     """kube's `nodeScore / weightSum` over the resources the node has (allocatable != 0).
 
     The common case, every node having every resource, takes no masks at all.
     """
     n = alloc[0].shape[0] if alloc else 0
     total = xp.zeros(n, dtype=xp.int64)
-    weight_sum: Any = 0
+    weight_sum: Array = 0
     for a, s, w in zip(alloc, scores, weights, strict=True):
         if bool(a.all()):
             total += s * w
@@ -255,7 +259,7 @@ def _weighted_mean(xp: Any, alloc: list[Any], scores: list[Any], weights: list[i
     return xp.where(weight_sum == 0, 0, total // xp.maximum(weight_sum, 1))
 
 
-def _least_allocated(xp: Any, cols: tuple[list[Any], list[Any]], weights: list[int]) -> Any:
+def _least_allocated(xp: ArrayModule, cols: tuple[list[Array], list[Array]], weights: list[int]) -> Array:
     """((allocatable - requested) * 100) / allocatable per resource, 0 when over capacity."""
     alloc, req = cols
     # floor division of a negative (over capacity) gives a negative: clamping makes it 0
@@ -263,19 +267,19 @@ def _least_allocated(xp: Any, cols: tuple[list[Any], list[Any]], weights: list[i
     return _weighted_mean(xp, alloc, scores, weights)
 
 
-def _most_allocated(xp: Any, cols: tuple[list[Any], list[Any]], weights: list[int]) -> Any:
+def _most_allocated(xp: ArrayModule, cols: tuple[list[Array], list[Array]], weights: list[int]) -> Array:
     """(min(requested, allocatable) * 100) / allocatable per resource."""
     alloc, req = cols
     scores = [xp.minimum(r, a) * MAX_NODE_SCORE // xp.maximum(a, 1) for a, r in zip(alloc, req, strict=True)]
     return _weighted_mean(xp, alloc, scores, weights)
 
 
-def _requested_to_capacity_ratio(shape: tuple[tuple[int, int], ...]) -> Callable[[Any, Any, Any], Any]:
+def _requested_to_capacity_ratio(shape: tuple[tuple[int, int], ...]) -> _Scorer:
     """kube's RequestedToCapacityRatio: a broken-linear function of utilization; shape scores
     (0..10) are scaled to 0..100 as kube does."""
     points = [(u, s * (MAX_NODE_SCORE // MAX_CUSTOM_PRIORITY_SCORE)) for u, s in shape] or [(0, 0), (100, 100)]
 
-    def broken_linear(xp: Any, p: Any) -> Any:
+    def broken_linear(xp: ArrayModule, p: Array) -> Array:
         out = xp.full(p.shape, points[-1][1], dtype=xp.int64)
         decided = xp.zeros(p.shape, dtype=bool)
         for i, (u, s) in enumerate(points):
@@ -289,7 +293,7 @@ def _requested_to_capacity_ratio(shape: tuple[tuple[int, int], ...]) -> Callable
             decided |= here
         return out
 
-    def scorer(xp: Any, cols: tuple[list[Any], list[Any]], weights: list[int]) -> Any:
+    def scorer(xp: ArrayModule, cols: tuple[list[Array], list[Array]], weights: list[int]) -> Array:
         alloc, req = cols
         n = alloc[0].shape[0] if alloc else 0
         total = xp.zeros(n, dtype=xp.int64)

@@ -66,9 +66,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
+from numpy.typing import NDArray
 
 from kubus.api.objects import LabelSelector, Node, Pod, TopologySpreadConstraint
 from kubus.api.pod_affinity import selector_matches
@@ -90,6 +91,7 @@ from kubus.framework.queueing_hints import (
     node_change,
 )
 from kubus.framework.status import Status
+from kubus.kernels.backend import Array, ArrayModule
 from kubus.kernels.node_table import NodeTable, TableView
 from kubus.kernels.nodeinfo import NodeInfo, PodInfo
 from kubus.plugins._spreading_constraints import (
@@ -240,7 +242,7 @@ class PodTopologySpread:
 
     # ---- scoring ---------------------------------------------------------------------------
 
-    def pre_score_feasible(self, state: CycleState, pod: Pod, table: NodeTable, rows: Any) -> Status:
+    def pre_score_feasible(self, state: CycleState, pod: Pod, table: NodeTable, rows: NDArray[np.intp]) -> Status:
         """kube's PreScore over the feasible ``rows``: Skip without ScheduleAnyway constraints
         (or nodes); computes every row's Score for `score` and the ignored rows for
         NormalizeScore."""
@@ -261,7 +263,7 @@ class PodTopologySpread:
         state.write(PRE_SCORE_STATE_KEY, pre_score_state(pod, table, constraints, rows, nodes))
         return Status.success()
 
-    def score(self, state: CycleState, pod: Pod, view: TableView, rows: Rows) -> Any:
+    def score(self, state: CycleState, pod: Pod, view: TableView, rows: Rows) -> Array:
         s: PreScoreState | None = state.get(PRE_SCORE_STATE_KEY)
         at = host_rows(view, rows)
         if s is None:
@@ -274,7 +276,7 @@ class PodTopologySpread:
             state.write(PRE_SCORE_STATE_KEY, s)
         return view.xp.asarray(s.raw[at])
 
-    def normalize_score(self, state: CycleState, pod: Pod, xp: Any, scores: Any) -> Any:
+    def normalize_score(self, state: CycleState, pod: Pod, xp: ArrayModule, scores: Array) -> Array:
         """kube's NormalizeScore over the scores of the rows PreScore saw, in that order (`normalized`)."""
         s: PreScoreState = state.read(PRE_SCORE_STATE_KEY)
         return normalized(s, xp, scores)

@@ -3,7 +3,7 @@ node; untolerated PreferNoSchedule taints lower its score."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
@@ -21,6 +21,7 @@ from kubus.framework.queueing_hints import (
     node_change,
 )
 from kubus.framework.status import Code, Status
+from kubus.kernels.backend import Array, ArrayModule
 from kubus.kernels.node_table import NodeTable, TableView
 from kubus.plugins._normalize import default_normalize_score
 
@@ -63,7 +64,7 @@ class TaintToleration:
         state.write(_STATE_KEY, prefer)
         return Status.success()
 
-    def score(self, state: CycleState, pod: Pod, view: TableView, rows: Rows) -> Any:
+    def score(self, state: CycleState, pod: Pod, view: TableView, rows: Rows) -> Array:
         tolerations = state.read(_STATE_KEY)
         counts = np.array(
             [
@@ -74,7 +75,7 @@ class TaintToleration:
         )
         return view.xp.asarray(counts)[view.taint_set[rows]]
 
-    def normalize_score(self, state: CycleState, pod: Pod, xp: Any, scores: Any) -> Any:
+    def normalize_score(self, state: CycleState, pod: Pod, xp: ArrayModule, scores: Array) -> Array:
         return default_normalize_score(xp, MAX_NODE_SCORE, True, scores)
 
     # ---- queueing hints ----------------------------------------------------------------------

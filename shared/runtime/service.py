@@ -28,15 +28,16 @@ import math
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import Any, ClassVar, Protocol, Self, TextIO, TypeVar
+from typing import ClassVar, Protocol, Self, TextIO, TypeVar
 
 import nats.errors
 import nats.js.errors
 import redis.asyncio as aioredis
 import redis.exceptions
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from kubus.bus.connection import connect_bus, ensure_streams, settle
@@ -99,10 +100,20 @@ def is_transient(exc: BaseException) -> bool:
     is True: the Kubernetes API's 5xx and 429, an apiserver out of reach)."""
     return isinstance(exc, TRANSIENT_ERRORS) or getattr(exc, "transient", False) is True
 
+class PullSource(Protocol):
+    """What `Service.fetch` reads batches from: a `kubus.bus.pull.PullConsumer`, or nats-py's
+    JetStream pull subscription."""
+
+    async def fetch(self, batch: int = ..., timeout: float = ...) -> list[Msg]: ...
+
+
 # -- structured logging --------------------------------------------------------------------------
 
+ExcInfo = bool | BaseException | tuple[type[BaseException], BaseException, TracebackType | None] | None
+"""What `logging.Logger.log` takes as ``exc_info``."""
 
-def _logfmt_value(value: Any) -> str:
+
+def _logfmt_value(value: object) -> str:
     text = value if isinstance(value, str) else str(value)
     if text and not any(c in text for c in ' ="\\\n\t') and text.isprintable():
         return text
@@ -117,35 +128,35 @@ class StructuredLogger:
 
     __slots__ = ("_context", "logger")
 
-    def __init__(self, logger: logging.Logger, context: dict[str, Any] | None = None) -> None:
+    def __init__(self, logger: logging.Logger, context: dict[str, object] | None = None) -> None:
         self.logger = logger
         self._context = context or {}
 
-    def bind(self, **fields: Any) -> StructuredLogger:
+    def bind(self, **fields: object) -> StructuredLogger:
         """A logger that adds ``fields`` to every line (e.g. ``service="binder"``)."""
         return StructuredLogger(self.logger, {**self._context, **fields})
 
-    def log(self, level: int, event: str, /, *, exc_info: Any = None, **fields: Any) -> None:
+    def log(self, level: int, event: str, /, *, exc_info: ExcInfo = None, **fields: object) -> None:
         """Log ``event`` with ``fields`` at ``level``; nothing is formatted if the level is off."""
         self._emit(level, event, exc_info, fields)
 
-    def debug(self, event: str, /, **fields: Any) -> None:
+    def debug(self, event: str, /, **fields: object) -> None:
         self._emit(logging.DEBUG, event, None, fields)
 
-    def info(self, event: str, /, **fields: Any) -> None:
+    def info(self, event: str, /, **fields: object) -> None:
         self._emit(logging.INFO, event, None, fields)
 
-    def warning(self, event: str, /, **fields: Any) -> None:
+    def warning(self, event: str, /, **fields: object) -> None:
         self._emit(logging.WARNING, event, None, fields)
 
-    def error(self, event: str, /, **fields: Any) -> None:
+    def error(self, event: str, /, **fields: object) -> None:
         self._emit(logging.ERROR, event, None, fields)
 
-    def exception(self, event: str, /, **fields: Any) -> None:
+    def exception(self, event: str, /, **fields: object) -> None:
         """An error with the traceback of the exception being handled."""
         self._emit(logging.ERROR, event, True, fields)
 
-    def _emit(self, level: int, event: str, exc_info: Any, fields: dict[str, Any]) -> None:
+    def _emit(self, level: int, event: str, exc_info: ExcInfo, fields: dict[str, object]) -> None:
         if not self.logger.isEnabledFor(level):
             return
         fields = {**self._context, **fields}
@@ -207,7 +218,7 @@ _CLOSE_GRACE = 2.0
 """Seconds a connection close may take after stop()'s deadline (a socket that died under it)."""
 
 
-async def _bounded(task: asyncio.Task[Any], timeout: float) -> bool:
+async def _bounded(task: asyncio.Task[object], timeout: float) -> bool:
     """Wait up to ``timeout`` seconds for ``task`` to end, without cancelling it or raising its
     error; True when it ended."""
     done, _ = await asyncio.wait((task,), timeout=timeout)
@@ -384,7 +395,7 @@ class Service:
 
     # -- what subclasses call ----------------------------------------------------------------------
 
-    def spawn(self, name: str, coro_fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> asyncio.Task[None]:
+    def spawn(self, name: str, coro_fn: Callable[..., Awaitable[object]], *args: object) -> asyncio.Task[None]:
         """Run ``coro_fn(*args)`` as a root task named ``"<service>: <name>"``.
 
         A root task may return (it is done); if it raises, the service stops and run() raises
@@ -398,7 +409,9 @@ class Service:
         self._tasks[name] = task
         return task
 
-    async def fetch(self, subscription: Any, batch: int, timeout: float, *, pace: float = 0.0) -> list[Any]:
+    async def fetch(
+        self, subscription: PullSource, batch: int, timeout: float, *, pace: float = 0.0
+    ) -> list[Msg]:
         """The next batch of up to ``batch`` messages from a JetStream pull ``subscription``;
         [] after ``timeout`` seconds with none, on a passing NATS error (logged, after a short
         pause) or as soon as the service stops. Waits first while an `outage` is noted.
@@ -422,7 +435,7 @@ class Service:
             self._short_fetches.pop(id(subscription), None)
         return messages
 
-    async def _fetch(self, subscription: Any, batch: int, timeout: float) -> list[Any]:
+    async def _fetch(self, subscription: PullSource, batch: int, timeout: float) -> list[Msg]:
         fetch = asyncio.ensure_future(subscription.fetch(batch, timeout=timeout))
         stop = asyncio.ensure_future(self.stopping.wait())
         try:
@@ -439,7 +452,7 @@ class Service:
                 await fetch
             return []
         try:
-            messages: list[Any] = fetch.result()
+            messages: list[Msg] = fetch.result()
             return messages
         except TimeoutError:  # nats.errors.TimeoutError is one too: nothing to fetch
             return []
@@ -698,7 +711,7 @@ class Service:
         if self._failure is not None and not self.stopping.is_set():
             self._failure_stop = asyncio.create_task(self.stop(), name=f"{self.name}: stop after failure")
 
-    async def _root(self, name: str, coro_fn: Callable[..., Coroutine[Any, Any, Any]], args: tuple[Any, ...]) -> None:
+    async def _root(self, name: str, coro_fn: Callable[..., Awaitable[object]], args: tuple[object, ...]) -> None:
         try:
             await coro_fn(*args)
         except Exception as exc:

@@ -5,10 +5,16 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeAlias
+
+from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
+from redis.commands.core import AsyncScript
+from redis.typing import EncodableT
 
 from kubus.core.codec import text
+from kubus.core.redis_connection import KubusRedis
 from kubus.store.keys import DEFAULT_PREFIX, Keys
 from kubus.store.scripts import Scripts, StoreCode
 
@@ -22,12 +28,22 @@ _BIND_CHUNK = 128
 """Pods per BIND_MANY script call (bounds how long one call holds Redis)."""
 
 
-_CODES: dict[Any, StoreCode] = {**{c.value: c for c in StoreCode}, **{c.value.encode(): c for c in StoreCode}}
+RedisReply: TypeAlias = Any
+"""One reply of Redis as redis-py hands it on: bytes (str where the client decodes responses),
+int, None, or a list of these (a script's reply, whose shape is that script's contract, in its
+.lua file). Any: redis-py types replies as Any (`redis.typing.ResponseT`)."""
+
+RedisHash: TypeAlias = Mapping[Any, Any]
+"""A hash as HGETALL (or `records.hash_fields`) gives it: field -> value, each bytes, or str
+where the client decodes responses. Any: Mapping's key type is invariant, so no one precise key
+type takes both HGETALL's bytes-or-str keys and our own str-keyed dicts."""
+
+_CODES: dict[object, StoreCode] = {**{c.value: c for c in StoreCode}, **{c.value.encode(): c for c in StoreCode}}
 """A script's reply code as Redis returns it (bytes, or text where the client decodes): a dict
 look-up, not an enum call per reply (thousands a heartbeat)."""
 
 
-def _code(reply: Any) -> StoreCode:
+def _code(reply: object) -> StoreCode:
     code = _CODES.get(reply)
     return code if code is not None else StoreCode(text(reply))
 
@@ -41,7 +57,7 @@ class StoreCore:
 
     def __init__(
         self,
-        redis: Any,
+        redis: Redis,
         *,
         prefix: str = DEFAULT_PREFIX,
         event_cap: int = 100,
@@ -61,10 +77,10 @@ class StoreCore:
         once without replicas to wait for. Called by the writes a failover must not undo once
         they are acknowledged: stored submissions, bindings, deletions. Raises ReplicationTimeout
         (transient: retry the step, which is idempotent) when the replicas do not confirm in time."""
-        if getattr(self.redis, "wait_replicas", 0) > 0:
+        if isinstance(self.redis, KubusRedis) and self.redis.wait_replicas > 0:
             await self.redis.confirm_replicated(self.keys.replication_fence())
 
-    async def _run(self, script: Any, keys: Sequence[str], args: Sequence[Any]) -> list[Any]:
+    async def _run(self, script: AsyncScript, keys: Sequence[str], args: Sequence[EncodableT]) -> list[RedisReply]:
         reply = await script(keys=list(keys), args=list(args))
         return list(reply) if isinstance(reply, list | tuple) else [reply]
 
@@ -99,6 +115,6 @@ class StoreCore:
                 self._remember_profile(uid, profile)
         return profile
 
-    def _pipeline(self) -> Any:
+    def _pipeline(self) -> Pipeline:
         """A pipeline for bulk reads: MULTI/EXEC, so a consistent snapshot."""
         return self.redis.pipeline(transaction=True)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from kubus.api.attempts import NO_ATTEMPT, Attempt, attempt_arg
 from kubus.core.codec import text
-from kubus.store._core import _BATCH, StoreCore, _code
+from kubus.store._core import _BATCH, RedisReply, StoreCore, _code
 from kubus.store.records import (
     PodEvent,
     PodPhase,
@@ -38,9 +38,9 @@ class AdmissionView:
     reservation: Reservation | None
     """The pod's reservation on `node` (with its state), or None."""
 
-    def refusal(self, attempt: str = "") -> str | None:
-        """Why the agent of `node` may not run this pod for a NodeAssignment of ``attempt`` (its
-        decimal string; '' = any attempt), as one phrase; None when it may: the pod is Bound or
+    def refusal(self, attempt: Attempt = NO_ATTEMPT) -> str | None:
+        """Why the agent of `node` may not run this pod for a NodeAssignment of ``attempt``
+        (NO_ATTEMPT: any attempt), as one phrase; None when it may: the pod is Bound or
         Running on `node`, held by a bound reservation there of that attempt.
 
         The checks START_POD makes atomically (`ClusterState.start_pods`), made on this view so
@@ -71,8 +71,8 @@ class PodStart:
 
     uid: str
     node: str
-    attempt: str = ""
-    """The attempt the reservation must carry ('' = any)."""
+    attempt: Attempt = NO_ATTEMPT
+    """The attempt the reservation must carry (NO_ATTEMPT: any)."""
     event: PodEvent | None = None
     """Appended to the pod's events when it starts now (not on ALREADY)."""
     ends_at: float = 0.0
@@ -99,7 +99,7 @@ class PodStartResult:
         return self.code in (StoreCode.OK, StoreCode.ALREADY)
 
 
-def _start_result(reply: list[Any]) -> PodStartResult:
+def _start_result(reply: Sequence[object]) -> PodStartResult:
     code = _code(reply[0])
     if code is StoreCode.NOT_FOUND:
         return PodStartResult(code)
@@ -121,7 +121,7 @@ class AgentStore(StoreCore):
         for start in range(0, len(pods), _BATCH):
             chunk = pods[start : start + _BATCH]
             pipe = self.redis.pipeline(transaction=False)
-            rows: list[Any] = []
+            rows: list[RedisReply] = []  # fields of a script's reply, as redis-py gives them
             for node, uid in chunk:  # one read-only script per pod (a third of the commands)
                 keys = [self.keys.pod_record(uid), self.keys.node_reservations(node), self.keys.node_bound(node)]
                 await self.scripts.admission_view(keys=keys, args=[uid], client=pipe)
@@ -170,7 +170,7 @@ class AgentStore(StoreCore):
                     *moved,
                 ]
                 event = s.event.encode() if s.event is not None else b""
-                args = [s.node, s.attempt, now, event, cap, repr(float(s.ends_at))]
+                args = [s.node, attempt_arg(s.attempt), now, event, cap, repr(float(s.ends_at))]
                 await self.scripts.start_pod(keys=keys, args=args, client=pipe)
             for reply in await pipe.execute():
                 out.append(_start_result(list(reply)))

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
 
 from kubus.api.objects import PODS
 from kubus.core.codec import text
@@ -247,7 +246,7 @@ async def check_invariants(state: ClusterState) -> list[str]:
     for key in await _scan(state, k.pending_index_pattern()):
         indexes[f"pending:{k.profile_of_pending_index(key)}"] = {text(u) for u in await state.redis.smembers(key)}
     _check_pods(pods, held, indexes, out)
-    by_key: Any = await state.redis.hgetall(k.pod_keys_index())
+    by_key = await state.redis.hgetall(k.pod_keys_index())
     for key, uid in sorted((text(a), text(b)) for a, b in by_key.items()):
         indexed_pod = pods.get(uid)
         if indexed_pod is None:

@@ -6,13 +6,12 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 from kubus.api.objects import Node
 from kubus.core import codec
 from kubus.core.codec import text
 from kubus.kernels.nodeinfo import NodeInfo
-from kubus.store._core import _BATCH, _MAX_LUA_INT, StoreCore, _code
+from kubus.store._core import _BATCH, _MAX_LUA_INT, RedisHash, StoreCore, _code
 from kubus.store.records import (
     NodeRecord,
     Reservation,
@@ -81,11 +80,11 @@ class NodeUsage:
     """(protocol, port, hostIP) -> reservations using it."""
 
 
-def _put_node_result(reply: list[Any]) -> PutNodeResult:
+def _put_node_result(reply: Sequence[object]) -> PutNodeResult:
     return PutNodeResult(changed=_code(reply[0]) is StoreCode.OK, generation=int(text(reply[1])))
 
 
-def _heartbeat_result(reply: list[Any]) -> HeartbeatResult:
+def _heartbeat_result(reply: Sequence[object]) -> HeartbeatResult:
     if _code(reply[0]) is StoreCode.NOT_FOUND:
         return HeartbeatResult(found=False)
     return HeartbeatResult(found=True, revived=text(reply[1]) == "revived", generation=int(text(reply[2])))
@@ -114,7 +113,7 @@ class NodeStore(StoreCore):
             out += [_put_node_result(list(reply)) for reply in await pipe.execute()]
         return out
 
-    def _put_node_args(self, node: Node, manifest: bytes | None) -> tuple[str, list[Any]]:
+    def _put_node_args(self, node: Node, manifest: bytes | None) -> tuple[str, list[str | bytes]]:
         record = NodeRecord.of(node, manifest)
         shape = {
             "alloc": [[r, min(q, _MAX_LUA_INT)] for r, q in sorted(record.allocatable.items())],
@@ -195,7 +194,9 @@ class NodeStore(StoreCore):
         heartbeat since is newer). Returns how many were added."""
         if not beats:
             return 0
-        return int(await self.redis.zadd(self.keys.heartbeats_index(), dict(beats), nx=True))
+        added = await self.redis.zadd(self.keys.heartbeats_index(), dict(beats), nx=True)
+        assert added is not None  # ZADD without INCR answers the count added
+        return int(added)
 
     async def forget_heartbeats(self, names: Iterable[str]) -> None:
         """Drop index entries of nodes that no longer exist (deleted behind the store's back)."""
@@ -285,7 +286,7 @@ class DecodedRecords:
         """Node -> digest -> the reservation decoded from those bytes."""
 
     def node(
-        self, name: str, info: Mapping[Any, Any], values: Iterable[Any], bound: Iterable[Any]
+        self, name: str, info: RedisHash, values: Iterable[bytes | str], bound: Iterable[bytes | str]
     ) -> tuple[Node, list[Reservation]]:
         """The node and its reservations (as `load_snapshot` returns them) from its raw replies."""
         key = _digest(info.get(b"record") or info.get("record"), info.get(b"unreachable") or info.get("unreachable"))
@@ -298,7 +299,7 @@ class DecodedRecords:
         before = self._reservations.get(name, {})
         now: dict[bytes, Reservation] = {}
 
-        def decode(value: Any) -> Reservation:
+        def decode(value: bytes | str) -> Reservation:
             digest = _digest(value)
             r = now[digest] = before.get(digest) or Reservation.decode(value)
             return r
@@ -313,7 +314,7 @@ class DecodedRecords:
         self._reservations.pop(name, None)
 
 
-def _digest(*parts: Any) -> bytes:
+def _digest(*parts: object) -> bytes:
     h = hashlib.blake2b(digest_size=16)
     for part in parts:
         b = b"" if part is None else part if isinstance(part, bytes) else str(part).encode()
@@ -323,7 +324,9 @@ def _digest(*parts: Any) -> bytes:
 
 
 def _reservations(
-    values: Iterable[Any], bound: Iterable[Any], decode: Callable[[Any], Reservation] = Reservation.decode
+    values: Iterable[bytes | str],
+    bound: Iterable[bytes | str],
+    decode: Callable[[bytes | str], Reservation] = Reservation.decode,
 ) -> list[Reservation]:
     """A node's reservations from HVALS, those in its bound set (SMEMBERS) in state BOUND,
     sorted by pod key and uid."""

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any
 
 from redis.exceptions import WatchError
 
@@ -35,7 +34,7 @@ from kubus.api.workloads import (
     Workloads,
 )
 from kubus.core import codec
-from kubus.core.codec import text
+from kubus.core.codec import JSONObject, JSONValue, text
 from kubus.store._core import StoreCore
 
 __all__ = [
@@ -88,7 +87,7 @@ def class_from_json(data: bytes | str) -> PriorityClass:
     )
 
 
-def _selector_to_json(selector: LabelSelector | None) -> dict[str, Any] | None:
+def _selector_to_json(selector: LabelSelector | None) -> JSONObject | None:
     if selector is None:
         return None
     return {
@@ -99,7 +98,7 @@ def _selector_to_json(selector: LabelSelector | None) -> dict[str, Any] | None:
     }
 
 
-def _selector_from_json(raw: Any) -> LabelSelector | None:
+def _selector_from_json(raw: JSONValue) -> LabelSelector | None:
     if raw is None:
         return None
     return LabelSelector(
@@ -111,7 +110,7 @@ def _selector_from_json(raw: Any) -> LabelSelector | None:
     )
 
 
-def _int_or_percent(raw: Any) -> IntOrPercent | None:
+def _int_or_percent(raw: JSONValue) -> IntOrPercent | None:
     return raw if raw is None or isinstance(raw, str) else int(raw)
 
 
@@ -143,7 +142,7 @@ def budget_from_json(data: bytes | str) -> PodDisruptionBudget:
 
 
 def workload_to_json(obj: Workload) -> bytes:
-    selector: Any
+    selector: JSONValue
     if isinstance(obj, ReplicaSet | StatefulSet):
         selector = _selector_to_json(obj.selector)
     else:
@@ -205,7 +204,7 @@ class ObjectStore(StoreCore):
         Idempotent. Raises PriorityError, storing nothing, for a second globalDefault class or
         a changed value or preemptionPolicy (`kubus.api.priority.check_priority_class`)."""
 
-        def check(stored: Mapping[str, bytes]) -> None:
+        def check(stored: Mapping[str, bytes | str]) -> None:
             check_priority_class(pc, map(class_from_json, stored.values()))
 
         return await self._put(self.keys.priority_classes(), pc.name, class_to_json(pc), check)
@@ -287,7 +286,7 @@ class ObjectStore(StoreCore):
         return int(text(version) or 0), {text(k): v for k, v in raw.items()}
 
     async def _put(
-        self, objects: str, name: str, record: bytes, check: Callable[[Mapping[str, bytes]], None] | None = None
+        self, objects: str, name: str, record: bytes, check: Callable[[Mapping[str, bytes | str]], None] | None = None
     ) -> bool:
         """Store ``record`` under ``name`` in the hash ``objects`` and bump its version, unless it
         is there as is (False). ``check`` sees the hash as it is (field -> JSON) and raises to
@@ -297,15 +296,16 @@ class ObjectStore(StoreCore):
             while True:
                 try:
                     await pipe.watch(objects)
+                    stored: Mapping[str, bytes | str | None]
                     if check is None:
                         stored = {name: await pipe.hget(objects, name)}
                     else:
-                        stored = {text(k): v for k, v in (await pipe.hgetall(objects)).items()}
+                        stored = fields = {text(k): v for k, v in (await pipe.hgetall(objects)).items()}
                     if text(stored.get(name)) == record.decode():
                         return False
                     if check is not None:
-                        check(stored)
-                    pipe.multi()
+                        check(fields)
+                    pipe.multi()  # type: ignore[no-untyped-call]  # redis-py leaves Pipeline.multi unannotated
                     pipe.hset(objects, name, record)
                     pipe.incr(self.keys.version_of(objects))
                     await pipe.execute()

@@ -15,9 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
+from redis.typing import EncodableT
+
+from kubus.api.attempts import Attempt
 from kubus.core.codec import text
+from kubus.framework.waiting import Decision
 from kubus.store._core import _BATCH, StoreCore
 
 __all__ = ["PermitState", "PermitStore"]
@@ -30,7 +33,7 @@ class PermitState:
     uid: str
     key: str
     """namespace/name"""
-    attempt: int
+    attempt: Attempt
     node: str
     profile: str
     deadline: float
@@ -77,7 +80,7 @@ class PermitStore(StoreCore):
         *,
         key: str,
         profile: str,
-        attempt: int,
+        attempt: Attempt,
         node: str,
         waiting_on: Mapping[str, float],
         group: str = "",
@@ -89,7 +92,7 @@ class PermitStore(StoreCore):
             raise ValueError(f"pod {uid}: a wait on Permit needs a plugin to wait on")
         deadline = self.clock() + min(waiting_on.values())
         permit = self.keys.pod_permit(uid)
-        mapping: dict[str, str] = {
+        mapping: dict[EncodableT, EncodableT] = {  # what redis-py's hset takes
             "key": key,
             "attempt": str(attempt),
             "node": node,
@@ -105,19 +108,19 @@ class PermitStore(StoreCore):
         await pipe.execute()
         return PermitState(uid, key, attempt, node, profile, deadline, frozenset(waiting_on), group=group)
 
-    async def allow_permit(self, uid: str, attempt: int, plugin: str) -> bool:
+    async def allow_permit(self, uid: str, attempt: Attempt, plugin: str) -> bool:
         """``plugin`` lets attempt ``attempt`` of the pod go. False when the pod does not wait
         (any more) at that attempt. Idempotent."""
         reply = await self.scripts.permit_allow(keys=[self.keys.pod_permit(uid)], args=[str(attempt), plugin])
         return bool(int(reply))
 
-    async def reject_permit(self, uid: str, attempt: int, plugin: str, message: str) -> bool:
+    async def reject_permit(self, uid: str, attempt: Attempt, plugin: str, message: str) -> bool:
         """``plugin`` fails the pod's wait (the first rejection is kept). False when the pod does
         not wait (any more) at that attempt. Idempotent."""
         reply = await self.scripts.permit_reject(keys=[self.keys.pod_permit(uid)], args=[str(attempt), plugin, message])
         return bool(int(reply))
 
-    async def apply_permit_decisions(self, decisions: Iterable[Any]) -> None:
+    async def apply_permit_decisions(self, decisions: Iterable[Decision]) -> None:
         """What plugins decided about waiting pods (`kubus.framework.waiting.Decision`: kind
         allow or reject, uid, attempt, plugin, message), applied in order."""
         for d in decisions:
@@ -150,7 +153,7 @@ class PermitStore(StoreCore):
             await self.redis.srem(index, *gone)
         return [state for state in states.values() if state is not None]
 
-    async def clear_permit(self, uid: str, profile: str, attempt: int | None = None) -> None:
+    async def clear_permit(self, uid: str, profile: str, attempt: Attempt | None = None) -> None:
         """End the pod's wait (allowed and bound, rejected, timed out, given back); with
         ``attempt``, only a wait of that attempt. Idempotent."""
         if attempt is not None:

@@ -10,7 +10,6 @@ read.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 from kubus.api.podgroups import PodGroup
 from kubus.core import codec
@@ -147,7 +146,7 @@ class PodGroupStore(StoreCore):
         return out
 
 
-def _phase(raw: Any) -> PodPhase | None:
+def _phase(raw: object) -> PodPhase | None:
     value = text(raw)
     try:
         return PodPhase(value) if value else None

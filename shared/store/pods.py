@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
+from redis.commands.core import AsyncScript
+
+from kubus.api.attempts import NO_ATTEMPT, Attempt, attempt_arg
 from kubus.api.gpus import format_gpu_devices
 from kubus.core import codec
 from kubus.core.codec import text
@@ -72,7 +74,7 @@ class Binding:
 
     uid: str
     node: str
-    attempt: int = 0
+    attempt: Attempt = NO_ATTEMPT
     """The attempt id (the record's version after its Pending -> Reserved); 0 = any."""
     devices: Sequence[int] = ()
     profile: str = ""
@@ -108,7 +110,7 @@ class BindingResult:
         return self.write is not None and self.write.code in (StoreCode.OK, StoreCode.ALREADY)
 
 
-def _binding_result(reply: list[Any]) -> BindingResult:
+def _binding_result(reply: Sequence[object]) -> BindingResult:
     """One pod's reply of BIND_MANY (not PROFILE) as a BindingResult."""
     marked = _code(reply[0])
     phase_text, version = text(reply[3]), int(text(reply[4]) or 0)
@@ -131,7 +133,7 @@ class PodStore(StoreCore):
         once). True when stored now. The record is stored with version 1."""
         record = replace(record, version=1)
         fields = record.to_fields()
-        args: list[Any] = [record.uid, record.key, record.profile]
+        args: list[str | bytes | int | float] = [record.uid, record.key, record.profile]
         for name, value in fields.items():
             args += [name, value]
         reply = await self._run(self.scripts.put_pod, self._pod_keys(record.uid, record.profile), args)
@@ -204,7 +206,7 @@ class PodStore(StoreCore):
         pods.sort(key=lambda p: (p.created_at, p.key, p.uid))
         return pods
 
-    async def _pod_script(self, script: Any, uid: str, args: Callable[[str], list[Any]]) -> PodWrite:
+    async def _pod_script(self, script: AsyncScript, uid: str, args: Callable[[str], list[str | bytes]]) -> PodWrite:
         profile = await self._profile_of(uid)
         reply = await self._run(script, self._pod_keys(uid, profile), args(profile))
         code = _code(reply[0])
@@ -312,7 +314,7 @@ class PodStore(StoreCore):
             if profile:
                 self._remember_profile(uid, text(profile))
 
-    def _transition_args(self, move: Move) -> Callable[[str], list[Any]] | PodWrite:
+    def _transition_args(self, move: Move) -> Callable[[str], list[str | bytes]] | PodWrite:
         """The TRANSITION script's arguments for ``move`` (given the pod's profile), or the
         answer when no script needs to run. Raises ValueError like `transition`."""
         phase = move.phase
@@ -320,7 +322,7 @@ class PodStore(StoreCore):
             raise ValueError("a pod is bound with bind_pod, not transition")
         if phase is PodPhase.RESERVED and not move.node:
             raise ValueError(f"pod {move.uid}: Reserved needs the node")
-        fields: dict[str, Any] = {}
+        fields: dict[str, str | bytes] = {}
         if phase is PodPhase.PENDING:
             fields["node"] = ""
             fields["gpu_devices"] = ""
@@ -343,8 +345,8 @@ class PodStore(StoreCore):
         version = "" if move.expected_version is None else str(move.expected_version)
         count = "1" if move.count_attempt else "0"
 
-        def args(profile: str) -> list[Any]:
-            out: list[Any] = [str(phase), version, expected, profile, now, count]
+        def args(profile: str) -> list[str | bytes]:
+            out: list[str | bytes] = [str(phase), version, expected, profile, now, count]
             for name, value in fields.items():
                 out += [name, value]
             return out
@@ -352,7 +354,7 @@ class PodStore(StoreCore):
         return args
 
     async def give_back(
-        self, uid: str, node: str, attempt: int | str, *, reason: str | None = None, message: str | None = None
+        self, uid: str, node: str, attempt: Attempt, *, reason: str | None = None, message: str | None = None
     ) -> GiveBack:
         """Reserved -> Pending for attempt ``attempt`` on ``node``, with that attempt's room on
         the node given back, in one atomic step (GIVE_BACK in kubus.store.scripts): what every
@@ -360,14 +362,14 @@ class PodStore(StoreCore):
         failed, the janitor's timeout), before the pod is queued again. ``reason``/``message``
         record why (kept when None). Idempotent: a retry answers CONFLICT (the pod moved on),
         never undoes a newer attempt, and never frees a bound reservation (BOUND)."""
-        fields: list[Any] = []
+        fields: list[str] = []
         if reason is not None:
             fields += ["reason", reason]
         if message is not None:
             fields += ["message", message]
         now = repr(float(self.clock()))
         node_keys = self.keys.node_keys(node)[:4]
-        args = [uid, str(attempt), "", node, now, *fields]
+        args = [uid, attempt_arg(attempt), "", node, now, *fields]
         for _ in range(2):  # a second time when the cached profile was not the pod's
             profile = await self._profile_of(uid)
             args[2] = profile
@@ -413,13 +415,13 @@ class PodStore(StoreCore):
             for start in range(0, len(todo), _BIND_CHUNK):
                 chunk = todo[start : start + _BIND_CHUNK]
                 keys: list[str] = self.keys.phase_indexes()
-                args: list[Any] = [repr(float(self.clock())), self.event_cap]
+                args: list[str | bytes | int | float] = [repr(float(self.clock())), self.event_cap]
                 for _i, b, profile in chunk:
                     keys += self.keys.node_keys(b.node)[:4]
                     keys += [self.keys.pod_record(b.uid), self.keys.pod_events(b.uid), self.keys.pending_index(profile)]
                     args += [
                         b.uid,
-                        str(b.attempt) if b.attempt else "",
+                        attempt_arg(b.attempt),
                         b.node,
                         format_gpu_devices(list(b.devices)),
                         profile,

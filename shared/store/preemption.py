@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from kubus.api.attempts import Attempt, attempt_arg
 from kubus.core.codec import text
-from kubus.store._core import StoreCore, _code
+from kubus.store._core import RedisReply, StoreCore, _code
 from kubus.store.records import EventType, PodEvent, PodPhase, Reservation
 from kubus.store.reservations import ReserveResult, on_node
 from kubus.store.scripts import StoreCode
@@ -50,7 +50,7 @@ class PreemptionStore(StoreCore):
         self,
         node: str,
         reservation: Reservation,
-        victims: Sequence[tuple[str, str | int]],
+        victims: Sequence[tuple[str, Attempt]],
         *,
         now: float | None = None,
         source: str = "",
@@ -78,7 +78,7 @@ class PreemptionStore(StoreCore):
 
     async def preempt_many(
         self,
-        preemptions: Sequence[tuple[str, Reservation, Sequence[tuple[str, str | int]]]],
+        preemptions: Sequence[tuple[str, Reservation, Sequence[tuple[str, Attempt]]]],
         *,
         now: float | None = None,
         source: str = "",
@@ -97,7 +97,7 @@ class PreemptionStore(StoreCore):
             messages.append(message)
             event = PodEvent(at, EventType.WARNING, PREEMPTED, message, source)
             keys = [*self.keys.node_keys(node), *self.keys.phase_indexes()]
-            args: list[Any] = [
+            args: list[str | bytes | int | float] = [
                 reservation.pod_uid,
                 reservation.encode(),
                 repr(float(at)),
@@ -108,7 +108,7 @@ class PreemptionStore(StoreCore):
             ]
             for uid, attempt in victims:
                 keys += [self.keys.pod_record(uid), self.keys.pod_events(uid)]
-                args += [uid, str(attempt)]
+                args += [uid, attempt_arg(attempt)]
             await self.scripts.preempt(keys=keys, args=args, client=pipe)
         return [_preempt_result(reply, message) for reply, message in zip(await pipe.execute(), messages, strict=True)]
 
@@ -127,7 +127,7 @@ def preemptor_of(message: str) -> tuple[str, str] | None:
     return head, node
 
 
-def _preempt_result(reply: Any, message: str) -> PreemptResult:
+def _preempt_result(reply: RedisReply, message: str) -> PreemptResult:
     reply = list(reply) if isinstance(reply, list | tuple) else [reply]
     code = _code(reply[0])
     details = [text(r) for r in reply[1:]]

@@ -8,12 +8,12 @@ decode it back; the key layout is in `kubus.store.keys`, the atomic changes in
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
 
+from kubus.api.attempts import NO_ATTEMPT, Attempt, attempt_arg, read_attempt
 from kubus.api.gpus import GPURequest, format_gpu_devices
 from kubus.api.manifests import HOSTNAME_LABEL, parse_pod
 from kubus.api.namespaces import NAMESPACE_NAME_LABEL, namespace_labels
@@ -44,6 +44,7 @@ from kubus.api.pod_affinity import (
 from kubus.core import codec
 from kubus.core.codec import text
 from kubus.kernels.nodeinfo import PodInfo
+from kubus.store._core import RedisHash
 
 UNREACHABLE_TAINT_KEY = "node.kubernetes.io/unreachable"
 """The taint kube's node lifecycle controller puts on a node that stopped reporting. A node
@@ -87,7 +88,7 @@ class EventType(StrEnum):
     WARNING = "Warning"
 
 
-def _blob(value: Any) -> bytes | None:
+def _blob(value: object) -> bytes | None:
     if value is None:
         return None
     if isinstance(value, bytes):
@@ -95,7 +96,7 @@ def _blob(value: Any) -> bytes | None:
     return str(value).encode()
 
 
-def _str_dict(raw: Mapping[Any, Any]) -> dict[str, Any]:
+def _str_dict(raw: RedisHash) -> dict[str, Any]:  # Any: the hash's values, decoded as read
     return {text(k): v for k, v in raw.items()}
 
 
@@ -225,7 +226,7 @@ class NodeRecord:
     tens of them on a GPU node) are the Lua scripts'. Read these, not the whole hash."""
 
     @classmethod
-    def from_hash(cls, raw: Mapping[Any, Any]) -> NodeRecord:
+    def from_hash(cls, raw: RedisHash) -> NodeRecord:
         """Decode a node info hash (HGETALL, or HMGET of `HASH_FIELDS` as `hash_fields` makes
         it). Raises KeyError/ValueError when malformed."""
         h = _str_dict(raw)
@@ -253,7 +254,7 @@ class NodeRecord:
         )
 
 
-def hash_fields(values: Sequence[Any]) -> dict[str, Any]:
+def hash_fields(values: Sequence[bytes | str | None]) -> dict[str, bytes | str]:
     """The reply of HMGET of `NodeRecord.HASH_FIELDS` as the mapping `from_hash` reads ({}:
     no such node)."""
     return {field: v for field, v in zip(NodeRecord.HASH_FIELDS, values, strict=True) if v is not None}
@@ -343,7 +344,7 @@ class PodRecord:
         }
 
     @classmethod
-    def from_hash(cls, raw: Mapping[Any, Any]) -> PodRecord:
+    def from_hash(cls, raw: RedisHash) -> PodRecord:
         """Decode a pod record hash (HGETALL). Raises KeyError/ValueError when malformed."""
         h = _str_dict(raw)
         return cls(
@@ -412,10 +413,11 @@ class Reservation:
     """The GPU models the pod accepts (any when empty), for RESERVE's new pick."""
     token: int = 0
     """The fencing token of the cycle that reserved (its lease); 0 = unfenced."""
-    attempt: str = ""
-    """Which scheduling attempt made it (unique per attempt): reserve is idempotent for the same
-    attempt, refuses another attempt's second reservation of the pod on the node, and
-    unreserve/mark_bound can insist on it, so racing duplicates never undo each other's work."""
+    attempt: Attempt = NO_ATTEMPT
+    """Which scheduling attempt made it (`Attempt`): reserve is idempotent for the same attempt,
+    refuses another attempt's second reservation of the pod on the node, and
+    unreserve/mark_bound can insist on it, so racing duplicates never undo each other's work.
+    NO_ATTEMPT: a placement no attempt of kubus made (a pod bound by another scheduler)."""
     ignored: tuple[str, ...] = ()
     """Requested resources not to check (NodeResourcesFit's ignoredResources); still counted."""
     labels: dict[str, str] = field(default_factory=dict)
@@ -458,7 +460,7 @@ class Reservation:
         *,
         profile: str | None = None,
         token: int = 0,
-        attempt: str | None = None,
+        attempt: Attempt = NO_ATTEMPT,
         ignored: Iterable[str] = (),
         now: float | None = None,
         namespace_labels: Mapping[str, str] | None = None,
@@ -466,8 +468,8 @@ class Reservation:
     ) -> Reservation:
         """The reservation for a pod placed on `node` (pod_info.gpu_devices already picked).
 
-        `profile` defaults to the pod's schedulerName, `attempt` to a fresh random id (retry a
-        reserve with the same Reservation object to stay idempotent), `now` to the wall clock;
+        `profile` defaults to the pod's schedulerName, `attempt` to NO_ATTEMPT (a placement no
+        attempt made: a reserve is then idempotent for any other such), `now` to the wall clock;
         `gpu_pick` (GPUFit's mode) lets RESERVE pick other devices when these are taken.
         Raises ValueError when the pod asks for
         GPUs and the number of picked devices differs from its request, or devices repeat.
@@ -495,7 +497,7 @@ class Reservation:
             gpu_pick=gpu_pick if devices else "",
             gpu_models=tuple(gpu.models) if gpu is not None and devices and gpu_pick else (),
             token=token,
-            attempt=uuid.uuid4().hex if attempt is None else attempt,
+            attempt=attempt,
             ignored=tuple(sorted(set(ignored))),
             labels=dict(pod.metadata.labels),
             affinity=_pod_affinity_only(pod),
@@ -538,7 +540,7 @@ class Reservation:
         """The JSON the Lua scripts read (requests as ordered pairs; no `state`)."""
         return codec.dumps(self.to_json())
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> codec.JSONObject:
         """`encode`'s object, before it is serialized (a cycle's notice carries several).
 
         Keep "gpu_devices" and "attempt" before "labels" and "affinity" (the only objects whose
@@ -557,7 +559,7 @@ class Reservation:
             "gpu_memory": self.gpu_memory,
             "gpu_shared": self.gpu_shared,
             "token": self.token,
-            "attempt": self.attempt,
+            "attempt": attempt_arg(self.attempt),
             "ignored": list(self.ignored),
             "labels": self.labels,
             "affinity": (
@@ -585,11 +587,11 @@ class Reservation:
     def namespace_labels_or_default(self) -> Mapping[str, str]:
         return namespace_labels({self.namespace: self.namespace_labels}, self.namespace)
 
-    def _anti_affinity_guard(self) -> dict[str, Any]:
+    def _anti_affinity_guard(self) -> codec.JSONObject:
         """What RESERVE's Lua checks: the required anti-affinity terms on the hostname topology
         (resolved as kube's AffinityTerm: namespaces, merged selector, namespaceSelector) and the
         namespace's labels. Omitted when empty, so most reservations carry nothing more."""
-        out: dict[str, Any] = {}
+        out: codec.JSONObject = {}
         if self.namespace_labels:
             out["nsl"] = self.namespace_labels
         host = self.anti_affinity_on_host()
@@ -610,7 +612,7 @@ class Reservation:
         return cls.from_json(codec.loads(data), bound=bound)
 
     @classmethod
-    def from_json(cls, d: Mapping[str, Any], *, bound: bool = False) -> Reservation:
+    def from_json(cls, d: codec.JSONMapping, *, bound: bool = False) -> Reservation:
         """`to_json`'s object back. Raises ValueError/KeyError/TypeError when malformed."""
         return cls(
             pod_uid=d["pod_uid"],
@@ -627,7 +629,7 @@ class Reservation:
             gpu_pick=str(d.get("gpu_pick", "")),
             gpu_models=tuple(str(m) for m in d.get("gpu_models", ())),
             token=int(d["token"]),
-            attempt=d.get("attempt", ""),
+            attempt=read_attempt(d.get("attempt")),
             ignored=tuple(d["ignored"]),
             labels=dict(d["labels"]),
             affinity=read_pod_affinity_manifest(d.get("affinity") or {}, f"reservation of {d['pod_key']}"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from kubus.api.attempts import Attempt
 from kubus.api.errors import ManifestError
 from kubus.core.codec import DecodeError, text
 from kubus.kernels.nodeinfo import PodInfo
@@ -41,7 +42,7 @@ class Expiry:
     pod: PodRecord
     """The record as it was read, before the repair (Reserved, with its manifest and node)."""
     kind: ExpiryKind
-    attempt: int
+    attempt: Attempt
     reason: str
     message: str
     released: bool = False
@@ -58,10 +59,6 @@ class RoomLost:
     pod: PodRecord
     reasons: tuple[str, ...]
     """Why not (RESERVE's refusal: "Insufficient cpu", "node not found", ...)."""
-
-
-def _attempt(text: str) -> int:
-    return int(text) if text.isdigit() else 0
 
 
 class Recovery(PodStore, ReservationStore, NodeStore, PermitStore):
@@ -186,7 +183,7 @@ class Recovery(PodStore, ReservationStore, NodeStore, PermitStore):
         its reasons. A manifest that does not parse is CONFLICT with the parse error."""
         try:
             info = PodInfo.of(record.pod(), record.gpu_devices)
-            reservation = Reservation.of(info, record.node, attempt=str(record.version), now=self.clock())
+            reservation = Reservation.of(info, record.node, attempt=record.version, now=self.clock())
         except (ManifestError, DecodeError, ValueError) as exc:
             return StoreCode.CONFLICT, (f"its manifest cannot be read: {exc}",)
         reply = await self._run(
@@ -220,12 +217,12 @@ class Recovery(PodStore, ReservationStore, NodeStore, PermitStore):
                 if age < lost_after_s:
                     continue
                 reason, message = "ReservationLost", f"its reservation on node {pod.node} is gone"
-                attempt = str(pod.version)
+                attempt = pod.version
             else:
                 if age < timeout_s:
                     continue
                 wait = (await self.permit_states([pod.uid]))[pod.uid]
-                if wait is not None and str(wait.attempt) == held.attempt and self.clock() < wait.deadline:
+                if wait is not None and wait.attempt == held.attempt and self.clock() < wait.deadline:
                     continue  # waiting on Permit: its own deadline decides, not the janitor's
                 reason, message = "ReservationTimeout", f"not bound on node {pod.node} within {timeout_s:g}s"
                 attempt = held.attempt
@@ -233,12 +230,12 @@ class Recovery(PodStore, ReservationStore, NodeStore, PermitStore):
             if result.code is StoreCode.BOUND:  # a binder marked it just now: finish it next time
                 continue
             if result.ok:
-                await self.clear_permit(pod.uid, pod.profile, _attempt(attempt))
-                out.append(Expiry(pod, ExpiryKind.GIVEN_BACK, _attempt(attempt), reason, message, result.released))
+                await self.clear_permit(pod.uid, pod.profile, attempt)
+                out.append(Expiry(pod, ExpiryKind.GIVEN_BACK, attempt, reason, message, result.released))
         return out
 
     async def _finish_bind(self, pod: PodRecord, reservation: Reservation, source: str) -> list[Expiry]:
-        attempt = _attempt(reservation.attempt)
+        attempt = reservation.attempt
         message = f"Successfully assigned {pod.key} to {pod.node}"
         binding = Binding(
             pod.uid,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from kubus.api.attempts import NO_ATTEMPT, Attempt, attempt_arg
 from kubus.core.codec import text
 from kubus.store._core import StoreCore, _code
 from kubus.store.nodes import _reservations
@@ -134,21 +135,21 @@ class ReservationStore(StoreCore):
             await self.scripts.reserve_pod(keys=keys, args=[profile, now, r.pod_uid, r.encode()], client=pipe)
         return [_attempt_result([text(x) for x in reply]) for reply in await pipe.execute()]
 
-    async def unreserve(self, node: str, uid: str, attempt: str | None = None) -> StoreCode:
+    async def unreserve(self, node: str, uid: str, attempt: Attempt = NO_ATTEMPT) -> StoreCode:
         """Give back a reserved (not bound) reservation, only if `attempt` made it (when given).
         OK, NOOP (none), BOUND (refused: bound) or CONFLICT (refused: another attempt's)."""
-        reply = await self._run(self.scripts.unreserve, self.keys.node_keys(node), [uid, attempt or ""])
+        reply = await self._run(self.scripts.unreserve, self.keys.node_keys(node), [uid, attempt_arg(attempt)])
         return _code(reply[0])
 
-    async def mark_bound(self, node: str, uid: str, attempt: str | None = None) -> StoreCode:
+    async def mark_bound(self, node: str, uid: str, attempt: Attempt = NO_ATTEMPT) -> StoreCode:
         """Mark the reservation bound: OK, ALREADY, NOT_FOUND (the reservation is gone) or
         CONFLICT (it is another attempt's, when `attempt` is given)."""
-        reply = await self._run(self.scripts.mark_bound, self.keys.node_keys(node), [uid, attempt or ""])
+        reply = await self._run(self.scripts.mark_bound, self.keys.node_keys(node), [uid, attempt_arg(attempt)])
         return _code(reply[0])
 
-    async def release(self, node: str, uid: str, attempt: str | None = None) -> StoreCode:
+    async def release(self, node: str, uid: str, attempt: Attempt = NO_ATTEMPT) -> StoreCode:
         """Give back the pod's reservation, bound or not: the pod finished or was deleted, or
         (with its `attempt`) a binder backs out after mark_bound. OK, NOOP or CONFLICT (the
         reservation is another attempt's)."""
-        reply = await self._run(self.scripts.release, self.keys.node_keys(node), [uid, attempt or ""])
+        reply = await self._run(self.scripts.release, self.keys.node_keys(node), [uid, attempt_arg(attempt)])
         return _code(reply[0])

@@ -130,6 +130,8 @@ class Scripts:
     NOSCRIPT), so a server restart or SCRIPT FLUSH is survived.
     """
 
+    # Any: a `redis.asyncio.Redis`. Typed so, redis-py checks every script call's args, and two
+    # callers (PodStore.put_pods, AgentStore.start_pods) still build theirs as untyped lists.
     def __init__(self, redis: Any) -> None:
         self.put_node = redis.register_script(PUT_NODE)
         self.delete_node = redis.register_script(DELETE_NODE)

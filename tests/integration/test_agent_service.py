@@ -57,9 +57,9 @@ async def bound_pod(
     assert await state.put_pod(PodRecord.of(pod, manifest, now=state.clock()))
     attempt = (await state.transition(uid, PodPhase.RESERVED, node=node, count_attempt=True)).version
     assert (
-        await state.reserve(node, Reservation.of(PodInfo.of(pod).placed_on(devices), node, attempt=str(attempt)))
+        await state.reserve(node, Reservation.of(PodInfo.of(pod).placed_on(devices), node, attempt=attempt))
     ).ok
-    assert await state.mark_bound(node, uid, str(attempt)) is StoreCode.OK
+    assert await state.mark_bound(node, uid, attempt) is StoreCode.OK
     assert (await state.bind_pod(uid, node, devices, expected_version=attempt)).ok
     return NodeAssignment(uid=uid, key=pod.key, node=node, manifest=manifest, gpu_devices=devices, attempt=attempt)
 

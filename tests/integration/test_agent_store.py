@@ -20,8 +20,8 @@ async def pod_in(state: ClusterState, name: str, node: str, phase: PodPhase) -> 
     uid = pod.metadata.uid
     assert await state.put_pod(PodRecord.of(pod, codec.dumps(doc), now=state.clock()))
     attempt = (await state.transition(uid, PodPhase.RESERVED, node=node, count_attempt=True)).version
-    assert (await state.reserve(node, Reservation.of(PodInfo.of(pod), node, attempt=str(attempt)))).ok
-    assert await state.mark_bound(node, uid, str(attempt)) is StoreCode.OK
+    assert (await state.reserve(node, Reservation.of(PodInfo.of(pod), node, attempt=attempt))).ok
+    assert await state.mark_bound(node, uid, attempt) is StoreCode.OK
     assert (await state.bind_pod(uid, node, (), expected_version=attempt)).ok
     assert (await state.transition(uid, PodPhase.RUNNING, expected_phases={PodPhase.BOUND})).ok
     if phase is not PodPhase.RUNNING:

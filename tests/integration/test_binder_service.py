@@ -83,7 +83,7 @@ async def new_attempt(
         uid, PodPhase.RESERVED, node=node, expected_phases={PodPhase.PENDING}, count_attempt=True
     )
     assert write.ok, write
-    reservation = Reservation.of(PodInfo.of(pod).placed_on(devices), node, attempt=str(write.version))
+    reservation = Reservation.of(PodInfo.of(pod).placed_on(devices), node, attempt=write.version)
     assert (await state.reserve(node, reservation)).ok
     return BindRequest(
         uid=uid, key=pod.key, profile=PROFILE, node=node, manifest=manifest, gpu_devices=devices, attempt=write.version
@@ -196,7 +196,7 @@ async def test_a_stale_attempt_is_dropped_and_the_new_one_binds(
     await add_node(state)
     stale = await reserve_pod(state, "web")
     # The janitor gave the first attempt up; a cycle reserved the pod again (a new attempt).
-    assert str(await state.unreserve("node-a", stale.uid, str(stale.attempt))) == "OK"
+    assert str(await state.unreserve("node-a", stale.uid, stale.attempt)) == "OK"
     assert (await state.transition(stale.uid, PodPhase.PENDING, expected_version=stale.attempt)).ok
     record = await state.get_pod(stale.uid)
     assert record is not None
@@ -230,7 +230,7 @@ async def test_a_request_whose_room_is_gone_completes_the_hand_back(
     and the pod still Reserved at its attempt, and tells the queue."""
     await add_node(state)
     request = await reserve_pod(state, "web")
-    assert str(await state.unreserve("node-a", request.uid, str(request.attempt))) == "OK"
+    assert str(await state.unreserve("node-a", request.uid, request.attempt)) == "OK"
     async with BinderService(settings, options()) as binder:
         await send(js, request)
         await eventually(lambda: handled(js, binder, {"abandoned": 1.0}))
@@ -457,7 +457,7 @@ async def test_a_batch_binds_the_good_ones_and_gives_back_the_bad_ones(
     moved = await reserve_pod(state, "moved")  # the pod moved on: this attempt's room released
     assert (await state.transition(moved.uid, PodPhase.RESERVED, node="node-a", expected_version=moved.attempt)).ok
     stale = await reserve_pod(state, "stale")  # the janitor gave this attempt up
-    assert str(await state.unreserve("node-a", stale.uid, str(stale.attempt))) == "OK"
+    assert str(await state.unreserve("node-a", stale.uid, stale.attempt)) == "OK"
     assert (await state.transition(stale.uid, PodPhase.PENDING, expected_version=stale.attempt)).ok
     batch = [good[0], rejected, good[1], slow, deleted, good[2], moved, stale, good[3]]
     await ensure_streams(js)

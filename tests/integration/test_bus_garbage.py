@@ -175,7 +175,7 @@ async def reserved_pod(state: ClusterState, name: str, node: str) -> BindRequest
         pod.metadata.uid, PodPhase.RESERVED, node=node, expected_phases={PodPhase.PENDING}, count_attempt=True
     )
     assert write.ok, write
-    assert (await state.reserve(node, Reservation.of(PodInfo.of(pod), node, attempt=str(write.version)))).ok
+    assert (await state.reserve(node, Reservation.of(PodInfo.of(pod), node, attempt=write.version))).ok
     return BindRequest(pod.metadata.uid, pod.key, PROFILE, node, manifest, attempt=write.version)
 
 
@@ -183,7 +183,7 @@ async def bound_pod(state: ClusterState, name: str, node: str) -> NodeAssignment
     """A pod as the binder leaves it for the node's agent: Bound on ``node``."""
     request = await reserved_pod(state, name, node)
     uid, attempt = request.uid, request.attempt
-    assert await state.mark_bound(node, uid, str(attempt)) is StoreCode.OK
+    assert await state.mark_bound(node, uid, attempt) is StoreCode.OK
     assert (await state.bind_pod(uid, node, (), expected_version=attempt)).ok
     return NodeAssignment(uid, request.key, node, request.manifest, attempt=attempt)
 

@@ -242,7 +242,7 @@ async def reserve_directly(state: ClusterState, queued: QueuedPod, node: str, pr
         queued.uid, PodPhase.RESERVED, node=node, expected_phases={PodPhase.PENDING}, count_attempt=True
     )
     assert write.ok
-    reservation = Reservation.of(PodInfo.of(pod), node, profile=profile, attempt=str(write.version))
+    reservation = Reservation.of(PodInfo.of(pod), node, profile=profile, attempt=write.version)
     assert (await state.reserve(node, reservation)).ok
 
 
@@ -305,7 +305,7 @@ async def test_popped_pods_are_reserved_handed_to_the_binders_and_reported(
             reservation = await state.reservation(outcome.node, queued.uid)
             assert reservation is not None
             assert (reservation.attempt, reservation.token, reservation.profile) == (
-                str(record.version),
+                record.version,
                 token,
                 PROFILE,
             )
@@ -637,7 +637,7 @@ async def test_redis_gives_other_free_devices_when_the_picked_ones_were_taken(
             other.uid, PodPhase.RESERVED, node="gpu-1", expected_phases={PodPhase.PENDING}, count_attempt=True
         )
         taken = PodInfo.of(parse_pod(codec.loads(other.manifest))).placed_on((0,))
-        assert (await state.reserve("gpu-1", Reservation.of(taken, "gpu-1", attempt=str(write.version)))).ok
+        assert (await state.reserve("gpu-1", Reservation.of(taken, "gpu-1", attempt=write.version))).ok
         train = await submit(state, "train", gpus=1)
         queue.offer(train)
         [outcome] = await queue.decided(train)
@@ -757,7 +757,7 @@ async def test_a_warm_standby_follows_the_nodes_and_takes_over_without_loading_i
         queue.offer(placed)
         [outcome] = await queue.decided(placed)
         assert outcome.kind is OutcomeKind.RESERVED
-        await state.mark_bound(outcome.node, placed.uid, str(outcome.attempt))  # as a binder does
+        await state.mark_bound(outcome.node, placed.uid, outcome.attempt)  # as a binder does
         assert (await state.bind_pod(placed.uid, outcome.node, (), expected_version=outcome.attempt)).ok
         await publish_event(js, EventKind.POD_BOUND, placed.key, node=outcome.node, uid=placed.uid)
 

@@ -73,7 +73,7 @@ async def reserved(
         p.metadata.uid, PodPhase.RESERVED, node=node, expected_phases={PodPhase.PENDING}, count_attempt=True
     )
     assert w.ok, w
-    return reservation(p, node, devices, attempt=str(w.version), token=token)
+    return reservation(p, node, devices, attempt=w.version, token=token)
 
 
 async def running(
@@ -83,7 +83,7 @@ async def running(
     r = await reserved(state, made, node, devices)
     assert (await state.reserve(node, r)).ok
     if bind:
-        [b] = await state.bind_many([Binding(r.pod_uid, node, int(r.attempt), devices, r.profile)])
+        [b] = await state.bind_many([Binding(r.pod_uid, node, r.attempt, devices, r.profile)])
         assert b.bound, b
         assert (await state.transition(r.pod_uid, PodPhase.RUNNING, expected_phases={PodPhase.BOUND})).ok
     return r
@@ -168,7 +168,7 @@ async def test_preempt_evicts_exactly_the_victims_and_reserves_their_room(state:
 
     # a victim's binder and agent find it gone; the preemptor binds as any reserved pod
     assert await state.mark_bound("n1", low_cpu.pod_uid, low_cpu.attempt) is StoreCode.NOT_FOUND
-    [b] = await state.bind_many([Binding(boss.pod_uid, "n1", int(boss.attempt), (0,), boss.profile)])
+    [b] = await state.bind_many([Binding(boss.pod_uid, "n1", boss.attempt, (0,), boss.profile)])
     assert b.bound
     assert await check_invariants(state) == []
 
@@ -194,9 +194,9 @@ async def test_a_stale_view_of_a_victim_changes_nothing(state: ClusterState) -> 
     gone = "victim {} changed or gone since the cycle looked"
 
     for listed, stale in [
-        ([(low1.pod_uid, "7"), (low2.pod_uid, low2.attempt)], "default/low-1"),  # another attempt
+        ([(low1.pod_uid, 7), (low2.pod_uid, low2.attempt)], "default/low-1"),  # another attempt
         ([(low1.pod_uid, low1.attempt), (elsewhere.pod_uid, elsewhere.attempt)], "default/elsewhere"),  # on n2
-        ([(low1.pod_uid, low1.attempt), ("uid-nobody", "3")], "uid-nobody"),  # never existed
+        ([(low1.pod_uid, low1.attempt), ("uid-nobody", 3)], "uid-nobody"),  # never existed
     ]:
         refused = await state.preempt("n1", boss, listed)
         assert (refused.code, refused.reasons) == (StoreCode.CONFLICT, (gone.format(stale),))

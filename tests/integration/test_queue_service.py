@@ -476,7 +476,7 @@ async def test_a_failed_bind_hands_the_pod_back_to_pending(
     stale = Outcome(uid, OutcomeKind.BIND_FAILED, node="n1", message="old", attempt=attempt - 1)
     await publish_durable(js, PODS_REQUEUE, encode(Outcomes((stale,))), "requeue/stale")
     # The binder fails: gives the room back, hands the pod back.
-    assert (await state.unreserve("n1", uid, str(attempt))).value == "OK"
+    assert (await state.unreserve("n1", uid, attempt)).value == "OK"
     failed = Outcome(uid, OutcomeKind.BIND_FAILED, node="n1", message="node refused", attempt=attempt)
     await publish_durable(js, PODS_REQUEUE, encode(Outcomes((failed,))), "requeue/1")
 
@@ -804,7 +804,7 @@ async def test_the_janitor_finishes_a_bind_a_binder_left_half_done(
     uid = sub.pod.metadata.uid
     await old.put_pod(PodRecord.of(sub.pod, sub.manifest, now=old.clock()))
     attempt = await _reserve(old, sub.manifest, "n1")
-    assert (await old.mark_bound("n1", uid, str(attempt))).value == "OK"  # and then the binder died
+    assert (await old.mark_bound("n1", uid, attempt)).value == "OK"  # and then the binder died
     assignments = await nats.subscribe(node_pods("n1"))
 
     await start_queue(QueueOptions(janitor_interval=0.1))
@@ -833,7 +833,7 @@ async def test_the_janitor_fails_a_running_pod_whose_room_was_taken_and_holds_it
         if name == "thief":
             continue
         attempt = await _reserve(state, sub.manifest, "n1")
-        assert await state.mark_bound("n1", uids[name], str(attempt)) is StoreCode.OK
+        assert await state.mark_bound("n1", uids[name], attempt) is StoreCode.OK
         assert (await state.bind_pod(uids[name], "n1", (), expected_version=attempt)).ok
         assert (await state.transition(uids[name], PodPhase.RUNNING)).ok
         assert await state.release("n1", uids[name]) is StoreCode.OK
@@ -1004,7 +1004,7 @@ async def _reserve(state: ClusterState, manifest: bytes, node: str) -> int:
         sub.pod.metadata.uid, PodPhase.RESERVED, node=node, expected_phases={PodPhase.PENDING}, count_attempt=True
     )
     assert w.ok, w
-    reservation = Reservation.of(PodInfo.of(sub.pod), node, attempt=str(w.version), now=state.clock())
+    reservation = Reservation.of(PodInfo.of(sub.pod), node, attempt=w.version, now=state.clock())
     assert (await state.reserve(node, reservation)).ok
     return w.version
 

@@ -11,6 +11,7 @@ import pytest
 import redis.asyncio as aioredis
 from support import eventually
 
+from kubus.api.attempts import NO_ATTEMPT, Attempt
 from kubus.api.manifests import parse_node, parse_pod
 from kubus.api.objects import Node, Pod
 from kubus.cli.kube_objects import node_object
@@ -413,11 +414,11 @@ async def test_reserve_picks_other_devices_the_way_gpufit_does_when_the_chosen_o
     third, _ = make_pod("third", whole_gpus=1)
     assert (await state.reserve("g1", reservation(first, "g1", (0,), gpu_pick="binpack"))).gpu_devices is None
     assert (await state.reserve("g1", reservation(second, "g1", (0,)))).reasons == ("gpu 0 busy",)
-    got = await state.reserve("g1", reservation(second, "g1", (0,), gpu_pick="binpack", attempt="1"))
+    got = await state.reserve("g1", reservation(second, "g1", (0,), gpu_pick="binpack", attempt=1))
     assert got.ok and got.gpu_devices == (1,)
     held = await state.reservation("g1", "uid-second")
     assert held is not None and held.gpu_devices == (1,) and held.gpu_pick == "binpack"
-    again = await state.reserve("g1", reservation(second, "g1", (0,), gpu_pick="binpack", attempt="1"))
+    again = await state.reserve("g1", reservation(second, "g1", (0,), gpu_pick="binpack", attempt=1))
     assert again.ok and again.already and again.gpu_devices == (1,)  # a retry learns what it holds
     # H100 only: device 2 is an A100 and device 3 unhealthy, so none is left.
     only_h100 = replace(reservation(third, "g1", (0,), gpu_pick="binpack"), gpu_models=("H100",))
@@ -464,20 +465,20 @@ async def test_whole_gpu_with_a_minimum_memory(state: ClusterState) -> None:
 async def test_attempts_keep_racing_duplicates_apart(state: ClusterState) -> None:
     await state.put_node(make_node("n1"))
     pod, _ = make_pod("p")
-    first = reservation(pod, "n1", attempt="attempt-1")
-    second = reservation(pod, "n1", attempt="attempt-2")
+    first = reservation(pod, "n1", attempt=1)
+    second = reservation(pod, "n1", attempt=2)
     assert (await state.reserve("n1", first)).ok
     r = await state.reserve("n1", second)
     assert (r.code, r.reasons) == (StoreCode.CONFLICT, ("pod already reserved here by another attempt",))
     assert (await state.reserve("n1", first)).already
-    assert await state.unreserve("n1", "uid-p", "attempt-2") is StoreCode.CONFLICT  # not yours
-    assert await state.mark_bound("n1", "uid-p", "attempt-2") is StoreCode.CONFLICT
+    assert await state.unreserve("n1", "uid-p", 2) is StoreCode.CONFLICT  # not yours
+    assert await state.mark_bound("n1", "uid-p", 2) is StoreCode.CONFLICT
     assert len(await state.reservations("n1")) == 1
-    assert await state.mark_bound("n1", "uid-p", "attempt-1") is StoreCode.OK
-    assert await state.unreserve("n1", "uid-p", "attempt-1") is StoreCode.BOUND
-    assert await state.release("n1", "uid-p", "attempt-2") is StoreCode.CONFLICT
-    assert await state.release("n1", "uid-p", "attempt-1") is StoreCode.OK  # the binder backs out
-    assert await state.release("n1", "uid-p", "attempt-1") is StoreCode.NOOP
+    assert await state.mark_bound("n1", "uid-p", 1) is StoreCode.OK
+    assert await state.unreserve("n1", "uid-p", 1) is StoreCode.BOUND
+    assert await state.release("n1", "uid-p", 2) is StoreCode.CONFLICT
+    assert await state.release("n1", "uid-p", 1) is StoreCode.OK  # the binder backs out
+    assert await state.release("n1", "uid-p", 1) is StoreCode.NOOP
     assert await state.reservations("n1") == []
 
 
@@ -525,7 +526,7 @@ async def test_reconcile_cleans_up_after_crashes(redis: aioredis.Redis) -> None:
     stuck, stuck_manifest = make_pod("stuck")
     await submit(state, stuck, stuck_manifest)
     claim = await state.transition("uid-stuck", PodPhase.RESERVED, node="n1", count_attempt=True)
-    assert (await state.reserve("n1", reservation(stuck, "n1", attempt=str(claim.version)))).ok
+    assert (await state.reserve("n1", reservation(stuck, "n1", attempt=claim.version))).ok
     assert await state.expire_reserved(timeout_s=60, lost_after_s=30) == []
     now[0] = 2100.0
     assert await state.reconcile(grace_s=30) == []  # its pod holds it: not reconcile's to touch
@@ -539,8 +540,8 @@ async def test_reconcile_cleans_up_after_crashes(redis: aioredis.Redis) -> None:
     assert "uid-stuck" not in {r.pod_uid for r in await state.reservations("n1")}
     # once a binder marked it bound, the reservation is the binder's: the janitor finishes the bind
     claim = await state.transition("uid-stuck", PodPhase.RESERVED, node="n1", count_attempt=True)
-    assert (await state.reserve("n1", reservation(stuck, "n1", attempt=str(claim.version)))).ok
-    assert await state.mark_bound("n1", "uid-stuck", str(claim.version)) is StoreCode.OK
+    assert (await state.reserve("n1", reservation(stuck, "n1", attempt=claim.version))).ok
+    assert await state.mark_bound("n1", "uid-stuck", claim.version) is StoreCode.OK
     now[0] = 3000.0
     [finished] = await state.expire_reserved(timeout_s=60, lost_after_s=30, source="queue")
     assert (finished.kind, finished.attempt) == (ExpiryKind.BOUND, claim.version)
@@ -598,7 +599,7 @@ async def test_give_back_is_one_step_conditional_on_the_attempt(state: ClusterSt
     pod, manifest = make_pod("p")
     await submit(state, pod, manifest)
     claim = await state.transition("uid-p", PodPhase.RESERVED, node="n1", count_attempt=True)
-    assert (await state.reserve("n1", reservation(pod, "n1", attempt=str(claim.version)))).ok
+    assert (await state.reserve("n1", reservation(pod, "n1", attempt=claim.version))).ok
     assert (await state.give_back("uid-p", "n2", claim.version)).code is StoreCode.CONFLICT  # another node
     assert (await state.give_back("uid-p", "n1", claim.version + 1)).code is StoreCode.CONFLICT  # another attempt
     assert len(await state.reservations("n1")) == 1
@@ -611,8 +612,8 @@ async def test_give_back_is_one_step_conditional_on_the_attempt(state: ClusterSt
     assert (await state.give_back("uid-p", "n1", claim.version)).code is StoreCode.CONFLICT  # a retry: moved on
     # a bound reservation is never given back: a binder has the pod
     claim = await state.transition("uid-p", PodPhase.RESERVED, node="n1", count_attempt=True)
-    assert (await state.reserve("n1", reservation(pod, "n1", attempt=str(claim.version)))).ok
-    assert await state.mark_bound("n1", "uid-p", str(claim.version)) is StoreCode.OK
+    assert (await state.reserve("n1", reservation(pod, "n1", attempt=claim.version))).ok
+    assert await state.mark_bound("n1", "uid-p", claim.version) is StoreCode.OK
     assert (await state.give_back("uid-p", "n1", claim.version)).code is StoreCode.BOUND
     record = await state.get_pod("uid-p")
     assert record is not None and record.phase is PodPhase.RESERVED
@@ -937,26 +938,26 @@ async def test_bind_many_is_mark_bound_bind_pod_release_per_pod(redis: aioredis.
         await submit(state, pod, manifest)
         w = await state.transition(pod.metadata.uid, PodPhase.RESERVED, node=node, count_attempt=True)
         assert w.ok
-        assert (await state.reserve(node, reservation(pod, node, attempt=str(w.version)))).ok
+        assert (await state.reserve(node, reservation(pod, node, attempt=w.version))).ok
         return w.version
 
     good = await reserved("good")
     gpu_pod, gpu_manifest = make_pod("gpu", whole_gpus=1)
     await submit(state, gpu_pod, gpu_manifest)
     w = await state.transition("uid-gpu", PodPhase.RESERVED, node="n1", count_attempt=True)
-    assert (await state.reserve("n1", reservation(gpu_pod, "n1", (1,), attempt=str(w.version)))).ok
+    assert (await state.reserve("n1", reservation(gpu_pod, "n1", (1,), attempt=w.version))).ok
     gpu = w.version
     deleted = await reserved("deleted")
     assert (await state.transition("uid-deleted", PodPhase.DELETED)).ok
     moved = await reserved("moved")  # a newer attempt began, its reservation not yet made
     assert (await state.transition("uid-moved", PodPhase.RESERVED, node="n1", expected_version=moved)).ok
     lost = await reserved("lost")  # a hand-back cut short: room given back, pod still Reserved
-    assert await state.unreserve("n1", "uid-lost", str(lost)) is StoreCode.OK
+    assert await state.unreserve("n1", "uid-lost", lost) is StoreCode.OK
     other = await reserved("other", "n2")  # the reservation is another attempt's
     batch = await reserved("batch", "n2", profile="batch")  # the profile given is wrong
     pod, manifest = make_pod("pending", profile="batch")  # Pending, reserved by a retry of any attempt
     await submit(state, pod, manifest)
-    assert (await state.reserve("n2", reservation(pod, "n2", attempt="x"))).ok
+    assert (await state.reserve("n2", reservation(pod, "n2", attempt=99))).ok
 
     event = PodEvent(1.0, EventType.NORMAL, "Scheduled", "bound", "test")
     bindings = [
@@ -1056,7 +1057,7 @@ async def test_transition_many_equals_one_call_per_pod(redis: aioredis.Redis) ->
     assert await state.pod_uids_in_phase(PodPhase.RESERVED) == {"uid-p0", "uid-p1", "uid-p2"}
 
     # Two fit on 2 CPUs; the third sees the first two and is refused, and changes nothing.
-    holds = [reservation(pod, "n1", attempt=str(w.version)) for (pod, _), w in zip(pods, writes, strict=False)]
+    holds = [reservation(pod, "n1", attempt=w.version) for (pod, _), w in zip(pods, writes, strict=False)]
     answers = [await fresh.reserve("n1", hold) for hold in holds]
     assert [a.code for a in answers] == [StoreCode.OK, StoreCode.OK, StoreCode.CONFLICT]
     assert answers[2].reasons == ("Insufficient cpu",)
@@ -1070,7 +1071,7 @@ async def test_reserve_attempts_reserve_the_room_and_make_the_attempt_in_one_ste
     pods = [make_pod(f"p{i}", cpu="1") for i in range(3)]
     for pod, manifest in pods:
         await submit(state, pod, manifest)
-    results = await state.reserve_attempts("default-scheduler", [reservation(pod, "n1", attempt="") for pod, _ in pods])
+    results = await state.reserve_attempts("default-scheduler", [reservation(pod, "n1") for pod, _ in pods])
     # Two fit on 2 CPUs: Reserved at their new version, which their reservation carries.
     assert [r.write.code for r in results] == [StoreCode.OK, StoreCode.OK, StoreCode.NOOP]
     for i in range(2):
@@ -1079,7 +1080,7 @@ async def test_reserve_attempts_reserve_the_room_and_make_the_attempt_in_one_ste
         assert (record.phase, record.node, record.attempts) == (PodPhase.RESERVED, "n1", 1)
         assert record.version == results[i].write.version == 2 and results[i].write.phase is PodPhase.PENDING
         held = await state.reservation("n1", f"uid-p{i}")
-        assert held is not None and held.attempt == "2"
+        assert held is not None and held.attempt == 2
     # The third's room was refused: the pod is Pending as it was, with no reservation.
     refused = results[2]
     assert refused.room is not None and refused.room.reasons == ("Insufficient cpu",)
@@ -1094,7 +1095,7 @@ async def test_reserve_attempts_reserve_the_room_and_make_the_attempt_in_one_ste
     other, other_manifest = make_pod("q", profile="gpu")
     await submit(state, other, other_manifest)
     again = await state.reserve_attempts(
-        "default-scheduler", [reservation(p, "n1", attempt="") for p in (pods[0][0], make_pod("ghost")[0], other)]
+        "default-scheduler", [reservation(p, "n1") for p in (pods[0][0], make_pod("ghost")[0], other)]
     )
     assert [(r.write.code, r.room) for r in again] == [
         (StoreCode.CONFLICT, None),
@@ -1108,10 +1109,10 @@ async def test_reserve_attempts_reserve_the_room_and_make_the_attempt_in_one_ste
     await submit(state, whole, whole_manifest)
     taker, taker_manifest = make_pod("t", cpu="0", whole_gpus=1)
     await submit(state, taker, taker_manifest)
-    [took] = await state.reserve_attempts("default-scheduler", [reservation(taker, "n1", (0,), attempt="")])
+    [took] = await state.reserve_attempts("default-scheduler", [reservation(taker, "n1", (0,), attempt=NO_ATTEMPT)])
     assert took.ok
     [moved] = await state.reserve_attempts(
-        "default-scheduler", [reservation(whole, "n1", (0,), attempt="", gpu_pick="binpack")]
+        "default-scheduler", [reservation(whole, "n1", (0,), attempt=NO_ATTEMPT, gpu_pick="binpack")]
     )
     assert moved.ok and moved.room is not None and moved.room.gpu_devices == (1,)
     record = await state.get_pod("uid-g")
@@ -1120,9 +1121,9 @@ async def test_reserve_attempts_reserve_the_room_and_make_the_attempt_in_one_ste
 
     assert await state.reserve_attempts("default-scheduler", []) == []
     with pytest.raises(ValueError):
-        await state.reserve_attempts("default-scheduler", [reservation(pods[2][0], "n1", attempt="5")])
+        await state.reserve_attempts("default-scheduler", [reservation(pods[2][0], "n1", attempt=5)])
     with pytest.raises(ValueError):
-        await state.reserve_attempts("default-scheduler", [reservation(pods[2][0], "", attempt="")])
+        await state.reserve_attempts("default-scheduler", [reservation(pods[2][0], "", attempt=NO_ATTEMPT)])
 
 
 async def test_the_attempt_checked_is_the_reservations_own_not_a_label_named_attempt(redis: aioredis.Redis) -> None:
@@ -1136,20 +1137,20 @@ async def test_the_attempt_checked_is_the_reservations_own_not_a_label_named_att
     pod, manifest = make_pod("labelled")
     pod = replace(pod, metadata=replace(pod.metadata, labels={"attempt": "99", "app": "x"}))
     await submit(state, pod, manifest)
-    [attempt] = await state.reserve_attempts("default-scheduler", [reservation(pod, "n1", attempt="")])
+    [attempt] = await state.reserve_attempts("default-scheduler", [reservation(pod, "n1", attempt=NO_ATTEMPT)])
     assert attempt.ok
     own = attempt.write.version
     held = await state.reservation("n1", "uid-labelled")
-    assert held is not None and held.attempt == str(own) and held.labels["attempt"] == "99"
+    assert held is not None and held.attempt == own and held.labels["attempt"] == "99"
 
-    assert await state.mark_bound("n1", "uid-labelled", "99") is StoreCode.CONFLICT
+    assert await state.mark_bound("n1", "uid-labelled", 99) is StoreCode.CONFLICT
     event = PodEvent(1.0, EventType.NORMAL, "Scheduled", "bound", "test")
     [wrong] = await state.bind_many([Binding("uid-labelled", "n1", 99, (), "default-scheduler", event)])
     assert (wrong.marked, wrong.bound) == (StoreCode.CONFLICT, False)
     [right] = await state.bind_many([Binding("uid-labelled", "n1", own, (), "default-scheduler", event)])
     assert (right.marked, right.bound) == (StoreCode.OK, True)
 
-    [refused] = await state.start_pods([PodStart("uid-labelled", "n1", "99")])
+    [refused] = await state.start_pods([PodStart("uid-labelled", "n1", 99)])
     assert (refused.code, refused.reason) == (StoreCode.CONFLICT, "the reservation is another attempt's")
     [started] = await state.start_pods([PodStart("uid-labelled", "n1", str(own))])
     assert started.code is StoreCode.OK and started.version == own + 2  # bound, then running
@@ -1165,21 +1166,21 @@ async def test_admission_views_and_start_pods(redis: aioredis.Redis) -> None:
     await state.put_node(make_node("n1", cpu="16", memory="64Gi", gpus=h100s(2)))
     await state.put_node(make_node("n2"))
 
-    async def bound(name: str, node: str = "n1", devices: tuple[int, ...] = ()) -> str:
+    async def bound(name: str, node: str = "n1", devices: tuple[int, ...] = ()) -> Attempt:
         pod, manifest = make_pod(name, whole_gpus=len(devices))
         uid = pod.metadata.uid
         await submit(state, pod, manifest)
         attempt = (await state.transition(uid, PodPhase.RESERVED, node=node, count_attempt=True)).version
-        assert (await state.reserve(node, reservation(pod, node, devices, attempt=str(attempt)))).ok
-        assert await state.mark_bound(node, uid, str(attempt)) is StoreCode.OK
+        assert (await state.reserve(node, reservation(pod, node, devices, attempt=attempt))).ok
+        assert await state.mark_bound(node, uid, attempt) is StoreCode.OK
         assert (await state.bind_pod(uid, node, devices, expected_version=attempt)).ok
-        return str(attempt)
+        return attempt
 
     a0, a1, a2 = await bound("p0", devices=(1,)), await bound("p1"), await bound("p2")
     pod, manifest = make_pod("reserved-only")
     await submit(state, pod, manifest)
     w = await state.transition("uid-reserved-only", PodPhase.RESERVED, node="n1", count_attempt=True)
-    assert (await state.reserve("n1", reservation(pod, "n1", attempt=str(w.version)))).ok
+    assert (await state.reserve("n1", reservation(pod, "n1", attempt=w.version))).ok
 
     fresh = ClusterState(redis)  # knows no profile yet: the views tell it
     views = await fresh.admission_views(
@@ -1195,13 +1196,15 @@ async def test_admission_views_and_start_pods(redis: aioredis.Redis) -> None:
     assert unbound.reservation is not None and unbound.reservation.state is ReservationState.RESERVED
     assert await fresh.admission_views([]) == []
 
-    def start(uid: str, node: str = "n1", attempt: str = "", event: str = "Started", ends: float = 0.0) -> PodStart:
+    def start(
+        uid: str, node: str = "n1", attempt: Attempt = NO_ATTEMPT, event: str = "Started", ends: float = 0.0
+    ) -> PodStart:
         return PodStart(uid, node, attempt, PodEvent(1.0, EventType.NORMAL, event), ends_at=ends)
 
     results = await fresh.start_pods(
         [
             start("uid-p0", attempt=a0, ends=1234.5),  # its agent will finish it then
-            start("uid-p1", attempt=str(int(a1) + 5)),  # another attempt's reservation
+            start("uid-p1", attempt=a1 + 5),  # another attempt's reservation
             start("uid-p2", node="n2"),  # not on that node
             start("ghost"),
             start("uid-reserved-only"),  # not bound

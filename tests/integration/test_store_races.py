@@ -90,7 +90,7 @@ async def _claim_then_reserve(
     if not claim.ok:  # a duplicate claimed it first
         stats["lost the claim"] += 1
         return None
-    reservation = Reservation.of(info, node, attempt=str(claim.version))
+    reservation = Reservation.of(info, node, attempt=claim.version)
     result = await state.reserve(node, reservation)
     stats[f"reserve {result.code}"] += 1
     if not result.ok:

@@ -85,10 +85,10 @@ async def test_a_bound_pod_being_deleted_is_recorded_terminating(state: ClusterS
     assert await state.reservation("n1", "u1") == after
 
     await mirror.changed(api_pod("u2"))  # submitted, then bound by kubus's binder (its room)
-    held = Reservation.of(PodInfo.of(parse_pod(api_pod("u2", node="n1"))), "n1", attempt="a1", now=5.0)
+    held = Reservation.of(PodInfo.of(parse_pod(api_pod("u2", node="n1"))), "n1", attempt=11, now=5.0)
     await state.observe_placed(PodRecord.of(parse_pod(api_pod("u2")), b"{}"), held, running=False)
     await mirror.changed(api_pod("u2", node="n1"))
     bound = api_pod("u2", node="n1")
     await mirror.changed({**bound, "metadata": {**bound["metadata"], "deletionTimestamp": "2024-05-01T12:00:01Z"}})
     stamped = await state.reservation("n1", "u2")
-    assert stamped is not None and stamped.attempt == "a1" and stamped.deletion_timestamp == 1714564801.0
+    assert stamped is not None and stamped.attempt == 11 and stamped.deletion_timestamp == 1714564801.0

@@ -47,7 +47,7 @@ def pod(
     parsed = parse_pod(
         {"kind": "Pod", "metadata": {"name": name, "annotations": annotations}, "spec": {"containers": [container]}}
     )
-    return Reservation.of(PodInfo.of(parsed).placed_on(devices), "n1", attempt="1")
+    return Reservation.of(PodInfo.of(parsed).placed_on(devices), "n1", attempt=1)
 
 
 def test_a_pod_that_fits_is_admitted() -> None:

@@ -9,12 +9,13 @@ from typing import Any
 
 import pytest
 
+from kubus.api.attempts import NO_ATTEMPT, Attempt
 from kubus.gpu_agent.inventory import NVML
 from kubus.gpu_agent.running import RunningPods
 from kubus.store import AdmissionView, PodPhase, Reservation
 from kubus.store.records import ReservationState
 
-BOUND = Reservation("u1", "default/web", "n1", "default", {"cpu": 1000}, attempt="7", state=ReservationState.BOUND)
+BOUND = Reservation("u1", "default/web", "n1", "default", {"cpu": 1000}, attempt=7, state=ReservationState.BOUND)
 
 
 def view(phase: PodPhase | None = PodPhase.BOUND, pod_node: str = "n1", reservation: Any = BOUND) -> AdmissionView:
@@ -25,30 +26,30 @@ def view(phase: PodPhase | None = PodPhase.BOUND, pod_node: str = "n1", reservat
 
 
 def test_a_bound_or_running_pod_with_its_bound_reservation_is_the_agents_to_run() -> None:
-    assert view().refusal("7") is None
-    assert view().refusal("") is None  # any attempt
-    assert view(PodPhase.RUNNING).refusal("7") is None
+    assert view().refusal(7) is None
+    assert view().refusal(NO_ATTEMPT) is None  # any attempt
+    assert view(PodPhase.RUNNING).refusal(7) is None
 
 
 @pytest.mark.parametrize(
     ("the_view", "attempt", "why"),
     [
-        (view(None, "", None), "7", "no such pod"),
-        (view(PodPhase.SUCCEEDED), "7", "pod already finished (Succeeded)"),
-        (view(PodPhase.DELETED, ""), "7", "pod already finished (Deleted)"),
-        (view(pod_node="n2"), "7", "the pod is on another node (n2)"),
-        (view(reservation=None), "7", "no bound reservation on this node (no reservation)"),
+        (view(None, "", None), 7, "no such pod"),
+        (view(PodPhase.SUCCEEDED), 7, "pod already finished (Succeeded)"),
+        (view(PodPhase.DELETED, ""), 7, "pod already finished (Deleted)"),
+        (view(pod_node="n2"), 7, "the pod is on another node (n2)"),
+        (view(reservation=None), 7, "no bound reservation on this node (no reservation)"),
         (
             view(reservation=replace(BOUND, state=ReservationState.RESERVED)),
-            "7",
+            7,
             "no bound reservation on this node (its reservation is not bound)",
         ),
-        (view(), "8", "the reservation is another attempt's (7)"),
-        (view(PodPhase.RESERVED), "7", "the pod is not bound (Reserved)"),
-        (view(PodPhase.RUNNING, reservation=None), "", "no bound reservation on this node (no reservation)"),
+        (view(), 8, "the reservation is another attempt's (7)"),
+        (view(PodPhase.RESERVED), 7, "the pod is not bound (Reserved)"),
+        (view(PodPhase.RUNNING, reservation=None), NO_ATTEMPT, "no bound reservation on this node (no reservation)"),
     ],
 )
-def test_refusals_say_why(the_view: AdmissionView, attempt: str, why: str) -> None:
+def test_refusals_say_why(the_view: AdmissionView, attempt: Attempt, why: str) -> None:
     assert the_view.refusal(attempt) == why
 
 

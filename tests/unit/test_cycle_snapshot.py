@@ -33,7 +33,7 @@ def pod(name: str, cpu: int = 1000, *, uid: str | None = None, gpus: int = 0) ->
 
 
 def reservation(p: Pod, node_name: str, devices: tuple[int, ...] = ()) -> Reservation:
-    return Reservation.of(PodInfo.of(p).placed_on(devices), node_name, attempt="1")
+    return Reservation.of(PodInfo.of(p).placed_on(devices), node_name, attempt=1)
 
 
 def cpu_requested(snapshot: NodeSnapshot, name: str) -> int:
@@ -162,15 +162,15 @@ def test_preemption_victims_carry_the_attempt_the_store_holds() -> None:
     attempt comes from Redis on a sync, and from the cycle's own reserve for its placements."""
     s = NodeSnapshot()
     a, b = pod("a"), pod("b")
-    s.load([(node("n1"), [dataclasses.replace(reservation(a, "n1"), attempt="7")])])
+    s.load([(node("n1"), [dataclasses.replace(reservation(a, "n1"), attempt=7)])])
     s.table.assume(PodInfo.of(b), "n1")
     s.placed_by_scheduler("default/b", "uid-b", "n1")
-    s.reserved("default/b", "n1", "3")
-    s.reserved("default/b", "n2", "9")  # not where it is: ignored
-    assert s.placed["default/a"].attempt == "7" and s.placed["default/b"].attempt == "3"
+    s.reserved("default/b", "n1", 3)
+    s.reserved("default/b", "n2", 9)  # not where it is: ignored
+    assert s.placed["default/a"].attempt == 7 and s.placed["default/b"].attempt == 3
     s.table.forget("default/b", "n1")  # the Scheduler's preemption took it off
     gone = s.evicted("default/b", "n1")
-    assert gone == PlacedPod("n1", "uid-b") and gone.attempt == "3"
+    assert gone == PlacedPod("n1", "uid-b") and gone.attempt == 3
     assert "default/b" not in s.placed and s.evicted("default/b", "n1") is None
 
 
@@ -181,14 +181,14 @@ def test_announced_reservations_are_assumed_and_a_later_read_agrees() -> None:
     snapshot.load([(node("n1", gpus=2), []), (node("n2"), [])])
     a, b = pod("a", gpus=1), pod("b", 500)
     announced = [
-        dataclasses.replace(reservation(a, "n1", (1,)), attempt="4"),
+        dataclasses.replace(reservation(a, "n1", (1,)), attempt=4),
         reservation(b, "n2"),
         reservation(pod("c"), "unknown"),  # a node the table lacks: its node event brings it
     ]
     stats = SyncStats()
     assert snapshot.noticed(announced, stats) == set()
     assert stats.pods_assumed == 2 and "unknown" not in snapshot.table
-    assert snapshot.placed["default/a"] == PlacedPod("n1", "uid-a") and snapshot.placed["default/a"].attempt == "4"
+    assert snapshot.placed["default/a"] == PlacedPod("n1", "uid-a") and snapshot.placed["default/a"].attempt == 4
     assert snapshot.table.node_info("n1").pods["default/a"].gpu_devices == (1,)
     assert cpu_requested(snapshot, "n2") == 500
 

@@ -232,7 +232,7 @@ def test_cache_size_counts_nodes_pods_and_the_unbound_ones() -> None:
 
     def reservation(name: str, *, bound: bool) -> Reservation:
         pod = Pod(ObjectMeta(name=name, uid=f"uid-{name}"), PodSpec(containers=(Container("c", "busybox"),)))
-        r = Reservation.of(PodInfo.of(pod).placed_on(()), "n1", attempt="1")
+        r = Reservation.of(PodInfo.of(pod).placed_on(()), "n1", attempt=1)
         return dataclasses.replace(r, state=ReservationState.BOUND) if bound else r
 
     n1 = Node(ObjectMeta(name="n1", namespace=""), NodeSpec(), NodeStatus(allocatable={CPU: 4000, PODS: 110}))

@@ -28,7 +28,7 @@ def test_defaults() -> None:
 
 
 def test_every_field_is_documented() -> None:
-    source = Path(__import__("kubus.core.settings").settings.__file__).read_text()
+    source = Path(__import__("kubus.core.settings").core.settings.__file__).read_text()
     for name in ConnectionSettings.__dataclass_fields__:
         line = next(i for i, text in enumerate(source.splitlines()) if text.strip().startswith(f"{name}:"))
         assert source.splitlines()[line + 1].strip().startswith('"""'), f"{name} has no docstring"

@@ -4,10 +4,11 @@ strict decoding makes it), each problem a FieldError at a field path."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from kubus.api.names import is_qualified_name
 from kubus.api.node_affinity import QUALIFIED_NAME_RULE
+from kubus.core.codec import JSONList, JSONMapping, JSONValue
 
 _INT32_MAX = 2**31 - 1
 _INT64_MAX = 2**63 - 1
@@ -42,7 +43,7 @@ def type_name(v: object) -> str:
     return type(v).__name__
 
 
-def mapping(v: object, path: str, *, allow_none: bool = True) -> Mapping[str, Any]:
+def mapping(v: object, path: str, *, allow_none: bool = True) -> JSONMapping:
     if v is None and allow_none:
         return {}
     if not isinstance(v, Mapping):
@@ -53,14 +54,14 @@ def mapping(v: object, path: str, *, allow_none: bool = True) -> Mapping[str, An
     return v
 
 
-def check_fields(m: Mapping[str, Any], path: str, known: Iterable[str]) -> None:
+def check_fields(m: JSONMapping, path: str, known: Iterable[str]) -> None:
     known = tuple(known)
     for k in m:
         if k not in known:
             raise FieldError(path, f'unknown field "{k}" (known fields: {", ".join(known)})')
 
 
-def as_list(v: object, path: str) -> list[Any]:
+def as_list(v: object, path: str) -> JSONList:
     if v is None:
         return []
     if not isinstance(v, list):
@@ -94,19 +95,19 @@ class ConfigReader:
     def fail(self, path: str, reason: str) -> NoReturn:
         raise FieldError(path, reason)
 
-    def object(self, value: Any, path: str, known: tuple[str, ...], *, allow_none: bool = True) -> Mapping[str, Any]:
+    def object(self, value: JSONValue, path: str, known: tuple[str, ...], *, allow_none: bool = True) -> JSONMapping:
         m = mapping(value, path, allow_none=allow_none)
         check_fields(m, path, known)
         return m
 
-    def sequence(self, value: Any, path: str) -> list[Any]:
+    def sequence(self, value: JSONValue, path: str) -> JSONList:
         return as_list(value, path)
 
-    def string(self, value: Any, path: str) -> str:
+    def string(self, value: JSONValue, path: str) -> str:
         return string(value, path)
 
-    def string_list(self, value: Any, path: str) -> tuple[str, ...]:
+    def string_list(self, value: JSONValue, path: str) -> tuple[str, ...]:
         return tuple(string(v, f"{path}[{i}]") for i, v in enumerate(as_list(value, path)))
 
-    def integer(self, value: Any, path: str, *, lo: int, hi: int) -> int:
+    def integer(self, value: JSONValue, path: str, *, lo: int, hi: int) -> int:
         return integer(value, path, maximum=hi)

@@ -3,14 +3,14 @@ and validating itself from `pluginConfig[].args` with kube's defaults (`decode_c
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from kubus.api.node_affinity import Validation, decode_node_affinity
 from kubus.api.objects import CPU, MEMORY, NodeAffinity, TopologySpreadConstraint
 from kubus.api.podgroups import DEFAULT_SCHEDULE_TIMEOUT
+from kubus.core.codec import JSONMapping
 from kubus.framework.config._fields import (
     _INT32_MAX,
     _INT64_MAX,
@@ -84,7 +84,7 @@ class NodeResourcesFitArgs:
     """How nodes are scored. Default LeastAllocated over cpu:1, memory:1."""
 
     @classmethod
-    def decode_config(cls, m: Mapping[str, Any], path: str) -> NodeResourcesFitArgs:
+    def decode_config(cls, m: JSONMapping, path: str) -> NodeResourcesFitArgs:
         """The args at `path` (a pluginConfig entry's `args`, without apiVersion and kind), with
         kube's defaults, validated as ValidateNodeResourcesFitArgs does. Raises FieldError."""
         check_fields(m, path, ("ignoredResources", "ignoredResourceGroups", "scoringStrategy"))
@@ -112,7 +112,7 @@ class NodeResourcesBalancedAllocationArgs:
     """Resources whose balance is scored; every weight is 1 (kube requires it)."""
 
     @classmethod
-    def decode_config(cls, m: Mapping[str, Any], path: str) -> NodeResourcesBalancedAllocationArgs:
+    def decode_config(cls, m: JSONMapping, path: str) -> NodeResourcesBalancedAllocationArgs:
         """The args at `path`, with kube's defaults, validated as
         ValidateNodeResourcesBalancedAllocationArgs does. Raises FieldError."""
         check_fields(m, path, ("resources",))
@@ -136,7 +136,7 @@ class NodeAffinityArgs:
     """Applied to every pod in addition to its own node affinity (nodes must satisfy both)."""
 
     @classmethod
-    def decode_config(cls, m: Mapping[str, Any], path: str) -> NodeAffinityArgs:
+    def decode_config(cls, m: JSONMapping, path: str) -> NodeAffinityArgs:
         """The args at `path`, validated as ValidateNodeAffinityArgs does (kube's nodeaffinity
         parser). Raises FieldError."""
         check_fields(m, path, ("addedAffinity",))
@@ -164,7 +164,7 @@ class InterPodAffinityArgs:
     existing pods' terms (kube's flag; a pod with preferred terms is scored as usual)."""
 
     @classmethod
-    def decode_config(cls, m: Mapping[str, Any], path: str) -> InterPodAffinityArgs:
+    def decode_config(cls, m: JSONMapping, path: str) -> InterPodAffinityArgs:
         """The args at `path`, with kube's defaults (hardPodAffinityWeight 1), validated as
         ValidateInterPodAffinityArgs does. Raises FieldError."""
         check_fields(m, path, ("hardPodAffinityWeight", "ignorePreferredTermsOfExistingPods"))
@@ -218,7 +218,7 @@ class DefaultPreemptionArgs:
             )
 
     @classmethod
-    def decode_config(cls, m: Mapping[str, Any], path: str) -> DefaultPreemptionArgs:
+    def decode_config(cls, m: JSONMapping, path: str) -> DefaultPreemptionArgs:
         """The args at `path`, with kube's v1 defaults (10 and 100 when unset; an explicit 0
         stays 0), validated as ValidateDefaultPreemptionArgs does. Raises FieldError."""
         check_fields(m, path, ("minCandidateNodesPercentage", "minCandidateNodesAbsolute"))
@@ -264,7 +264,7 @@ class PodTopologySpreadArgs:
     """`System` (kube's v1 default) or `List`."""
 
     @classmethod
-    def decode_config(cls, m: Mapping[str, Any], path: str) -> PodTopologySpreadArgs:
+    def decode_config(cls, m: JSONMapping, path: str) -> PodTopologySpreadArgs:
         """The args at `path`, with kube's v1 defaults (defaultingType System), validated as
         ValidatePodTopologySpreadArgs does; stricter in one point: nodeAffinityPolicy and
         nodeTaintsPolicy must be Honor or Ignore (kube takes any other value for Ignore).
@@ -313,7 +313,7 @@ class GPUArgs:
     """`binpack` (default) or `spread`: how GPUFit scores nodes that fit (see GPUMode)."""
 
     @classmethod
-    def decode_config(cls, m: Mapping[str, Any], path: str) -> GPUArgs:
+    def decode_config(cls, m: JSONMapping, path: str) -> GPUArgs:
         """The args at `path`: `mode`, binpack by default. Raises FieldError."""
         check_fields(m, path, ("mode",))
         if m.get("mode") is None:
@@ -352,7 +352,7 @@ class CoschedulingArgs:
     while the members it still lacks are at most this percentage of ``minMember``."""
 
     @classmethod
-    def decode_config(cls, m: Mapping[str, Any], path: str) -> CoschedulingArgs:
+    def decode_config(cls, m: JSONMapping, path: str) -> CoschedulingArgs:
         """The args at `path`, with scheduler-plugins' v1 defaults (60, 0 and 10 when unset),
         validated as its ValidateCoschedulingArgs does (the first problem, with its message).
         Raises FieldError."""
@@ -381,7 +381,7 @@ class DecodableArgs(Protocol):
     An out-of-tree args type may instead have `from_config(mapping)`, or be a plain dataclass."""
 
     @classmethod
-    def decode_config(cls, m: Mapping[str, Any], path: str) -> Any:
+    def decode_config(cls, m: JSONMapping, path: str) -> object:
         """The args at field path `path`, with defaults, validated. Raises FieldError."""
         ...
 

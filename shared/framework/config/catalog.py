@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 from kubus.framework.config.args import BUILTIN_ARGS_TYPES
 from kubus.framework.registry import ExtensionPoint, PluginSpec, Registry
@@ -23,7 +23,7 @@ class PluginInfo:
 
 def catalog_of(registry: PluginCatalog) -> dict[str, PluginInfo]:
     if isinstance(registry, Registry):
-        items: Iterable[tuple[str, Any]] = ((s.name, s) for s in registry)
+        items: Iterable[tuple[str, PluginSpec | Iterable[ExtensionPoint | str]]] = ((s.name, s) for s in registry)
     elif isinstance(registry, Mapping):
         items = registry.items()
     else:

@@ -4,14 +4,14 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import MISSING, fields, is_dataclass
 from pathlib import Path
-from typing import Any
 
 import yaml
 
 from kubus.api.objects import DEFAULT_SCHEDULER_NAME
+from kubus.core.codec import JSONMapping, JSONValue
 from kubus.framework.config._fields import (
     _INT64_MAX,
     FieldError,
@@ -52,9 +52,9 @@ class _StrictLoader(yaml.SafeLoader):
     """SafeLoader that rejects duplicate mapping keys, as kube's strict decoding does."""
 
 
-def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Hashable, JSONValue]:
     loader.flatten_mapping(node)
-    seen: set[Any] = set()
+    seen: set[Hashable] = set()
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=True)
         try:
@@ -70,7 +70,7 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[An
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
-def _parse_yaml(text: str, source: str | None) -> Any:
+def _parse_yaml(text: str, source: str | None) -> JSONValue:
     try:
         return yaml.load(text, Loader=_StrictLoader)
     except yaml.MarkedYAMLError as e:
@@ -86,7 +86,7 @@ def _camel(snake: str) -> str:
     return head + "".join(w[:1].upper() + w[1:] for w in rest)
 
 
-def _decode_other_args(args_type: type, m: Mapping[str, Any], path: str) -> object:
+def _decode_other_args(args_type: type, m: JSONMapping, path: str) -> object:
     """Args of an out-of-tree plugin: `args_type.from_config(mapping)` if it has one (a
     ValueError or TypeError it raises becomes a ConfigError at `path`), else a dataclass built
     from the camelCase keys of its fields (lists become tuples)."""
@@ -155,7 +155,7 @@ def _percentage(v: object, path: str) -> int | None:
 
 
 def _decode_profile(
-    m: Mapping[str, Any],
+    m: JSONMapping,
     name: str,
     catalog: Mapping[str, PluginInfo],
     ignored: list[str],
@@ -253,7 +253,7 @@ _IGNORED_TOP_FIELDS = (
 )
 
 
-def _read(path_or_text: str | os.PathLike[str] | Mapping[str, Any], source: str | None) -> tuple[Any, str | None]:
+def _read(path_or_text: str | os.PathLike[str] | JSONMapping, source: str | None) -> tuple[JSONValue, str | None]:
     if isinstance(path_or_text, Mapping):
         return path_or_text, source
     if isinstance(path_or_text, os.PathLike) or (
@@ -274,7 +274,7 @@ def _read(path_or_text: str | os.PathLike[str] | Mapping[str, Any], source: str 
 
 
 def load_config(
-    path_or_text: str | os.PathLike[str] | Mapping[str, Any],
+    path_or_text: str | os.PathLike[str] | JSONMapping,
     *,
     registry: PluginCatalog,
     source: str | None = None,
@@ -304,7 +304,7 @@ def default_config(registry: PluginCatalog) -> SchedulerConfiguration:
     return load_config({"apiVersion": API_VERSION, "kind": KIND}, registry=registry, source="defaults")
 
 
-def _load(raw: Any, catalog: Mapping[str, PluginInfo], source: str | None) -> SchedulerConfiguration:
+def _load(raw: JSONValue, catalog: Mapping[str, PluginInfo], source: str | None) -> SchedulerConfiguration:
     if not isinstance(raw, Mapping):
         raise FieldError("", f"expected a {KIND} mapping, got {type_name(raw)}")
     m = mapping(raw, "")
