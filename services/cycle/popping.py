@@ -8,8 +8,9 @@ import contextlib
 
 import nats.errors
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
 
-from kubus.bus import queue_pop
+from kubus.bus import queue_pop, queue_serving
 from kubus.bus.messages import ERROR_HEADER, MessageError, PopReply, PopRequest, QueuedPod, decode, encode
 from kubus.core.metrics import Metrics
 from kubus.cycle.options import CycleOptions
@@ -40,8 +41,18 @@ class Popper:
         self._short_pop_at: float | None = None
         """When the last pop came back short (loop time); None after a full one (`pop`)."""
         self._queue_answering = True
+        self._new_queue = asyncio.Event()
+        """Set when a queue starts serving the profile (``kubus.queue.<profile>.serving``)."""
         self._refused_pops = Throttle()
         """The throttle of the "the queue refused a pop" lines (one per interval, with a count)."""
+
+    async def listen(self) -> None:
+        """Hear when a queue starts serving (a standby that took over): a pop waiting on the old
+        one, which died holding it, is given up and asked again at once instead of timing out."""
+        await self.nc.subscribe(queue_serving(self.profile), cb=self._on_serving)
+
+    async def _on_serving(self, msg: Msg) -> None:
+        self._new_queue.set()
 
     async def pop(self, token: int) -> list[QueuedPod]:
         """Up to batch_size pods from the queue; [] when it has none or does not answer. After a
@@ -64,10 +75,22 @@ class Popper:
             fencing_token=token,
         )
         subject = queue_pop(self.profile)
+        self._new_queue.clear()
+        timeout = self.options.pop_wait_ms / 1000 + self.options.request_timeout
+        asked = asyncio.ensure_future(self.nc.request(subject, encode(request), timeout=timeout))
+        new_queue = asyncio.ensure_future(self._new_queue.wait())
         try:
-            msg = await self.nc.request(
-                subject, encode(request), timeout=self.options.pop_wait_ms / 1000 + self.options.request_timeout
-            )
+            await asyncio.wait((asked, new_queue), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            new_queue.cancel()
+            given_up = not asked.done()
+            if given_up:
+                asked.cancel()  # a new queue serves: whatever the old one held comes back from Redis
+        if given_up:
+            self.log.info("a queue took over; popping again", subject=subject)
+            return []
+        try:
+            msg = asked.result()
         except nats.errors.NoRespondersError:
             if self._queue_answering:
                 self.log.warning("the queue does not answer pops; retrying", subject=subject)

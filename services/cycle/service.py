@@ -125,6 +125,7 @@ class CycleService(Service):
         for kind in sorted(NODE_EVENTS | POD_EVENTS):
             await self.nc.subscribe(event_filter(EventKind(kind)), cb=running.events.on_event)
         await self.nc.subscribe(RESERVED_ALL, cb=running.events.on_reserved)
+        await running.popper.listen()
         # Takes or renews the lease cycle/<profile>: one active cycle per profile, standbys wait here.
         self._lease_task = self.spawn("lease", running.leadership.keep)
         # The scheduling loop: pop a batch, schedule it, reserve, hand it to the binders, report.

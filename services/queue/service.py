@@ -256,6 +256,7 @@ class QueueService(Service):
         await parts.serving.subscribe()
         parts.term.begin(term)
         self.queues.changed()
+        await parts.serving.announce()
         self.log.info(
             "serving",
             term=term,

@@ -16,7 +16,7 @@ from nats.js import JetStreamContext
 
 from kubus.api.objects import Pod
 from kubus.api.podgroups import pod_group_key
-from kubus.bus import EventKind, announcements, queue_done, queue_pop
+from kubus.bus import EventKind, announcements, queue_done, queue_pop, queue_serving
 from kubus.bus.messages import (
     ERROR_HEADER,
     FENCED,
@@ -109,6 +109,12 @@ class Serving:
         for profile in self.queues:
             self.subscriptions.add(await self.nc.subscribe(queue_pop(profile), cb=partial(self.on_pop, profile)))
             self.subscriptions.add(await self.nc.subscribe(queue_done(profile), cb=partial(self.on_done, profile)))
+
+    async def announce(self) -> None:
+        """Say on ``kubus.queue.<profile>.serving`` that this queue serves now (after `subscribe`):
+        a cycle whose pop still waits on a queue that died asks again at once."""
+        for profile in self.queues:
+            await self.nc.publish(queue_serving(profile), b"")
 
     def forget(self) -> None:
         """Forget the fencing tokens seen (the queues they fenced are gone)."""

@@ -148,6 +148,7 @@ def _ordered(stream: StreamSpec) -> str:
 
 
 _QUEUE_POP, _QUEUE_DONE = f"{PREFIX}.queue.*.pop", f"{PREFIX}.queue.*.done"
+_QUEUE_SERVING = f"{PREFIX}.queue.*.serving"
 
 
 def _events(*kinds: EventKind) -> tuple[str, ...]:
@@ -227,6 +228,8 @@ ROLES: dict[str, Role] = {
                 EVENTS,
                 # The assignment of a pod it binds itself (spec.nodeName) or whose bind it finishes.
                 NODE_PODS_ALL,
+                # "I serve now", to the cycles (`queue_serving`).
+                _QUEUE_SERVING,
             ),
             subscribe=(_QUEUE_POP, _QUEUE_DONE),
             redis_read=_EVERY_KEY,
@@ -244,7 +247,7 @@ ROLES: dict[str, Role] = {
                 # Its preemption victims (what a deletion announces).
                 *_events(EventKind.POD_DELETED),
             ),
-            subscribe=(EVENTS, RESERVED_ALL),
+            subscribe=(EVENTS, RESERVED_ALL, _QUEUE_SERVING),
             redis_read=_EVERY_KEY,
             # Node records among them: the scripts that reserve read them, and a key a script is
             # given needs read-write rights even when the script only reads it.

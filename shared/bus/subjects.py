@@ -58,6 +58,7 @@ __all__ = [
     "node_pods",
     "queue_done",
     "queue_pop",
+    "queue_serving",
     "reserved",
     "token",
     "untoken",
@@ -109,6 +110,13 @@ PODS_REQUEUE = f"{PREFIX}.pods.requeue"
 def queue_pop(profile: str) -> str:
     """``kubus.queue.<profile>.pop``: core NATS request/reply; the cycle asks for up to B pods."""
     return f"{PREFIX}.queue.{token(profile)}.pop"
+
+
+def queue_serving(profile: str) -> str:
+    """``kubus.queue.<profile>.serving``: core NATS, empty; a queue that starts serving the
+    profile (it took the lease ``queue``) says so, and a cycle whose pop waits on the queue
+    before it asks again at once: a pop the dead queue will never answer is not waited out."""
+    return f"{PREFIX}.queue.{token(profile)}.serving"
 
 
 def queue_done(profile: str) -> str:

@@ -173,9 +173,11 @@ async def test_nats_stream_leader_killed_under_a_flow_every_pod_bound_once(tmp_p
     assert result["pause_s"] < 10.0, result  # the goal is 2 s; CI machines are shared
 
 
-async def test_nats_stream_leader_stopped_under_a_flow_hands_its_streams_over(tmp_path: Path) -> None:
-    """A planned restart (SIGTERM: nats-server shuts down cleanly, its JetStream leaders stepping
-    down to the others first) instead of a crash, whose pause is nats-server's election timeout."""
-    result = await _flow_with_kill(tmp_path, _stream_leader, signal.SIGTERM)
-    print(f"\nNATS stream leader stopped (SIGTERM) under {PODS} pods at {RATE:g}/s: pause {result['pause_s']:.2f}s")
+async def test_nats_stream_leader_in_lame_duck_mode_under_a_flow_hands_its_streams_over(tmp_path: Path) -> None:
+    """A planned restart, as NATS does one (SIGUSR2: lame duck mode, what `nats-server --signal
+    ldm` and the NATS chart's preStop send): the server moves the leadership of its streams to
+    the others at once, then closes its clients over its lame-duck duration. A crash (kill -9)
+    instead waits out nats-server's election timeout."""
+    result = await _flow_with_kill(tmp_path, _stream_leader, signal.SIGUSR2)
+    print(f"\nNATS stream leader in lame duck mode under {PODS} pods at {RATE:g}/s: pause {result['pause_s']:.2f}s")
     assert result["pause_s"] < 10.0, result  # the goal is 2 s; CI machines are shared

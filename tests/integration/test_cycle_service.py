@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import itertools
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -24,7 +25,17 @@ from nats.js import JetStreamContext
 from support import eventually
 
 from kubus.api.manifests import parse_node, parse_pod
-from kubus.bus import BIND_STREAM, RESERVED_ALL, EventKind, bind, event_subject, queue_done, queue_pop, settle
+from kubus.bus import (
+    BIND_STREAM,
+    RESERVED_ALL,
+    EventKind,
+    bind,
+    event_subject,
+    queue_done,
+    queue_pop,
+    queue_serving,
+    settle,
+)
 from kubus.bus.messages import (
     ERROR_HEADER,
     BindRequest,
@@ -795,6 +806,33 @@ async def test_a_warm_standby_follows_the_nodes_and_takes_over_without_loading_i
         await loaded(cold, 2)
         assert loads["cold"] == 1
     assert await check_invariants(state) == []
+
+
+async def test_a_pop_held_by_a_queue_that_died_is_asked_again_once_a_new_queue_serves(
+    settings: ConnectionSettings, state: ClusterState, nats: NATS
+) -> None:
+    """A queue killed while it holds a pop never answers it; the standby that takes over says it
+    serves (`queue_serving`), and the cycle asks it at once instead of waiting out its timeout."""
+    await add_node(state, "node-a", "2")
+    pops: list[float] = []
+
+    async def dead_queue(msg: Msg) -> None:
+        pops.append(time.monotonic())  # held, never answered: the queue died holding it
+
+    await nats.subscribe(queue_pop(PROFILE), cb=dead_queue)
+    await settle(nats)
+    service = cycle(settings, request_timeout=4.0)
+    async with running(service):
+
+        async def popped(count: int) -> None:
+            assert len(pops) >= count
+
+        await eventually(lambda: popped(1))
+        held = len(pops)
+        said_at = time.monotonic()
+        await nats.publish(queue_serving(PROFILE), b"")
+        await eventually(lambda: popped(held + 1), timeout=5.0)
+        assert pops[held] - said_at < 2.0, "the cycle waited on the dead queue's pop"
 
 
 async def test_a_leader_that_lost_its_lease_after_reserving_gives_the_room_back_and_publishes_nothing(
