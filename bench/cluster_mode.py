@@ -80,8 +80,8 @@ async def run(args: argparse.Namespace) -> int:
                 kubeconfig=str(server.kubeconfig),
             )  # fmt: skip
             try:
-                state = ClusterState(redis_client(cluster.settings))
-                failed = await wait_ready(cluster, state, timeout=120, since=started)
+                store = ClusterState(redis_client(cluster.settings))
+                failed = await wait_ready(cluster, store, timeout=120, since=started)
                 assert not failed, [s.name for s in failed]
                 watcher = cluster.group["watcher"]
                 assert watcher.pid is not None
@@ -107,7 +107,7 @@ async def run(args: argparse.Namespace) -> int:
                 print("|---|---|---|---|")
                 print(f"| {q[49] * 1000:.0f} ms | {q[89] * 1000:.0f} ms | {q[98] * 1000:.0f} ms | "
                       f"{max(latencies) * 1000:.0f} ms |")  # fmt: skip
-                await state.redis.aclose()
+                await store.redis.aclose()
             finally:
                 await cluster.stop()
     return 0

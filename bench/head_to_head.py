@@ -249,11 +249,11 @@ class Kubus:
             self.workdir, config=str(config), profiles=(KUBUS_PROFILE,), nodes=0, node_template=None,
             binders=self.binders, batch_size=self.batch_size, kubeconfig=str(self.server.kubeconfig),
         )  # fmt: skip
-        state = ClusterState(redis_client(self.cluster.settings))
+        store = ClusterState(redis_client(self.cluster.settings))
         try:
-            failed = await wait_ready(self.cluster, state, timeout=180, since=started)
+            failed = await wait_ready(self.cluster, store, timeout=180, since=started)
         finally:
-            await state.redis.aclose()
+            await store.redis.aclose()
         if failed:
             raise RuntimeError(f"kubus services exited: {[s.name for s in failed]} (logs in {self.workdir}/logs)")
 

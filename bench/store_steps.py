@@ -169,33 +169,33 @@ async def _run(
     redis = aioredis.from_url(url)
     try:
         await redis.flushall()
-        state = ClusterState(redis)
+        store = ClusterState(redis)
         for node in nodes:
-            await state.put_node(node)
+            await store.put_node(node)
         meter = _Meter(redis, server_pid, len(placed), callgrind)
         now = time.time()
         event = PodEvent(now, EventType.NORMAL, "Scheduled", "bench", "bench")
         pods = [(r.pod_info, r.node or "", manifest) for r, manifest in placed if r.pod_info is not None]
 
         records = [PodRecord.of(info.pod, manifest, now=now) for info, _, manifest in pods]
-        stored = await meter.step("put_pods (queue)", records, state.put_pods)
+        stored = await meter.step("put_pods (queue)", records, store.put_pods)
 
         reservations = [
             Reservation.of(info, node, profile=PROFILE, attempt="", gpu_pick=gpu_pick) for info, node, _ in pods
         ]
         attempts = await meter.step(
-            "reserve_attempts (cycle)", reservations, lambda chunk: state.reserve_attempts(PROFILE, chunk)
+            "reserve_attempts (cycle)", reservations, lambda chunk: store.reserve_attempts(PROFILE, chunk)
         )
 
         bindings = [
             Binding(info.pod.metadata.uid, node, attempt.write.version, info.gpu_devices, PROFILE, event)
             for (info, node, _), attempt in zip(pods, attempts, strict=True)
         ]
-        bound = await meter.step("bind_many (binder)", bindings, state.bind_many)
+        bound = await meter.step("bind_many (binder)", bindings, store.bind_many)
 
         async def admit(chunk: Sequence[Binding]) -> list[Any]:
-            await state.admission_views([(b.node, b.uid) for b in chunk])
-            return await state.start_pods([PodStart(b.uid, b.node, str(b.attempt), event, now + 60) for b in chunk])
+            await store.admission_views([(b.node, b.uid) for b in chunk])
+            return await store.start_pods([PodStart(b.uid, b.node, str(b.attempt), event, now + 60) for b in chunk])
 
         started = await meter.step("admission_views + start_pods (agent)", bindings, admit)
         # The numbers are of pods that went all the way.

@@ -31,7 +31,7 @@ from typing import Any
 
 from kubus.bus.subjects import event_filter
 from kubus.cli.cluster import pod_manifests, submit
-from kubus.cli.connect import open_bus, open_state
+from kubus.cli.connect import open_bus, open_store
 from kubus.cli.processes import ServiceProcess
 from kubus.cli.up import Cluster, check_template, start_cluster, wait_ready
 from kubus.cli.workload import gpu_scheduler_config
@@ -51,14 +51,14 @@ def _pod(i: int) -> dict[str, Any]:
     }
 
 
-async def _holder_pid(state: ClusterState) -> int | None:
-    lease = await state.get_lease(cycle_lease(PROFILE))
+async def _holder_pid(store: ClusterState) -> int | None:
+    lease = await store.get_lease(cycle_lease(PROFILE))
     return None if lease is None else int(lease.holder.split("/")[1])
 
 
-async def _cycles(cluster: Cluster, state: ClusterState) -> tuple[ServiceProcess, ServiceProcess]:
+async def _cycles(cluster: Cluster, store: ClusterState) -> tuple[ServiceProcess, ServiceProcess]:
     """(leading cycle, standby cycle)."""
-    pid = await _holder_pid(state)
+    pid = await _holder_pid(store)
     cycles = cluster.group.by_role("cycle")
     [leading] = [c for c in cycles if c.pid == pid]
     [standby] = [c for c in cycles if c is not leading]
@@ -102,8 +102,8 @@ async def _run(args: argparse.Namespace, directory: Path) -> list[dict[str, Any]
     )
     results: list[dict[str, Any]] = []
     try:
-        async with open_state(cluster.settings) as state, open_bus(cluster.settings, "takeover-bench") as (nc, js):
-            failed = await wait_ready(cluster, state, timeout=120 + args.nodes / 50, since=started)
+        async with open_store(cluster.settings) as store, open_bus(cluster.settings, "takeover-bench") as (nc, js):
+            failed = await wait_ready(cluster, store, timeout=120 + args.nodes / 50, since=started)
             if failed:
                 raise SystemExit(f"services exited: {[s.name for s in failed]}")
             print(f"ready in {time.time() - started:.1f}s: {args.nodes} nodes", flush=True)
@@ -127,7 +127,7 @@ async def _run(args: argparse.Namespace, directory: Path) -> list[dict[str, Any]
             try:
                 for run in range(2 * args.runs):
                     mode = ("warm", "cold")[run % 2]
-                    leading, standby = await _cycles(cluster, state)
+                    leading, standby = await _cycles(cluster, store)
                     await _ready_standby(standby, mode, args.settle)
                     count = len(bound_at)
                     while len(bound_at) < count + 20:  # the leader schedules the flow
@@ -135,7 +135,7 @@ async def _run(args: argparse.Namespace, directory: Path) -> list[dict[str, Any]
                     killed = time.monotonic()
                     leading.kill()
                     await leading.wait(10)
-                    while await _holder_pid(state) != standby.pid:
+                    while await _holder_pid(store) != standby.pid:
                         await asyncio.sleep(0.01)
                     won = time.monotonic()
                     while not [t for t in bound_at if t > won]:

@@ -23,7 +23,7 @@ from kubus.api.priority import PriorityClass, PriorityError, check_priority_clas
 from kubus.api.submission import Rejected, admit_priority, read_submission
 from kubus.api.workloads import Workload
 from kubus.bus.subjects import MAX_MANIFEST_SIZE, PODS_SUBMIT
-from kubus.cli.connect import UsageError, open_bus, open_state
+from kubus.cli.connect import UsageError, open_bus, open_store
 from kubus.cli.kube_objects import same_pod
 from kubus.cli.submitting import SubmitManifest, submit
 from kubus.core import codec
@@ -165,13 +165,13 @@ def read_apply_manifests(
     return result
 
 
-async def _store_objects(state: ClusterState, objects: ApplyObjects, out: TextIO, *, quiet: bool) -> None:
+async def _store_objects(store: ClusterState, objects: ApplyObjects, out: TextIO, *, quiet: bool) -> None:
     """Store every object but the pods: namespaces, priority classes, disruption budgets,
     workloads, pod groups. The classes are checked against the stored ones first, as their puts will be, so
     that a refused class (a second globalDefault, a changed value) stores nothing at all.
     Each object is said as kubectl says it: created (the store did not hold it), configured
     (it held another) or unchanged (it held this one). Raises UsageError for a refused class."""
-    stored_classes = await state.priority_classes()
+    stored_classes = await store.priority_classes()
     classes = dict(stored_classes)
     for pc in objects.priority_classes:
         try:
@@ -179,23 +179,23 @@ async def _store_objects(state: ClusterState, objects: ApplyObjects, out: TextIO
         except PriorityError as e:
             raise UsageError(f"PriorityClass {pc.name}: {e.field}: {e}") from None
         classes[pc.name] = pc
-    held = await _held_objects(state, objects)
+    held = await _held_objects(store, objects)
     held.update(("priorityclass", name) for name in stored_classes)
     written: list[tuple[str, str, str, bool]] = []
     """(kind, key, name, changed) of each object put."""
     for ns in objects.namespaces:
-        written.append(("namespace", ns.name, ns.name, await state.put_namespace(ns)))
+        written.append(("namespace", ns.name, ns.name, await store.put_namespace(ns)))
     for pc in objects.priority_classes:
         try:
-            written.append(("priorityclass", pc.name, pc.name, await state.put_priority_class(pc)))
+            written.append(("priorityclass", pc.name, pc.name, await store.put_priority_class(pc)))
         except PriorityError as e:  # another apply stored a class meanwhile
             raise UsageError(f"PriorityClass {pc.name}: {e.field}: {e}") from None
     for pdb in objects.disruption_budgets:
-        written.append(("poddisruptionbudget", pdb.key, pdb.name, await state.put_pod_disruption_budget(pdb)))
+        written.append(("poddisruptionbudget", pdb.key, pdb.name, await store.put_pod_disruption_budget(pdb)))
     for obj in objects.workloads:
-        written.append((obj.kind.lower(), obj.key, obj.name, await state.put_workload(obj)))
+        written.append((obj.kind.lower(), obj.key, obj.name, await store.put_workload(obj)))
     for group, manifest in objects.pod_groups:
-        written.append(("podgroup", group.key, group.name, await state.put_pod_group(group, manifest)))
+        written.append(("podgroup", group.key, group.name, await store.put_pod_group(group, manifest)))
     verdicts = [
         (f"{kind}/{name}", "unchanged" if not changed else "configured" if (kind, key) in held else "created")
         for kind, key, name, changed in written
@@ -209,21 +209,21 @@ async def _store_objects(state: ClusterState, objects: ApplyObjects, out: TextIO
         out.write(f"{what} {verdict}\n")
 
 
-async def _held_objects(state: ClusterState, objects: ApplyObjects) -> set[tuple[str, str]]:
+async def _held_objects(store: ClusterState, objects: ApplyObjects) -> set[tuple[str, str]]:
     """(kind, key) of the objects of these kinds but PriorityClass that the store holds now,
     each kind read once (and not at all when none of it is applied): keys as the puts key
     them, a namespace by name, a budget or group ``namespace/name``, a workload
     ``Kind/namespace/name``."""
     held: set[tuple[str, str]] = set()
     if objects.namespaces:
-        held.update(("namespace", name) for name in await state.namespaces())
+        held.update(("namespace", name) for name in await store.namespaces())
     if objects.disruption_budgets:
-        held.update(("poddisruptionbudget", pdb.key) for pdb in await state.pod_disruption_budgets())
+        held.update(("poddisruptionbudget", pdb.key) for pdb in await store.pod_disruption_budgets())
     if objects.workloads:
-        held.update((obj.kind.lower(), obj.key) for obj in (await state.workloads()).objects)
+        held.update((obj.kind.lower(), obj.key) for obj in (await store.workloads()).objects)
     if objects.pod_groups:
         keys = [group.key for group, _ in objects.pod_groups]
-        held.update(("podgroup", group.key) for group in await state.pod_groups(keys))
+        held.update(("podgroup", group.key) for group in await store.pod_groups(keys))
     return held
 
 
@@ -278,11 +278,11 @@ def _verdict(item: _Applied, existing: PodRecord | None) -> None:
         item.verdict = "configured"
 
 
-async def _read_store(state: ClusterState, items: Sequence[_Applied]) -> None:
+async def _read_store(store: ClusterState, items: Sequence[_Applied]) -> None:
     """Fill in each item's expected manifest and verdict from the store. Raises Redis' errors
     (nothing is filled in then)."""
-    classes = await state.priority_classes()
-    records = await state.get_pods(item.pod.uid for item in items)
+    classes = await store.priority_classes()
+    records = await store.get_pods(item.pod.uid for item in items)
     for item, existing in zip(items, records, strict=True):
         if item.expected is None:
             try:
@@ -294,7 +294,7 @@ async def _read_store(state: ClusterState, items: Sequence[_Applied]) -> None:
             _verdict(item, existing)
 
 
-async def _wait_stored(state: ClusterState, items: Sequence[_Applied], *, since: float, timeout: float) -> str | None:
+async def _wait_stored(store: ClusterState, items: Sequence[_Applied], *, since: float, timeout: float) -> str | None:
     """Wait until the queue has stored every published item's manifest (or refused it: its
     Rejected pod event), at most ``timeout`` seconds; None when all are, else why not (one
     line, the store's error when it did not answer)."""
@@ -306,15 +306,15 @@ async def _wait_stored(state: ClusterState, items: Sequence[_Applied], *, since:
             return None
         try:
             if any(i.expected is None for i in waiting):
-                await _read_store(state, [i for i in waiting if i.expected is None])
-            records = await state.get_pods(i.pod.uid for i in waiting)
+                await _read_store(store, [i for i in waiting if i.expected is None])
+            records = await store.get_pods(i.pod.uid for i in waiting)
             for item, record in zip(waiting, records, strict=True):
                 if record is not None and record.manifest == item.expected:
                     item.stored = True
                     if not item.verdict:
                         item.verdict = "created" if record.version <= 1 else "configured"
                 elif time.monotonic() - since > 1.0:
-                    history = await state.events(item.pod.uid)
+                    history = await store.events(item.pod.uid)
                     rejected = [e for e in history if e.reason == "Rejected" and e.time >= since]
                     if rejected:
                         item.error = rejected[-1].message
@@ -357,14 +357,14 @@ async def apply(
     if not pods and not objects.stored:
         raise UsageError(f"nothing to apply in {', '.join(paths)}")
     if objects.stored:
-        async with open_state(settings) as state:
-            await _store_objects(state, objects, out, quiet=quiet)
+        async with open_store(settings) as store:
+            await _store_objects(store, objects, out, quiet=quiet)
     if not pods:
         return 0
     items = [_Applied(pod) for pod in pods]
-    async with open_state(settings, check=False) as state:
+    async with open_store(settings, check=False) as store:
         with contextlib.suppress(*TRANSIENT_ERRORS):  # unreadable now: everything is sent, and confirmed later
-            await _read_store(state, items)
+            await _read_store(store, items)
         send = [i for i in items if not i.error and i.verdict != "unchanged"]
         since = time.time()
         if send:
@@ -372,7 +372,7 @@ async def apply(
                 await submit(js, [i.pod for i in send])
         for item in items:
             item.stored = item.verdict == "unchanged"
-        why = None if timeout is None else await _wait_stored(state, send, since=since, timeout=timeout)
+        why = None if timeout is None else await _wait_stored(store, send, since=since, timeout=timeout)
     done: list[str] = []
     """What became of each pod that was not refused, nor is still waiting to be stored."""
     failed = 0

@@ -53,7 +53,7 @@ from nats.js import JetStreamContext
 
 from kubus.api.synthetic import simulated_zones
 from kubus.cli.cluster import SubmitManifest, pod_manifests, submit, write_table
-from kubus.cli.connect import UsageError, open_bus, open_state
+from kubus.cli.connect import UsageError, open_bus, open_store
 from kubus.cli.embedded import ServerStartError
 from kubus.cli.progress import LiveLine, PodTimes, PodTracker, percentile, status_line
 from kubus.cli.up import Cluster, check_template, report_exit, start_cluster, wait_ready
@@ -141,14 +141,14 @@ def bench_plan(args: argparse.Namespace) -> BenchPlan:
     return BenchPlan(name, pods, init, constraints, nodes)
 
 
-async def check_invariants_settled(state: ClusterState, timeout: float = 15.0) -> list[str]:
+async def check_invariants_settled(store: ClusterState, timeout: float = 15.0) -> list[str]:
     """check_invariants until it comes back clean or ``timeout`` passes; the last violations.
 
     A step between two scripts (a pod finished but its reservation not yet released) reads as a
     violation for a moment; a real violation stays."""
     deadline = time.monotonic() + timeout
     while True:
-        violations = await check_invariants(state)
+        violations = await check_invariants(store)
         if not violations or time.monotonic() > deadline:
             return violations
         await asyncio.sleep(0.5)
@@ -292,18 +292,18 @@ async def run_bench(args: argparse.Namespace) -> int:
             shutil.rmtree(directory, ignore_errors=True)
         return 1
     try:
-        async with open_state(cluster.settings) as state:
-            failed = await wait_ready(cluster, state, timeout=120 + plan.nodes / 50, since=started)
+        async with open_store(cluster.settings) as store:
+            failed = await wait_ready(cluster, store, timeout=120 + plan.nodes / 50, since=started)
             for service in failed:
                 report_exit(service, restarting=False)
             if failed:
                 return 1
             ready_s = time.time() - started
             print(f"ready in {ready_s:.1f}s", file=progress, flush=True)
-            result = await _load(cluster, state, args, plan, profiles)
+            result = await _load(cluster, store, args, plan, profiles)
             result["ready_seconds"] = round(ready_s, 2)
             result["plugins_missing"] = missing
-            violations = await check_invariants_settled(state)
+            violations = await check_invariants_settled(store)
             result["invariant_violations"] = violations
     finally:
         await cluster.stop()
@@ -475,7 +475,7 @@ async def _follow(
 
 
 async def _load(
-    cluster: Cluster, state: ClusterState, args: argparse.Namespace, plan: BenchPlan, profiles: Sequence[str]
+    cluster: Cluster, store: ClusterState, args: argparse.Namespace, plan: BenchPlan, profiles: Sequence[str]
 ) -> JSONObject:
     w = plan.constraints
     if w is None:
@@ -492,7 +492,7 @@ async def _load(
     init_pods: list[PodTimes] = []
     async with open_bus(cluster.settings, "kubus-bench") as (nc, js):
         if init_manifests:
-            init_tracker = PodTracker(state, [(m.key, m.uid) for m in init_manifests])
+            init_tracker = PodTracker(store, [(m.key, m.uid) for m in init_manifests])
             await init_tracker.follow_events(nc)
             began = time.time()
             try:
@@ -510,7 +510,7 @@ async def _load(
                 "unschedulable": sum(1 for p in init_pods if _unschedulable(p)),
                 "seconds": round(time.time() - began, 2),
             }
-        tracker = PodTracker(state, [(m.key, m.uid) for m in manifests])
+        tracker = PodTracker(store, [(m.key, m.uid) for m in manifests])
         cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
         await tracker.follow_events(nc)
         t0 = time.time()
@@ -542,10 +542,10 @@ async def _load(
     rate = round(len(bound_at) / span, 1) if bound_at and span > 0 else None
     check = None
     if w is not None:
-        node_labels = {r.name: r.labels for r in await state.list_nodes()}
+        node_labels = {r.name: r.labels for r in await store.list_nodes()}
         preempted = 0
         if w.plugin == "DefaultPreemption":
-            records = await state.get_pods(p.uid for p in init_pods)
+            records = await store.get_pods(p.uid for p in init_pods)
             preempted = sum(1 for r in records if r is not None and r.phase is PodPhase.DELETED)
         check = constraint_check(w, init_pods, pods, node_labels, preempted=preempted)
     return {

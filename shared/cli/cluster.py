@@ -22,7 +22,7 @@ from typing import TextIO
 from kubus.api.objects import LabelSelector
 from kubus.api.quantity import format_bytes, format_cpu
 from kubus.cli.applying import APPLY_TIMEOUT, ApplyObjects, apply, read_apply_manifests, read_pod_manifests
-from kubus.cli.connect import open_state
+from kubus.cli.connect import open_store
 from kubus.cli.deleting import delete_objects, delete_pod, delete_pods
 from kubus.cli.events import event_age, event_listing, get_events
 from kubus.cli.nodes import get_nodes, node_listing, nodes_in_use
@@ -89,16 +89,16 @@ async def get_resources(
     when a name is not found."""
     listings: list[Listing] = []
     missing: list[str] = []
-    async with open_state(settings) as state:
+    async with open_store(settings) as store:
         for plural, names in groups:
             if plural == "pods":
                 found = await pod_listing(
-                    state, namespace=namespace, output=output, names=names, show_deleted=show_deleted, selector=selector
+                    store, namespace=namespace, output=output, names=names, show_deleted=show_deleted, selector=selector
                 )
             elif plural == "nodes":
-                found = await node_listing(state, output=output, names=names, selector=selector)
+                found = await node_listing(store, output=output, names=names, selector=selector)
             else:
-                found = await event_listing(state, namespace=namespace, output=output, names=names)
+                found = await event_listing(store, namespace=namespace, output=output, names=names)
             listings.append(found[0])
             missing += found[1]
     if output.table or output.format == "custom-columns":

@@ -20,7 +20,7 @@ from kubus.core.errors import KubusError, UsageError
 from kubus.core.settings import ConnectionSettings, redis_client
 from kubus.store.cluster_state import ClusterState
 
-__all__ = ["Unreachable", "UsageError", "open_bus", "open_state", "safe_url"]
+__all__ = ["Unreachable", "UsageError", "open_bus", "open_store", "safe_url"]
 
 
 class Unreachable(KubusError):
@@ -43,7 +43,7 @@ def safe_url(url: str) -> str:
 
 
 @contextlib.asynccontextmanager
-async def open_state(settings: ConnectionSettings, *, check: bool = True) -> AsyncIterator[ClusterState]:
+async def open_store(settings: ConnectionSettings, *, check: bool = True) -> AsyncIterator[ClusterState]:
     """A ClusterState on the settings' Redis, checked with PING unless ``check`` is False (a
     caller that copes with a Redis that is away). Raises Unreachable."""
     client = redis_client(settings)

@@ -14,7 +14,7 @@ from kubus.bus import msgids
 from kubus.bus.connection import publish_durable
 from kubus.bus.messages import PodDeletion, encode
 from kubus.bus.subjects import PODS_DELETE
-from kubus.cli.connect import open_bus, open_state
+from kubus.cli.connect import open_bus, open_store
 from kubus.cli.not_found import not_found
 from kubus.core.settings import ConnectionSettings
 from kubus.store.records import PodPhase, PodRecord
@@ -42,10 +42,10 @@ async def delete_pods(
     def done(name: str, what: str) -> None:
         out.write(f"pod/{name}\n" if output == "name" else f'pod "{name}" {what}\n')
 
-    async with open_state(settings) as state:
+    async with open_store(settings) as store:
         targets: list[PodRecord] = []
         for name in dict.fromkeys(names):
-            pod = await state.find_pod(namespace, name)
+            pod = await store.find_pod(namespace, name)
             if pod is None or pod.phase is PodPhase.DELETED:
                 if not ignore_not_found:
                     failed += 1
@@ -65,7 +65,7 @@ async def delete_pods(
         deadline = time.monotonic() + wait
         waiting = list(targets)
         while waiting:
-            current = await state.get_pods([p.uid for p in waiting])
+            current = await store.get_pods([p.uid for p in waiting])
             left = []
             for pod, now in zip(waiting, current, strict=True):
                 if now is None or now.phase is PodPhase.DELETED:
@@ -113,18 +113,18 @@ async def delete_objects(
     failed = 0
     stored = [(k, ns, n) for k, ns, n in objects if k in _STORED_KINDS]
     if stored:
-        async with open_state(settings) as state:
+        async with open_store(settings) as store:
             for kind, namespace, name in stored:
                 if kind == "Namespace":
-                    gone = await state.delete_namespace(name)
+                    gone = await store.delete_namespace(name)
                 elif kind == "PriorityClass":
-                    gone = await state.delete_priority_class(name)
+                    gone = await store.delete_priority_class(name)
                 elif kind == "PodDisruptionBudget":
-                    gone = await state.delete_pod_disruption_budget(f"{namespace}/{name}")
+                    gone = await store.delete_pod_disruption_budget(f"{namespace}/{name}")
                 elif kind == "PodGroup":
-                    gone = await state.delete_pod_group(f"{namespace}/{name}")
+                    gone = await store.delete_pod_group(f"{namespace}/{name}")
                 else:
-                    gone = await state.delete_workload(f"{kind}/{namespace}/{name}")
+                    gone = await store.delete_workload(f"{kind}/{namespace}/{name}")
                 if gone:
                     out.write(f"{kind.lower()}/{name}\n" if output == "name" else f'{kind.lower()} "{name}" deleted\n')
                 elif not ignore_not_found:

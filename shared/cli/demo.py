@@ -40,7 +40,7 @@ def _seconds(v: float | None) -> str:
 
 async def run_demo(
     cluster: Cluster,
-    state: ClusterState,
+    store: ClusterState,
     stop: asyncio.Event,
     *,
     pods: int,
@@ -56,7 +56,7 @@ async def run_demo(
     objects += impossible_pods(namespace, prefix="demo")
     kinds = {f"{namespace}/{o['metadata']['name']}": o["metadata"]["labels"][KIND_LABEL] for o in objects}
     manifests = pod_manifests(objects, source="demo workload")
-    tracker = PodTracker(state, [(m.key, m.uid) for m in manifests])
+    tracker = PodTracker(store, [(m.key, m.uid) for m in manifests])
     line = LiveLine(sys.stdout)
     started = time.time()
     print(

@@ -31,7 +31,7 @@ from kubus.cli.cluster import (
     not_found,
     write_table,
 )
-from kubus.cli.connect import open_state
+from kubus.cli.connect import open_store
 from kubus.cli.kube_objects import collapse_events, kube_quantity
 from kubus.cli.simulate import hints_text
 from kubus.core.settings import ConnectionSettings
@@ -76,7 +76,7 @@ class Explanation:
 
 
 async def explain_pod(
-    state: ClusterState, record: PodRecord, config: SchedulerConfiguration, backend: Backend
+    store: ClusterState, record: PodRecord, config: SchedulerConfiguration, backend: Backend
 ) -> Explanation | None:
     """Run the pod's profile over the cluster as Redis has it now, on a throwaway table.
 
@@ -95,7 +95,7 @@ async def explain_pod(
         status = plugin.pre_enqueue(pod)
         if not status.is_success:
             return Explanation(0, None, [], [], 0, gated=f"{plugin.name}: {status.message()}")
-    snapshot = await state.load_snapshot()
+    snapshot = await store.load_snapshot()
     table = NodeTable(backend, seed=0, capacity=max(64, len(snapshot)))
     for node, reservations in snapshot:
         table.set_node(node)
@@ -108,7 +108,7 @@ async def explain_pod(
     if result.node is None:
         # when the pods here finish, as their agents said when they started them
         uids = [r.pod_uid for _, held in snapshot for r in held if r.pod_uid != record.uid]
-        ends_at = {p.key: p.ends_at for p in await state.get_pods(uids) if p is not None and p.ends_at > 0}
+        ends_at = {p.key: p.ends_at for p in await store.get_pods(uids) if p is not None and p.ends_at > 0}
         hints = tuple(fit_hints(scheduler, pod, ends_at=ends_at, now=time.time()))
     per_node = result.explain or {}
     rejected: dict[str, list[str]] = {}
@@ -182,24 +182,24 @@ async def describe_pods(
     labels ``selector`` matches) without names, separated by a blank line as kubectl does. A
     name not found is kubectl's NotFound on stderr: exit status 1, else 0."""
     missing: list[str] = []
-    async with open_state(settings) as state:
+    async with open_store(settings) as store:
         if names:
             where = namespace or "default"
             records = []
             for name in dict.fromkeys(names):
-                record = await state.find_pod(where, name)
+                record = await store.find_pod(where, name)
                 if record is None:
                     missing.append(not_found("pods", name, where))
                 else:
                     records.append(record)
         else:
-            records = [p for p in await list_pods(state, namespace) if p.phase is not PodPhase.DELETED]
+            records = [p for p in await list_pods(store, namespace) if p.phase is not PodPhase.DELETED]
         if selector is not None:
             records = [r for r in records if selector_matches(selector, _labels(r))]
         for i, record in enumerate(records):
             if i:
                 out.write("\n\n")
-            await _describe_one(out, state, record, config, backend)
+            await _describe_one(out, store, record, config, backend)
     if not records and not missing:
         where = "any namespace" if namespace is None else f"namespace {namespace}"
         sys.stderr.write(f"No pods found in {where}.\n")
@@ -223,11 +223,11 @@ async def describe_pod(
     backend: Backend,
 ) -> int:
     """`kubus describe pod NAME` (`describe_pods` of one). Raises NotFoundError for an unknown pod."""
-    async with open_state(settings) as state:
-        record = await state.find_pod(namespace, name)
+    async with open_store(settings) as store:
+        record = await store.find_pod(namespace, name)
         if record is None:
             raise NotFoundError(not_found("pods", name, namespace))
-        await _describe_one(out, state, record, config, backend)
+        await _describe_one(out, store, record, config, backend)
     return 0
 
 
@@ -245,9 +245,9 @@ def _write_events(out: TextIO, events: Sequence[PodEvent], now: float) -> None:
 
 
 async def _describe_one(
-    out: TextIO, state: ClusterState, record: PodRecord, config: SchedulerConfiguration, backend: Backend
+    out: TextIO, store: ClusterState, record: PodRecord, config: SchedulerConfiguration, backend: Backend
 ) -> None:
-    events = await state.events(record.uid)
+    events = await store.events(record.uid)
     pod = _stored_pod(record)
     now = time.time()
     fields = [
@@ -269,14 +269,14 @@ async def _describe_one(
         fields.append(("Message", record.message or "-"))
     fields += [("Not honoured", line) for line in (pod.spec.unhonoured if pod is not None else ())]
     if record.phase is PodPhase.RESERVED:
-        wait = (await state.permit_states([record.uid]))[record.uid]
+        wait = (await store.permit_states([record.uid]))[record.uid]
         if wait is not None and not wait.rejected:
             waits_on = ", ".join(sorted(wait.pending)) or "nothing (allowed; binding)"
             fields.append(("Waiting on Permit", f"{waits_on} (until {_fmt_time(wait.deadline, now)})"))
     _write_fields(out, fields)
     _write_events(out, events, now)
     if record.phase is PodPhase.PENDING:
-        await _write_explanation(out, state, record, config, backend)
+        await _write_explanation(out, store, record, config, backend)
 
 
 # ---- nodes ---------------------------------------------------------------------------------------
@@ -293,10 +293,10 @@ async def describe_nodes(
     names: labels, taints, conditions, capacity and allocatable, GPUs with their memory in use,
     the pods holding room there and the requests they add up to. A name not found is kubectl's
     NotFound on stderr: exit status 1, else 0."""
-    async with open_state(settings) as state:
-        nodes, missing = await nodes_in_use(state, selector, names)
+    async with open_store(settings) as store:
+        nodes, missing = await nodes_in_use(store, selector, names)
         uids = [p.pod.metadata.uid for _, info in nodes for p in info.pods.values()]
-        created = {r.uid: r.created_at for r in await state.get_pods(uids) if r is not None}
+        created = {r.uid: r.created_at for r in await store.get_pods(uids) if r is not None}
     now = time.time()
     for i, (record, info) in enumerate(nodes):
         if i:
@@ -393,11 +393,11 @@ def _request_share(resource: str, amount: int, allocatable: Mapping[str, int]) -
 
 
 async def _write_explanation(
-    out: TextIO, state: ClusterState, record: PodRecord, config: SchedulerConfiguration, backend: Backend
+    out: TextIO, store: ClusterState, record: PodRecord, config: SchedulerConfiguration, backend: Backend
 ) -> None:
     out.write("\nWhy pending (a scheduling attempt evaluated now; nothing reserved):\n")
     try:
-        ex = await explain_pod(state, record, config, backend)
+        ex = await explain_pod(store, record, config, backend)
     except (ManifestError, ValueError) as e:
         out.write(f"  cannot evaluate: {e}\n")
         return

@@ -7,7 +7,7 @@ import time
 from collections.abc import Sequence
 from typing import TextIO
 
-from kubus.cli.connect import open_state
+from kubus.cli.connect import open_store
 from kubus.cli.kube_objects import CollapsedEvent, collapse_events, event_object
 from kubus.cli.not_found import NotFoundError, not_found, report
 from kubus.cli.output import Listing, Output, format_age, output_of
@@ -27,19 +27,19 @@ def event_age(event: CollapsedEvent, now: float) -> str:
 
 
 async def event_listing(
-    state: ClusterState, *, namespace: str | None, output: Output, pod: str | None = None, names: Sequence[str] = ()
+    store: ClusterState, *, namespace: str | None, output: Output, pod: str | None = None, names: Sequence[str] = ()
 ) -> tuple[Listing, list[str]]:
     """Every pod's events (of one namespace unless None; of one pod with ``pod``; those named
     ``names``), identical ones collapsed with their count, by when they were last seen, each as
     a v1 Event with its table row. Raises NotFoundError for an unknown ``pod``."""
     if pod is not None:
-        record = await state.find_pod(namespace or "default", pod)
+        record = await store.find_pod(namespace or "default", pod)
         if record is None:
             raise NotFoundError(not_found("pods", pod, namespace or "default"))
         pods = [record]
     else:
-        pods = await list_pods(state, namespace)
-    histories = await state.events_of([p.uid for p in pods])
+        pods = await list_pods(store, namespace)
+    histories = await store.events_of([p.uid for p in pods])
     now = time.time()
     found = sorted(
         ((c, p) for p, history in zip(pods, histories, strict=True) for c in collapse_events(history)),
@@ -80,6 +80,6 @@ async def get_events(
     Raises NotFoundError for an unknown ``pod``; exit status 1 when one of ``names`` is not
     found."""
     shape = output if isinstance(output, Output) else output_of(output)
-    async with open_state(settings) as state:
-        listing, missing = await event_listing(state, namespace=namespace, output=shape, pod=pod, names=names)
+    async with open_store(settings) as store:
+        listing, missing = await event_listing(store, namespace=namespace, output=shape, pod=pod, names=names)
     return report(listing, missing, out, shape, empty="No events found.")

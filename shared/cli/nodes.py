@@ -10,7 +10,7 @@ from typing import TextIO
 from kubus.api.objects import LabelSelector
 from kubus.api.pod_affinity import selector_matches
 from kubus.api.quantity import format_bytes, format_cpu
-from kubus.cli.connect import open_state
+from kubus.cli.connect import open_store
 from kubus.cli.kube_objects import node_object
 from kubus.cli.not_found import not_found, report
 from kubus.cli.output import Listing, Output, format_age, output_of
@@ -35,14 +35,14 @@ def _node_status(record: NodeRecord) -> str:
 
 
 async def nodes_in_use(
-    state: ClusterState, selector: LabelSelector | None, names: Sequence[str] = ()
+    store: ClusterState, selector: LabelSelector | None, names: Sequence[str] = ()
 ) -> tuple[list[tuple[NodeRecord, NodeInfo]], list[str]]:
     """Every node (those ``names`` when given; whose labels ``selector`` matches) with what its
     reservations use, by name; and a NotFound line per name that is not there."""
-    records = {r.name: r for r in await state.list_nodes() if selector is None or selector_matches(selector, r.labels)}
+    records = {r.name: r for r in await store.list_nodes() if selector is None or selector_matches(selector, r.labels)}
     missing = [not_found("nodes", n) for n in dict.fromkeys(names) if n not in records]
     wanted = [n for n in dict.fromkeys(names) if n in records] if names else None
-    snapshot = await state.load_snapshot(wanted) if wanted is None or wanted else []
+    snapshot = await store.load_snapshot(wanted) if wanted is None or wanted else []
     return [(records[node.name], node_info_of(node, held)) for node, held in snapshot if node.name in records], missing
 
 
@@ -50,11 +50,11 @@ NO_NODES = "No nodes found (start nodes with `kubus up --nodes N`, or run gpu-ag
 
 
 async def node_listing(
-    state: ClusterState, *, output: Output, names: Sequence[str] = (), selector: LabelSelector | None = None
+    store: ClusterState, *, output: Output, names: Sequence[str] = (), selector: LabelSelector | None = None
 ) -> tuple[Listing, list[str]]:
     """The nodes `kubus get nodes` shows (those ``names`` when given; whose labels ``selector``
     matches), each as a v1 Node with its table row, and a NotFound line per name not there."""
-    nodes, missing = await nodes_in_use(state, selector, names)
+    nodes, missing = await nodes_in_use(store, selector, names)
     now = time.time()
     header = ["NAME", "STATUS", "CPU(req/alloc)", "MEMORY(req/alloc)", "GPUS(used/total)", "PODS", "AGE"]
     if output.format == "wide":
@@ -102,6 +102,6 @@ async def get_nodes(
     (only the nodes whose labels ``selector`` matches, when given), or the v1 Nodes. Exit
     status 1 when a name is not found."""
     shape = output if isinstance(output, Output) else output_of(output)
-    async with open_state(settings) as state:
-        listing, missing = await node_listing(state, output=shape, names=names, selector=selector)
+    async with open_store(settings) as store:
+        listing, missing = await node_listing(store, output=shape, names=names, selector=selector)
     return report(listing, missing, out, shape, empty=NO_NODES)

@@ -18,7 +18,7 @@ from kubus.api.pod_affinity import selector_matches
 from kubus.bus.connection import settle
 from kubus.bus.messages import ClusterEvent, decode
 from kubus.bus.subjects import EVENTS_STREAM, POD_EVENTS, EventKind
-from kubus.cli.connect import open_bus, open_state
+from kubus.cli.connect import open_bus, open_store
 from kubus.cli.kube_objects import pod_object
 from kubus.cli.not_found import not_found, report
 from kubus.cli.output import Listing, Output, format_age, output_of, print_listing
@@ -40,13 +40,13 @@ __all__ = [
 ]
 
 
-async def list_pods(state: ClusterState, namespace: str | None) -> list[PodRecord]:
+async def list_pods(store: ClusterState, namespace: str | None) -> list[PodRecord]:
     """The newest pod of every namespace/name (of one namespace unless None), sorted by key."""
-    index = await state.redis.hgetall(state.keys.pod_keys_index())
+    index = await store.redis.hgetall(store.keys.pod_keys_index())
     pairs = sorted((codec.text(k), codec.text(v)) for k, v in index.items())
     if namespace is not None:
         pairs = [(k, u) for k, u in pairs if k.partition("/")[0] == namespace]
-    return [p for p in await state.get_pods([u for _, u in pairs]) if p is not None]
+    return [p for p in await store.get_pods([u for _, u in pairs]) if p is not None]
 
 
 def format_devices(devices: Sequence[int]) -> str:
@@ -69,7 +69,7 @@ POD_WIDE_COLUMNS = ("SCHEDULER", "ATTEMPTS", "MESSAGE")
 
 
 async def pod_listing(
-    state: ClusterState,
+    store: ClusterState,
     *,
     namespace: str | None,
     output: Output,
@@ -86,22 +86,22 @@ async def pod_listing(
         where = namespace or "default"
         pods = []
         for name in dict.fromkeys(names):
-            record = await state.find_pod(where, name)
+            record = await store.find_pod(where, name)
             if record is None or (record.phase is PodPhase.DELETED and not show_deleted):
                 missing.append(not_found("pods", name, where))
             else:
                 pods.append(record)
     else:
-        pods = await list_pods(state, namespace)
+        pods = await list_pods(store, namespace)
         if not show_deleted:
             pods = [p for p in pods if p.phase is not PodPhase.DELETED]
     if selector is not None:
         pods = [p for p in pods if selector_matches(selector, _pod_labels(p))]
     reserved = [p.uid for p in pods if p.phase is PodPhase.RESERVED]
-    waits = await state.permit_states(reserved) if reserved else {}
+    waits = await store.permit_states(reserved) if reserved else {}
     waiting = {uid: w for uid, w in waits.items() if w is not None and w.pending and not w.rejected}
     # the events give the conditions' times and startTime: read them only for the objects' sake
-    histories = await state.events_of([p.uid for p in pods]) if pods and not output.table else [[] for _ in pods]
+    histories = await store.events_of([p.uid for p in pods]) if pods and not output.table else [[] for _ in pods]
     now = time.time()
     header = [*POD_COLUMNS, *(POD_WIDE_COLUMNS if output.format == "wide" else ())]
     across = namespace is None and not names
@@ -132,9 +132,9 @@ async def get_pods(
     only those whose labels ``selector`` matches, when given), or the v1 Pods. Exit status 1
     when a name is not found (each said on stderr), else 0."""
     shape = output if isinstance(output, Output) else output_of(output)
-    async with open_state(settings) as state:
+    async with open_store(settings) as store:
         listing, missing = await pod_listing(
-            state, namespace=namespace, output=shape, names=names, show_deleted=show_deleted, selector=selector
+            store, namespace=namespace, output=shape, names=names, show_deleted=show_deleted, selector=selector
         )
     return report(listing, missing, out, shape, empty=_no_pods(namespace))
 
@@ -198,7 +198,7 @@ async def watch_pods(
             return  # not ours to judge here: the queue counts and reports bad events
 
     stop = stop or asyncio.Event()
-    async with open_bus(settings, "kubus-cli-watch") as (nc, js), open_state(settings) as state:
+    async with open_bus(settings, "kubus-cli-watch") as (nc, js), open_store(settings) as store:
         # An ordered consumer on the events stream, not a plain subscription: after a lost
         # connection nats-py notices the gap (sequence or missed heartbeats) and resumes from the
         # last event it delivered, so the changes announced meanwhile are shown too.
@@ -226,7 +226,7 @@ async def watch_pods(
                 phase = _EVENT_PHASES.get(event.kind)
                 if phase is None or (namespace is not None and pod_ns != namespace):
                     continue
-                record = await state.find_pod(pod_ns, name)
+                record = await store.find_pod(pod_ns, name)
                 if record is None or (selector is not None and not selector_matches(selector, _pod_labels(record))):
                     continue
                 # the pod as the event found it: by the time Redis is read it may have moved on

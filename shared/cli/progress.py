@@ -85,9 +85,9 @@ def percentile(values: Sequence[float], q: float) -> float | None:
 class PodTracker:
     """Phases and timings of the pods with the given uids (keyed by namespace/name)."""
 
-    def __init__(self, state: ClusterState, pods: Iterable[tuple[str, str]]) -> None:
+    def __init__(self, store: ClusterState, pods: Iterable[tuple[str, str]]) -> None:
         """``pods``: (namespace/name, uid) of every pod to follow."""
-        self.state = state
+        self.store = store
         self.pods: dict[str, PodTimes] = {key: PodTimes(key, uid) for key, uid in pods}
         self._subs: list[Subscription] = []
         self._history: list[tuple[float, int]] = []
@@ -150,10 +150,10 @@ class PodTracker:
             start = self._turn % len(items)
             items = items[start : start + _POLL_LIMIT] + items[: max(0, start + _POLL_LIMIT - len(items))]
             self._turn = start + _POLL_LIMIT
-        keys = self.state.keys
+        keys = self.store.keys
         for start in range(0, len(items), _BATCH):
             chunk = items[start : start + _BATCH]
-            pipe = self.state.redis.pipeline(transaction=False)
+            pipe = self.store.redis.pipeline(transaction=False)
             for pod in chunk:
                 pipe.hmget(keys.pod_record(pod.uid), *_FIELDS)
             for pod, values in zip(chunk, await pipe.execute(), strict=True):

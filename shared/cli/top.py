@@ -11,7 +11,7 @@ from typing import TextIO
 from kubus.api.objects import LabelSelector
 from kubus.api.pod_affinity import selector_matches
 from kubus.api.quantity import format_bytes, format_cpu
-from kubus.cli.connect import open_state
+from kubus.cli.connect import open_store
 from kubus.cli.nodes import NO_NODES, nodes_in_use
 from kubus.cli.not_found import not_found
 from kubus.cli.output import DOCUMENT_OUTPUTS, write_document, write_table
@@ -51,8 +51,8 @@ async def top_nodes(
     """`kubus top nodes [NAME...]`: requested against allocatable per node, in percent (kubus has
     no usage metrics: requests are what it accounts); with ``gpus`` each GPU's memory as a bar
     (used / total), its pods and health. Exit status 1 when a name is not found."""
-    async with open_state(settings) as state:
-        nodes, missing = await nodes_in_use(state, selector, names)
+    async with open_store(settings) as store:
+        nodes, missing = await nodes_in_use(store, selector, names)
     for line in missing:
         sys.stderr.write(f"error: {line}\n")
     status = 1 if missing else 0
@@ -135,8 +135,8 @@ async def top_pods(
     running) requested: cpu, memory, GPUs and GPU memory, and its node. kubus has no usage
     metrics: requests are what it accounts. ``sort_by`` is kubectl top's: cpu or memory. Exit
     status 1 when a name is not found."""
-    async with open_state(settings) as state:
-        nodes, _ = await nodes_in_use(state, None)
+    async with open_store(settings) as store:
+        nodes, _ = await nodes_in_use(store, None)
     held: list[tuple[str, PodInfo, NodeRecord]] = []
     for record, info in nodes:
         for key, pod in info.pods.items():

@@ -31,7 +31,7 @@ from pathlib import Path
 from kubus.access import ACCESS_DIR, ADMIN, ROLES, Credentials, ensure_credentials
 from kubus.api.manifests import load_manifests
 from kubus.cli.commands import scheduler_config
-from kubus.cli.connect import Unreachable, UsageError, open_state, safe_url
+from kubus.cli.connect import Unreachable, UsageError, open_store, safe_url
 from kubus.cli.embedded import HA_DIR, EmbeddedServers, ReplicatedServers, ServerStartError
 from kubus.cli.endpoints import (
     Endpoints,
@@ -208,7 +208,7 @@ async def start_cluster(
     else:
         settings = load_settings(file=settings_file, overrides=urls)
     if servers is None:
-        async with open_state(settings):
+        async with open_store(settings):
             pass  # answers, or Unreachable names the URL
     role_settings: dict[str, str] | None = None
     if credentials is not None:
@@ -237,7 +237,7 @@ async def start_cluster(
 
 
 async def wait_ready(
-    cluster: Cluster, state: ClusterState, *, timeout: float, since: float, stop: asyncio.Event | None = None
+    cluster: Cluster, store: ClusterState, *, timeout: float, since: float, stop: asyncio.Event | None = None
 ) -> list[ServiceProcess]:
     """Wait until every service says it runs (`ServiceProcess.started`), ``cluster.nodes`` nodes
     have heartbeaten since ``since`` (wall clock) and every profile's cycle holds its lease.
@@ -254,13 +254,13 @@ async def wait_ready(
         fresh = (
             sum(
                 1
-                for r in await state.list_nodes()
+                for r in await store.list_nodes()
                 if r.heartbeat is not None and r.heartbeat >= since - 1 and not r.unreachable
             )
             if cluster.nodes
             else 0
         )
-        leases = await state.get_leases(queue_lease(), *(cycle_lease(p) for p in cluster.profiles))
+        leases = await store.get_leases(queue_lease(), *(cycle_lease(p) for p in cluster.profiles))
         leaderless = [name for name, lease in zip(("queue", *cluster.profiles), leases, strict=True) if lease is None]
         starting = [s.name for s in cluster.group if not s.started()]
         if fresh >= cluster.nodes and not leaderless and not starting:
@@ -284,22 +284,22 @@ def report_exit(service: ServiceProcess, *, restarting: bool, after: float = 0.0
     _err(f"kubus up: service {service.name} {what}{then}. Last lines of {service.log_path}:\n{indented}")
 
 
-async def _redis_problem(state: ClusterState) -> str | None:
+async def _redis_problem(store: ClusterState) -> str | None:
     """Why Redis cannot serve the services now (down, LOADING, refusing writes for a full disk:
     its PING is refused then), one line; None when it answers."""
     try:
         async with asyncio.timeout(2.0):
-            await state.redis.ping()
+            await store.redis.ping()
     except Exception as exc:
         return " ".join(f"{type(exc).__name__}: {exc}".split()) or type(exc).__name__
     return None
 
 
-async def supervise(cluster: Cluster, stop: asyncio.Event, state: ClusterState | None = None) -> int:
+async def supervise(cluster: Cluster, stop: asyncio.Event, store: ClusterState | None = None) -> int:
     """Run until ``stop`` is set (0), restarting the embedded servers and the services that
     exit, each after its `RestartBackoff`, however often; 1 when one cannot start at all (a
     service that exits with the usage status 2, a server binary that is missing). With
-    ``state``, Redis is asked every few seconds, and a Redis that cannot serve (down, a full
+    ``store``, Redis is asked every few seconds, and a Redis that cannot serve (down, a full
     disk) is said once, and once more when it serves again: the services wait meanwhile, not
     ready, and lose nothing."""
     redis_down: str | None = None
@@ -312,9 +312,9 @@ async def supervise(cluster: Cluster, stop: asyncio.Event, state: ClusterState |
     started = time.monotonic()
     while not await sleep_or(stop, 0.25):
         now = time.monotonic()
-        if state is not None and now >= next_redis_check:
+        if store is not None and now >= next_redis_check:
             next_redis_check = now + 3.0
-            problem = await _redis_problem(state)
+            problem = await _redis_problem(store)
             if problem is not None and redis_down is None:
                 _err(f"kubus up: Redis cannot serve the services ({problem}); they wait, not ready, and lose nothing")
             elif problem is None and redis_down is not None:
@@ -486,10 +486,10 @@ async def run_up(args: argparse.Namespace) -> int:
         _err(f"kubus up: warning: cannot record the cluster in {user_config()}: {exc}")
     try:
         _print_banner(cluster, args)
-        async with open_state(cluster.settings) as state:
+        async with open_store(cluster.settings) as store:
             _say(f"waiting for {args.nodes} nodes and the cycles of {', '.join(profiles)} ...")
             try:
-                failed = await wait_ready(cluster, state, timeout=args.ready_timeout, since=started, stop=stop)
+                failed = await wait_ready(cluster, store, timeout=args.ready_timeout, since=started, stop=stop)
             except TimeoutError as exc:
                 _err(f"kubus up: {exc}; see the logs in {directory / 'logs'}")
                 return 1
@@ -504,12 +504,12 @@ async def run_up(args: argparse.Namespace) -> int:
             if args.demo:
                 from kubus.cli.demo import run_demo
 
-                return await run_demo(cluster, state, stop, pods=args.demo_pods, pod_duration=pod_duration)
+                return await run_demo(cluster, store, stop, pods=args.demo_pods, pod_duration=pod_duration)
             if kubeconfig:
                 _say(f"kubus schedules the pods of {kubeconfig} whose spec.schedulerName is {', '.join(profiles)}")
             else:
                 _print_try(directory, cluster_name)
-            return await supervise(cluster, stop, state)
+            return await supervise(cluster, stop, store)
     except Unreachable as exc:
         _err(f"kubus up: {exc}")
         return 1

@@ -1,6 +1,6 @@
 """The invariants of the shared state, checked against what Redis holds now.
 
-`check_invariants(state)` reads everything (SCAN, not the indexes: the indexes are checked too)
+`check_invariants(store)` reads everything (SCAN, not the indexes: the indexes are checked too)
 and returns one human-readable line per violation, empty when all hold:
 
 No overcommit
@@ -50,8 +50,8 @@ class _Node:
     bound: set[str] = field(default_factory=set)
 
 
-async def _scan(state: ClusterState, pattern: str) -> list[str]:
-    return sorted({text(k) async for k in state.redis.scan_iter(match=pattern, count=1000)})
+async def _scan(store: ClusterState, pattern: str) -> list[str]:
+    return sorted({text(k) async for k in store.redis.scan_iter(match=pattern, count=1000)})
 
 
 def _node_of_key(prefix: str, key: str) -> str | None:
@@ -62,12 +62,12 @@ def _node_of_key(prefix: str, key: str) -> str | None:
     return unescape(key[len(head) : end]) if end > 0 else None
 
 
-async def _gather_nodes(state: ClusterState) -> dict[str, _Node]:
-    k = state.keys
-    names = {n for key in await _scan(state, f"{k.prefix}:{{node:*}}:*") if (n := _node_of_key(k.prefix, key))}
+async def _gather_nodes(store: ClusterState) -> dict[str, _Node]:
+    k = store.keys
+    names = {n for key in await _scan(store, f"{k.prefix}:{{node:*}}:*") if (n := _node_of_key(k.prefix, key))}
     nodes: dict[str, _Node] = {}
     for name in sorted(names):
-        pipe = state.redis.pipeline(transaction=True)
+        pipe = store.redis.pipeline(transaction=True)
         pipe.hgetall(k.node_info(name))
         pipe.hgetall(k.node_usage(name))
         pipe.hgetall(k.node_reservations(name))
@@ -213,13 +213,13 @@ def _check_pods(
             out.append(f"index {key}: pod {uid} does not exist")
 
 
-async def check_invariants(state: ClusterState) -> list[str]:
+async def check_invariants(store: ClusterState) -> list[str]:
     """Every violation of the invariants (see the module docstring), one line each; [] if none."""
-    k = state.keys
+    k = store.keys
     out: list[str] = []
-    nodes = await _gather_nodes(state)
-    uids = [k.pod_of_record_key(key) for key in await _scan(state, k.pod_record_pattern())]
-    pods = {p.uid: p for p in await state.get_pods(uids) if p is not None}
+    nodes = await _gather_nodes(store)
+    uids = [k.pod_of_record_key(key) for key in await _scan(store, k.pod_record_pattern())]
+    pods = {p.uid: p for p in await store.get_pods(uids) if p is not None}
     for uid in uids:
         if uid not in pods:
             out.append(f"pod record {uid} vanished while checking")  # only under concurrent deletes
@@ -235,18 +235,18 @@ async def check_invariants(state: ClusterState) -> list[str]:
 
     # indexes
     existing = {name for name, node in nodes.items() if node.info}
-    indexed = {text(n) for n in await state.redis.smembers(k.nodes_index())}
+    indexed = {text(n) for n in await store.redis.smembers(k.nodes_index())}
     for name in sorted(existing - indexed):
         out.append(f"nodes index: node {name} missing")
     for name in sorted(indexed - existing):
         out.append(f"nodes index: lists node {name}, which does not exist")
     indexes: dict[str, set[str]] = {}
     for phase in PHASES:
-        indexes[f"phase:{phase}"] = {text(u) for u in await state.redis.smembers(k.phase_index(phase))}
-    for key in await _scan(state, k.pending_index_pattern()):
-        indexes[f"pending:{k.profile_of_pending_index(key)}"] = {text(u) for u in await state.redis.smembers(key)}
+        indexes[f"phase:{phase}"] = {text(u) for u in await store.redis.smembers(k.phase_index(phase))}
+    for key in await _scan(store, k.pending_index_pattern()):
+        indexes[f"pending:{k.profile_of_pending_index(key)}"] = {text(u) for u in await store.redis.smembers(key)}
     _check_pods(pods, held, indexes, out)
-    by_key = await state.redis.hgetall(k.pod_keys_index())
+    by_key = await store.redis.hgetall(k.pod_keys_index())
     for key, uid in sorted((text(a), text(b)) for a, b in by_key.items()):
         indexed_pod = pods.get(uid)
         if indexed_pod is None:

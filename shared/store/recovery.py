@@ -314,20 +314,20 @@ class Recovery(PodStore, ReservationStore, NodeStore, PermitStore):
         return fixes
 
 
-async def _sync_set(state: Recovery, key: str, want: set[str], label: str) -> list[str]:
-    have = {text(u) for u in await state.redis.smembers(key)}
+async def _sync_set(store: Recovery, key: str, want: set[str], label: str) -> list[str]:
+    have = {text(u) for u in await store.redis.smembers(key)}
     fixes = []
     if want - have:
-        await state.redis.sadd(key, *sorted(want - have))
+        await store.redis.sadd(key, *sorted(want - have))
         fixes += [f"{label}: added {u}" for u in sorted(want - have)]
     if have - want:
-        await state.redis.srem(key, *sorted(have - want))
+        await store.redis.srem(key, *sorted(have - want))
         fixes += [f"{label}: removed {u}" for u in sorted(have - want)]
     return fixes
 
 
-async def _all_pods(state: Recovery) -> list[PodRecord]:
+async def _all_pods(store: Recovery) -> list[PodRecord]:
     """Every pod record, found by SCAN (not by the indexes)."""
-    pattern = state.keys.pod_record_pattern()
-    uids = [state.keys.pod_of_record_key(text(k)) async for k in state.redis.scan_iter(match=pattern, count=1000)]
-    return [p for p in await state.get_pods(sorted(uids)) if p is not None]
+    pattern = store.keys.pod_record_pattern()
+    uids = [store.keys.pod_of_record_key(text(k)) async for k in store.redis.scan_iter(match=pattern, count=1000)]
+    return [p for p in await store.get_pods(sorted(uids)) if p is not None]
