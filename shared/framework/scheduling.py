@@ -48,7 +48,7 @@ from kubus.framework.pod_classes import (
 )
 from kubus.framework.registry import ExtensionPoint
 from kubus.framework.results import NodeExplain, ScheduleResult, ScoreDetail
-from kubus.framework.runtime import Framework, PodScores, PointTimer
+from kubus.framework.runtime import Framework, PodScores, PointTimer, PreFilterResult
 from kubus.framework.status import Code, Status
 from kubus.framework.waiting import WaitingPods
 from kubus.kernels.node_table import NodeTable
@@ -250,25 +250,33 @@ class Scheduler:
     # ---- one class: PreFilter, Filter, PreScore, Score over all rows --------------------------
 
     def _evaluate(self, pod: Pod) -> PodClass:
-        """PreFilter and Filter of a new class over every row. The whole is timed as Filter; the
-        plugins one by one in one class out of `PLUGIN_SAMPLE` (that class's PreScore and Score
-        too)."""
+        """PreFilter and Filter of a new class over every row, each point timed as itself (as
+        kube's framework does); the plugins one by one in one class out of `PLUGIN_SAMPLE` (that
+        class's PreScore and Score too)."""
         self._evaluations += 1
         timer = self.timer
         plugin_timer = timer if timer is not None and self._evaluations % PLUGIN_SAMPLE == 1 else None
-        began = time.perf_counter()
-        try:
-            return self._evaluate_timed(pod, plugin_timer)
-        finally:
-            if timer is not None:
-                timer(ExtensionPoint.FILTER, "", time.perf_counter() - began)
-
-    def _evaluate_timed(self, pod: Pod, plugin_timer: PointTimer | None) -> PodClass:
         fw, table = self.framework, self.table
         state = CycleState()
+        began = time.perf_counter()
         pre = fw.run_pre_filter(state, pod, table, timer=plugin_timer)
+        began = self._point_done(ExtensionPoint.PRE_FILTER, began)
         if not pre.status.is_success:
             return PodClass(pod, state, pre.status, narrowed_by=pre.narrowed_by)
+        try:
+            return self._filter(pod, state, pre, plugin_timer)
+        finally:
+            self._point_done(ExtensionPoint.FILTER, began)
+
+    def _point_done(self, point: ExtensionPoint, began: float) -> float:
+        """Time ``point`` from ``began`` (perf_counter) to now, when timed; returns now."""
+        now = time.perf_counter()
+        if self.timer is not None:
+            self.timer(point, "", now - began)
+        return now
+
+    def _filter(self, pod: Pod, state: CycleState, pre: PreFilterResult, plugin_timer: PointTimer | None) -> PodClass:
+        fw, table = self.framework, self.table
         view = table.view()
         xp = view.xp
         candidates = view.valid.copy()
@@ -300,20 +308,20 @@ class Scheduler:
         return cls
 
     def _prepare_scores(self, cls: PodClass) -> PodScores | None:
-        """PreScore and raw scores for every row, timed as Score; done once per class, when first
-        needed. None when PreScore failed (`cls.status` says why)."""
+        """PreScore and raw scores for every row, each point timed as itself; done once per
+        class, when first needed. None when PreScore failed (`cls.status` says why)."""
+        fw = self.framework
         began = time.perf_counter()
+        status = fw.run_pre_score(cls.state, cls.pod, self.table, timer=cls.plugin_timer)
+        began = self._point_done(ExtensionPoint.PRE_SCORE, began)
+        if not status.is_success:
+            cls.status = status
+            return None
         try:
-            fw = self.framework
-            status = fw.run_pre_score(cls.state, cls.pod, self.table, timer=cls.plugin_timer)
-            if not status.is_success:
-                cls.status = status
-                return None
             cls.scores = fw.run_score(cls.state, cls.pod, self.table, timer=cls.plugin_timer)
             return cls.scores
         finally:
-            if self.timer is not None:
-                self.timer(ExtensionPoint.SCORE, "", time.perf_counter() - began)
+            self._point_done(ExtensionPoint.SCORE, began)
 
     # ---- after a placement: recompute one row --------------------------------------------------
 

@@ -136,7 +136,7 @@ async def test_every_extension_point_runs_in_order_for_a_plain_pod(live: LiveClu
     assert [p for p, name in JOURNAL.calls if name == "plain"] == ["reserve", "prebind", "postbind"]
     assert await check_invariants(live.state) == []
     cycle, binder = live.services[1].metrics.exposition().decode(), live.services[-1].metrics.exposition().decode()
-    for point in ("Filter", "Score", "Reserve", "Permit"):
+    for point in ("PreFilter", "Filter", "PreScore", "Score", "Reserve", "Permit"):
         assert f'scheduler_framework_extension_point_duration_seconds_count{{extension_point="{point}"' in cycle
     assert (
         'scheduler_plugin_execution_duration_seconds_count{extension_point="Filter",plugin="NodeResourcesFit"' in cycle
