@@ -111,8 +111,8 @@ class Serving:
             self.subscriptions.add(await self.nc.subscribe(queue_done(profile), cb=partial(self.on_done, profile)))
 
     async def announce(self) -> None:
-        """Say on ``kubus.queue.<profile>.serving`` that this queue serves now (after `subscribe`):
-        a cycle whose pop still waits on a queue that died asks again at once."""
+        """Say on ``kubus.queue.<profile>.serving`` that this queue is about to serve (just before
+        `subscribe`): a cycle whose pop still waits on a queue that died asks again."""
         for profile in self.queues:
             await self.nc.publish(queue_serving(profile), b"")
 
