@@ -130,24 +130,8 @@ def _split_actions(template: str) -> Iterator[tuple[bool, str]]:
             continue
         if i > start:
             yield False, template[start:i]
-        depth, j, quote = 0, i, ""
-        while j < len(template):
-            c = template[j]
-            if quote:
-                if c == "\\":
-                    j += 1
-                elif c == quote:
-                    quote = ""
-            elif c in "\"'":
-                quote = c
-            elif c == "{":
-                depth += 1
-            elif c == "}":
-                depth -= 1
-                if depth == 0:
-                    break
-            j += 1
-        if j >= len(template):
+        j = _closing(template, i, "{", "}")
+        if j < 0:
             raise JSONPathError(f"jsonpath {template!r}: unclosed action")
         yield True, template[i + 1 : j]
         i = start = j + 1
@@ -158,8 +142,9 @@ def _split_actions(template: str) -> Iterator[tuple[bool, str]]:
 _FIELD_CHARS = re.compile(r"(?:\\.|[^.\[\]\s,])+")
 
 
-def _read_bracket(text: str, i: int, template: str) -> tuple[str, int]:
-    """The content of the bracket that opens at ``text[i]`` and the index after it."""
+def _closing(text: str, i: int, opens: str, closes: str) -> int:
+    """The index of the character that closes the group opening at ``text[i]`` (groups of
+    ``opens``/``closes`` nested inside counted, quoted strings skipped); -1 when it never closes."""
     depth, j, quote = 0, i, ""
     while j < len(text):
         c = text[j]
@@ -170,14 +155,22 @@ def _read_bracket(text: str, i: int, template: str) -> tuple[str, int]:
                 quote = ""
         elif c in "\"'":
             quote = c
-        elif c in "[(":
+        elif c in opens:
             depth += 1
-        elif c in "])":
+        elif c in closes:
             depth -= 1
-            if depth == 0 and c == "]":
-                return text[i + 1 : j], j + 1
+            if depth == 0:
+                return j
         j += 1
-    raise JSONPathError(f"jsonpath {template!r}: unclosed [ in {text!r}")
+    return -1
+
+
+def _read_bracket(text: str, i: int, template: str) -> tuple[str, int]:
+    """The content of the bracket that opens at ``text[i]`` and the index after it."""
+    j = _closing(text, i, "[(", "])")
+    if j < 0 or text[j] != "]":
+        raise JSONPathError(f"jsonpath {template!r}: unclosed [ in {text!r}")
+    return text[i + 1 : j], j + 1
 
 
 def _int(text: str, template: str) -> int:
