@@ -18,6 +18,9 @@ A binder killed after the POST and before the store's bind leaves the pod bound 
 apiserver and Reserved in the store: the watcher sees the binding and finishes it in the store
 (`ClusterState.observe_placed`), and a redelivered request meets 409 "to this node": bound.
 
+Each pod bound gets the Normal "Scheduled" event kube-scheduler's binding cycle records
+(`ScheduledEvents`), written in the background: no binding waits for its event.
+
 A preemptor (`BindRequest.victims`) is bound once its victims are gone from the apiserver: their
 kubelet stops them within their grace period, and a kubelet would refuse the preemptor while they
 still hold the room (kube-scheduler binds a nominated preemptor only then too). A victim still
@@ -27,15 +30,18 @@ there after `ApiBinding.victim_wait` seconds (a stuck finalizer) is waited for n
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
 from kubus.bus.messages import BindRequest
-from kubus.kubeapi import PODS, KubeAPIError, KubeClient
-from kubus.runtime.service import logger
+from kubus.kubeapi import EVENTS, PODS, KubeAPIError, KubeClient, KubeUnreachable
+from kubus.kubeapi.events import pod_event
+from kubus.runtime.service import Throttle, logger
 
-__all__ = ["BIND_CONCURRENCY", "ApiBindResult", "ApiBinding"]
+__all__ = ["BIND_CONCURRENCY", "ApiBindResult", "ApiBinding", "ScheduledEvents"]
 
 BIND_CONCURRENCY = 64
 """Bindings in flight at once (each on a write lane of its own: `KubeClient` ``write_lanes``)."""
@@ -126,6 +132,82 @@ class ApiBinding:
                                  victim=f"{namespace}/{name}", waited=self.victim_wait)  # fmt: skip
                     return
                 await asyncio.sleep(self.victim_poll)
+
+
+class ScheduledEvents:
+    """The Normal "Scheduled" event of each pod bound in the apiserver, as kube-scheduler's
+    binding cycle records it once the binding is made (events.k8s.io/v1: reason Scheduled,
+    action Binding, "Successfully assigned <namespace>/<pod> to <node>", reported by the pod's
+    profile). Written in the background, ``concurrency`` at a time: binding waits for no event.
+    As kube's event recorder, best effort: a write the apiserver refuses for a while (5xx, 429,
+    unreachable) is tried `ATTEMPTS` times, then dropped and said; a binder killed between a
+    binding and its event leaves that pod without one. `drain` at stop."""
+
+    ATTEMPTS = 3
+    RETRY_DELAY = 1.0
+
+    def __init__(
+        self, client: KubeClient, *, instance: str, concurrency: int = BIND_CONCURRENCY,
+        clock: Callable[[], float] = time.time,
+    ) -> None:  # fmt: skip
+        self.client = client
+        self.instance = instance
+        """reportingInstance's host part (kube: "<scheduler name>-<host>")."""
+        self.clock = clock
+        self._slots = asyncio.Semaphore(concurrency)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._failures = Throttle(30.0)
+
+    def record(self, bound: Sequence[BindRequest]) -> None:
+        """Write the Scheduled events of these pods (just bound), in the background."""
+        if not bound:
+            return
+        at = self.clock()
+        task = asyncio.get_running_loop().create_task(self._write_all(bound, at), name="binder: Scheduled events")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def drain(self, timeout: float) -> None:
+        """Give the events being written ``timeout`` seconds, then cancel the rest."""
+        tasks = list(self._tasks)
+        if not tasks:
+            return
+        _, pending = await asyncio.wait(tasks, timeout=timeout)
+        for task in pending:
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    async def _write_all(self, bound: Sequence[BindRequest], at: float) -> None:
+        await asyncio.gather(*(self._write(request, at) for request in bound))
+
+    async def _write(self, request: BindRequest, at: float) -> None:
+        namespace, _, name = request.key.partition("/")
+        body = pod_event(
+            namespace=namespace, name=name, uid=request.uid, type_="Normal", reason="Scheduled", action="Binding",
+            note=f"Successfully assigned {request.key} to {request.node}", profile=request.profile,
+            instance=self.instance, at=at,
+        )  # fmt: skip
+        for attempt in range(1, self.ATTEMPTS + 1):
+            async with self._slots:
+                try:
+                    await self.client.create(EVENTS, body, namespace=namespace)
+                    return
+                except asyncio.CancelledError:
+                    raise
+                except KubeAPIError as exc:
+                    if exc.not_found:
+                        return  # its namespace is gone: nothing to report on
+                    error: Exception = exc
+                    transient = exc.transient
+                except KubeUnreachable as exc:
+                    error, transient = exc, True
+            if not transient or attempt == self.ATTEMPTS:
+                if (dropped := self._failures.allow()) is not None:
+                    _log.warning("Scheduled event not written", pod=request.key, node=request.node,
+                                 error=str(error), unlogged_before=dropped)  # fmt: skip
+                return
+            await asyncio.sleep(self.RETRY_DELAY * attempt)
 
 
 _log = logger("kubus.binder")

@@ -18,7 +18,7 @@ from nats.js.api import PubAck
 
 from kubus.api.errors import ManifestError
 from kubus.api.manifests import wire_pod
-from kubus.binder.apiserver import ApiBinding, ApiBindResult
+from kubus.binder.apiserver import ApiBinding, ApiBindResult, ScheduledEvents
 from kubus.binder.handback import HandBack, requeue_publication, unreserved_publication
 from kubus.binder.work import BindResult, Work, framework_of, request_log
 from kubus.bus import Publication, announcements, node_pods
@@ -39,8 +39,9 @@ Publish = Callable[[Sequence[Publication]], Awaitable[list[PubAck | Exception]]]
 
 class BindingCycle:
     """PreBind, Bind and PostBind of the requests whose Permit passed, group by group. ``apiserver``:
-    cluster mode, where a pod is bound in the kube-apiserver first (`kubus.binder.apiserver`);
-    None: the bus mode, where the store's bind is the binding and the node's agent is told.
+    cluster mode, where a pod is bound in the kube-apiserver first (`kubus.binder.apiserver`),
+    and ``events`` writes each bound pod's Scheduled event there; None: the bus mode, where the
+    store's bind is the binding and the node's agent is told.
     ``source``: who recorded the pod events it writes."""
 
     def __init__(
@@ -49,6 +50,7 @@ class BindingCycle:
         store: ClusterState,
         frameworks: Mapping[str, Framework],
         apiserver: ApiBinding | None,
+        events: ScheduledEvents | None = None,
         handback: HandBack,
         publish: Publish,
         metrics: Metrics,
@@ -59,6 +61,7 @@ class BindingCycle:
         self.store = store
         self.frameworks = frameworks
         self.apiserver = apiserver
+        self.events = events
         self.handback = handback
         self.publish = publish
         self.metrics = metrics
@@ -167,6 +170,11 @@ class BindingCycle:
                 await self.handback.fail(work, exc)
             return
 
+        if self.events is not None:  # bound now (not a redelivery's repeat): kube's Scheduled event
+            self.events.record(
+                [w.request for w, r in zip(works, results, strict=True) if r.bound and r.write is not None
+                 and r.write.code is StoreCode.OK]
+            )  # fmt: skip
         publications: list[Publication] = []
         owners: list[int] = []
         outcomes: list[BindResult] = []

@@ -16,7 +16,8 @@ delivery can never undo a newer attempt:
    attempt (our own earlier hand-back was cut short) it is handed back to the queue.
 4. Bind: ``bind_pod(uid, node, devices, expected_version=attempt)``. OK or ALREADY (a
    redelivery) → the `NodeAssignment` for the node's agent (msg id ``assign/<uid>/<attempt>``),
-   a ``pod.bound`` event and (OK only) a "Scheduled" pod event. GONE (deleted meanwhile) →
+   a ``pod.bound`` event and (OK only) a "Scheduled" pod event (cluster mode: also written to
+   the apiserver, `kubus.binder.apiserver.ScheduledEvents`). GONE (deleted meanwhile) →
    release the room. CONFLICT/NOT_FOUND (the pod moved on) → release this attempt's room.
 5. PostBind plugins (errors logged). Ack.
 
@@ -59,7 +60,7 @@ from collections.abc import Callable, Mapping, Sequence
 from nats.aio.msg import Msg
 from nats.js.api import PubAck
 
-from kubus.binder.apiserver import ApiBinding
+from kubus.binder.apiserver import ApiBinding, ScheduledEvents
 from kubus.binder.binding import BindingCycle
 from kubus.binder.handback import HandBack
 from kubus.binder.options import BinderOptions
@@ -83,6 +84,9 @@ from kubus.runtime.service import Service
 from kubus.store import ClusterState
 
 __all__ = ["AllowAll", "BindResult", "BinderOptions", "BinderService", "PermitGate", "PermitWatcher"]
+
+_EVENTS_DRAIN = 5.0
+"""Seconds a stopping binder gives the Scheduled events it is writing."""
 
 
 class BinderService(Service):
@@ -127,6 +131,8 @@ class BinderService(Service):
         self.clock = clock
         self.source = f"{name}/{socket.gethostname()}"
         """Who recorded the pod events this binder writes."""
+        self.events = None if apiserver is None else ScheduledEvents(apiserver.client, instance=socket.gethostname())
+        """Cluster mode: the Scheduled events of the pods it binds, written to the apiserver."""
         self._loop: asyncio.Task[None] | None = None
         self._consumed = asyncio.Event()
         self._faults = MessageFaults(self.options.max_failures)
@@ -163,6 +169,7 @@ class BinderService(Service):
             store=self.store,
             frameworks=self.frameworks,
             apiserver=self.apiserver,
+            events=self.events,
             handback=self.handback,
             publish=self._publish,
             metrics=self.metrics,
@@ -185,6 +192,8 @@ class BinderService(Service):
         # stream for the other replicas (or this one, restarted).
         if self._loop is not None and not self._loop.done():
             await self._consumed.wait()
+        if self.events is not None:
+            await self.events.drain(_EVENTS_DRAIN)
         if self.apiserver is not None:
             await self.apiserver.client.close()
 

@@ -20,16 +20,15 @@ cache:
 What it did for each pod is remembered (`_Seen`), so the many updates that change nothing for
 scheduling (status patches, kubus's own among them) cost a dictionary lookup. A pod it saw
 pending and now sees bound was bound by kubus's binder, which records the binding in the store
-itself and says so (``pod.bound``, `note_bound`): such a pod is looked at only when that word has
-not come within `SETTLE` seconds (the binder died between the apiserver's binding and the
-store's), which spares the store a round trip per pod.
+itself: `SETTLE` seconds later the store is asked, for all such pods at once, whether it has
+them bound there (one field read each), and only a pod it does not have (its binder died
+between the apiserver's binding and the store's) is recorded here.
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -56,12 +55,11 @@ APISERVER = "apiserver"
 
 _ON_NODE = frozenset({PodPhase.RESERVED, PodPhase.BOUND, PodPhase.RUNNING})
 
-SETTLE = 10.0
-"""Seconds a pod kubus is binding has for its binder's ``pod.bound`` before the mirror records
-the binding in the store itself."""
+_BOUND = frozenset({PodPhase.BOUND, PodPhase.RUNNING})
 
-_BOUND_KEPT = 50_000
-"""Pods whose ``pod.bound`` came before their binding's watch event, remembered."""
+SETTLE = 5.0
+"""Seconds a pod kubus's binder bound in the apiserver has for that binder's store bind before
+the mirror looks (the binder records it milliseconds after the apiserver answers)."""
 
 
 @dataclass(slots=True)
@@ -137,8 +135,6 @@ class PodMirror:
         self._unreadable = Throttle(60.0)
         self._settling: dict[str, tuple[float, str, Mapping[str, codec.JSONValue]]] = {}
         """Uid -> (when to look, node, the object) of pods kubus's binder is binding."""
-        self._bound: OrderedDict[str, str] = OrderedDict()
-        """Uid -> node of pods kubus's binder said it bound, not yet seen bound here."""
 
     # -- what the reflector delivers -------------------------------------------------------------
 
@@ -214,8 +210,7 @@ class PodMirror:
             ):
                 # Submitted by us, bound now: kubus's binder, which records it; checked later.
                 self._seen[pod.uid] = _Seen(pod.key, node=pod.node, phase=pod.phase)
-                if self._bound.pop(pod.uid, None) != pod.node:
-                    self._settling[pod.uid] = (self.clock() + SETTLE, pod.node, obj)
+                self._settling[pod.uid] = (self.clock() + SETTLE, pod.node, obj)
                 return None
             self._settling.pop(pod.uid, None)
             if await self._placed(pod, obj):
@@ -235,27 +230,25 @@ class PodMirror:
         self._seen[pod.uid] = _Seen(pod.key, digest=digest)
         return Publication(PODS_SUBMIT, manifest, msgids.submit(pod.namespace, pod.name, manifest))
 
-    def note_bound(self, uid: str, node: str) -> None:
-        """kubus's binder bound pod ``uid`` to ``node`` and recorded it in the store."""
-        settling = self._settling.get(uid)
-        if settling is not None:
-            if settling[1] == node:
-                del self._settling[uid]
-            return
-        self._bound[uid] = node
-        while len(self._bound) > _BOUND_KEPT:
-            self._bound.popitem(last=False)
-
     async def settle(self) -> None:
-        """Record in the store the bindings kubus's binder did not say it recorded in time."""
+        """Record in the store the bindings kubus's binder has not recorded in time: the pods
+        due are read at once (phase and node), and only those the store does not have bound to
+        their apiserver node are recorded here."""
         now = self.clock()
-        due = [(uid, obj) for uid, (at, _, obj) in self._settling.items() if at <= now]
-        for uid, obj in due:
-            if self._settling.pop(uid, None) is None:
-                continue  # settled (or changed) while an earlier one was recorded
+        due = [(uid, entry) for uid, entry in self._settling.items() if entry[0] <= now]
+        if not due:
+            return
+        placements = await self.store.pod_placements([uid for uid, _ in due])
+        for (uid, entry), placement in zip(due, placements, strict=True):
+            if self._settling.get(uid) is not entry:
+                continue  # changed (or settled) while the store was read: the newer entry decides
+            del self._settling[uid]
+            _, node, obj = entry
+            if placement is not None and placement[0] in _BOUND and placement[1] == node:
+                continue  # its binder recorded it
             pod = _ApiPod.of(obj)
             if pod is not None:
-                self.log.info("binding not reported by a binder: recording it", pod=pod.key, node=pod.node)
+                self.log.info("binding not recorded by a binder: recording it", pod=pod.key, node=pod.node)
                 await self._placed(pod, obj)
 
     async def _placed(self, pod: _ApiPod, obj: Mapping[str, codec.JSONValue]) -> bool:

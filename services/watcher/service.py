@@ -135,7 +135,6 @@ class WatcherService(Service):
             log=self.log,
             instance=socket.gethostname(),
             series_window=o.event_series_window,
-            on_bound=pods.note_bound,
         )
         kinds = {kind: resource for kind, resource in mirrored().items() if resource not in missing}
         for resource in (*kinds.values(), NODES, PODS):
@@ -154,7 +153,7 @@ class WatcherService(Service):
         self.spawn("watch nodes", self._mirror, self.reflectors[NODES.plural], nodes)
         # The pods, once the objects and nodes are in: submitted, placed, finished, deleted.
         self.spawn("watch pods", self._pods, pods)
-        # Bindings no binder reported recorded (it died between the apiserver and the store).
+        # Bindings the store does not have in time (their binder died between the apiserver and the store).
         self.spawn("settle bindings", self._settle, pods)
         # The queue's node lifecycle marks silent nodes lost: the apiserver's are alive while listed.
         self.spawn("heartbeat nodes", self._heartbeat, nodes)

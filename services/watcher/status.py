@@ -4,13 +4,15 @@ describe pod` tells what `kubus describe pod` tells:
 - ``pod.unschedulable`` (the queue, after an attempt that found no node): the PodScheduled
   condition False with kube's reason (Unschedulable, or SchedulerError) and message, and a
   Warning ``FailedScheduling`` event;
-- ``pod.bound`` (the binder, after the apiserver took the binding, which sets PodScheduled
-  True): a Normal ``Scheduled`` event, "Successfully assigned <ns>/<pod> to <node>";
 - ``pod.deleted`` of a preemption victim: the DisruptionTarget condition kube sets
   (PreemptionByScheduler), a ``Preempted`` event, the victim deleted through the API (only that
   uid), and the preemptor's status.nominatedNodeName;
 - ``pod.rejected`` of a pod kubus could not read: a Warning ``FailedScheduling`` event naming
   the field, on that pod.
+
+The Normal ``Scheduled`` event of a bound pod is the binder's, written where kube-scheduler's
+binding cycle writes it (`kubus.binder.apiserver.ScheduledEvents`): the watcher does not hear of
+bindings at all.
 
 Events are events.k8s.io/v1, reported by the pod's profile (reportingController, as
 kube-scheduler reports as its scheduler name); a repeat of an event (same pod, reason and note)
@@ -22,7 +24,6 @@ deleted and made again under its name is left alone); a pod that is gone is no e
 from __future__ import annotations
 
 import time
-import uuid
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,14 +33,14 @@ from nats.aio.msg import Msg
 
 from kubus.bus.messages import ClusterEvent, MessageError, PodChange, Rejection, decode
 from kubus.bus.subjects import EventKind
-from kubus.core.codec import JSONObject
 from kubus.kubeapi import EVENTS, PODS, KubeAPIError, KubeClient, PatchType
+from kubus.kubeapi.events import DEFAULT_REPORTER, micro_time, pod_event
 from kubus.runtime.service import StructuredLogger, Throttle
 from kubus.store import preemptor_of
 
 __all__ = ["WATCHED_KINDS", "StatusWriter"]
 
-WATCHED_KINDS = (EventKind.POD_UNSCHEDULABLE, EventKind.POD_BOUND, EventKind.POD_DELETED, EventKind.POD_REJECTED)
+WATCHED_KINDS = (EventKind.POD_UNSCHEDULABLE, EventKind.POD_DELETED, EventKind.POD_REJECTED)
 """The cluster events this part turns into apiserver writes."""
 
 _SERIES_KEPT = 50_000
@@ -49,11 +50,6 @@ _SERIES_KEPT = 50_000
 def rfc3339(seconds: float) -> str:
     """A time as kube writes it in conditions (second precision, UTC)."""
     return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def micro_time(seconds: float) -> str:
-    """A MicroTime (eventTime, series.lastObservedTime)."""
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 @dataclass(slots=True)
@@ -76,7 +72,6 @@ class StatusWriter:
         log: StructuredLogger,
         instance: str,
         series_window: float = 360.0,
-        on_bound: Callable[[str, str], None] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.client = client
@@ -87,22 +82,14 @@ class StatusWriter:
         self.clock = clock
         self._series: OrderedDict[tuple[str, str, str], _Series] = OrderedDict()
         self._failures = Throttle(30.0)
-        self.on_bound = on_bound
-        """Told (uid, node) of every ``pod.bound`` (a binder recorded that binding)."""
 
     def read(self, msg: Msg) -> ClusterEvent | None:
-        """The cluster event ``msg`` carries (None for garbage, which is said). A ``pod.bound``
-        is passed to ``on_bound`` now, before any write: the pod mirror waits for that word."""
+        """The cluster event ``msg`` carries (None for garbage, which is said)."""
         try:
-            event = decode(ClusterEvent, msg.data)
+            return decode(ClusterEvent, msg.data)
         except MessageError as exc:
             self.log.warning("cluster event unreadable", subject=msg.subject, error=str(exc))
             return None
-        if event.kind == EventKind.POD_BOUND.value and event.node and self.on_bound is not None:
-            uid = event.data.uid if isinstance(event.data, PodChange) else ""
-            if uid:
-                self.on_bound(uid, event.node)
-        return event
 
     async def write_one(self, event: ClusterEvent) -> Exception | None:
         """`write`, its failure returned: None when done (or the pod is gone), else the error to
@@ -128,9 +115,6 @@ class StatusWriter:
             reason = event.reason if event.reason in ("Unschedulable", "SchedulerError") else "Unschedulable"
             await self._condition(namespace, name, uid, "PodScheduled", "False", reason, event.message)
             await self._event(namespace, name, uid, "Warning", "FailedScheduling", event.message, profile)
-        elif kind is EventKind.POD_BOUND and event.node:
-            note = f"Successfully assigned {namespace}/{name} to {event.node}"
-            await self._event(namespace, name, uid, "Normal", "Scheduled", note, profile)
         elif kind is EventKind.POD_DELETED and event.reason == "Preempted":
             await self._preempted(namespace, name, uid, event.message, profile)
         elif kind is EventKind.POD_REJECTED and event.message:
@@ -139,7 +123,7 @@ class StatusWriter:
     async def _preempted(self, namespace: str, name: str, uid: str, message: str, profile: str) -> None:
         """A victim: DisruptionTarget, its Preempted event, deleted (only this uid); the
         preemptor nominated to the node."""
-        scheduler = profile or "default-scheduler"
+        scheduler = profile or DEFAULT_REPORTER
         why = f"{scheduler}: preempting to accommodate a higher priority pod"
         try:
             await self._condition(namespace, name, uid, "DisruptionTarget", "True", "PreemptionByScheduler", why)
@@ -207,20 +191,11 @@ class StatusWriter:
             except KubeAPIError as exc:
                 if not exc.not_found:
                     raise
-        scheduler = profile or "default-scheduler"
-        body: JSONObject = {  # an events.k8s.io Event
-            "apiVersion": "events.k8s.io/v1",
-            "kind": "Event",
-            "metadata": {"name": f"{name}.{uuid.uuid4().hex[:16]}", "namespace": namespace},
-            "eventTime": micro_time(now),
-            "type": type_,
-            "reason": reason,
-            "action": "Scheduling" if reason != "Preempted" else "Preempting",
-            "note": note[:1024],
-            "reportingController": scheduler,
-            "reportingInstance": f"{scheduler}-{self.instance}",
-            "regarding": {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": name, "uid": uid},
-        }
+        body = pod_event(
+            namespace=namespace, name=name, uid=uid, type_=type_, reason=reason,
+            action="Preempting" if reason == "Preempted" else "Scheduling", note=note, profile=profile,
+            instance=self.instance, at=now,
+        )  # fmt: skip
         created = await self.client.create(EVENTS, body, namespace=namespace)
         self._series[key] = _Series(namespace, str(created["metadata"]["name"]), 1, now)
         while len(self._series) > _SERIES_KEPT:

@@ -181,6 +181,18 @@ class PodStore(StoreCore):
             out += [PodRecord.from_hash(raw) if raw else None for raw in await pipe.execute()]
         return out
 
+    async def pod_placements(self, uids: Sequence[str]) -> list[tuple[PodPhase, str] | None]:
+        """The phase and node ("" for none) of these uids, in order (None where there is no
+        record): two fields each, not the record."""
+        out: list[tuple[PodPhase, str] | None] = []
+        for start in range(0, len(uids), _BATCH):
+            pipe = self.redis.pipeline(transaction=False)
+            for uid in uids[start : start + _BATCH]:
+                pipe.hmget(self.keys.pod_record(uid), "phase", "node")
+            for phase, node in await pipe.execute():
+                out.append(None if phase is None else (PodPhase(text(phase)), text(node or b"")))
+        return out
+
     async def find_pod(self, namespace: str, name: str) -> PodRecord | None:
         """The newest pod stored under namespace/name, or None."""
         uid = await self.redis.hget(self.keys.pod_keys_index(), f"{namespace}/{name}")

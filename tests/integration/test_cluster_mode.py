@@ -150,8 +150,12 @@ async def test_pods_of_a_kubus_profile_are_bound_through_the_apiserver_and_other
 
     async def scheduled_events() -> None:
         events = (await kube.client.list(EVENTS, namespace=kube.namespace)).items
-        reasons = [(e["regarding"]["name"], e["reason"]) for e in events]
-        assert sorted(n for n, r in reasons if r == "Scheduled") == sorted(p["metadata"]["name"] for p in mine)
+        scheduled = [e for e in events if e["reason"] == "Scheduled"]
+        assert sorted(e["regarding"]["name"] for e in scheduled) == sorted(p["metadata"]["name"] for p in mine)
+        for e in scheduled:  # as kube-scheduler's binding cycle records it, by the binder
+            name, node = e["regarding"]["name"], pods[e["regarding"]["name"]]["spec"]["nodeName"]
+            assert (e["type"], e["action"], e["reportingController"]) == ("Normal", "Binding", profile), e
+            assert e["note"] == f"Successfully assigned {kube.namespace}/{name} to {node}", e
 
     await eventually(scheduled_events, timeout=20)
     assert await check_invariants(state) == []

@@ -1,7 +1,7 @@
 """The Helm chart's ClusterRole (deploy/helm/kubus/templates/rbac.yaml, rendered by Helm's engine
 as the deploy tests render it) against a real kube-apiserver, through kubus's own code: a
 ServiceAccount bound to it can do all the watcher and the binders do (the watcher's start check,
-its watches, `StatusWriter`'s writes, `ApiBinding`'s bindings); without any one of its permissions
+its watches, `StatusWriter`'s writes, `ApiBinding`'s bindings and `ScheduledEvents`); without any one of its permissions
 that code fails with a 403 naming the permission, so each is needed; and it cannot do what kubus
 must not (create pods, change nodes, read secrets, ...).
 
@@ -22,7 +22,7 @@ import pytest
 from kube_support import KubeTest, install_pod_group_crd, mint_token, pod_manifest
 from support import eventually
 
-from kubus.binder.apiserver import ApiBinding, ApiBindResult
+from kubus.binder.apiserver import ApiBinding, ApiBindResult, ScheduledEvents
 from kubus.bus.messages import BindRequest, ClusterEvent, PodChange
 from kubus.bus.subjects import EventKind
 from kubus.kubeapi import (
@@ -199,7 +199,8 @@ class Scene:
 async def kubus_does_its_work(client: KubeClient, scene: Scene) -> None:
     """Every kind of request the watcher and the binders make, through their own code, as
     ``client``: the watcher's start check (a list of each kind it reads) and its watches; a
-    binding, and the same binding again (409: the pod read back); PodScheduled=False with a
+    binding, and the same binding again (409: the pod read back), and its Scheduled event (the
+    binder's); PodScheduled=False with a
     FailedScheduling event, twice (the second counted in the event's series); a preemption
     (the victim's DisruptionTarget, its Preempted event and deletion, the preemptor's
     nominatedNodeName). Raises what that code raises: KubeAccessError, KubeAPIError."""
@@ -225,13 +226,9 @@ async def kubus_does_its_work(client: KubeClient, scene: Scene) -> None:
     )
     await writer.write(unschedulable)
     await writer.write(unschedulable)
-    bound_event = ClusterEvent(
-        kind=EventKind.POD_BOUND.value,
-        name=f"{scene.namespace}/{scene.pending}",
-        node=scene.node,
-        data=PodChange(uid=scene.pending_uid, profile=PROFILE),
-    )
-    await writer.write(bound_event)
+    scheduled = ScheduledEvents(client, instance="test")
+    scheduled.record([request])
+    await scheduled.drain(30)
     preempted = ClusterEvent(
         kind=EventKind.POD_DELETED.value,
         name=f"{scene.namespace}/{scene.victim}",

@@ -31,33 +31,39 @@ def api_pod(uid: str, node: str = "") -> dict[str, Any]:
     }
 
 
-async def test_settling_survives_a_binding_reported_while_another_is_recorded(
-    state: ClusterState, js: JetStreamContext
-) -> None:
-    """Two pods kubus bound, neither reported by the binder in time: while the mirror records
-    the first itself, the binder's word for the second comes. The second is left alone (its
-    binder recorded it) and settling goes on (it once failed with KeyError, which stopped the
-    watcher)."""
+async def test_settling_records_only_the_bindings_the_store_lacks(state: ClusterState, js: JetStreamContext) -> None:
+    """Two pods kubus submitted and its binder bound in the apiserver: one it recorded in the
+    store too, the other not (killed in between). Not before `SETTLE` seconds, then once: the
+    mirror records the second alone; the first is left to its binder's record."""
     await ensure_streams(js)
+    await state.put_node(parse_node({"metadata": {"name": "n1"}, "status": {"capacity": {"cpu": "4", "pods": "10"}}}))
     now = [1000.0]
     mirror = PodMirror(store=state, js=js, profiles=["kubus"], log=logger("test"), clock=lambda: now[0])
     for uid in ("u1", "u2"):
         await mirror.changed(api_pod(uid))  # submitted
+    record = PodRecord.of(parse_pod(api_pod("u2", node="n1")), b"{}", now=now[0])
+    reservation = Reservation.of(PodInfo.of(parse_pod(api_pod("u2", node="n1"))), "n1", profile="kubus")
+    code, phase, _ = await state.observe_placed(record, reservation, running=False)  # u2's binder recorded it
+    assert (str(code), phase) == ("OK", PodPhase.BOUND)
+    for uid in ("u1", "u2"):
         await mirror.changed(api_pod(uid, node="n1"))  # bound by kubus's binder: settling
     recorded: list[str] = []
     placed = mirror._placed
 
     async def placing(pod: Any, obj: Mapping[str, Any]) -> bool:
         recorded.append(pod.uid)
-        mirror.note_bound("u2" if pod.uid == "u1" else "u1", "n1")  # the other's word, meanwhile
         return await placed(pod, obj)
 
     mirror._placed = placing  # type: ignore[method-assign]
+    await mirror.settle()
+    assert recorded == [], "not before SETTLE seconds"
     now[0] += SETTLE + 1
     await mirror.settle()
-    assert len(recorded) == 1, recorded
+    assert recorded == ["u1"]
+    u1 = await state.get_pod("u1")
+    assert u1 is not None and (u1.phase, u1.node) == (PodPhase.BOUND, "n1")
     await mirror.settle()
-    assert len(recorded) == 1, "nothing is left settling"
+    assert recorded == ["u1"], "nothing is left settling"
 
 
 async def test_a_bound_pod_being_deleted_is_recorded_terminating(state: ClusterState, js: JetStreamContext) -> None:
