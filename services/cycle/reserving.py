@@ -23,7 +23,7 @@ from kubus.runtime.service import TRANSIENT_ERRORS, StructuredLogger
 from kubus.store import ClusterState, Reservation, StoreCode
 
 RESERVE_EXTENSION_POINT = "Reserve"
-"""`extension_point` label of the batch's reservations in Redis (RESERVE_POD, or a preemptor's
+"""`extension_point` label of the batch's reservations in Redis (RESERVE_PODS, or a preemptor's
 TRANSITION and PREEMPT)."""
 
 
@@ -117,7 +117,7 @@ class Reserver:
     async def _attempt(
         self, batch: Batch, wanted: Sequence[tuple[ScheduleResult, PodInfo]], table: NodeTable
     ) -> list[Attempted]:
-        """4a and 4b in one store step per pod (RESERVE_POD): the room, then Pending -> Reserved.
+        """4a and 4b in one store step per pod (RESERVE_PODS): the room, then Pending -> Reserved.
         A refused room leaves the pod Pending in Redis (in_store False: only Unreserve and the
         table to undo)."""
         holds: list[tuple[ScheduleResult, Reservation]] = []

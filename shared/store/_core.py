@@ -27,6 +27,9 @@ _BATCH = 500
 _BIND_CHUNK = 128
 """Pods per BIND_MANY script call (bounds how long one call holds Redis)."""
 
+_RESERVE_CHUNK = 128
+"""Pods per RESERVE_PODS script call (bounds how long one call holds Redis)."""
+
 
 RedisReply: TypeAlias = Any
 """One reply of Redis as redis-py hands it on: bytes (str where the client decodes responses),

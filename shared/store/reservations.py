@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 
 from kubus.api.attempts import NO_ATTEMPT, Attempt, attempt_arg
 from kubus.core.codec import text
-from kubus.store._core import StoreCore, _code
+from kubus.store._core import _RESERVE_CHUNK, StoreCore, _code
 from kubus.store.nodes import _reservations
 from kubus.store.pods import PodWrite
 from kubus.store.records import (
@@ -74,7 +74,7 @@ def _reserve_result(code: StoreCode, details: tuple[str, ...]) -> ReserveResult:
 
 
 def _attempt_result(reply: list[str]) -> AttemptResult:
-    """RESERVE_POD's reply: the pod's {code, version, phase, profile}, then RESERVE's when tried."""
+    """RESERVE_PODS's reply for one pod: its {code, version, phase, profile}, then RESERVE's when tried."""
     code = _code(reply[0])
     if code is StoreCode.NOT_FOUND:
         return AttemptResult(PodWrite(code), None)
@@ -117,23 +117,28 @@ class ReservationStore(StoreCore):
 
     async def reserve_attempts(self, profile: str, reservations: Sequence[Reservation]) -> list[AttemptResult]:
         """A cycle's attempts for Pending pods of ``profile``, each on its `Reservation.node`,
-        in one pipelined round trip; results in order. Each is one atomic step (RESERVE_POD in
-        kubus.store.scripts): the room reserved as `reserve` does, then the pod Pending ->
-        Reserved with its node and the devices held, its attempt being the version it gets
-        (the reservations carry no `attempt`: RESERVE_POD writes it in). A refused room leaves
-        the pod Pending as it was: nothing to give back. Raises ValueError for a reservation
-        without a node or with an attempt."""
+        in about one round trip; results in order. Each is one atomic step (RESERVE_PODS in
+        kubus.store.scripts, `_RESERVE_CHUNK` pods a call): the room reserved as `reserve` does,
+        then the pod Pending -> Reserved with its node and the devices held, its attempt being
+        the version it gets (the reservations carry no `attempt`: the script writes it in). A
+        refused room leaves the pod Pending as it was: nothing to give back. Raises ValueError
+        for a reservation without a node or with an attempt."""
         for r in reservations:
             if not r.node or r.attempt:
-                raise ValueError(f"reservation of {r.pod_uid}: needs a node and no attempt (RESERVE_POD gives it)")
-        if not reservations:
-            return []
+                raise ValueError(f"reservation of {r.pod_uid}: needs a node and no attempt (RESERVE_PODS gives it)")
+        out: list[AttemptResult] = []
         now = repr(float(self.clock()))
-        pipe = self.redis.pipeline(transaction=False)
-        for r in reservations:
-            keys = [*self._pod_keys(r.pod_uid, profile), *self.keys.node_keys(r.node)]
-            await self.scripts.reserve_pod(keys=keys, args=[profile, now, r.pod_uid, r.encode()], client=pipe)
-        return [_attempt_result([text(x) for x in reply]) for reply in await pipe.execute()]
+        shared = [self.keys.pod_keys_index(), self.keys.pod_keys_index(), *self.keys.phase_indexes()]
+        shared.append(self.keys.pending_index(profile))
+        for start in range(0, len(reservations), _RESERVE_CHUNK):
+            keys = list(shared)
+            args: list[str | bytes] = [profile, now]
+            for r in reservations[start : start + _RESERVE_CHUNK]:
+                keys += [self.keys.pod_record(r.pod_uid), *self.keys.node_keys(r.node)]
+                args += [r.pod_uid, r.encode()]
+            replies = await self.scripts.reserve_pods(keys=keys, args=args)
+            out += [_attempt_result([text(x) for x in reply]) for reply in replies]
+        return out
 
     async def unreserve(self, node: str, uid: str, attempt: Attempt = NO_ATTEMPT) -> StoreCode:
         """Give back a reserved (not bound) reservation, only if `attempt` made it (when given).

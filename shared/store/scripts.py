@@ -81,7 +81,7 @@ _RESERVE_LIB = _lua("_reserve_lib")
 
 RESERVE = _LIB + _AFFINITY_LIB + _RESERVE_LIB + _lua("reserve")
 
-RESERVE_POD = _LIB + _AFFINITY_LIB + _RESERVE_LIB + _POD_LIB + _lua("reserve_pod")
+RESERVE_PODS = _LIB + _AFFINITY_LIB + _RESERVE_LIB + _POD_LIB + _lua("reserve_pods")
 
 PREEMPT = _LIB + _AFFINITY_LIB + _RESERVE_LIB + _PHASES_LUA + _lua("preempt")
 
@@ -138,7 +138,7 @@ class Scripts:
         self.heartbeat = redis.register_script(HEARTBEAT)
         self.mark_unreachable = redis.register_script(MARK_UNREACHABLE)
         self.reserve = redis.register_script(RESERVE)
-        self.reserve_pod = redis.register_script(RESERVE_POD)
+        self.reserve_pods = redis.register_script(RESERVE_PODS)
         self.preempt = redis.register_script(PREEMPT)
         self.unreserve = redis.register_script(UNRESERVE)
         self.mark_bound = redis.register_script(MARK_BOUND)

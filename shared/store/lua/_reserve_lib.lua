@@ -1,4 +1,4 @@
--- Library (needs _lib and _affinity_lib): RESERVE's steps, shared by RESERVE, RESERVE_POD,
+-- Library (needs _lib and _affinity_lib): RESERVE's steps, shared by RESERVE, RESERVE_PODS,
 -- PREEMPT, OBSERVE_PLACED and RESTORE_ROOM: reserve_gate (node found and reachable, fencing
 -- token, an idempotent retry), fit_reasons, reserve_write, repick (GPUFit's pick against Redis's
 -- usage) and reserve_step. Defines functions only; touches no key.
