@@ -11,6 +11,9 @@ $(BIN)/kubus: pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	$(BIN)/pip install --quiet -e tests/plugins/kubus-test-plugins
 	$(BIN)/pip install --quiet -e tests/reference
+	# Bytecode for the editable sources, as a pip install of the wheel compiles them: without it,
+	# under PYTHONDONTWRITEBYTECODE every service would compile kubus again at each start.
+	$(BIN)/python -m compileall -q shared services tests/reference > /dev/null
 	touch $(BIN)/kubus
 
 # Run kubus end to end on the embedded default: local NATS and Redis-compatible servers, every
