@@ -46,6 +46,9 @@ WATCHED_KINDS = (EventKind.POD_UNSCHEDULABLE, EventKind.POD_DELETED, EventKind.P
 _SERIES_KEPT = 50_000
 """Recent events remembered for their series (one per pod, reason and note)."""
 
+_NOMINATION_KEPT = 60.0
+"""Seconds a preemptor's nomination is remembered: its other victims' events nominate it no more."""
+
 
 def rfc3339(seconds: float) -> str:
     """A time as kube writes it in conditions (second precision, UTC)."""
@@ -82,6 +85,8 @@ class StatusWriter:
         self.clock = clock
         self._series: OrderedDict[tuple[str, str, str], _Series] = OrderedDict()
         self._failures = Throttle(30.0)
+        self._nominated: OrderedDict[str, tuple[str, float]] = OrderedDict()
+        """Preemptor key -> (the node it was last nominated to, when): one write per preemption."""
 
     def read(self, msg: Msg) -> ClusterEvent | None:
         """The cluster event ``msg`` carries (None for garbage, which is said)."""
@@ -133,8 +138,15 @@ class StatusWriter:
             if not (exc.not_found or exc.conflict):  # gone, or another pod of that name now
                 raise
         preemptor = preemptor_of(message)
-        if preemptor is not None:
+        now = self.clock()
+        if preemptor is not None and not self._nominated_lately(*preemptor, now):
+            # Once per preemption, as kube nominates, not once per victim: noted before the
+            # write, so the other victims' writers (at once) leave it alone; forgotten on failure.
             key, node = preemptor
+            self._nominated[key] = (node, now)
+            self._nominated.move_to_end(key)
+            while len(self._nominated) > _SERIES_KEPT:
+                self._nominated.popitem(last=False)
             p_namespace, _, p_name = key.partition("/")
             try:
                 await self.client.patch_status(
@@ -142,7 +154,18 @@ class StatusWriter:
                 )
             except KubeAPIError as exc:
                 if not exc.not_found:
+                    self._nominated.pop(key, None)
                     raise
+            except BaseException:
+                self._nominated.pop(key, None)
+                raise
+
+    def _nominated_lately(self, key: str, node: str, now: float) -> bool:
+        """Whether preemptor ``key`` was nominated to ``node`` within `_NOMINATION_KEPT` seconds
+        (by another victim of the same preemption: a pod made again under that name later is
+        nominated again)."""
+        last = self._nominated.get(key)
+        return last is not None and last[0] == node and now - last[1] <= _NOMINATION_KEPT
 
     async def _condition(
         self, namespace: str, name: str, uid: str, type_: str, status: str, reason: str, message: str

@@ -8,6 +8,8 @@
 - `kubus.kubeapi.resources`: `Resource` and the resources kubus uses (`PODS`, `NODES`, ...).
 - `kubus.kubeapi.reflector`: `Reflector`, list + watch kept going through 410s and outages.
 - `kubus.kubeapi.errors`: `KubeAPIError` (the apiserver's Status), `KubeUnreachable`.
+- `kubus.kubeapi.events`: `pod_event`, an events.k8s.io/v1 Event about a pod as kube-scheduler
+  writes it (the watcher's FailedScheduling and Preempted, the binder's Scheduled).
 - `kubus.kubeapi.ratelimit`: `TokenBucket`, the client's qps/burst.
 """
 
