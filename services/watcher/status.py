@@ -49,6 +49,9 @@ _SERIES_KEPT = 50_000
 _NOMINATION_KEPT = 60.0
 """Seconds a preemptor's nomination is remembered: its other victims' events nominate it no more."""
 
+_NOMINATIONS_KEPT = 10_000
+"""Preemptors whose nomination is remembered at most (the oldest forgotten first)."""
+
 
 def rfc3339(seconds: float) -> str:
     """A time as kube writes it in conditions (second precision, UTC)."""
@@ -145,7 +148,7 @@ class StatusWriter:
             key, node = preemptor
             self._nominated[key] = (node, now)
             self._nominated.move_to_end(key)
-            while len(self._nominated) > _SERIES_KEPT:
+            while len(self._nominated) > _NOMINATIONS_KEPT:
                 self._nominated.popitem(last=False)
             p_namespace, _, p_name = key.partition("/")
             try:

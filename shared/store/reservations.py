@@ -128,8 +128,7 @@ class ReservationStore(StoreCore):
                 raise ValueError(f"reservation of {r.pod_uid}: needs a node and no attempt (RESERVE_PODS gives it)")
         out: list[AttemptResult] = []
         now = repr(float(self.clock()))
-        shared = [self.keys.pod_keys_index(), self.keys.pod_keys_index(), *self.keys.phase_indexes()]
-        shared.append(self.keys.pending_index(profile))
+        shared = [*self.keys.phase_indexes(), self.keys.pending_index(profile)]
         for start in range(0, len(reservations), _RESERVE_CHUNK):
             keys = list(shared)
             args: list[str | bytes] = [profile, now]

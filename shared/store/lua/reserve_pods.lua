@@ -1,6 +1,6 @@
 -- RESERVE_PODS: a cycle's attempts for Pending pods of one profile, each atomically: RESERVE, then Pending -> Reserved.
--- KEYS: the pod keys index, the pod keys index again (unused), the 7 phase indexes, the profile's
--- pending index, then per pod: its record, its node's 5 (node_keys).
+-- KEYS: the 7 phase indexes, the profile's pending index, then per pod: its record, its node's
+-- 5 (node_keys).
 -- ARGV: profile, now, then per pod: uid, reservation JSON with "attempt":"".
 -- Reply per pod: {code, version, phase, profile} about the pod, then RESERVE's reply when tried.
 
@@ -11,8 +11,6 @@
 -- Reply: {code, version, phase, profile} about the pod (NOT_FOUND alone; PROFILE and the
 -- profile; GONE or CONFLICT when not Pending, nothing tried), then, when the room was tried,
 -- RESERVE's reply: the pod's code is OK (now Reserved at `version`) or NOOP (refused).
--- The keys shared by all pods come first, so that index_move finds the indexes where the
--- one-pod scripts have them (KEYS[3..10]).
 local profile, now = ARGV[1], ARGV[2]
 local function reserve_one(rec, info, usage, resv, fences, uid, j)
   if redis.call('EXISTS', rec) == 0 then return {'NOT_FOUND'} end
@@ -40,7 +38,7 @@ local function reserve_one(rec, info, usage, resv, fences, uid, j)
     redis.call('HSET', rec, 'node', r.node, 'gpu_devices', table.concat(devices, ','), 'phase', 'Reserved',
                'updated_at', now, 'attempts', int(num(cur[4]) + 1), 'version', attempt)
     out = {'OK', attempt, phase, profile}
-    index_move(uid, phase, 'Reserved')
+    index_move(uid, phase, 'Reserved', 0)  -- the indexes are KEYS[1..8] here
   end
   for _, x in ipairs(room) do out[#out + 1] = x end
   return out
@@ -48,7 +46,7 @@ end
 local replies = {}
 local n = (#ARGV - 2) / 2
 for p = 0, n - 1 do
-  local k, a = 10 + 6 * p, 2 + 2 * p
+  local k, a = 8 + 6 * p, 2 + 2 * p
   -- the node's 5: info, usage, reservations, bound (unused here), fences
   replies[p + 1] = reserve_one(KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 6],
                                ARGV[a + 1], ARGV[a + 2])
