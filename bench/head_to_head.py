@@ -231,8 +231,10 @@ class Kubus:
     label = "kubus"
     scheduler_name = KUBUS_PROFILE
 
-    def __init__(self, server: KubeApiServer, workdir: Path, *, binders: int, batch_size: int | None) -> None:
+    def __init__(self, server: KubeApiServer, workdir: Path, *, binders: int, batch_size: int | None,
+                 fork: bool = True) -> None:  # fmt: skip
         self.server = server
+        self.fork = fork
         self.workdir = workdir
         self.binders = binders
         self.batch_size = batch_size
@@ -249,7 +251,7 @@ class Kubus:
         started = time.time()
         self.cluster = await start_cluster(
             self.workdir, config=str(config), profiles=(KUBUS_PROFILE,), nodes=0, node_template=None,
-            binders=self.binders, batch_size=self.batch_size, kubeconfig=str(self.server.kubeconfig),
+            binders=self.binders, batch_size=self.batch_size, kubeconfig=str(self.server.kubeconfig), fork=self.fork,
         )  # fmt: skip
         store = ClusterState(redis_client(self.cluster.settings))
         try:
@@ -263,6 +265,9 @@ class Kubus:
         if self.cluster is None:
             return {}
         pids = {s.name: s.pid for s in self.cluster.group if s.pid is not None}
+        forks = self.cluster.group.forks
+        if forks is not None and forks.pid is not None:
+            pids["forkserver"] = forks.pid  # the services' imports are its CPU
         if self.cluster.servers is not None:
             pids.update(self.cluster.servers.pids())
         return pids
@@ -389,7 +394,9 @@ def start_profilers(scheduler: Scheduler, directory: Path) -> list[subprocess.Po
     directory.mkdir(parents=True, exist_ok=True)
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     python = {
-        n: pid for n, pid in scheduler.pids().items() if n not in ("nats-server", "valkey-server", "kube-scheduler")
+        n: pid
+        for n, pid in scheduler.pids().items()
+        if n not in ("nats-server", "valkey-server", "kube-scheduler", "forkserver")
     }
     return [
         subprocess.Popen([spy, "record", "--pid", str(pid), "--rate", "100", "--format", "raw", "--native",
@@ -760,7 +767,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     equality = equality or same
     return {"runs": [asdict(r) for r in runs], "summary": summarize(runs), "same_answers": equality,
             "settings": {"kube_qps": KUBE_QPS, "kube_burst": KUBE_BURST, "kubus_batch_size": args.batch_size,
-                         "kubus_binders": args.binders, "cpus": os.cpu_count()}}  # fmt: skip
+                         "kubus_binders": args.binders, "kubus_fork": args.fork, "cpus": os.cpu_count()}}  # fmt: skip
 
 
 async def run_workload(
@@ -775,7 +782,7 @@ async def run_workload(
     for name, value in ((LOW, 0), (HIGH, 10)):
         await client.create(PRIORITY_CLASSES, {"metadata": {"name": name}, "value": value})
     kube = KubeScheduler(bin_dir / "kube-scheduler", server, data / "kube-scheduler")
-    kubus = Kubus(server, data / "kubus", binders=args.binders, batch_size=args.batch_size)
+    kubus = Kubus(server, data / "kubus", binders=args.binders, batch_size=args.batch_size, fork=args.fork)
     schedulers: list[Scheduler] = [kube, kubus]
     runs = []
     for round_ in range(1, args.rounds + 1):
@@ -895,6 +902,8 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=15.0, help="seconds at the steady rate")
     parser.add_argument("--batch-size", type=int, default=256, help="kubus's cycle batch size (default 256)")
     parser.add_argument("--binders", type=int, default=1, help="kubus's binders (default 1)")
+    parser.add_argument("--no-fork", dest="fork", action="store_false",
+                        help="start each kubus service in a fresh interpreter (kubus up --no-fork)")  # fmt: skip
     parser.add_argument("--only", choices=["kube-scheduler", "kubus"], help="run one scheduler only")
     parser.add_argument("--no-equality", action="store_true", help="skip the same-answers check")
     parser.add_argument("--quick", action="store_true", help="500 nodes, 1,000 pods, a tenth of each workload, 1 round")

@@ -193,6 +193,13 @@ def add_cluster_commands(sub: argparse._SubParsersAction[_P]) -> None:
         help="embedded servers with no single point of failure: a 3-node NATS cluster (streams in 3 copies), "
         "a Valkey primary, 2 replicas and 3 sentinels; writes that must survive a failover wait for a replica",
     )
+    up.add_argument(
+        "--no-fork",
+        dest="fork",
+        action="store_false",
+        help="start each service in a fresh Python interpreter, instead of forking it from a process that has "
+        "imported the services once (Linux; saves each start and restart about half a CPU-second)",
+    )
     up.add_argument("--nats", metavar="URL", help="use this NATS server instead of an embedded one (needs --redis)")
     up.add_argument("--redis", metavar="URL", help="use this Redis instead of an embedded one (needs --nats)")
     up.add_argument("--settings", metavar="FILE", help="connection settings YAML for external servers (creds, TLS)")

@@ -171,6 +171,7 @@ async def start_cluster(
     standby: bool = False,
     lease_ttl: float | None = None,
     ha: bool = False,
+    fork: bool = True,
 ) -> Cluster:
     """Start servers (embedded unless ``nats`` and ``redis`` are given) and the services.
     Returns once the processes are started (not yet ready: see `wait_ready`).
@@ -182,7 +183,8 @@ async def start_cluster(
     binders binding in its apiserver; `cluster_services`). ``standby``: a standby queue and a
     standby cycle per profile; ``lease_ttl``: their leases' ttl (`cluster_services`). ``ha``:
     embedded servers with no single point of failure (`ReplicatedServers`); every login's
-    settings file then names the sentinels and the replica counts.
+    settings file then names the sentinels and the replica counts. ``fork``: fork the services
+    from a fork server (`ServiceGroup`).
 
     Raises Unreachable when an external server does not answer, ServerStartError when an
     embedded one does not start (nothing is left running then).
@@ -231,7 +233,7 @@ async def start_cluster(
         lease_ttl=lease_ttl,
     )
     env = {"KUBUS_NATS_URL": settings.nats_url, "KUBUS_REDIS_URL": settings.redis_url}
-    group = ServiceGroup(specs, directory / "logs", env)
+    group = ServiceGroup(specs, directory / "logs", env, fork=fork)
     group.start()
     return Cluster(directory, settings, servers, group, tuple(profiles), nodes, config)
 
@@ -461,6 +463,7 @@ async def run_up(args: argparse.Namespace) -> int:
             kubeconfig=kubeconfig,
             standby=args.standby,
             ha=args.ha,
+            fork=args.fork,
         )
     except ServerStartError as exc:
         _err(f"kubus up: the embedded servers did not start: {exc}")

@@ -107,7 +107,8 @@ async def test_kubus_up_stopped_after_its_servers_died_leaves_no_process(tmp_pat
     try:
         await up.ready()
         children = descendants(up.proc.pid)
-        assert len(children) == 6, children  # two servers, queue, cycle, binder, gpu-agent
+        # two servers, the fork server, queue, cycle, binder, gpu-agent
+        assert len(children) == 7, children
         os.kill(up.child("nats-server"), signal.SIGKILL)
         os.kill(up.child("valkey-server"), signal.SIGKILL)
         await asyncio.sleep(1.0)
@@ -141,7 +142,7 @@ async def test_kill_9_of_kubus_up_after_a_restart_leaves_no_process(tmp_path: Pa
         await eventually(restarted, timeout=20, interval=0.1)
         assert "starting it again" in up.text(), up.text()
         children = descendants(up.proc.pid)
-        assert len(children) == 6, children
+        assert len(children) == 7, children
         up.kill()  # SIGKILL: no chance to stop anything itself
         # Each child learns of it from the kernel (PR_SET_PDEATHSIG) and stops within its timeout.
         await eventually(lambda: _none_alive(children), timeout=SERVICE_STOP_WAIT + 5, interval=0.2)
@@ -210,7 +211,7 @@ async def test_kubus_up_restarts_a_dead_server_and_loses_no_acknowledged_pod(tmp
         await eventually(all_placed, timeout=120, interval=1.0)
         assert up.proc.poll() is None, up.text()
         children = descendants(up.proc.pid)  # the restarted servers included
-        assert len(children) == 6, children
+        assert len(children) == 7, children
         up.proc.send_signal(signal.SIGTERM)
         await up.exited(GROUP_STOP_WAIT + 15)
         await eventually(lambda: _none_alive(children), timeout=10, interval=0.2)

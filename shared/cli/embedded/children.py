@@ -9,19 +9,29 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
-import ctypes
+import functools
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Protocol
 
 from kubus.core.errors import KubusError
+from kubus.runtime.forkserver import die_with
 
-__all__ = ["POLL_INTERVAL", "ServerProcess", "ServerStartError", "forget_child", "log_tail", "spawn_child"]
+__all__ = [
+    "POLL_INTERVAL",
+    "Child",
+    "ServerProcess",
+    "ServerStartError",
+    "forget_child",
+    "keep_until_exit",
+    "log_tail",
+    "spawn_child",
+]
 
 LOG_TAIL_LINES = 30
 """Lines of a server's log a `ServerStartError` ends with."""
@@ -33,9 +43,22 @@ class ServerStartError(KubusError, RuntimeError):
     """An embedded server did not start or did not answer in time; the message ends with its log's tail."""
 
 
+class Child(Protocol):
+    """A child process as a supervisor sees it: a `subprocess.Popen`, or a service forked by the
+    fork server (`kubus.cli.embedded.forks.ForkedProcess`)."""
+
+    @property
+    def pid(self) -> int: ...
+    @property
+    def returncode(self) -> int | None: ...
+    def poll(self) -> int | None: ...
+    def send_signal(self, sig: int) -> None: ...
+    def kill(self) -> None: ...
+
+
 # Children still running when the interpreter exits (a test run interrupted, a crash of `kubus
 # up`, a forgotten stop()) are killed, so no orphan keeps a port, a data dir or a cluster busy.
-_live: set[subprocess.Popen[bytes]] = set()
+_live: set[Child] = set()
 
 
 @atexit.register
@@ -43,27 +66,24 @@ def _kill_leftovers() -> None:
     for proc in list(_live):
         with contextlib.suppress(OSError):
             proc.kill()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=2)
+    deadline = time.monotonic() + 2
+    for proc in list(_live):
+        while proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
     _live.clear()
 
 
-def _die_with(parent: int) -> Callable[[], None]:
-    def die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-        with contextlib.suppress(Exception):
-            libc = ctypes.CDLL("libc.so.6", use_errno=True)
-            libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
-        # The parent may have died between fork and prctl: then no signal would ever come.
-        if os.getppid() != parent:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return die_with_parent
+def keep_until_exit(child: Child) -> None:
+    """Kill ``child`` at interpreter exit unless `forget_child` is called first (as `spawn_child` does)."""
+    _live.add(child)
 
 
 def spawn_child(
-    argv: Sequence[str], *, cwd: Path | None, log: IO[bytes], env: Mapping[str, str] | None = None
+    argv: Sequence[str], *, cwd: Path | None, log: IO[bytes], env: Mapping[str, str] | None = None,
+    pipes: bool = False,
 ) -> subprocess.Popen[bytes]:
-    """A child process that does not outlive kubus: stdin closed, stdout and stderr to ``log``,
+    """A child process that does not outlive kubus: stdin closed, stdout and stderr to ``log``
+    (``pipes``: stdin and stdout are pipes to talk to it, stderr goes to ``log``),
     its own session (a Ctrl-C in the terminal reaches kubus, which stops its children in order,
     instead of the terminal signalling them all at once), SIGTERM when the thread that started it
     ends even by SIGKILL (Linux, PR_SET_PDEATHSIG; a kubus service then stops within its stop
@@ -73,13 +93,13 @@ def spawn_child(
         list(argv),
         cwd=cwd,
         env=None if env is None else dict(env),
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=subprocess.STDOUT,
+        stdin=subprocess.PIPE if pipes else subprocess.DEVNULL,
+        stdout=subprocess.PIPE if pipes else log,
+        stderr=log if pipes else subprocess.STDOUT,
         start_new_session=True,
-        preexec_fn=_die_with(os.getpid()) if sys.platform.startswith("linux") else None,
+        preexec_fn=functools.partial(die_with, os.getpid()) if sys.platform.startswith("linux") else None,
     )
-    _live.add(proc)
+    keep_until_exit(proc)
     return proc
 
 
@@ -94,7 +114,7 @@ def log_tail(path: Path, offset: int, lines: int) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def forget_child(proc: subprocess.Popen[bytes]) -> None:
+def forget_child(proc: Child) -> None:
     """``proc`` has ended (or is ending under its owner's watch): no kill at exit."""
     _live.discard(proc)
 
