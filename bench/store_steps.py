@@ -192,6 +192,7 @@ async def _run(
             for (info, node, _), attempt in zip(pods, attempts, strict=True)
         ]
         bound = await meter.step("bind_many (binder)", bindings, store.bind_many)
+        placements = await meter.step("pod_placements (watcher)", [b.uid for b in bindings], store.pod_placements)
 
         async def admit(chunk: Sequence[Binding]) -> list[Any]:
             await store.admission_views([(b.node, b.uid) for b in chunk])
@@ -203,6 +204,7 @@ async def _run(
             all(stored)
             and all(a.ok for a in attempts)
             and all(b.write is not None and b.write.ok for b in bound)
+            and all(p is not None and p[1] == b.node for p, b in zip(placements, bindings, strict=True))
             and all(s.started for s in started)
         ):
             raise SystemExit("a step refused pods: the numbers would not be of the full path")

@@ -19,6 +19,9 @@ from kubus.store.records import (
 )
 from kubus.store.scripts import StoreCode
 
+_PLACEMENTS_CHUNK = 1000
+"""Pods one POD_PLACEMENTS call reads (about a millisecond of the server's time)."""
+
 
 @dataclass(frozen=True, slots=True)
 class PodWrite:
@@ -185,11 +188,10 @@ class PodStore(StoreCore):
         """The phase and node ("" for none) of these uids, in order (None where there is no
         record): two fields each, not the record."""
         out: list[tuple[PodPhase, str] | None] = []
-        for start in range(0, len(uids), _BATCH):
-            pipe = self.redis.pipeline(transaction=False)
-            for uid in uids[start : start + _BATCH]:
-                pipe.hmget(self.keys.pod_record(uid), "phase", "node")
-            for phase, node in await pipe.execute():
+        for start in range(0, len(uids), _PLACEMENTS_CHUNK):
+            keys = [self.keys.pod_record(uid) for uid in uids[start : start + _PLACEMENTS_CHUNK]]
+            reply = await self.scripts.pod_placements(keys=keys)
+            for phase, node in zip(reply[::2], reply[1::2], strict=True):
                 out.append(None if phase is None else (PodPhase(text(phase)), text(node or b"")))
         return out
 

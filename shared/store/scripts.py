@@ -10,7 +10,7 @@ Contracts every script keeps:
   single Redis the pod and node scripts may also receive the index keys (one slot of their own)
   after the record's keys, and then keep the indexes in step atomically.
 - The reply is an array whose first element is a return code (`StoreCode`), except the Permit,
-  PodGroup and lease scripts (a number or a token) and ADMISSION_VIEW (a read).
+  PodGroup and lease scripts (a number or a token) and ADMISSION_VIEW and POD_PLACEMENTS (reads).
 - A refusal changes nothing. Numbers are Lua numbers (doubles), exact up to 2**53 (8 PiB of
   memory), formatted back with `%d`, never `tostring` (`1e+15`): HINCRBY always gets an integer.
 
@@ -111,6 +111,8 @@ START_POD = _LIB + _lua("start_pod")
 
 ADMISSION_VIEW = _lua("admission_view")
 
+POD_PLACEMENTS = _lua("pod_placements")
+
 PUT_POD_GROUP = _lua("put_pod_group")
 
 PERMIT_ALLOW = _lua("permit_allow")
@@ -158,3 +160,4 @@ class Scripts:
         self.permit_allow = redis.register_script(PERMIT_ALLOW)
         self.permit_reject = redis.register_script(PERMIT_REJECT)
         self.admission_view = redis.register_script(ADMISSION_VIEW)
+        self.pod_placements = redis.register_script(POD_PLACEMENTS)

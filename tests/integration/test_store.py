@@ -764,6 +764,20 @@ async def test_bound_is_for_life_and_exactly_once(state: ClusterState) -> None:
     assert got is not None and got.gpu_devices == (0, 1) and got.phase is PodPhase.BOUND
 
 
+async def test_pod_placements_read_phase_and_node_in_order_none_for_no_record(state: ClusterState) -> None:
+    await state.put_node(make_node("n1"))
+    bound, bound_manifest = make_pod("bound")
+    pending, pending_manifest = make_pod("pending")
+    await submit(state, bound, bound_manifest)
+    await submit(state, pending, pending_manifest)
+    await place(state, bound, "n1")
+    uids = ["uid-pending", "ghost", "uid-bound"] * 700  # more than one call's worth
+    placements = await state.pod_placements(uids)
+    assert placements[:3] == [(PodPhase.PENDING, ""), None, (PodPhase.BOUND, "n1")]
+    assert placements == placements[:3] * 700
+    assert await state.pod_placements([]) == []
+
+
 async def test_full_lifecycle_keeps_the_invariants(state: ClusterState) -> None:
     await state.put_node(make_node("n1", gpus=h100s(2), cpu="8", memory="32Gi"))
     pods = [make_pod(f"p{i}", gpu_memory="30Gi") for i in range(4)]
