@@ -1,5 +1,11 @@
 """Asking the queue for pods: `PopRequest` on ``kubus.queue.<profile>.pop`` with the lease's
-fencing token, paced after a pop that came back short (`Popper`)."""
+fencing token, paced after a pop that came back short (`Popper`).
+
+A pop is given up when a queue says it starts serving (a standby took over): the pop may wait on
+the queue that died. It may as well have reached the new queue, which holds it until pods come
+and answers with pods now in flight to this cycle; so a pop given up is still listened to, and
+the pods it brings are the next pop's, as long as this cycle still pops with the same token
+(else the queue hands them out again to the new term: `SchedulingQueue.fence`)."""
 
 from __future__ import annotations
 
@@ -45,6 +51,8 @@ class Popper:
         """Set when a queue starts serving the profile (``kubus.queue.<profile>.serving``)."""
         self._refused_pops = Throttle()
         """The throttle of the "the queue refused a pop" lines (one per interval, with a count)."""
+        self._given_up: list[tuple[asyncio.Future[Msg], int]] = []
+        """Pops given up for a new queue, still listened to, each with the token it carried."""
 
     async def listen(self) -> None:
         """Hear when a queue starts serving (a standby that took over): a pop waiting on the old
@@ -63,8 +71,29 @@ class Popper:
             if wait > 0:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.stopping.wait(), wait)
-        pods = await self._pop_now(token)
+        pods = self._late_pods(token) or await self._pop_now(token)
         self._short_pop_at = loop.time() if len(pods) < self.options.batch_size else None
+        return pods
+
+    def close(self) -> None:
+        """Stop listening to the pops given up (their pods, if any, come back to the queue after
+        its in-flight deadline). Idempotent."""
+        for asked, _ in self._given_up:
+            asked.cancel()
+        self._given_up.clear()
+
+    def _late_pods(self, token: int) -> list[QueuedPod]:
+        """The pods of the pops given up that have been answered since, popped with ``token``."""
+        pods: list[QueuedPod] = []
+        for entry in [e for e in self._given_up if e[0].done()]:
+            self._given_up.remove(entry)
+            asked, popped_with = entry
+            if asked.cancelled() or asked.exception() is not None:
+                continue  # the dead queue's: never answered
+            late = self._answer(asked.result(), queue_pop(self.profile), quiet=True)
+            if late and popped_with == token:
+                self.log.info("a pop given up for a new queue was answered: its pods are scheduled", pods=len(late))
+                pods += late
         return pods
 
     async def _pop_now(self, token: int) -> list[QueuedPod]:
@@ -81,12 +110,15 @@ class Popper:
         new_queue = asyncio.ensure_future(self._new_queue.wait())
         try:
             await asyncio.wait((asked, new_queue), return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:  # cancelled (stopping): nobody listens to this pop any more
+            asked.cancel()
+            raise
         finally:
             new_queue.cancel()
-            given_up = not asked.done()
-            if given_up:
-                asked.cancel()  # a new queue serves: whatever the old one held comes back from Redis
-        if given_up:
+        if not asked.done():
+            # It waits on the dead queue (never answered: it times out) or on the new one, which
+            # may answer it with pods: listened to until then (`_late_pods`).
+            self._given_up.append((asked, token))
             self.log.info("a queue took over; popping again", subject=subject)
             return []
         try:
@@ -105,14 +137,21 @@ class Popper:
         if not self._queue_answering:
             self.log.info("the queue answers pops again", subject=subject)
             self._queue_answering = True
-        refusal = (msg.headers or {}).get(ERROR_HEADER)
-        if refusal:
+        pods = self._answer(msg, subject)
+        if pods is None:
             # Fenced (the lease in Redis names another token: the lease loop finds out) or a
             # queue that cannot read the lease now: either way, ask again in a moment.
-            if (dropped := self._refused_pops.allow()) is not None:
-                self.log.warning("the queue refused a pop; retrying", reason=refusal, refused_before_unlogged=dropped)
             await self._pause(0.5)
-            return []
+        return pods or []
+
+    def _answer(self, msg: Msg, subject: str, *, quiet: bool = False) -> list[QueuedPod] | None:
+        """The pods of a pop's answer; None when the queue refused the pop (said, unless
+        ``quiet``), [] for an unreadable answer (said)."""
+        refusal = (msg.headers or {}).get(ERROR_HEADER)
+        if refusal:
+            if not quiet and (dropped := self._refused_pops.allow()) is not None:
+                self.log.warning("the queue refused a pop; retrying", reason=refusal, refused_before_unlogged=dropped)
+            return None
         try:
             return list(decode(PopReply, msg.data).pods)
         except MessageError as exc:

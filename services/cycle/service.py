@@ -326,6 +326,7 @@ class SchedulingCycle:
         finally:
             if ahead is not None:
                 ahead.cancel()
+            self.popper.close()
             if self._finishing is not None:
                 self._finishing.cancel()
             self.loop_done.set()

@@ -835,6 +835,41 @@ async def test_a_pop_held_by_a_queue_that_died_is_asked_again_once_a_new_queue_s
         assert pops[held] - said_at < 2.0, "the cycle waited on the dead queue's pop"
 
 
+async def test_a_pop_given_up_for_a_new_queue_that_then_answers_it_brings_its_pods(
+    settings: ConnectionSettings, state: ClusterState, nats: NATS
+) -> None:
+    """The pop given up when a queue says it serves may have reached that very queue, which
+    holds it until pods come and answers it with pods now in flight to this cycle: they are
+    scheduled, not left until the queue's in-flight deadline (30 s) hands them out again."""
+    await add_node(state, "node-a", "2")
+    pod = await submit(state, "answered-late")
+    queue = FakeQueue(nats)  # its outcome reports only: the pops are answered here
+    held: list[Msg] = []
+    later: list[Msg] = []
+
+    async def pops(msg: Msg) -> None:
+        if not held:
+            held.append(msg)  # held until the test answers it
+            return
+        later.append(msg)
+        await msg.respond(encode(PopReply(())))
+
+    await nats.subscribe(queue_pop(PROFILE), cb=pops)
+    await nats.subscribe(queue_done(PROFILE), cb=queue._done)
+    await settle(nats)
+    service = cycle(settings, request_timeout=4.0)
+    def popped(messages: list[Msg]) -> None:
+        assert messages
+
+    async with running(service):
+        await eventually(lambda: popped(held))
+        await nats.publish(queue_serving(PROFILE), b"")
+        await eventually(lambda: popped(later))  # the cycle gave the held pop up and popped again
+        await held[0].respond(encode(PopReply((pod,))))
+        [outcome] = await queue.decided(pod, timeout=5.0)
+        assert outcome.kind is OutcomeKind.RESERVED and outcome.node == "node-a"
+
+
 async def test_a_leader_that_lost_its_lease_after_reserving_gives_the_room_back_and_publishes_nothing(
     settings: ConnectionSettings, state: ClusterState, nats: NATS, js: JetStreamContext
 ) -> None:
