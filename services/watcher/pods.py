@@ -27,7 +27,6 @@ between the apiserver's binding and the store's) is recorded here.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -69,7 +68,7 @@ class _Seen:
     key: str
     """namespace/name."""
     digest: str = ""
-    """sha256 of the manifest last submitted ("" for none)."""
+    """The id of the manifest last submitted (`msgids.submit`: its sha256 in it), "" for none."""
     node: str = ""
     """The node it was recorded on ("" while not bound)."""
     phase: str = ""
@@ -224,11 +223,11 @@ class PodMirror:
                 await self._delete(pod.uid, pod.namespace, pod.name)
             return None
         manifest = pod_from_api(obj)
-        digest = hashlib.sha256(manifest).hexdigest()
-        if seen is not None and seen.digest == digest:
+        msg_id = msgids.submit(pod.namespace, pod.name, manifest)  # the manifest's digest in it
+        if seen is not None and seen.digest == msg_id:
             return None
-        self._seen[pod.uid] = _Seen(pod.key, digest=digest)
-        return Publication(PODS_SUBMIT, manifest, msgids.submit(pod.namespace, pod.name, manifest))
+        self._seen[pod.uid] = _Seen(pod.key, digest=msg_id)
+        return Publication(PODS_SUBMIT, manifest, msg_id)
 
     async def settle(self) -> None:
         """Record in the store the bindings kubus's binder has not recorded in time: the pods

@@ -230,6 +230,8 @@ class Lanes:
         self._lanes: list[_Lane | None] = [None] * lanes
         self._opening: list[asyncio.Future[_Lane] | None] = [None] * lanes
         self._slots = asyncio.Semaphore(lanes * depth)
+        self._next = 0
+        """Where `_lane` starts to look."""
         self._closed = False
         self._watchdog: asyncio.TimerHandle | None = None
 
@@ -276,15 +278,24 @@ class Lanes:
 
     async def _lane(self) -> _Lane:
         """The open lane with the fewest answers outstanding (the slots keep that under
-        ``depth``), opening one where none is open and reopening one idle too long."""
+        ``depth``), opening one where none is open and reopening one idle too long. The look
+        starts after the lane last chosen and stops at the first idle lane: with depth 1, any
+        idle lane is a best one, and the requests go round the connections."""
         now = time.monotonic()
+        count = len(self._lanes)
         best: _Lane | None = None
-        for index, lane in enumerate(self._lanes):
+        for step in range(count):
+            index = (self._next + step) % count
+            lane = self._lanes[index]
             if lane is not None and not lane.waiting and now - lane.last_used > IDLE_REOPEN:
                 lane.fail("idle")  # the server may be closing it: a fresh one instead
                 lane = None
             if lane is None or lane.closed:
+                self._next = index + 1
                 return await self._open(index)
+            if not lane.waiting:
+                self._next = index + 1
+                return lane
             if best is None or len(lane.waiting) < len(best.waiting):
                 best = lane
         assert best is not None
