@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -161,3 +162,18 @@ def test_a_server_whose_imports_start_threads_refuses_and_the_service_starts_fre
     assert "not forked" in log and "started threads" in log, log
     assert "argv ['exit', '4']" in log, log
     forks.close()
+
+
+def test_the_answer_to_a_request_given_up_is_not_the_next_ones_and_its_fork_is_killed(tmp_path: Path) -> None:
+    """A spawn that timed out (its service was started another way) leaves an answer owed: when
+    it comes, the fork it names is killed, and the next spawn reads its own answer."""
+    forks = ForkServer(["fake_service"], tmp_path / "forkserver.log")
+    late = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        forks._abandoned = 1  # as after a ForkServerError from spawn's wait
+        forks._take(f'{{"pid": {late.pid}}}\n{{"pid": 4242}}\n'.encode())
+        assert late.wait(timeout=10) == -signal.SIGKILL
+        assert forks._next_reply(("pid",), timeout=0.1) == {"pid": 4242}
+    finally:
+        late.kill()
+        late.wait()

@@ -84,6 +84,9 @@ class ForkServer:
         self._children: dict[int, ForkedProcess] = {}
         self._orphans: dict[int, ForkedProcess] = {}
         """Children of a server that died: gone once their pid is."""
+        self._abandoned = 0
+        """Requests given up waiting for (the caller started the service otherwise): the next
+        answers are theirs, and a child forked that late is killed."""
 
     @property
     def pid(self) -> int | None:
@@ -106,7 +109,11 @@ class ForkServer:
             proc.stdin.flush()
         except OSError as exc:
             raise ForkServerError(f"the fork server is gone ({exc}); {self._tail()}") from exc
-        reply = self._next_reply(("pid", "error"), _READY_TIMEOUT if first else _REPLY_TIMEOUT)
+        try:
+            reply = self._next_reply(("pid", "error"), _READY_TIMEOUT if first else _REPLY_TIMEOUT)
+        except ForkServerError:
+            self._abandoned += 1  # its answer, if it comes, is not the next request's
+            raise
         if "error" in reply:
             raise ForkServerError(f"the fork server could not start {module}: {reply['error']}")
         child = ForkedProcess(self, int(reply["pid"]))
@@ -165,6 +172,7 @@ class ForkServer:
         proc.wait()
         forget_child(proc)
         self._buffer = b""
+        self._abandoned = 0  # a new server owes nothing
         self._mark_exits(server_gone=True)
 
     def _next_reply(self, kinds: tuple[str, ...], timeout: float) -> dict[str, Any]:
@@ -179,6 +187,14 @@ class ForkServer:
                 raise ForkServerError(f"no answer from the fork server in {timeout:g}s; {self._tail()}")
             if not self._read(left):
                 raise ForkServerError(f"the fork server exited; {self._tail()}")
+
+    def _kill_late(self, reply: dict[str, Any]) -> None:
+        """A fork whose request was given up: its service was started another way."""
+        if "pid" in reply:
+            child = ForkedProcess(self, int(reply["pid"]))
+            self._children[child.pid] = child  # its exit is read as any other's
+            with contextlib.suppress(OSError):
+                os.kill(child.pid, signal.SIGKILL)
 
     def _read(self, timeout: float) -> bool:
         """Take the replies that arrive within ``timeout`` seconds; False once the server is gone."""
@@ -201,9 +217,17 @@ class ForkServer:
     def _take(self, data: bytes) -> None:
         *lines, self._buffer = (self._buffer + data).split(b"\n")
         for line in lines:
-            if line.strip():
-                with contextlib.suppress(ValueError):
-                    self._replies.append(json.loads(line))
+            if not line.strip():
+                continue
+            try:
+                reply = json.loads(line)
+            except ValueError:
+                continue
+            if self._abandoned and ("pid" in reply or "error" in reply):
+                self._abandoned -= 1  # answers come in order: the oldest request's, given up
+                self._kill_late(reply)
+            else:
+                self._replies.append(reply)
 
     def _mark_exits(self, *, server_gone: bool = False) -> None:
         kept = []
