@@ -1,5 +1,5 @@
 -- POD_PLACEMENTS (read only): the phase and node of pods, in one call rather than one HMGET each.
--- KEYS: the pods' records. Reply: phase, node for each key in order (nil, nil for no record).
+-- KEYS: the pods' records. ARGV: none. Reply: phase, node for each key in order (nil, nil for no record).
 
 local out = {}
 for i, key in ipairs(KEYS) do
