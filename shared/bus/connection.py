@@ -38,6 +38,11 @@ MSG_ID_HEADER = "Nats-Msg-Id"
 """JetStream stores a message once per stream duplicate window for each value of this header."""
 
 _STREAM_NAME_IN_USE = 10058  # JetStream API err_code: a stream of that name exists with another config
+_STREAM_STORE_FAILED = 10049  # JetStream API err_code: "error creating store for stream"
+_STORE_TRIES = 3
+"""Tries of a stream whose store the server failed to create. nats-server 2.15 fails so now and
+then when a stream is created right after the account's streams were deleted (its folders still
+being removed): once in about 50 back-to-back delete-and-create rounds here; the next try works."""
 
 _log = logging.getLogger("kubus.bus")
 
@@ -143,7 +148,7 @@ async def ensure_streams(js: JetStreamContext, specs: Iterable[StreamSpec] = STR
     for spec in specs:
         config = stream_config(spec, replicas=replicas)
         try:
-            await js.add_stream(config)
+            await _add_stream(js, config)
         except nats.js.errors.BadRequestError as exc:
             if exc.err_code != _STREAM_NAME_IN_USE:
                 raise
@@ -160,6 +165,18 @@ async def ensure_streams(js: JetStreamContext, specs: Iterable[StreamSpec] = STR
                     f"({update_exc.description}); delete it or fix it by hand"
                 ) from update_exc
             _log.info("event=%r stream=%s", "stream updated", spec.name)
+
+
+async def _add_stream(js: JetStreamContext, config: StreamConfig) -> None:
+    for attempt in range(1, _STORE_TRIES + 1):
+        try:
+            await js.add_stream(config)
+            return
+        except nats.js.errors.ServerError as exc:
+            if exc.err_code != _STREAM_STORE_FAILED or attempt == _STORE_TRIES:
+                raise
+            _log.warning("event=%r stream=%s attempt=%d", "stream store not created; again", config.name, attempt)
+            await asyncio.sleep(0.1 * attempt)
 
 
 def _same_stream(existing: StreamConfig, wanted: StreamConfig) -> bool:

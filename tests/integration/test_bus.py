@@ -124,6 +124,17 @@ async def test_connect_bus_and_ensure_streams_idempotently(nats_url: str, js: Je
         await nc.close()
 
 
+async def test_streams_deleted_and_made_again_at_once_are_made_every_time(js: JetStreamContext) -> None:
+    """nats-server sometimes fails to create a stream's store right after the streams were
+    deleted (about once in 50 rounds); `ensure_streams` tries again, so every round works."""
+    for _ in range(150):
+        await ensure_streams(js)
+        for spec in STREAMS:
+            await js.delete_stream(spec.name)
+    await ensure_streams(js)
+    assert sorted(s.config.name or "" for s in await js.streams_info()) == sorted(s.name for s in STREAMS)
+
+
 async def test_ensure_streams_updates_a_drifted_stream_and_refuses_an_impossible_change(js: JetStreamContext) -> None:
     await js.add_stream(StreamConfig(name=EVENTS_STREAM.name, subjects=list(EVENTS_STREAM.subjects), max_age=60))
     await ensure_streams(js, [EVENTS_STREAM])
