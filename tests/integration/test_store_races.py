@@ -28,6 +28,9 @@ from kubus_reference.gpu_fit import pick_gpu_devices
 
 GI = 1024**3
 
+_ATTEMPT_IDS = random.SystemRandom()
+"""Attempt ids no version reaches, different in every process (reserve-then-claim workers)."""
+
 
 def _nodes() -> list[Node]:
     def gpus(n: int, unhealthy: tuple[int, ...] = ()) -> str:
@@ -105,7 +108,9 @@ async def _reserve_then_claim(
 ) -> tuple[Reservation, int] | None:
     """The other order: reserve (a random attempt id), then claim; a lost claim gives back."""
     uid = record.uid
-    reservation = Reservation.of(info, node)
+    # Its own attempt: with NO_ATTEMPT, a duplicate's reserve of the pod on the same node found
+    # "already reserved" and went on with this attempt's reservation (and released it).
+    reservation = Reservation.of(info, node, attempt=_ATTEMPT_IDS.randrange(10**12, 10**13))
     result = await state.reserve(node, reservation)
     stats[f"reserve {result.code}"] += 1
     if not result.ok:
