@@ -46,7 +46,7 @@ WATCHED_KINDS = (EventKind.POD_UNSCHEDULABLE, EventKind.POD_DELETED, EventKind.P
 _SERIES_KEPT = 50_000
 """Recent events remembered for their series (one per pod, reason and note)."""
 
-_NOMINATION_KEPT = 60.0
+_NOMINATION_WINDOW = 60.0
 """Seconds a preemptor's nomination is remembered: its other victims' events nominate it no more."""
 
 _NOMINATIONS_KEPT = 10_000
@@ -155,20 +155,17 @@ class StatusWriter:
                 await self.client.patch_status(
                     PODS, p_name, {"status": {"nominatedNodeName": node}}, namespace=p_namespace
                 )
-            except KubeAPIError as exc:
-                if not exc.not_found:
+            except BaseException as exc:
+                if not (isinstance(exc, KubeAPIError) and exc.not_found):  # a preemptor gone is done
                     self._nominated.pop(key, None)
                     raise
-            except BaseException:
-                self._nominated.pop(key, None)
-                raise
 
     def _nominated_lately(self, key: str, node: str, now: float) -> bool:
-        """Whether preemptor ``key`` was nominated to ``node`` within `_NOMINATION_KEPT` seconds
+        """Whether preemptor ``key`` was nominated to ``node`` within `_NOMINATION_WINDOW` seconds
         (by another victim of the same preemption: a pod made again under that name later is
         nominated again)."""
         last = self._nominated.get(key)
-        return last is not None and last[0] == node and now - last[1] <= _NOMINATION_KEPT
+        return last is not None and last[0] == node and now - last[1] <= _NOMINATION_WINDOW
 
     async def _condition(
         self, namespace: str, name: str, uid: str, type_: str, status: str, reason: str, message: str
