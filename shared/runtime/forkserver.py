@@ -37,6 +37,8 @@ import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
+import setproctitle
+
 __all__ = ["FORKSERVER_MODULE", "die_with", "main"]
 
 FORKSERVER_MODULE = "kubus.runtime.forkserver"
@@ -49,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m kubus.runtime.forkserver MODULE...``: import the modules, then serve forks."""
     modules = list(sys.argv[1:] if argv is None else argv)
     # `pgrep -f kubus.queue` finds the queue, not this process that imported it too.
-    _set_title(f"{sys.executable} -m {FORKSERVER_MODULE}")
+    setproctitle.setproctitle(f"{sys.executable} -m {FORKSERVER_MODULE}")
     ready = []
     for module in modules:
         try:
@@ -168,7 +170,7 @@ def _become(server: int, module: str, args: list[str], env: dict[str, str], cwd:
         if cwd:
             os.chdir(cwd)
         if title:
-            _set_title(title)
+            setproctitle.setproctitle(title)
         sys.argv = [module, *args]
         try:
             runpy.run_module(module, run_name="__main__", alter_sys=True)
@@ -208,14 +210,6 @@ def die_with(parent: int) -> None:  # pragma: no cover - runs in a child, before
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
     if os.getppid() != parent:  # it died before prctl: no signal would ever come
         os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _set_title(title: str) -> None:
-    try:
-        import setproctitle
-    except ImportError:  # a checkout without it: ps shows the fork server's command line
-        return
-    setproctitle.setproctitle(title)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from kubus.core.errors import KubusError
 from kubus.runtime.forkserver import die_with
 
 __all__ = [
+    "LOG_TAIL_LINES",
     "POLL_INTERVAL",
     "Child",
     "ServerProcess",

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from kubus.cli.embedded.children import forget_child, keep_until_exit, log_tail, spawn_child
+from kubus.cli.embedded.children import LOG_TAIL_LINES, forget_child, keep_until_exit, log_tail, spawn_child
 from kubus.runtime.forkserver import FORKSERVER_MODULE
 
 __all__ = ["ForkServer", "ForkServerError", "ForkedProcess"]
@@ -34,7 +34,6 @@ _REPLY_TIMEOUT = 10.0
 LOST_EXIT = -signal.SIGTERM
 """The exit status of a child whose fork server died before saying how it ended: the kernel
 sent it SIGTERM then (PR_SET_PDEATHSIG), and init reaped it."""
-_TAIL_LINES = 20
 
 
 class ForkServerError(RuntimeError):
@@ -251,7 +250,7 @@ class ForkServer:
         forget_child(child)
 
     def _tail(self) -> str:
-        text = log_tail(self.log_path, self._log_offset, _TAIL_LINES)
+        text = log_tail(self.log_path, self._log_offset, LOG_TAIL_LINES)
         return f"last lines of {self.log_path}:\n{text or '(empty)'}"
 
 
