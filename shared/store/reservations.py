@@ -117,7 +117,7 @@ class ReservationStore(StoreCore):
 
     async def reserve_attempts(self, profile: str, reservations: Sequence[Reservation]) -> list[AttemptResult]:
         """A cycle's attempts for Pending pods of ``profile``, each on its `Reservation.node`,
-        in about one round trip; results in order. Each is one atomic step (RESERVE_PODS in
+        in one round trip; results in order. Each is one atomic step (RESERVE_PODS in
         kubus.store.scripts, `_RESERVE_CHUNK` pods a call): the room reserved as `reserve` does,
         then the pod Pending -> Reserved with its node and the devices held, its attempt being
         the version it gets (the reservations carry no `attempt`: the script writes it in). A
@@ -126,18 +126,19 @@ class ReservationStore(StoreCore):
         for r in reservations:
             if not r.node or r.attempt:
                 raise ValueError(f"reservation of {r.pod_uid}: needs a node and no attempt (RESERVE_PODS gives it)")
-        out: list[AttemptResult] = []
+        if not reservations:
+            return []
         now = repr(float(self.clock()))
         shared = [*self.keys.phase_indexes(), self.keys.pending_index(profile)]
+        pipe = self.redis.pipeline(transaction=False)  # the chunks in one round trip
         for start in range(0, len(reservations), _RESERVE_CHUNK):
             keys = list(shared)
             args: list[str | bytes] = [profile, now]
             for r in reservations[start : start + _RESERVE_CHUNK]:
                 keys += [self.keys.pod_record(r.pod_uid), *self.keys.node_keys(r.node)]
                 args += [r.pod_uid, r.encode()]
-            replies = await self.scripts.reserve_pods(keys=keys, args=args)
-            out += [_attempt_result([text(x) for x in reply]) for reply in replies]
-        return out
+            await self.scripts.reserve_pods(keys=keys, args=args, client=pipe)
+        return [_attempt_result([text(x) for x in reply]) for chunk in await pipe.execute() for reply in chunk]
 
     async def unreserve(self, node: str, uid: str, attempt: Attempt = NO_ATTEMPT) -> StoreCode:
         """Give back a reserved (not bound) reservation, only if `attempt` made it (when given).

@@ -1079,6 +1079,18 @@ async def test_transition_many_equals_one_call_per_pod(redis: aioredis.Redis) ->
     assert {k: v for k, v in (await usage(state, "n1")).items() if k != "r:memory"} == {"r:cpu": 2000, "pods": 2}
 
 
+async def test_reserve_attempts_over_several_script_calls_answer_each_pod_in_order(state: ClusterState) -> None:
+    """More pods than one RESERVE_PODS call takes: every chunk runs, the answers in the pods' order."""
+    await state.put_node(make_node("big", cpu="1000", memory="1000Gi", pods=250))
+    pods = [make_pod(f"many-{i}", cpu="1", memory="1Gi") for i in range(300)]  # 2 calls and a half
+    for pod, manifest in pods:
+        await submit(state, pod, manifest)
+    results = await state.reserve_attempts("default-scheduler", [reservation(pod, "big") for pod, _ in pods])
+    assert [r.write.code for r in results] == [StoreCode.OK] * 250 + [StoreCode.NOOP] * 50  # 250 pods a node
+    reserved = {r.uid for r in await state.pods_in_phase(PodPhase.RESERVED)}
+    assert reserved == {f"uid-many-{i}" for i in range(250)}
+
+
 async def test_reserve_attempts_reserve_the_room_and_make_the_attempt_in_one_step(redis: aioredis.Redis) -> None:
     state = ClusterState(redis)
     await state.put_node(make_node("n1", cpu="2", pods=10, gpus=h100s(2)))
