@@ -586,7 +586,10 @@ async def test_a_cycle_takes_in_another_profiles_reservations_before_they_are_bo
     hears beta's presence."""
     await add_node(state, "only", "2")
     presence = await Presence(nats).start()
-    alpha, beta = cycle(settings, "alpha", presence_interval=0.05), cycle(settings, "beta", presence_interval=0.05)
+    # A cycle says it is present between two pops (here up to 50 ms of wait, 20 ms of pace):
+    # alpha hears beta for 3 intervals, which must outlast a loop of beta's even on a busy
+    # machine (at 0.05 s, a 150 ms stall of beta's loop left alpha announcing to nobody in CI).
+    alpha, beta = cycle(settings, "alpha", presence_interval=0.2), cycle(settings, "beta", presence_interval=0.2)
     queues = {"alpha": await FakeQueue(nats, "alpha").start(), "beta": await FakeQueue(nats, "beta").start()}
     first, second = (
         await submit(state, "first", "2", profile="alpha"),
