@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kubus.bus import ACK_WAIT
 from kubus.framework.runtime import MAX_PERMIT_TIMEOUT
 
 __all__ = ["BinderOptions"]
@@ -21,9 +22,9 @@ class BinderOptions:
     max_failures: int = 5
     """Failed tries of one BindRequest at most; the last hands the pod back. A try that failed
     because NATS or Redis was away is not counted: the request waits out the outage."""
-    ack_wait: float = 30.0
-    """Seconds JetStream waits for an ack before redelivering; a long handler (a permit wait)
-    reports progress every third of it."""
+    ack_wait: float = ACK_WAIT
+    """Seconds JetStream waits for an ack before redelivering (`kubus.bus.ACK_WAIT`); a request
+    still being handled (a long permit wait) reports progress every third of it."""
     batch: int = 64
     """BindRequests fetched and handled concurrently at a time."""
     batches_in_flight: int = 8

@@ -74,6 +74,7 @@ from kubus.bus import (
     PullConsumer,
     consumer_name,
     ensure_pull_consumer,
+    in_progress_while,
     publish_durable_many,
 )
 from kubus.bus.messages import BindRequest, MessageError, decode
@@ -249,11 +250,8 @@ class BinderService(Service):
             slots.append(work)
             works.append(work)
         if works:
-            keepalive = asyncio.ensure_future(self._keep_alive(works))
-            try:
+            async with in_progress_while([w.msg for w in works], self.options.ack_wait / 3):
                 await self._through_permit(works)
-            finally:
-                keepalive.cancel()
         return [w.result if w is not None else None for w in slots]
 
     async def _through_permit(self, works: list[Work]) -> None:
@@ -323,13 +321,3 @@ class BinderService(Service):
         self.log.error("bind request rejected: not a BindRequest", subject=msg.subject, reason=reason)
         with contextlib.suppress(Exception):
             await msg.term()
-
-    async def _keep_alive(self, works: list[Work]) -> None:
-        """Tell JetStream the requests not yet done are still being worked on (a long permit
-        wait)."""
-        while True:
-            await asyncio.sleep(self.options.ack_wait / 3)
-            for work in works:
-                if work.result is None:
-                    with contextlib.suppress(Exception):
-                        await work.msg.in_progress()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kubus.bus import ACK_WAIT
+
 __all__ = ["AgentOptions"]
 
 
@@ -25,8 +27,9 @@ class AgentOptions:
     """After a batch smaller than ``batch``, seconds (from the start of its fetch) to let more
     assignments gather before the next fetch: fewer, larger batches under light load, at the
     cost of at most this much added start latency. 0 = fetch again at once."""
-    ack_wait: float = 30.0
-    """Seconds JetStream waits for an ack before delivering an assignment again."""
+    ack_wait: float = ACK_WAIT
+    """Seconds JetStream waits for an ack before delivering an assignment again
+    (`kubus.bus.ACK_WAIT`); a batch still being admitted reports progress every third of it."""
     max_failures: int = 5
     """Failed tries of one assignment at most; after the last, the pod is left Bound for the
     resync to adopt. A try that failed because NATS or Redis was away is not counted."""

@@ -73,6 +73,7 @@ from kubus.bus import (
     agent_consumer,
     ensure_pull_consumer,
     event_filter,
+    in_progress_while,
     node_pods,
 )
 from kubus.core.settings import ConnectionSettings
@@ -253,7 +254,8 @@ class AgentService(Service):
             messages = await self.fetch(subscription, self.options.batch, self.options.fetch_timeout)
             if not messages:
                 continue
-            await self.handle_batch(messages)
+            async with in_progress_while(messages, self.options.ack_wait / 3):
+                await self.handle_batch(messages)
             if len(messages) < self.options.batch:  # light load: let the next batch gather
                 left = self.options.batch_wait - (time.monotonic() - began)
                 if left > 0:

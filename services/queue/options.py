@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kubus.bus import MAX_MANIFEST_SIZE
+from kubus.bus import ACK_WAIT, MAX_MANIFEST_SIZE
 
 __all__ = ["QueueOptions"]
 
@@ -51,8 +51,9 @@ class QueueOptions:
     """Failed tries of one KUBUS_PODS message at most; the last rejects it. A try that failed
     because NATS or Redis was away (`kubus.runtime.service.is_transient`) is not counted: an
     acknowledged submission waits out any outage (`kubus.bus.MessageFaults`)."""
-    ack_wait: float = 30.0
-    """Seconds JetStream waits for an ack before redelivering."""
+    ack_wait: float = ACK_WAIT
+    """Seconds JetStream waits for an ack before redelivering (`kubus.bus.ACK_WAIT`); a batch
+    still being handled reports progress every third of it."""
     durable: str = "kubus-queue"
     """Name of the durable consumer on KUBUS_PODS."""
     max_manifest_bytes: int = MAX_MANIFEST_SIZE

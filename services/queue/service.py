@@ -51,6 +51,7 @@ from kubus.bus import (
     PullConsumer,
     ensure_pull_consumer,
     event_filter,
+    in_progress_while,
 )
 from kubus.core.settings import ConnectionSettings
 from kubus.framework.config import SchedulerConfiguration
@@ -297,7 +298,8 @@ class QueueService(Service):
                 continue
             self._consumer_idle.clear()
             try:
-                await parts.intake.take(msgs, go_on=lambda: not self.stopping.is_set() and term.serves())
+                async with in_progress_while(msgs, self.options.ack_wait / 3):
+                    await parts.intake.take(msgs, go_on=lambda: not self.stopping.is_set() and term.serves())
             finally:
                 self._consumer_idle.set()
             self.queues.changed()

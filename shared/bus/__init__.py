@@ -17,6 +17,7 @@ from kubus.bus.connection import (
     stream_config,
 )
 from kubus.bus.consumers import (
+    ACK_WAIT,
     WATCHER_CONSUMER,
     ConsumerConflictError,
     MessageFaults,
@@ -27,7 +28,7 @@ from kubus.bus.consumers import (
     put_consumer,
     redelivery_delay,
 )
-from kubus.bus.pull import PullConsumer
+from kubus.bus.pull import PullConsumer, in_progress_while
 from kubus.bus.subjects import (
     BIND_ALL,
     BIND_STREAM,
@@ -62,6 +63,7 @@ from kubus.bus.subjects import (
 )
 
 __all__ = [
+    "ACK_WAIT",
     "BIND_ALL",
     "BIND_STREAM",
     "EVENTS",
@@ -98,6 +100,7 @@ __all__ = [
     "event_filter",
     "event_kind_of",
     "event_subject",
+    "in_progress_while",
     "node_pods",
     "publish_durable",
     "publish_durable_many",

@@ -22,6 +22,7 @@ from kubus.bus.pull import PullConsumer
 from kubus.core.errors import KubusError
 
 __all__ = [
+    "ACK_WAIT",
     "WATCHER_CONSUMER",
     "ConsumerConflictError",
     "MessageFaults",
@@ -31,6 +32,13 @@ __all__ = [
     "put_consumer",
     "redelivery_delay",
 ]
+
+ACK_WAIT = 5.0
+"""Seconds JetStream waits for an ack before delivering a message again, for the consumers whose
+handlers report progress while they work (`kubus.bus.pull.in_progress_while`: the queue's,
+the binders', the agents'). A delivery lost on its way (a NATS server dying, or handing a
+consumer's leadership over in lame duck mode, as it sends) comes back this soon instead of
+after JetStream's default 30 s, which held a pod that long."""
 
 _NOT_UNIQUE_ON_WORK_QUEUE = 10100  # JetStream err_code: filtered consumer not unique on workqueue stream
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_-]")

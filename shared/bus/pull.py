@@ -22,8 +22,11 @@ The messages are nats-py's own `Msg`: ``ack``, ``nak``, ``in_progress``, ``term`
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
+from collections.abc import AsyncIterator, Sequence
 
+import nats.errors
 import nats.js.errors
 import orjson
 from nats.aio.client import Client as NATS
@@ -31,7 +34,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js.api import ConsumerConfig
 
-__all__ = ["PullConsumer"]
+__all__ = ["PullConsumer", "in_progress_while"]
 
 _STATUS = "Status"
 _HEARTBEAT = "100"
@@ -178,3 +181,25 @@ def _status_error(msg: Msg) -> nats.js.errors.APIError:
     if status == "503":
         return nats.js.errors.ServiceUnavailableError(code=503, description=description or "no responders")
     return nats.js.errors.APIError(code=int(status) if status.isdigit() else None, description=description)
+
+
+@contextlib.asynccontextmanager
+async def in_progress_while(msgs: Sequence[Msg], every: float) -> AsyncIterator[None]:
+    """While the body runs, tell JetStream every ``every`` seconds (a third of the consumer's
+    ack_wait) that those of ``msgs`` not yet acked, nak'd or terminated are still being worked
+    on (``+WPI``), so a short ack_wait redelivers only what was lost, not what takes long (a
+    wait on Permit, a Redis failover). A batch done within ``every`` sends nothing."""
+
+    async def tick() -> None:
+        while True:
+            await asyncio.sleep(every)
+            for msg in msgs:
+                if not msg.is_acked:
+                    with contextlib.suppress(nats.errors.Error):  # not sent: redelivered, handlers are idempotent
+                        await msg.in_progress()
+
+    ticking = asyncio.ensure_future(tick())
+    try:
+        yield
+    finally:
+        ticking.cancel()

@@ -82,10 +82,10 @@ async def _stream_leader(cluster: Cluster) -> str:
 
 async def _flow_with_kill(
     tmp_path: Path, victim: Callable[[Cluster], Awaitable[str]], sig: signal.Signals = signal.SIGKILL
-) -> dict[str, float]:
+) -> tuple[dict[str, float], str]:
     """Start `kubus up --ha` (in process, supervised as kubus up does), submit PODS pods at RATE,
     send ``sig`` (kill -9 by default) to ``victim``'s server a third of the way in; return the
-    measurements."""
+    measurements, and the services' logs (what a failed bound on the pause shows)."""
     nodes = max(20, PODS // 40)
     cluster = await _cluster(tmp_path, nodes)
     servers = cluster.servers
@@ -149,7 +149,7 @@ async def _flow_with_kill(
             "pause_s": max([after_kill[0] - killed_at, *gaps]) if after_kill else float("inf"),
             "submit_s": submitted - start,
             "bound_events": float(len(bound_at)),
-        }
+        }, service_logs(cluster)
     finally:
         await nc.close()
         stop.set()
@@ -162,15 +162,15 @@ async def test_valkey_primary_killed_under_a_flow_every_pod_bound_once(tmp_path:
         assert isinstance(cluster.servers, ReplicatedServers)
         return await cluster.servers.primary()
 
-    result = await _flow_with_kill(tmp_path, primary)
+    result, logs = await _flow_with_kill(tmp_path, primary)
     print(f"\nvalkey primary killed under {PODS} pods at {RATE:g}/s: pause {result['pause_s']:.2f}s")
-    assert result["pause_s"] < 15.0, result  # the goal is 5 s; CI machines are shared
+    assert result["pause_s"] < 15.0, f"{result}\n{logs}"  # the goal is 5 s; CI machines are shared
 
 
 async def test_nats_stream_leader_killed_under_a_flow_every_pod_bound_once(tmp_path: Path) -> None:
-    result = await _flow_with_kill(tmp_path, _stream_leader)
+    result, logs = await _flow_with_kill(tmp_path, _stream_leader)
     print(f"\nNATS stream leader killed under {PODS} pods at {RATE:g}/s: pause {result['pause_s']:.2f}s")
-    assert result["pause_s"] < 10.0, result  # the goal is 2 s; CI machines are shared
+    assert result["pause_s"] < 10.0, f"{result}\n{logs}"  # the goal is 2 s; CI machines are shared
 
 
 async def test_nats_stream_leader_in_lame_duck_mode_under_a_flow_hands_its_streams_over(tmp_path: Path) -> None:
@@ -178,6 +178,6 @@ async def test_nats_stream_leader_in_lame_duck_mode_under_a_flow_hands_its_strea
     ldm` and the NATS chart's preStop send): the server moves the leadership of its streams to
     the others at once, then closes its clients over its lame-duck duration. A crash (kill -9)
     instead waits out nats-server's election timeout."""
-    result = await _flow_with_kill(tmp_path, _stream_leader, signal.SIGUSR2)
+    result, logs = await _flow_with_kill(tmp_path, _stream_leader, signal.SIGUSR2)
     print(f"\nNATS stream leader in lame duck mode under {PODS} pods at {RATE:g}/s: pause {result['pause_s']:.2f}s")
-    assert result["pause_s"] < 10.0, result  # the goal is 2 s; CI machines are shared
+    assert result["pause_s"] < 10.0, f"{result}\n{logs}"  # the goal is 2 s; CI machines are shared

@@ -96,7 +96,7 @@ async def kill_the_leader_under_flow(
         assert not waiting, f"{len(waiting)} pods not placed, e.g. {waiting[:5]}"
 
     try:
-        # A submit the dead queue had fetched but not stored is redelivered after ack_wait (30 s);
+        # A submit the dead queue had fetched but not stored is redelivered after ack_wait (5 s);
         # a pod the dead cycle reserved but did not hand over is given back by the janitor (60 s).
         await eventually(settled, timeout=150, interval=0.5)
     except AssertionError as exc:

@@ -20,6 +20,7 @@ from kubus.bus import (
     bind,
     ensure_pull_consumer,
     ensure_streams,
+    in_progress_while,
     publish_durable_many,
 )
 from kubus.bus.pull import _status_error
@@ -69,6 +70,36 @@ async def test_a_fetch_waits_for_the_first_message_to_come(nats: NATS, js: JetSt
     await publishing
     assert msg.data == b"late" and 0.25 < waited < 2.5
     await msg.ack()
+    await consumer.unsubscribe()
+
+
+async def test_work_past_ack_wait_in_progress_is_not_redelivered_and_a_lost_delivery_comes_back(
+    nats: NATS, js: JetStreamContext
+) -> None:
+    """`in_progress_while` keeps a batch being worked on from coming back (a short ack_wait),
+    acks nothing itself, and sends nothing once the batch is settled; a delivery dropped unacked
+    (lost on its way) comes back after ack_wait, not later."""
+    await ensure_streams(js, [BIND_STREAM])
+    consumer = await ensure_pull_consumer(nats, js, BIND_STREAM.name, DURABLE, BIND_STREAM.subjects[0], ack_wait=1)
+    await _publish(js, "worked", "lost")
+    worked, lost = await consumer.fetch(2, timeout=5)
+    delivered_at = time.monotonic()
+    async with in_progress_while([worked, lost][:1], every=1 / 3):
+        again = await consumer.fetch(5, timeout=2.5)  # the lost one only, after about ack_wait
+        assert [m.data for m in again] == [b"lost"]
+        assert 0.8 < time.monotonic() - delivered_at < 2.0
+        assert again[0].metadata.num_delivered == 2
+        await again[0].ack()
+        with pytest.raises(TimeoutError):  # worked on for 2.5 s more: not redelivered
+            await consumer.fetch(5, timeout=1.5)
+    assert not worked.is_acked
+    await worked.ack()
+    async with in_progress_while([worked], every=0.05):  # settled: nothing sent, nothing raised
+        await asyncio.sleep(0.2)
+    with pytest.raises(TimeoutError):
+        await consumer.fetch(5, timeout=1.5)
+    await nats.flush()
+    assert (await js.stream_info(BIND_STREAM.name)).state.messages == 0
     await consumer.unsubscribe()
 
 
