@@ -50,7 +50,7 @@ class CycleOptions:
     (within ``resync_budget``). A takeover then reads only the rows changed since, instead of
     every node (at 50,000 nodes: 7.5 s). False: the table is loaded on taking the lease."""
     backend: str = "auto"
-    """Array backend of the node table: auto, numpy or cupy (`kubus.kernels.select_backend`)."""
+    """Array backend of the node table: auto (numpy), numpy or cupy (`kubus.kernels.select_backend`)."""
     seed: int = 0
     """Tie-break seed: equal seeds give equal placements."""
 

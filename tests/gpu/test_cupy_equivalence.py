@@ -23,7 +23,7 @@ from kubus.framework.config import default_config, load_config
 from kubus.framework.runtime import Framework
 from kubus.framework.scheduling import Scheduler
 from kubus.gpu_agent.simulation import simulated_nodes
-from kubus.kernels.backend import NUMPY, Backend, select_backend
+from kubus.kernels.backend import NUMPY, Backend, BackendUnavailable, select_backend
 from kubus.kernels.node_table import NodeTable
 from kubus.plugins import in_tree_registry
 
@@ -32,10 +32,10 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture(scope="module")
 def cupy_backend() -> Backend:
-    backend = select_backend("auto")
-    if backend.name != "cupy":
+    try:
+        return select_backend("cupy")
+    except BackendUnavailable:
         pytest.skip("CuPy with a CUDA GPU is not available on this machine")
-    return backend
 
 
 def _placements(backend: Backend, n_nodes: int, n_pods: int, batch: int, pct: int | None) -> list:
