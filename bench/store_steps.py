@@ -1,6 +1,9 @@
 """Redis's CPU per pod for each store step of a pod's life, in isolation: the queue's intake
-(`put_pods`), the cycle's attempt (`reserve_attempts`), the binder's bind (`bind_many`) and the
-agent's start (`admission_views`, `start_pods`), on an embedded Valkey with nothing else running.
+(`put_pods`), the cycle's attempt (`reserve_attempts`), the binder's bind (`bind_many`), the
+watcher's settle (`pod_placements`), the cycle's full read of its table (`load_snapshot`, every
+node with its pods, decoded afresh: its cost per pod is one read of the whole table spread over
+the pods) and the agent's start (`admission_views`, `start_pods`), on an embedded Valkey with
+nothing else running.
 
     python bench/store_steps.py                     # 5,000 nodes, 10,240 pods, 3 runs
     python bench/store_steps.py --nodes 1000 --pods 4096 --runs 5
@@ -193,6 +196,9 @@ async def _run(
         ]
         bound = await meter.step("bind_many (binder)", bindings, store.bind_many)
         placements = await meter.step("pod_placements (watcher)", [b.uid for b in bindings], store.pod_placements)
+        # The cycle's full read of its table (a new term, each resync): every node with its pods.
+        names = [node.name for node in nodes]
+        table = await meter.step("load_snapshot (cycle, every node)", names, lambda chunk: store.load_snapshot(chunk))
 
         async def admit(chunk: Sequence[Binding]) -> list[Any]:
             await store.admission_views([(b.node, b.uid) for b in chunk])
@@ -206,6 +212,7 @@ async def _run(
             and all(b.write is not None and b.write.ok for b in bound)
             and all(p is not None and p[1] == b.node for p, b in zip(placements, bindings, strict=True))
             and all(s.started for s in started)
+            and sum(len(reservations) for _, reservations in table) == len(bindings)
         ):
             raise SystemExit("a step refused pods: the numbers would not be of the full path")
         return meter.steps

@@ -32,6 +32,7 @@ from kubus.store import (
     check_invariants,
     node_info_of,
 )
+from kubus.store.nodes import _SNAPSHOT_CHUNK
 
 GI = 1024**3
 
@@ -362,6 +363,26 @@ async def test_whole_and_shared_gpus(state: ClusterState) -> None:
 
 async def _node_violations(state: ClusterState) -> list[str]:
     return [v for v in await check_invariants(state) if v.startswith("node ")]
+
+
+async def test_a_snapshot_of_more_nodes_than_one_call_reads_has_every_node_in_order(state: ClusterState) -> None:
+    """`load_snapshot` reads NODE_SNAPSHOTS calls of `_SNAPSHOT_CHUNK` nodes: past a call's
+    end, each node still comes with its own reservations, in the order asked, unknown names left
+    out."""
+    names = [f"n{i:03d}" for i in range(_SNAPSHOT_CHUNK + 10)]
+    await state.put_nodes([make_node(n) for n in names])
+    held = {names[0], names[_SNAPSHOT_CHUNK - 1], names[_SNAPSHOT_CHUNK], names[-1]}
+    for n in held:
+        pod, _ = make_pod(f"p-{n}", cpu="1")
+        assert (await state.reserve(n, reservation(pod, n))).ok
+    assert await state.mark_bound(names[-1], "uid-p-" + names[-1]) is StoreCode.OK
+    asked = [*reversed(names), "gone"]
+    snapshot = await state.load_snapshot(asked)
+    assert [node.name for node, _ in snapshot] == asked[:-1]
+    assert {node.name: [r.pod_uid for r in rs] for node, rs in snapshot if rs} == {n: [f"uid-p-{n}"] for n in held}
+    states = {r.node: r.state for _, rs in snapshot for r in rs}
+    assert states == {n: ReservationState.BOUND if n == names[-1] else ReservationState.RESERVED for n in held}
+    assert [node.name for node, _ in await state.load_snapshot()] == names
 
 
 async def test_a_snapshot_read_again_reuses_what_it_decoded_and_follows_every_change(state: ClusterState) -> None:
