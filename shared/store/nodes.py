@@ -20,10 +20,6 @@ from kubus.store.records import (
 )
 from kubus.store.scripts import StoreCode
 
-_SNAPSHOT_CHUNK = 250
-"""Nodes one NODE_SNAPSHOTS call reads (about a millisecond of the server's time with a few
-pods each; one script call costs the client what three commands did for one node)."""
-
 
 @dataclass(frozen=True, slots=True)
 class PutNodeResult:
@@ -255,14 +251,15 @@ class NodeStore(StoreCore):
         ``decoded``, what was decoded before from the same bytes is reused, not parsed again."""
         names = await self.node_names() if names is None else list(names)
         decoded = DecodedRecords() if decoded is None else decoded
-        keys = self.keys
         out: list[tuple[Node, list[Reservation]]] = []
-        for start in range(0, len(names), _SNAPSHOT_CHUNK):
-            chunk = names[start : start + _SNAPSHOT_CHUNK]
-            replies = await self.scripts.node_snapshots(
-                keys=[k for n in chunk for k in (keys.node_info(n), keys.node_reservations(n), keys.node_bound(n))],
-                args=NodeRecord.HASH_FIELDS,
-            )
+        for start in range(0, len(names), _BATCH):
+            chunk = names[start : start + _BATCH]
+            pipe = self._pipeline()
+            for name in chunk:
+                pipe.hmget(self.keys.node_info(name), NodeRecord.HASH_FIELDS)
+                pipe.hvals(self.keys.node_reservations(name))
+                pipe.smembers(self.keys.node_bound(name))
+            replies = await pipe.execute()
             for i, name in enumerate(chunk):
                 fields, values, bound = replies[3 * i : 3 * i + 3]
                 info = hash_fields(fields)

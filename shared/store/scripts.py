@@ -10,8 +10,7 @@ Contracts every script keeps:
   single Redis the pod and node scripts may also receive the index keys (one slot of their own)
   after the record's keys, and then keep the indexes in step atomically.
 - The reply is an array whose first element is a return code (`StoreCode`), except the Permit,
-  PodGroup and lease scripts (a number or a token) and ADMISSION_VIEW, POD_PLACEMENTS and
-  NODE_SNAPSHOTS (reads).
+  PodGroup and lease scripts (a number or a token) and ADMISSION_VIEW and POD_PLACEMENTS (reads).
 - A refusal changes nothing. Numbers are Lua numbers (doubles), exact up to 2**53 (8 PiB of
   memory), formatted back with `%d`, never `tostring` (`1e+15`): HINCRBY always gets an integer.
 
@@ -114,8 +113,6 @@ ADMISSION_VIEW = _lua("admission_view")
 
 POD_PLACEMENTS = _lua("pod_placements")
 
-NODE_SNAPSHOTS = _lua("node_snapshots")
-
 PUT_POD_GROUP = _lua("put_pod_group")
 
 PERMIT_ALLOW = _lua("permit_allow")
@@ -164,4 +161,3 @@ class Scripts:
         self.permit_reject = redis.register_script(PERMIT_REJECT)
         self.admission_view = redis.register_script(ADMISSION_VIEW)
         self.pod_placements = redis.register_script(POD_PLACEMENTS)
-        self.node_snapshots = redis.register_script(NODE_SNAPSHOTS)

@@ -32,7 +32,7 @@ from kubus.store import (
     check_invariants,
     node_info_of,
 )
-from kubus.store.nodes import _SNAPSHOT_CHUNK
+from kubus.store._core import _BATCH
 
 GI = 1024**3
 
@@ -366,12 +366,11 @@ async def _node_violations(state: ClusterState) -> list[str]:
 
 
 async def test_a_snapshot_of_more_nodes_than_one_call_reads_has_every_node_in_order(state: ClusterState) -> None:
-    """`load_snapshot` reads NODE_SNAPSHOTS calls of `_SNAPSHOT_CHUNK` nodes: past a call's
-    end, each node still comes with its own reservations, in the order asked, unknown names left
-    out."""
-    names = [f"n{i:03d}" for i in range(_SNAPSHOT_CHUNK + 10)]
+    """`load_snapshot` reads `_BATCH` nodes a round trip: past one's end, each node still comes
+    with its own reservations and their state, in the order asked, unknown names left out."""
+    names = [f"n{i:03d}" for i in range(_BATCH + 10)]
     await state.put_nodes([make_node(n) for n in names])
-    held = {names[0], names[_SNAPSHOT_CHUNK - 1], names[_SNAPSHOT_CHUNK], names[-1]}
+    held = {names[0], names[_BATCH - 1], names[_BATCH], names[-1]}
     for n in held:
         pod, _ = make_pod(f"p-{n}", cpu="1")
         assert (await state.reserve(n, reservation(pod, n))).ok
