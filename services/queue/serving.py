@@ -105,10 +105,13 @@ class Serving:
         """Bounds the Redis writes one batch of outcomes makes at once."""
 
     async def subscribe(self) -> None:
-        """Serve every profile's pops and outcomes (core NATS request/reply)."""
+        """Serve every profile's pops and outcomes (core NATS request/reply). Returns once the
+        server has the subscriptions (a flush: a round trip after them), so a queue that says it
+        serves answers the next pop rather than leaving it to "no responders"."""
         for profile in self.queues:
             self.subscriptions.add(await self.nc.subscribe(queue_pop(profile), cb=partial(self.on_pop, profile)))
             self.subscriptions.add(await self.nc.subscribe(queue_done(profile), cb=partial(self.on_done, profile)))
+        await self.nc.flush()
 
     async def announce(self) -> None:
         """Say on ``kubus.queue.<profile>.serving`` that this queue is about to serve (just before
