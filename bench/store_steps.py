@@ -198,7 +198,7 @@ async def _run(
         placements = await meter.step("pod_placements (watcher)", [b.uid for b in bindings], store.pod_placements)
         # The cycle's full read of its table (a new term, each resync): every node with its pods.
         names = [node.name for node in nodes]
-        table = await meter.step("load_snapshot (cycle, every node)", names, lambda chunk: store.load_snapshot(chunk))
+        table = await meter.step("load_snapshot (cycle, every node)", names, store.load_snapshot)
 
         async def admit(chunk: Sequence[Binding]) -> list[Any]:
             await store.admission_views([(b.node, b.uid) for b in chunk])
