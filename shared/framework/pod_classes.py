@@ -57,7 +57,8 @@ class PodClass:
     plugin_timer: PointTimer | None = None
     """The Scheduler's timer when this class's plugins are timed one by one (sampled), else None."""
     dirty: list[int] = field(default_factory=list)
-    """Rows placements touched since this class last decided: stale until `_refresh_rows`."""
+    """Rows placements touched since this class's rows were last refreshed: stale until
+    `_refresh_rows`, which runs when a decision examines one of them (`Scheduler._sample`)."""
     diagnosis: tuple[int, str, dict[str, int], tuple[str, ...]] | None = None
     """(table.version, message, reasons, plugins) of the last failure, reused until the table changes."""
     seen: int = 0

@@ -135,8 +135,9 @@ class Scheduler:
                 cls.seen, cls.key = self._placements.end, key
             else:
                 self._take_in_placements(cls)
-                if cls.dirty or cls.stale:
+                if cls.stale:
                     self._refresh_rows(cls)
+                # Rows only placements touched wait: `_sample` refreshes them when it reaches one.
             cls.last_call = self._calls
             result = self._decide(cls, pod, explain)
             results.append(result)
@@ -382,6 +383,8 @@ class Scheduler:
     def _decide(self, cls: PodClass, pod: Pod, explain: bool) -> ScheduleResult:
         table = self.table
         n_nodes = len(table)
+        if cls.dirty and explain:  # every row is shown
+            self._refresh_rows(cls)
         if not cls.status.is_success:
             return self._fail(cls, pod, explain)
         if n_nodes == 0:
@@ -462,7 +465,23 @@ class Scheduler:
     def _sample(self, cls: PodClass) -> np.ndarray:
         """The feasible rows to score, as kube's findNodesThatPassFilters finds them: candidates
         examined in row order from next_start_node_index (rotating), stopping after
-        numFeasibleNodesToFind feasible ones (1 when the profile has no score plugin)."""
+        numFeasibleNodesToFind feasible ones (1 when the profile has no score plugin).
+
+        Rows placements touched since the class last decided (`PodClass.dirty`) are refreshed
+        only when the examination reaches one: up to there the class's rows are what refreshing
+        would make them, so the rows found are the same. With kube's sampling a pod examines a
+        few hundred rows from where the last one stopped, so a placed row is reached again only
+        after the rotation comes round: its refresh then serves the placements of many pods at once."""
+        rows, processed, examined_dirty = self._find_feasible(cls)
+        if examined_dirty:
+            self._refresh_rows(cls)
+            rows, processed, _ = self._find_feasible(cls)
+        self.next_start_node_index = (self.next_start_node_index + processed) % len(self.table)
+        return rows
+
+    def _find_feasible(self, cls: PodClass) -> tuple[np.ndarray, int, bool]:
+        """`_sample`'s rows, how many candidates it examined, and whether a dirty row is among
+        them; next_start_node_index is left as it was."""
         table, backend = self.table, self.table.backend
         rows = table.valid_rows()
         feasible = backend.to_host(cls.feasible)
@@ -470,7 +489,7 @@ class Scheduler:
             rows = rows[backend.to_host(cls.candidates)[rows]]
         n = len(rows)
         if n == 0:
-            return rows
+            return rows, 0, False
         if n != len(feasible):  # tombstones, or narrowed: the candidates' own order
             feasible = feasible[rows]
         want = num_feasible_nodes_to_find(self.framework.percentage_of_nodes_to_score, n) if self.framework.score else 1
@@ -486,12 +505,29 @@ class Scheduler:
             positions = positions[:want]
         else:
             processed = n
-        self.next_start_node_index = (self.next_start_node_index + processed) % len(table)
-        return rows[positions % n]
+        return rows[positions % n], processed, bool(cls.dirty) and self._dirty_among(cls, rows, start, processed)
+
+    @staticmethod
+    def _dirty_among(cls: PodClass, rows: np.ndarray, start: int, processed: int) -> bool:
+        """Whether a dirty row of ``cls`` is among the ``processed`` candidates from position
+        ``start`` of ``rows`` (ascending table rows), round the end."""
+        n = len(rows)
+        if processed >= n:
+            return True  # every candidate examined (a dirty row that is none costs one refresh)
+        dirty = np.fromiter(set(cls.dirty), dtype=np.intp)
+        if n == rows[-1] + 1:  # every row from 0 on: a row is its own position
+            positions = dirty[dirty < n]
+        else:
+            at = np.searchsorted(rows, dirty)
+            inside = at < n
+            positions = at[inside][rows[at[inside]] == dirty[inside]]
+        return bool((((positions - start) % n) < processed).any())
 
     # ---- failure and explanation -------------------------------------------------------------
 
     def _fail(self, cls: PodClass, pod: Pod, explain: bool) -> ScheduleResult:
+        if cls.dirty:  # the diagnosis reads every row
+            self._refresh_rows(cls)
         n = len(self.table)
         status = cls.status
         if not status.is_success and status.code is Code.ERROR:
