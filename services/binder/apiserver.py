@@ -23,8 +23,10 @@ Each pod bound gets the Normal "Scheduled" event kube-scheduler's binding cycle 
 
 A preemptor (`BindRequest.victims`) is bound once its victims are gone from the apiserver: their
 kubelet stops them within their grace period, and a kubelet would refuse the preemptor while they
-still hold the room (kube-scheduler binds a nominated preemptor only then too). A victim still
-there after `ApiBinding.victim_wait` seconds (a stuck finalizer) is waited for no longer: said.
+still hold the room (kube-scheduler binds a nominated preemptor only then too). The binder hears
+the deletions the watcher sees (`Deletions`) and asks the apiserver about a victim once its
+deletion is heard, or every `ApiBinding.victim_poll` seconds while none is. A victim still there
+after `ApiBinding.victim_wait` seconds (a stuck finalizer) is waited for no longer: said.
 """
 
 from __future__ import annotations
@@ -33,15 +35,17 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 
-from kubus.bus.messages import BindRequest
+from nats.aio.msg import Msg
+
+from kubus.bus.messages import BindRequest, MessageError, PodDeletion, decode
 from kubus.kubeapi import EVENTS, PODS, KubeAPIError, KubeClient, KubeUnreachable
 from kubus.kubeapi.events import pod_event
 from kubus.runtime.service import Throttle, logger
 
-__all__ = ["BIND_CONCURRENCY", "ApiBindResult", "ApiBinding", "ScheduledEvents"]
+__all__ = ["BIND_CONCURRENCY", "ApiBindResult", "ApiBinding", "Deletions", "ScheduledEvents"]
 
 BIND_CONCURRENCY = 64
 """Bindings in flight at once (each on a write lane of its own: `KubeClient` ``write_lanes``)."""
@@ -58,6 +62,66 @@ class ApiBindResult(Enum):
     """The pod (that uid) no longer exists."""
 
 
+class Deletions:
+    """The pods the apiserver deleted lately, by uid, as the watcher tells the queue of them
+    (``kubus.pods.delete``, heard here too): a preemptor's binding waits on its victims'
+    deletions rather than asking the apiserver about them again and again. A hint: whoever may
+    publish deletions can, so the apiserver is still asked once one is heard."""
+
+    KEEP = 60.0
+    """Seconds a deletion is remembered: a wait that starts after it finds it."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._heard: dict[str, float] = {}
+        """Uid -> when its deletion was heard, oldest first."""
+        self._waiting: dict[str, set[asyncio.Future[None]]] = {}
+
+    async def on_message(self, msg: Msg) -> None:
+        """A deletion published (the subscription's callback). Never raises: garbage is the
+        queue's to refuse and say; a deletion missed here costs only a poll."""
+        try:
+            deletion = decode(PodDeletion, msg.data)
+        except MessageError:
+            return
+        if deletion.uid:
+            self.heard(deletion.uid)
+
+    def heard(self, uid: str) -> None:
+        """Pod ``uid`` was deleted: wake its waits, and remember it for `KEEP` seconds."""
+        now = self.clock()
+        heard = self._heard
+        heard.pop(uid, None)
+        heard[uid] = now
+        while heard:
+            oldest, at = next(iter(heard.items()))
+            if now - at <= self.KEEP:
+                break
+            del heard[oldest]
+        for waiter in self._waiting.pop(uid, ()):
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def __contains__(self, uid: str) -> bool:
+        return uid in self._heard
+
+    async def wait(self, uid: str, timeout: float) -> None:
+        """Return once the deletion of ``uid`` is heard (at once if it was), or after
+        ``timeout`` seconds without it."""
+        if uid in self._heard:
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiters = self._waiting.setdefault(uid, set())
+        waiters.add(waiter)
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(waiter, timeout)
+        finally:
+            waiters.discard(waiter)
+            if not waiters and self._waiting.get(uid) is waiters:
+                del self._waiting[uid]
+
+
 @dataclass(frozen=True, slots=True)
 class ApiBinding:
     """Binds pods in the apiserver through ``client``, ``concurrency`` at a time."""
@@ -66,8 +130,10 @@ class ApiBinding:
     concurrency: int = BIND_CONCURRENCY
     victim_wait: float = 300.0
     """Seconds a preemptor waits at most for its victims to be gone from the apiserver."""
-    victim_poll: float = 0.5
-    """Seconds between two looks at a victim still there."""
+    victim_poll: float = 5.0
+    """Seconds between two looks at a victim still there whose deletion was not heard."""
+    deletions: Deletions = field(default_factory=Deletions)
+    """The deletions the watcher saw (the binder subscribes `Deletions.on_message`)."""
 
     async def bind_all(self, requests: list[BindRequest]) -> list[ApiBindResult | Exception]:
         """Bind each request's pod to its node; per request, in order, the result or the error
@@ -114,24 +180,31 @@ class ApiBinding:
 
     async def _victims_gone(self, request: BindRequest) -> None:
         """Wait until every victim of the request's preemption is gone from the apiserver (no pod
-        of its name, or one of another uid), at most `victim_wait` seconds."""
+        of its name, or one of another uid), at most `victim_wait` seconds. The apiserver is asked
+        once the victim's deletion is heard (`Deletions`), or `victim_poll` seconds on."""
         deadline = time.monotonic() + self.victim_wait
         for victim in request.victims:
             namespace, name, uid = victim.split("/", 2)
-            while True:
-                try:
-                    pod = await self.client.get(PODS, name, namespace=namespace)
-                except KubeAPIError as exc:
-                    if exc.not_found:
-                        break
-                    raise
-                if (pod.get("metadata") or {}).get("uid") != uid:
-                    break
+            await self.deletions.wait(uid, self.victim_poll)  # its deletion is on its way: no look yet
+            while not await self._gone(namespace, name, uid):
                 if time.monotonic() >= deadline:
                     _log.warning("preemption victim still there; binding the preemptor anyway", pod=request.key,
                                  victim=f"{namespace}/{name}", waited=self.victim_wait)  # fmt: skip
                     return
-                await asyncio.sleep(self.victim_poll)
+                if uid in self.deletions:  # heard, and still there (a deletion not the apiserver's)
+                    await asyncio.sleep(self.victim_poll)
+                else:
+                    await self.deletions.wait(uid, self.victim_poll)
+
+    async def _gone(self, namespace: str, name: str, uid: str) -> bool:
+        """Whether the apiserver has no pod ``namespace/name`` of ``uid``."""
+        try:
+            pod = await self.client.get(PODS, name, namespace=namespace)
+        except KubeAPIError as exc:
+            if exc.not_found:
+                return True
+            raise
+        return (pod.get("metadata") or {}).get("uid") != uid
 
 
 class ScheduledEvents:

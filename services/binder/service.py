@@ -69,6 +69,7 @@ from kubus.binder.work import BindResult, Work, check_request
 from kubus.bus import (
     BIND_ALL,
     BIND_STREAM,
+    PODS_DELETE,
     MessageFaults,
     Publication,
     PullConsumer,
@@ -178,6 +179,10 @@ class BinderService(Service):
             source=self.source,
             log=self.log,
         )
+        if self.apiserver is not None:
+            # The deletions the watcher sees: a preemptor's binding waits on its victims' (a core
+            # subscription beside the queue's consumer: every binder hears every deletion).
+            await self.nc.subscribe(PODS_DELETE, cb=self.apiserver.deletions.on_message)
         if self._given_permit is None and any(fw.permit for fw in self.frameworks.values()):
             watcher = PermitWatcher(
                 store=self.store, metrics=self.metrics, poll=self.options.permit_poll, clock=self.clock

@@ -264,7 +264,8 @@ ROLES: dict[str, Role] = {
                 PODS_REQUEUE,
                 *_events(EventKind.POD_BOUND, EventKind.POD_UNRESERVED),
             ),
-            subscribe=(),
+            # Cluster mode: the deletions the watcher sees, a preemptor's victims among them.
+            subscribe=(PODS_DELETE,),
             redis_read=_EVERY_KEY,
             redis_write=("{node:*}:*", *_POD_KEYS, *_PHASE_INDEXES, *_REPLICATION_FENCE),
         ),

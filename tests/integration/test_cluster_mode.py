@@ -70,10 +70,11 @@ profiles:
 
 @contextlib.asynccontextmanager
 async def cluster_mode(
-    settings: ConnectionSettings, kube: KubeTest, profile: str, plugins: str = ""
+    settings: ConnectionSettings, kube: KubeTest, profile: str, plugins: str = "", *, victim_poll: float = 1.0
 ) -> AsyncIterator[list[Service]]:
     """The watcher, queue, one cycle and one binder for ``profile`` (with ``plugins``, YAML
-    under the profile), bound to the test's apiserver; stopped after."""
+    under the profile), bound to the test's apiserver; stopped after. ``victim_poll``: the
+    binder's `ApiBinding.victim_poll`."""
     config = scheduler_config(profile, plugins)
     registry = in_tree_registry()
     waiting = WaitingPods()
@@ -93,7 +94,7 @@ async def cluster_mode(
             settings,
             BinderOptions(fetch_timeout=0.2, permit_poll=0.02),
             frameworks={profile: framework},
-            apiserver=ApiBinding(binder_client),
+            apiserver=ApiBinding(binder_client, victim_poll=victim_poll),
         ),
     ]
     try:
@@ -485,14 +486,15 @@ async def test_a_preemptor_is_bound_only_once_its_victim_is_gone_from_the_apiser
     """The victim has a grace period: deleted, it stays (Terminating) until its kubelet stops it.
     The preemptor is nominated at once and bound only after the victim is gone, as kube does (a
     kubelet would refuse it while the victim holds the room). No kubelet here: the test plays
-    it, removing the victim."""
+    it, removing the victim. The binder looks at the apiserver only every 120 s unless it hears
+    the victim's deletion from the watcher: the preemptor is bound within 30 s only by that."""
     profile = f"kubus-{kube.namespace}"
     [node] = [n["metadata"]["name"] for n in await kube.make_nodes(1, cpu="2")]
     low, high = f"low-{kube.namespace}", f"high-{kube.namespace}"
     for name, value in ((low, 10), (high, 1000)):
         await kube.client.create(PRIORITY_CLASSES, {"metadata": {"name": name}, "value": value})
     try:
-        async with cluster_mode(settings, kube, profile):
+        async with cluster_mode(settings, kube, profile, victim_poll=120):
             victim = pod_manifest("victim", cpu="2", scheduler=profile, priorityClassName=low,
                                   terminationGracePeriodSeconds=30)  # fmt: skip
             await create_pods(kube, [victim])

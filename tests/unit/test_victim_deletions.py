@@ -1,0 +1,102 @@
+"""How a preemptor's binding waits for its victims to leave the apiserver (pure logic, an
+apiserver client of our own making): the deletions the watcher publishes wake the wait
+(`Deletions`), the apiserver is asked once one is heard, and only every ``victim_poll`` seconds
+while none is, or when one heard was not the apiserver's."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from types import SimpleNamespace
+from typing import Any, cast
+
+from kubus.binder.apiserver import ApiBinding, Deletions
+from kubus.bus.messages import BindRequest, PodDeletion, encode
+from kubus.kubeapi import PODS, KubeAPIError, KubeClient, Resource
+
+
+class Apiserver:
+    """Pods by name (their uid); counts the GETs."""
+
+    def __init__(self, pods: dict[str, str]) -> None:
+        self.pods = dict(pods)
+        self.gets = 0
+
+    async def get(self, resource: Resource, name: str, *, namespace: str | None = None) -> dict[str, Any]:
+        assert resource is PODS
+        self.gets += 1
+        await asyncio.sleep(0)  # a loop that spins on it still lets the test see it
+        if name not in self.pods:
+            raise KubeAPIError(404, "NotFound", f"pods {name!r} not found")
+        return {"metadata": {"name": name, "namespace": namespace, "uid": self.pods[name]}}
+
+
+def preemptor(*victims: str) -> BindRequest:
+    return BindRequest(uid="u-p", key="ns/p", profile="kubus", node="n1", manifest=b"{}", victims=victims)
+
+
+def deletion(uid: str) -> Any:
+    return SimpleNamespace(data=encode(PodDeletion(namespace="ns", name="v", uid=uid)))
+
+
+async def test_a_wait_ends_when_the_deletion_is_heard_and_at_once_after() -> None:
+    deletions = Deletions()
+    waiting = asyncio.ensure_future(deletions.wait("u1", 30))
+    await asyncio.sleep(0.01)
+    assert not waiting.done()
+    await deletions.on_message(deletion("u1"))
+    await asyncio.wait_for(waiting, 1)
+    await asyncio.wait_for(deletions.wait("u1", 30), 0.1)  # remembered
+    began = time.monotonic()
+    await deletions.wait("u2", 0.05)  # never heard: the timeout ends it
+    assert time.monotonic() - began >= 0.05
+    assert "u1" in deletions and "u2" not in deletions
+
+
+async def test_garbage_and_deletions_without_a_uid_wake_nothing() -> None:
+    deletions = Deletions()
+    for data in (b"not json", b"{}", encode(PodDeletion(namespace="ns", name="v"))):
+        await deletions.on_message(cast(Any, SimpleNamespace(data=data)))
+    assert not deletions._heard
+
+
+def test_deletions_are_forgotten_after_keep_seconds() -> None:
+    now = [0.0]
+    deletions = Deletions(clock=lambda: now[0])
+    deletions.heard("old")
+    now[0] = Deletions.KEEP + 1
+    deletions.heard("new")
+    assert "old" not in deletions and "new" in deletions
+
+
+async def test_the_apiserver_is_asked_once_the_victims_deletion_is_heard() -> None:
+    api = Apiserver({"v1": "u-v1", "v2": "u-v2"})
+    binding = ApiBinding(cast(KubeClient, api), victim_poll=30)
+    waiting = asyncio.ensure_future(binding._victims_gone(preemptor("ns/v1/u-v1", "ns/v2/u-v2")))
+    await asyncio.sleep(0.05)
+    assert api.gets == 0 and not waiting.done()  # nothing heard: no look yet
+    del api.pods["v1"]
+    binding.deletions.heard("u-v1")
+    await asyncio.sleep(0.05)
+    assert api.gets == 1 and not waiting.done()  # v1 gone; v2 awaited
+    api.pods["v2"] = "u-other"  # a new pod of v2's name: v2 is gone too
+    binding.deletions.heard("u-v2")
+    await asyncio.wait_for(waiting, 1)
+    assert api.gets == 2
+
+
+async def test_a_deletion_heard_while_the_victim_is_still_there_is_polled_not_spun_on() -> None:
+    api = Apiserver({"v1": "u-v1"})
+    binding = ApiBinding(cast(KubeClient, api), victim_poll=0.05)
+    binding.deletions.heard("u-v1")  # say someone else published it; the apiserver still has it
+    began = time.monotonic()
+    waiting = asyncio.ensure_future(binding._victims_gone(preemptor("ns/v1/u-v1")))
+
+    async def looked_thrice() -> None:
+        while api.gets < 3:
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(looked_thrice(), 5)
+    assert api.gets <= (time.monotonic() - began) / 0.05 + 2, api.gets  # one look per victim_poll
+    del api.pods["v1"]
+    await asyncio.wait_for(waiting, 1)
