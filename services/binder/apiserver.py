@@ -23,10 +23,11 @@ Each pod bound gets the Normal "Scheduled" event kube-scheduler's binding cycle 
 
 A preemptor (`BindRequest.victims`) is bound once its victims are gone from the apiserver: their
 kubelet stops them within their grace period, and a kubelet would refuse the preemptor while they
-still hold the room (kube-scheduler binds a nominated preemptor only then too). The binder hears
-the deletions the watcher sees (`Deletions`) and asks the apiserver about a victim once its
-deletion is heard, or every `ApiBinding.victim_poll` seconds while none is. A victim still there
-after `ApiBinding.victim_wait` seconds (a stuck finalizer) is waited for no longer: said.
+still hold the room (kube-scheduler binds a nominated preemptor only then too). The watcher says
+each pod it sees the apiserver delete (``kubus.apiserver.deleted``, `Deletions`): a victim said
+gone is gone; one not said gone within `ApiBinding.victim_poll` seconds (a notice lost, a binder
+started after it) is looked up in the apiserver. A victim still there after
+`ApiBinding.victim_wait` seconds (a stuck finalizer) is waited for no longer: said.
 """
 
 from __future__ import annotations
@@ -63,10 +64,9 @@ class ApiBindResult(Enum):
 
 
 class Deletions:
-    """The pods the apiserver deleted lately, by uid, as the watcher tells the queue of them
-    (``kubus.pods.delete``, heard here too): a preemptor's binding waits on its victims'
-    deletions rather than asking the apiserver about them again and again. A hint: whoever may
-    publish deletions can, so the apiserver is still asked once one is heard."""
+    """The pods the apiserver deleted lately, by uid, as the watcher says them gone
+    (``kubus.apiserver.deleted``, which only the watcher may publish): a preemptor's binding
+    waits on its victims' rather than asking the apiserver about them again and again."""
 
     KEEP = 60.0
     """Seconds a deletion is remembered: a wait that starts after it finds it."""
@@ -78,8 +78,8 @@ class Deletions:
         self._waiting: dict[str, set[asyncio.Future[None]]] = {}
 
     async def on_message(self, msg: Msg) -> None:
-        """A deletion published (the subscription's callback). Never raises: garbage is the
-        queue's to refuse and say; a deletion missed here costs only a poll."""
+        """A pod said gone (the subscription's callback). Never raises: garbage is dropped, as
+        a notice lost is (it costs a waiting binder one look at the apiserver)."""
         try:
             deletion = decode(PodDeletion, msg.data)
         except MessageError:
@@ -131,9 +131,9 @@ class ApiBinding:
     victim_wait: float = 300.0
     """Seconds a preemptor waits at most for its victims to be gone from the apiserver."""
     victim_poll: float = 5.0
-    """Seconds between two looks at a victim still there whose deletion was not heard."""
+    """Seconds a victim not said gone is waited for before the apiserver is asked (again)."""
     deletions: Deletions = field(default_factory=Deletions)
-    """The deletions the watcher saw (the binder subscribes `Deletions.on_message`)."""
+    """The pods the watcher said gone (the binder subscribes `Deletions.on_message`)."""
 
     async def bind_all(self, requests: list[BindRequest]) -> list[ApiBindResult | Exception]:
         """Bind each request's pod to its node; per request, in order, the result or the error
@@ -180,21 +180,20 @@ class ApiBinding:
 
     async def _victims_gone(self, request: BindRequest) -> None:
         """Wait until every victim of the request's preemption is gone from the apiserver (no pod
-        of its name, or one of another uid), at most `victim_wait` seconds. The apiserver is asked
-        once the victim's deletion is heard (`Deletions`), or `victim_poll` seconds on."""
+        of its name, or one of another uid), at most `victim_wait` seconds: said gone by the
+        watcher (`Deletions`), or, when not said within `victim_poll` seconds, as the apiserver
+        answers then."""
         deadline = time.monotonic() + self.victim_wait
         for victim in request.victims:
             namespace, name, uid = victim.split("/", 2)
-            await self.deletions.wait(uid, self.victim_poll)  # its deletion is on its way: no look yet
-            while not await self._gone(namespace, name, uid):
+            while True:
+                await self.deletions.wait(uid, self.victim_poll)
+                if uid in self.deletions or await self._gone(namespace, name, uid):
+                    break
                 if time.monotonic() >= deadline:
                     _log.warning("preemption victim still there; binding the preemptor anyway", pod=request.key,
                                  victim=f"{namespace}/{name}", waited=self.victim_wait)  # fmt: skip
                     return
-                if uid in self.deletions:  # heard, and still there (a deletion not the apiserver's)
-                    await asyncio.sleep(self.victim_poll)
-                else:
-                    await self.deletions.wait(uid, self.victim_poll)
 
     async def _gone(self, namespace: str, name: str, uid: str) -> bool:
         """Whether the apiserver has no pod ``namespace/name`` of ``uid``."""

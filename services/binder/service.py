@@ -67,9 +67,9 @@ from kubus.binder.options import BinderOptions
 from kubus.binder.permits import AllowAll, PermitGate, PermitWatcher
 from kubus.binder.work import BindResult, Work, check_request
 from kubus.bus import (
+    APISERVER_DELETED,
     BIND_ALL,
     BIND_STREAM,
-    PODS_DELETE,
     MessageFaults,
     Publication,
     PullConsumer,
@@ -180,9 +180,8 @@ class BinderService(Service):
             log=self.log,
         )
         if self.apiserver is not None:
-            # The deletions the watcher sees: a preemptor's binding waits on its victims' (a core
-            # subscription beside the queue's consumer: every binder hears every deletion).
-            await self.nc.subscribe(PODS_DELETE, cb=self.apiserver.deletions.on_message)
+            # The pods the watcher sees the apiserver delete: a preemptor's binding waits on its victims'.
+            await self.nc.subscribe(APISERVER_DELETED, cb=self.apiserver.deletions.on_message)
         if self._given_permit is None and any(fw.permit for fw in self.frameworks.values()):
             watcher = PermitWatcher(
                 store=self.store, metrics=self.metrics, poll=self.options.permit_poll, clock=self.clock

@@ -14,7 +14,8 @@ cache:
   keeps such a pod with its DeletionTimestamp (PodTopologySpread stops counting it);
 - a pod that succeeded or failed is finished in the store: its room given back, ``pod.finished``;
 - a pod deleted (or gone when the list is read again) is deleted through the queue
-  (``kubus.pods.delete`` with its uid), which gives its room back and tells everyone;
+  (``kubus.pods.delete`` with its uid), which gives its room back and tells everyone, and
+  said gone to the binders (``kubus.apiserver.deleted``: a preemptor waits on its victims');
 - a pending pod being deleted (deletionTimestamp) is not scheduled any more (kube skips it).
 
 What it did for each pod is remembered (`_Seen`), so the many updates that change nothing for
@@ -31,6 +32,7 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
+from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
 from kubus.api.attempts import NO_ATTEMPT
@@ -39,7 +41,15 @@ from kubus.api.gpus import pod_gpu_devices, pod_gpu_request
 from kubus.api.manifests import DEFAULT_SCHEDULER_NAME, parse_pod
 from kubus.api.objects import Pod
 from kubus.api.submission import pod_from_api
-from kubus.bus import PODS_DELETE, PODS_SUBMIT, EventKind, announcements, msgids, publish_durable_many
+from kubus.bus import (
+    APISERVER_DELETED,
+    PODS_DELETE,
+    PODS_SUBMIT,
+    EventKind,
+    announcements,
+    msgids,
+    publish_durable_many,
+)
 from kubus.bus.connection import Publication
 from kubus.bus.messages import PodDeletion, encode
 from kubus.core import codec
@@ -120,12 +130,15 @@ class PodMirror:
         store: ClusterState,
         js: JetStreamContext,
         profiles: Collection[str],
+        nc: NATS | None = None,
         log: StructuredLogger,
         submit_batch: int = 256,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
         self.js = js
+        self.nc = nc
+        """Where pods the apiserver deleted are said gone (`APISERVER_DELETED`); None: not said."""
         self.profiles = frozenset(profiles)
         self.log = log.bind(part="pods")
         self.submit_batch = submit_batch
@@ -160,6 +173,7 @@ class PodMirror:
         for record in await self.store.get_pods(gone):
             if record is not None and record.phase in (PodPhase.PENDING, *_ON_NODE):
                 await self._delete(record.uid, record.namespace, record.name)
+                await self._say_gone(record.uid, record.namespace, record.name)
         for uid in [uid for uid in self._seen if uid not in seen]:
             del self._seen[uid]
         self.log.info("pods listed", pods=len(seen), deleted_meanwhile=len(gone))
@@ -181,6 +195,7 @@ class PodMirror:
         seen = self._seen.pop(pod.uid, None)
         if seen is not None or pod.node or pod.scheduler in self.profiles:
             await self._delete(pod.uid, pod.namespace, pod.name)
+            await self._say_gone(pod.uid, pod.namespace, pod.name)
 
     # -- one pod ---------------------------------------------------------------------------------
 
@@ -232,7 +247,8 @@ class PodMirror:
     async def settle(self) -> None:
         """Record in the store the bindings kubus's binder has not recorded in time: the pods
         due are read at once (phase and node), and only those the store does not have bound to
-        their apiserver node are recorded here."""
+        their apiserver node are recorded here; not those over in kubus meanwhile (preempted,
+        deleted, finished: the apiserver's deletion or end follows)."""
         now = self.clock()
         due = [(uid, entry) for uid, entry in self._settling.items() if entry[0] <= now]
         if not due:
@@ -243,8 +259,9 @@ class PodMirror:
                 continue  # changed (or settled) while the store was read: the newer entry decides
             del self._settling[uid]
             _, node, obj = entry
-            if placement is not None and placement[0] in _BOUND and placement[1] == node:
-                continue  # its binder recorded it
+            recorded = placement is not None and placement[0] in _BOUND and placement[1] == node
+            if recorded or (placement is not None and placement[0].terminal):
+                continue  # its binder recorded it, or it is over in kubus
             pod = _ApiPod.of(obj)
             if pod is not None:
                 self.log.info("binding not recorded by a binder: recording it", pod=pod.key, node=pod.node)
@@ -330,6 +347,12 @@ class PodMirror:
         await publish_durable_many(
             self.js, [Publication(PODS_DELETE, data, msgids.delete(namespace, name, uid, 0))]
         )
+
+    async def _say_gone(self, uid: str, namespace: str, name: str) -> None:
+        """Tell the binders the apiserver has no pod ``uid`` any more (a notice: one lost costs a
+        waiting binder a look at the apiserver)."""
+        if self.nc is not None:
+            await self.nc.publish(APISERVER_DELETED, encode(PodDeletion(namespace=namespace, name=name, uid=uid)))
 
     async def _held(self) -> set[str]:
         """The uids of the pods kubus holds as not over (Pending, Reserved, Bound, Running)."""

@@ -129,7 +129,9 @@ class WatcherService(Service):
         missing = await self._check_access(client)
         store = ClusterState(self.redis)
         nodes = NodeMirror(store=store, js=self.js, log=self.log)
-        pods = PodMirror(store=store, js=self.js, profiles=self.profiles, log=self.log, submit_batch=o.submit_batch)
+        pods = PodMirror(
+            store=store, js=self.js, nc=self.nc, profiles=self.profiles, log=self.log, submit_batch=o.submit_batch
+        )
         status = StatusWriter(
             client=client,
             log=self.log,

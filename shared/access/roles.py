@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 from kubus.bus.consumers import WATCHER_CONSUMER, agent_consumer
 from kubus.bus.subjects import (
+    APISERVER_DELETED,
     BIND_ALL,
     BIND_STREAM,
     EVENTS,
@@ -264,8 +265,8 @@ ROLES: dict[str, Role] = {
                 PODS_REQUEUE,
                 *_events(EventKind.POD_BOUND, EventKind.POD_UNRESERVED),
             ),
-            # Cluster mode: the deletions the watcher sees, a preemptor's victims among them.
-            subscribe=(PODS_DELETE,),
+            # Cluster mode: the pods the apiserver deleted, a preemptor's victims among them.
+            subscribe=(APISERVER_DELETED,),
             redis_read=_EVERY_KEY,
             redis_write=("{node:*}:*", *_POD_KEYS, *_PHASE_INDEXES, *_REPLICATION_FENCE),
         ),
@@ -275,9 +276,11 @@ ROLES: dict[str, Role] = {
             purpose="cluster mode's bridge to a kube-apiserver: its nodes, pods and objects into kubus",
             publish=(
                 *_manage_streams(),
-                # The apiserver's pending pods of kubus's profiles, and its deletions: the queue's.
+                # The apiserver's pending pods of kubus's profiles, and its deletions: the queue's;
+                # the deletions said to the binders too, waiting on preemption victims.
                 PODS_SUBMIT,
                 PODS_DELETE,
+                APISERVER_DELETED,
                 # Its nodes and the placements, phases and ends of pods the apiserver reports.
                 *_events(EventKind.NODE_ADDED, EventKind.NODE_UPDATED, EventKind.NODE_DELETED),
                 *_events(EventKind.POD_BOUND, EventKind.POD_RUNNING, EventKind.POD_FINISHED),

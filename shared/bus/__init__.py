@@ -30,6 +30,7 @@ from kubus.bus.consumers import (
 )
 from kubus.bus.pull import PullConsumer, in_progress_while
 from kubus.bus.subjects import (
+    APISERVER_DELETED,
     BIND_ALL,
     BIND_STREAM,
     EVENTS,
@@ -64,6 +65,7 @@ from kubus.bus.subjects import (
 
 __all__ = [
     "ACK_WAIT",
+    "APISERVER_DELETED",
     "BIND_ALL",
     "BIND_STREAM",
     "EVENTS",

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 __all__ = [
+    "APISERVER_DELETED",
     "BIND_ALL",
     "BIND_STREAM",
     "EVENTS",
@@ -105,6 +106,10 @@ PODS_DELETE = f"{PREFIX}.pods.delete"
 """Delete a pod, by namespace and name; JetStream, stream PODS."""
 PODS_REQUEUE = f"{PREFIX}.pods.requeue"
 """A pod handed back to the queue with its reason (failed Reserve/Permit/bind); JetStream, stream PODS."""
+APISERVER_DELETED = f"{PREFIX}.apiserver.deleted"
+"""Cluster mode: a pod the kube-apiserver no longer has (a `PodDeletion` with its uid), said by
+the watcher as it sees it go; core NATS, no stream. The binders wait on their preemptors'
+victims with it (`kubus.binder.apiserver.Deletions`); only the watcher may publish it."""
 
 
 def queue_pop(profile: str) -> str:

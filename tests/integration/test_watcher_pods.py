@@ -32,20 +32,24 @@ def api_pod(uid: str, node: str = "") -> dict[str, Any]:
 
 
 async def test_settling_records_only_the_bindings_the_store_lacks(state: ClusterState, js: JetStreamContext) -> None:
-    """Two pods kubus submitted and its binder bound in the apiserver: one it recorded in the
-    store too, the other not (killed in between). Not before `SETTLE` seconds, then once: the
-    mirror records the second alone; the first is left to its binder's record."""
+    """Three pods kubus submitted and its binder bound in the apiserver: one it recorded in the
+    store too, one not (killed in between), one recorded and deleted in kubus since (preempted:
+    the apiserver's deletion follows). Not before `SETTLE` seconds, then once: the mirror
+    records the second alone; the first is left to its binder's record, the third to its end."""
     await ensure_streams(js)
     await state.put_node(parse_node({"metadata": {"name": "n1"}, "status": {"capacity": {"cpu": "4", "pods": "10"}}}))
     now = [1000.0]
     mirror = PodMirror(store=state, js=js, profiles=["kubus"], log=logger("test"), clock=lambda: now[0])
-    for uid in ("u1", "u2"):
+    for uid in ("u1", "u2", "u3"):
         await mirror.changed(api_pod(uid))  # submitted
-    record = PodRecord.of(parse_pod(api_pod("u2", node="n1")), b"{}", now=now[0])
-    reservation = Reservation.of(PodInfo.of(parse_pod(api_pod("u2", node="n1"))), "n1", profile="kubus")
-    code, phase, _ = await state.observe_placed(record, reservation, running=False)  # u2's binder recorded it
-    assert (str(code), phase) == ("OK", PodPhase.BOUND)
-    for uid in ("u1", "u2"):
+    for uid in ("u2", "u3"):
+        record = PodRecord.of(parse_pod(api_pod(uid, node="n1")), b"{}", now=now[0])
+        reservation = Reservation.of(PodInfo.of(parse_pod(api_pod(uid, node="n1"))), "n1", profile="kubus")
+        code, phase, _ = await state.observe_placed(record, reservation, running=False)  # its binder recorded it
+        assert (str(code), phase) == ("OK", PodPhase.BOUND)
+    deleted = await state.transition("u3", PodPhase.DELETED, expected_phases=[PodPhase.BOUND])
+    assert deleted.ok
+    for uid in ("u1", "u2", "u3"):
         await mirror.changed(api_pod(uid, node="n1"))  # bound by kubus's binder: settling
     recorded: list[str] = []
     placed = mirror._placed
@@ -62,6 +66,8 @@ async def test_settling_records_only_the_bindings_the_store_lacks(state: Cluster
     assert recorded == ["u1"]
     u1 = await state.get_pod("u1")
     assert u1 is not None and (u1.phase, u1.node) == (PodPhase.BOUND, "n1")
+    u3 = await state.get_pod("u3")
+    assert u3 is not None and u3.phase is PodPhase.DELETED
     await mirror.settle()
     assert recorded == ["u1"], "nothing is left settling"
 

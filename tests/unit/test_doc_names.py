@@ -14,7 +14,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = [REPO / "README.md", REPO / "bench" / "README.md", *sorted((REPO / "docs").glob("*.md"))]
-SUBJECT_ROOTS = frozenset({"pods", "node", "events", "bind", "reserved"})
+SUBJECT_ROOTS = frozenset({"pods", "node", "events", "bind", "reserved", "apiserver"})
 """The first part after ``kubus.`` of the bus subjects (kubus.bus.subjects), which are not modules."""
 _DOTTED = re.compile(r"`(kubus(?:\.[A-Za-z_]\w*)+)(?:\(\))?`")
 _PATH = re.compile(r"`((?:shared|services|deploy|docs|tests|bench)/[\w./-]*[\w/])`")
