@@ -389,6 +389,18 @@ def apiserver_requests(server: KubeApiServer) -> Counter[str]:
     return counts
 
 
+async def events_written(server: KubeApiServer, since: Counter[str], count: int, timeout: float = 120.0) -> None:
+    """Return once ``count`` events were created since the request counts ``since`` (or after
+    ``timeout`` seconds): a scheduler that writes its Scheduled events in the background is done
+    with its pods only then."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        written = await asyncio.to_thread(apiserver_requests, server)
+        if written["POST events"] - since["POST events"] >= count:
+            return
+        await asyncio.sleep(0.2)
+
+
 def start_profilers(scheduler: Scheduler, directory: Path) -> list[subprocess.Popen[bytes]]:
     """py-spy on each of the scheduler's Python processes (collapsed stacks, DIR/<name>.txt)."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -548,6 +560,8 @@ async def one_run(
         profilers = start_profilers(scheduler, Path(args.profile) / f"{workload.name}-{prefix}") if args.profile else []
         if init:
             await wait_bound(binds, [key_of(p) for p in init], args.timeout, "init pods")
+            # The init pods' Scheduled events are the init phase's work, not the measured one's.
+            await events_written(server, requests_before, len(init))
             progress(f"{len(init)} init pods bound in {time.monotonic() - started:.1f}s; creating the measured pods")
             before = cpu_now()
             requests_before = await asyncio.to_thread(apiserver_requests, server)
@@ -559,12 +573,7 @@ async def one_run(
         await wait_bound(binds, keys, args.timeout, "measured pods")
         # The phase ends once the scheduler has also written its Scheduled events (one per pod,
         # as kube-scheduler): writes it defers are its work too.
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            written = await asyncio.to_thread(apiserver_requests, server)
-            if written["POST events"] - requests_before["POST events"] >= len(measured):
-                break
-            await asyncio.sleep(0.2)
+        await events_written(server, requests_before, len(measured))
         after = cpu_now()
         stop_profilers(profilers)
         requests = await asyncio.to_thread(apiserver_requests, server)
