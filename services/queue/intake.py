@@ -54,6 +54,7 @@ from kubus.store import (
     PodRecord,
     StoreCode,
 )
+from kubus.store.preemption import PREEMPTED
 
 __all__ = ["Intake", "Retry"]
 
@@ -431,6 +432,12 @@ class Intake:
             record = await self.store.find_pod(deletion.namespace, deletion.name)
         if record is None:
             raise Rejected(f"{PODS_DELETE}: Pod {key}: not found", reason="NotFound", key=key)
+        if record.phase is PodPhase.DELETED and record.reason == PREEMPTED:
+            # Evicted by a preemption, whose step gave its room back and announced it: the
+            # apiserver's deletion that follows (the watcher's) has nothing to add.
+            await self._forget(record)
+            self.log.debug("preempted pod deleted", pod=key, uid=record.uid)
+            return
         w = await self.store.transition(record.uid, PodPhase.DELETED)
         if w.code not in (StoreCode.OK, StoreCode.ALREADY, StoreCode.GONE):
             raise Retry(f"pod {key}: delete refused ({w.code})")
@@ -438,10 +445,7 @@ class Intake:
         node = after.node if after is not None else record.node
         if node:
             await self.store.release(node, record.uid)
-        if (group := self._group_of(record)) is not None:
-            await self.store.remove_group_member(group, record.uid)
-        for queue in self.queues.values():
-            queue.delete(record.uid)
+        await self._forget(record)
         if w.ok:
             await record_event(self.store, record.uid, EventType.NORMAL, "Deleted", f"deleted (was {w.phase})", "queue")
         self.log.info("pod deleted", pod=key, uid=record.uid, node=node or "-", was=str(w.phase or "-"))
@@ -451,6 +455,13 @@ class Intake:
                 EventKind.POD_DELETED, key, record.uid, at=time.time(), node=node, profile=record.profile
             ),
         )
+
+    async def _forget(self, record: PodRecord) -> None:
+        """A deleted pod out of its group and out of every queue."""
+        if (group := self._group_of(record)) is not None:
+            await self.store.remove_group_member(group, record.uid)
+        for queue in self.queues.values():
+            queue.delete(record.uid)
 
     def _group_of(self, record: PodRecord) -> str | None:
         """The group (`namespace/name`) a stored pod is labeled into, or None; None too for a

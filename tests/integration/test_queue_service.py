@@ -23,6 +23,7 @@ from kubus.api.submission import Rejected, identify, read_submission
 from kubus.bus import (
     PODS_DELETE,
     PODS_REQUEUE,
+    PODS_STREAM,
     PODS_SUBMIT,
     EventKind,
     Publication,
@@ -524,6 +525,38 @@ async def test_delete_takes_a_pod_out_of_the_queue_and_off_its_node(
     messages = [e.message for e in rejected]
     assert "kubus.pods.delete: Pod default/never-was: not found" in messages
     assert any("belongs to a pod already Deleted" in m for m in messages)
+
+
+async def test_deleting_a_pod_a_preemption_evicted_changes_and_announces_nothing_again(
+    start_queue: QueueFactory, js: JetStreamContext, redis: aioredis.Redis, events: EventLog
+) -> None:
+    """A preemption evicts a pod in one step (its room given back, Deleted with reason
+    Preempted, ``pod.deleted`` announced): the apiserver's deletion that follows (the watcher's,
+    by uid) takes it out of the queues and changes and announces nothing more; another pod's
+    deletion, handled with it, is announced as ever."""
+    queue = await start_queue()
+    state = ClusterState(redis)
+    victim, other = pod_manifest("victim"), pod_manifest("other")
+    await submit(js, victim)
+    await submit(js, other)
+    await eventually(lambda: _assert(len(queue.queues[DEFAULT]) == 2))
+    evicted = await state.transition(
+        uid_of(victim), PodPhase.DELETED, reason="Preempted", message="Preempted by default/urgent on node n1"
+    )
+    assert evicted.ok
+    before = await state.get_pod(uid_of(victim))
+    for name, data in (("victim", victim), ("other", other)):
+        deletion = encode(PodDeletion("default", name, uid_of(data)))
+        await publish_durable(js, PODS_DELETE, deletion, f"delete/{name}")
+
+    async def both_handled() -> None:
+        assert (await js.stream_info(PODS_STREAM.name)).state.messages == 0
+        assert [e.name for e in events.of("pod.deleted")] == ["default/other"]
+
+    await eventually(both_handled)
+    assert all(not q.uids() for q in queue.queues.values())
+    assert await state.get_pod(uid_of(victim)) == before
+    assert [e.name for e in events.of("pod.deleted")] == ["default/other"]
 
 
 async def test_messages_about_one_pod_keep_their_order_within_a_batch(
