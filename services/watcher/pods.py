@@ -11,7 +11,8 @@ cache:
   not kubus, so its room is taken whatever is left), Running when the apiserver says it runs;
   once its deletion begins (deletionTimestamp set: it runs out its grace period) its room is
   marked terminating (`Reservation.deletion_timestamp`), still held, as kube-scheduler's cache
-  keeps such a pod with its DeletionTimestamp (PodTopologySpread stops counting it);
+  keeps such a pod with its DeletionTimestamp (PodTopologySpread stops counting it); not that
+  of a preemption victim kubus evicted (`PodMirror.evicting`), whose room was given back then;
 - a pod that succeeded or failed is finished in the store: its room given back, ``pod.finished``;
 - a pod deleted (or gone when the list is read again) is deleted through the queue
   (``kubus.pods.delete`` with its uid), which gives its room back and tells everyone, and
@@ -29,6 +30,7 @@ between the apiserver's binding and the store's) is recorded here.
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -69,6 +71,8 @@ _BOUND = frozenset({PodPhase.BOUND, PodPhase.RUNNING})
 SETTLE = 5.0
 """Seconds a pod kubus's binder bound in the apiserver has for that binder's store bind before
 the mirror looks (the binder records it milliseconds after the apiserver answers)."""
+_EVICTING_KEPT = 10_000
+"""Preemption victims remembered as being deleted (a victim's deletion ends within seconds)."""
 
 
 @dataclass(slots=True)
@@ -147,6 +151,16 @@ class PodMirror:
         self._unreadable = Throttle(60.0)
         self._settling: dict[str, tuple[float, str, Mapping[str, codec.JSONValue]]] = {}
         """Uid -> (when to look, node, the object) of pods kubus's binder is binding."""
+        self._evicting: OrderedDict[str, None] = OrderedDict()
+        """Uids of the preemption victims being deleted (`evicting`), oldest first."""
+
+    def evicting(self, uid: str) -> None:
+        """Pod ``uid`` is a preemption victim the status writer deletes now: its room was given
+        back when kubus evicted it, so its deletion beginning (deletionTimestamp) needs no stamp
+        on a room it no longer holds."""
+        self._evicting[uid] = None
+        if len(self._evicting) > _EVICTING_KEPT:
+            self._evicting.popitem(last=False)
 
     # -- what the reflector delivers -------------------------------------------------------------
 
@@ -193,6 +207,7 @@ class PodMirror:
         if pod is None:
             return
         seen = self._seen.pop(pod.uid, None)
+        self._evicting.pop(pod.uid, None)
         if seen is not None or pod.node or pod.scheduler in self.profiles:
             await self._delete(pod.uid, pod.namespace, pod.name)
             await self._say_gone(pod.uid, pod.namespace, pod.name)
@@ -227,6 +242,9 @@ class PodMirror:
                 self._settling[pod.uid] = (self.clock() + SETTLE, pod.node, obj)
                 return None
             self._settling.pop(pod.uid, None)
+            if pod.terminating and pod.uid in self._evicting:  # evicted by kubus: its room is given back
+                self._seen[pod.uid] = _Seen(pod.key, node=pod.node, phase=pod.phase, terminating=True)
+                return None
             if await self._placed(pod, obj):
                 self._seen[pod.uid] = _Seen(pod.key, node=pod.node, phase=pod.phase, terminating=pod.terminating)
             return None

@@ -137,6 +137,7 @@ class WatcherService(Service):
             log=self.log,
             instance=socket.gethostname(),
             series_window=o.event_series_window,
+            evicting=pods.evicting,
         )
         kinds = {kind: resource for kind, resource in mirrored().items() if resource not in missing}
         for resource in (*kinds.values(), NODES, PODS):

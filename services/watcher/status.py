@@ -79,9 +79,12 @@ class StatusWriter:
         instance: str,
         series_window: float = 360.0,
         clock: Callable[[], float] = time.time,
+        evicting: Callable[[str], None] | None = None,
     ) -> None:
         self.client = client
         self.log = log.bind(part="status")
+        self.evicting = evicting
+        """Told the uid of each preemption victim before it is deleted (`PodMirror.evicting`)."""
         self.instance = instance
         """reportingInstance of the events (kube: "<scheduler name>-<host>")."""
         self.series_window = series_window
@@ -136,6 +139,8 @@ class StatusWriter:
         try:
             await self._condition(namespace, name, uid, "DisruptionTarget", "True", "PreemptionByScheduler", why)
             await self._event(namespace, name, uid, "Normal", "Preempted", message, profile)
+            if self.evicting is not None:
+                self.evicting(uid)
             await self.client.delete(PODS, name, namespace=namespace, uid=uid)
         except KubeAPIError as exc:
             if not (exc.not_found or exc.conflict):  # gone, or another pod of that name now

@@ -104,3 +104,28 @@ async def test_a_bound_pod_being_deleted_is_recorded_terminating(state: ClusterS
     await mirror.changed({**bound, "metadata": {**bound["metadata"], "deletionTimestamp": "2024-05-01T12:00:01Z"}})
     stamped = await state.reservation("n1", "u2")
     assert stamped is not None and stamped.attempt == 11 and stamped.deletion_timestamp == 1714564801.0
+
+
+async def test_a_victim_kubus_evicted_is_not_recorded_terminating(state: ClusterState, js: JetStreamContext) -> None:
+    """A preemption victim kubus evicted gave its room back in that step; the status writer
+    tells the mirror before it deletes it (`PodMirror.evicting`), so the deletion beginning
+    records nothing (a pod not evicted by kubus is stamped, as the test above shows)."""
+    await ensure_streams(js)
+    await state.put_node(parse_node({"metadata": {"name": "n1"}, "status": {"capacity": {"cpu": "4", "pods": "10"}}}))
+    mirror = PodMirror(store=state, js=js, profiles=["kubus"], log=logger("test"), clock=lambda: 1000.0)
+    victim = api_pod("u1", node="n1")
+    victim["spec"]["schedulerName"] = "other"
+    await mirror.changed(victim)  # recorded bound there
+    recorded: list[str] = []
+    placed = mirror._placed
+
+    async def placing(pod: Any, obj: Mapping[str, Any]) -> bool:
+        recorded.append(pod.uid)
+        return await placed(pod, obj)
+
+    mirror._placed = placing  # type: ignore[method-assign]
+    mirror.evicting("u1")
+    await mirror.changed({**victim, "metadata": {**victim["metadata"], "deletionTimestamp": "2024-05-01T12:00:00Z"}})
+    assert recorded == []
+    held = await state.reservation("n1", "u1")
+    assert held is not None and held.deletion_timestamp is None

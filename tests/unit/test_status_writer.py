@@ -56,7 +56,14 @@ def nominations(apiserver: Apiserver) -> list[tuple[str, str]]:
 def test_a_preemptor_is_nominated_once_for_all_its_victims() -> None:
     apiserver = Apiserver()
     now = [1000.0]
-    writer = StatusWriter(client=cast(KubeClient, apiserver), log=logger("test"), instance="h", clock=lambda: now[0])
+    told: dict[str, bool] = {}  # victim uid -> whether its delete was written when told
+
+    def evicting(uid: str) -> None:
+        told[uid] = ("delete", uid.removeprefix("uid-"), None) in apiserver.writes
+
+    writer = StatusWriter(
+        client=cast(KubeClient, apiserver), log=logger("test"), instance="h", clock=lambda: now[0], evicting=evicting
+    )
 
     async def main() -> None:
         # Three victims of one preemption, written at once (each on a writer of its own).
@@ -72,3 +79,5 @@ def test_a_preemptor_is_nominated_once_for_all_its_victims() -> None:
         assert [verb for verb, _ in mine] == ["patch_status", "create", "delete"], mine
         assert mine[0][1]["status"]["conditions"][0]["type"] == "DisruptionTarget"
         assert mine[1][1] == "Preempted"
+    # The pod mirror is told of each victim before its deletion is written.
+    assert told == {f"uid-v{i}": False for i in range(1, 6)}
