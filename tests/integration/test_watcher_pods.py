@@ -31,6 +31,19 @@ def api_pod(uid: str, node: str = "") -> dict[str, Any]:
     }
 
 
+def placements_recorded(mirror: PodMirror) -> list[str]:
+    """The uids the mirror records placed in the store from now on (`PodMirror._placed`), in order."""
+    recorded: list[str] = []
+    placed = mirror._placed
+
+    async def placing(pod: Any, obj: Mapping[str, Any]) -> bool:
+        recorded.append(pod.uid)
+        return await placed(pod, obj)
+
+    mirror._placed = placing  # type: ignore[method-assign]
+    return recorded
+
+
 async def test_settling_records_only_the_bindings_the_store_lacks(state: ClusterState, js: JetStreamContext) -> None:
     """Three pods kubus submitted and its binder bound in the apiserver: one it recorded in the
     store too, one not (killed in between), one recorded and deleted in kubus since (preempted:
@@ -51,14 +64,7 @@ async def test_settling_records_only_the_bindings_the_store_lacks(state: Cluster
     assert deleted.ok
     for uid in ("u1", "u2", "u3"):
         await mirror.changed(api_pod(uid, node="n1"))  # bound by kubus's binder: settling
-    recorded: list[str] = []
-    placed = mirror._placed
-
-    async def placing(pod: Any, obj: Mapping[str, Any]) -> bool:
-        recorded.append(pod.uid)
-        return await placed(pod, obj)
-
-    mirror._placed = placing  # type: ignore[method-assign]
+    recorded = placements_recorded(mirror)
     await mirror.settle()
     assert recorded == [], "not before SETTLE seconds"
     now[0] += SETTLE + 1
@@ -116,14 +122,7 @@ async def test_a_victim_kubus_evicted_is_not_recorded_terminating(state: Cluster
     victim = api_pod("u1", node="n1")
     victim["spec"]["schedulerName"] = "other"
     await mirror.changed(victim)  # recorded bound there
-    recorded: list[str] = []
-    placed = mirror._placed
-
-    async def placing(pod: Any, obj: Mapping[str, Any]) -> bool:
-        recorded.append(pod.uid)
-        return await placed(pod, obj)
-
-    mirror._placed = placing  # type: ignore[method-assign]
+    recorded = placements_recorded(mirror)
     mirror.evicting("u1")
     await mirror.changed({**victim, "metadata": {**victim["metadata"], "deletionTimestamp": "2024-05-01T12:00:00Z"}})
     assert recorded == []
