@@ -467,8 +467,8 @@ class Scheduler:
         examined in row order from next_start_node_index (rotating), stopping after
         numFeasibleNodesToFind feasible ones (1 when the profile has no score plugin).
 
-        Rows placements touched since the class last decided (`PodClass.dirty`) are refreshed
-        only when the examination reaches one: up to there the class's rows are what refreshing
+        Rows placements touched since the class's rows were last refreshed (`PodClass.dirty`)
+        are refreshed only when the examination reaches one: up to there the class's rows are what refreshing
         would make them, so the rows found are the same. With kube's sampling a pod examines a
         few hundred rows from where the last one stopped, so a placed row is reached again only
         after the rotation comes round: its refresh then serves the placements of many pods at once."""
