@@ -149,8 +149,12 @@ class PodMirror:
         self.clock = clock
         self._seen: dict[str, _Seen] = {}
         self._unreadable = Throttle(60.0)
-        self._settling: dict[str, tuple[float, str, Mapping[str, codec.JSONValue]]] = {}
-        """Uid -> (when to look, node, the object) of pods kubus's binder is binding."""
+        self._settling: dict[str, tuple[float, str, bytes]] = {}
+        """Uid -> (when to look, node, the object as JSON) of pods kubus's binder is binding. As
+        JSON, not the parsed object: thousands of these live for seconds, and their dicts and
+        lists would be the cyclic collector's work at every pass (a tenth of the watcher's CPU,
+        py-spy); one bytes object is none, and only a pod its binder did not record is parsed
+        again."""
         self._evicting: OrderedDict[str, None] = OrderedDict()
         """Uids of the preemption victims being deleted (`evicting`), oldest first."""
 
@@ -239,7 +243,7 @@ class PodMirror:
             ):
                 # Submitted by us, bound now: kubus's binder, which records it; checked later.
                 self._seen[pod.uid] = _Seen(pod.key, node=pod.node, phase=pod.phase)
-                self._settling[pod.uid] = (self.clock() + SETTLE, pod.node, obj)
+                self._settling[pod.uid] = (self.clock() + SETTLE, pod.node, codec.dumps(obj))
                 return None
             self._settling.pop(pod.uid, None)
             if pod.terminating and pod.uid in self._evicting:  # evicted by kubus: its room is given back
@@ -276,10 +280,12 @@ class PodMirror:
             if self._settling.get(uid) is not entry:
                 continue  # changed (or settled) while the store was read: the newer entry decides
             del self._settling[uid]
-            _, node, obj = entry
+            _, node, raw = entry
             recorded = placement is not None and placement[0] in _BOUND and placement[1] == node
             if recorded or (placement is not None and placement[0].terminal):
                 continue  # its binder recorded it, or it is over in kubus
+            obj = codec.loads(raw)
+            assert isinstance(obj, dict)  # it was a JSON object when it was kept
             pod = _ApiPod.of(obj)
             if pod is not None:
                 self.log.info("binding not recorded by a binder: recording it", pod=pod.key, node=pod.node)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import socket
 import zlib
 from collections.abc import Sequence
@@ -207,8 +208,13 @@ class WatcherService(Service):
         while not self.stopping.is_set():
             try:
                 match event:
-                    case Replaced(objects=objects):
+                    case Replaced(objects=objects, initial=initial):
                         await mirror.replace(objects)
+                        if initial:
+                            # What a first list leaves (a mirror's memory of every pod or node)
+                            # lives as long as the watcher: out of the cyclic collector's sight,
+                            # as what was loaded at start is (`tune_gc`).
+                            gc.freeze()
                     case WatchEvent(type=EventType.ADDED | EventType.MODIFIED, object=obj):
                         await mirror.changed(obj)
                     case WatchEvent(type=EventType.DELETED, object=obj):
