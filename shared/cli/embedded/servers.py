@@ -20,7 +20,7 @@ from redis.backoff import NoBackoff
 
 from kubus.access import Credentials
 from kubus.cli.embedded.children import POLL_INTERVAL, ServerProcess, ServerStartError
-from kubus.cli.embedded.host import HOST, free_port, nats_server_binary, valkey_server_binary
+from kubus.cli.embedded.host import HOST, free_port, nats_server_binary, nats_server_environment, valkey_server_binary
 
 __all__ = ["EmbeddedServers"]
 
@@ -185,7 +185,7 @@ class EmbeddedServers:
         ]  # fmt: skip
         if self.credentials is not None:
             argv += ["--config", str(self.credentials.nats_config)]
-        self._nats.spawn(argv, cwd=self.data_dir)
+        self._nats.spawn(argv, cwd=self.data_dir, env=nats_server_environment())
         pid = self._nats.proc.pid if self._nats.proc else 0
         ports_file = ports_dir / f"{binary.name}_{pid}.ports"
         while True:
