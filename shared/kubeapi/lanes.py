@@ -7,7 +7,8 @@ one turn of the event loop as one buffer on one connection (HTTP/1.1 pipelining,
 apiserver's Go server answers in order), and reads the answers as they come, parsing only what a
 write's caller needs: the status, Content-Length or chunked framing, Retry-After, and the body.
 
-Each lane is one connection; a request goes to the lane with the fewest answers outstanding (at
+Each lane is one connection, opened when first needed; a request goes to an open lane with no
+answer outstanding, else to a new one, else to the lane with the fewest answers outstanding (at
 most ``depth``; past that it waits for room). A lane whose connection fails or closes fails the
 requests still unanswered with `KubeUnreachable` (they may or may not have been applied:
 callers treat that as any unanswered request, and the writes kubus pipelines are safe to repeat:
@@ -277,27 +278,38 @@ class Lanes:
     # -- lanes -----------------------------------------------------------------------------------
 
     async def _lane(self) -> _Lane:
-        """The open lane with the fewest answers outstanding (the slots keep that under
-        ``depth``), opening one where none is open and reopening one idle too long. The look
-        starts after the lane last chosen and stops at the first idle lane: with depth 1, any
-        idle lane is a best one, and the requests go round the connections."""
+        """The lane for the next request: an open lane with no answer outstanding, looked for
+        round the lanes from the one after the last chosen (so the open ones take turns and stay
+        warm); else a lane not open, opened; else one being opened; else the open lane with the
+        fewest answers outstanding (the slots keep that under ``depth``). So only as many
+        connections are opened as requests were ever out at once: each is a TLS handshake, for
+        the client and the apiserver (a watcher writing a few statuses at a time opened all 64).
+        A lane idle for `IDLE_REOPEN` seconds is closed first (the server may be closing it)."""
         now = time.monotonic()
         count = len(self._lanes)
         best: _Lane | None = None
+        closed: int | None = None
+        opening: int | None = None
         for step in range(count):
             index = (self._next + step) % count
             lane = self._lanes[index]
-            if lane is not None and not lane.waiting and now - lane.last_used > IDLE_REOPEN:
-                lane.fail("idle")  # the server may be closing it: a fresh one instead
-                lane = None
+            if lane is not None and not lane.closed and not lane.waiting and now - lane.last_used > IDLE_REOPEN:
+                lane.fail("idle")
             if lane is None or lane.closed:
-                self._next = index + 1
-                return await self._open(index)
+                if self._opening[index] is not None:
+                    opening = opening if opening is not None else index
+                elif closed is None:
+                    closed = index
+                continue
             if not lane.waiting:
                 self._next = index + 1
                 return lane
             if best is None or len(lane.waiting) < len(best.waiting):
                 best = lane
+        chosen = closed if closed is not None else opening
+        if chosen is not None:
+            self._next = chosen + 1
+            return await self._open(chosen)
         assert best is not None
         return best
 

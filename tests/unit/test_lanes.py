@@ -107,6 +107,23 @@ async def test_answers_come_back_to_their_requests_in_order(serve: Callable[[Rep
     await lanes.close()
 
 
+async def test_only_as_many_connections_are_opened_as_requests_were_out_at_once(
+    serve: Callable[[Reply], Server],
+) -> None:
+    server = await started(serve(lambda path: [plain(200, b"{}")]))
+    lanes = Lanes(server.url, None, lanes=8)
+    for i in range(20):  # one at a time: the one connection is enough
+        assert (await lanes.request("PATCH", f"/one/{i}")).status == 200
+    assert server.connections == 1
+    for i in range(10):  # three at a time: three connections, taking turns
+        await asyncio.gather(*(lanes.request("PATCH", f"/three/{i}/{j}") for j in range(3)))
+    assert server.connections == 3
+    answers = await asyncio.gather(*(lanes.request("POST", f"/many/{i}") for i in range(30)))
+    assert {a.status for a in answers} == {200}
+    assert server.connections == 8, "as many as there are lanes, no more"
+    await lanes.close()
+
+
 async def test_chunked_bodies_split_anywhere(serve: Callable[[Reply], Server]) -> None:
     body = b'{"items": "' + b"y" * 5000 + b'"}'
     server = await started(serve(lambda path: chunked(200, body, 7)))
