@@ -15,7 +15,7 @@ from nats.js import JetStreamContext
 
 from kubus.api.errors import ManifestError
 from kubus.api.objects import Pod
-from kubus.api.podgroups import pod_group_key
+from kubus.api.podgroups import POD_GROUP_LABEL, pod_group_key
 from kubus.api.submission import Rejected, Submission, admit_priority, identify, read_submission
 from kubus.bus import (
     MSG_ID_HEADER,
@@ -57,6 +57,10 @@ from kubus.store import (
 from kubus.store.preemption import PREEMPTED
 
 __all__ = ["Intake", "Retry"]
+
+
+_GROUP_LABEL_NAME = POD_GROUP_LABEL.rpartition("/")[2].encode()
+"""The group label's name ("pod-group")."""
 
 
 class Retry(Exception):
@@ -465,7 +469,13 @@ class Intake:
 
     def _group_of(self, record: PodRecord) -> str | None:
         """The group (`namespace/name`) a stored pod is labeled into, or None; None too for a
-        manifest that no longer parses (nothing to remove then: the queue never indexed it)."""
+        manifest that no longer parses (nothing to remove then: the queue never indexed it).
+        A manifest without the label's name is not parsed (a preemption's every victim is
+        deleted through here): stored manifests are orjson's JSON (`kubus.api.submission`),
+        which writes a key as it is, never escaped."""
+        manifest = record.manifest
+        if manifest is not None and _GROUP_LABEL_NAME not in manifest:
+            return None
         try:
             return pod_group_key(record.pod())
         except (ManifestError, DecodeError):

@@ -42,8 +42,10 @@ def _pod(name: str, group: str | None) -> dict[str, Any]:
     return pod_manifest(name, namespace="ml", uid=f"uid-{name}", labels=labels, requests={"cpu": "100m"})
 
 
-async def _submit(js: JetStreamContext, obj: dict[str, Any]) -> None:
+async def _submit(js: JetStreamContext, obj: dict[str, Any], *, escaped: bool = False) -> None:
     data = codec.dumps(obj)
+    if escaped:  # the label's key as JSON may also spell it; the queue stores the manifest as sent
+        data = data.replace(b"pod-group", b"pod\\u002dgroup")
     await publish_durable(js, PODS_SUBMIT, data, f"submit/{hashlib.sha256(data).hexdigest()}")
 
 
@@ -61,20 +63,23 @@ async def test_submitted_labeled_pods_are_their_groups_members_until_deleted(
     state = ClusterState(redis)
     for name, group in (("w0", "train"), ("w1", "train"), ("e0", "eval"), ("solo", None)):
         await _submit(js, _pod(name, group))
+    await _submit(js, _pod("w2", "train"), escaped=True)
 
     async def indexed() -> None:
-        assert await state.group_members("ml/train") == {"uid-w0", "uid-w1"}
+        assert await state.group_members("ml/train") == {"uid-w0", "uid-w1", "uid-w2"}
         assert await state.group_members("ml/eval") == {"uid-e0"}
 
     await eventually(indexed)
     assert (await state.get_pod("uid-solo")) is not None
-    assert await state.group_counts(["ml/train"]) == {"ml/train": (2, 0)}
+    assert await state.group_counts(["ml/train"]) == {"ml/train": (3, 0)}
 
-    await publish_durable(js, PODS_DELETE, encode(PodDeletion("ml", "w0")), "delete/w0")
+    for name in ("w0", "w2", "solo"):
+        await publish_durable(js, PODS_DELETE, encode(PodDeletion("ml", name)), f"delete/{name}")
 
     async def removed() -> None:
-        record = await state.get_pod("uid-w0")
-        assert record is not None and record.phase is PodPhase.DELETED
+        for uid in ("uid-w0", "uid-w2", "uid-solo"):
+            record = await state.get_pod(uid)
+            assert record is not None and record.phase is PodPhase.DELETED
         assert await state.group_members("ml/train") == {"uid-w1"}
 
     await eventually(removed)
