@@ -190,8 +190,7 @@ class PodMirror:
         gone = [uid for uid in await self._held() if uid not in seen]
         for record in await self.store.get_pods(gone):
             if record is not None and record.phase in (PodPhase.PENDING, *_ON_NODE):
-                await self._delete(record.uid, record.namespace, record.name)
-                await self._say_gone(record.uid, record.namespace, record.name)
+                await self._delete(record.uid, record.namespace, record.name, gone=True)
         for uid in [uid for uid in self._seen if uid not in seen]:
             del self._seen[uid]
         self.log.info("pods listed", pods=len(seen), deleted_meanwhile=len(gone))
@@ -213,8 +212,7 @@ class PodMirror:
         seen = self._seen.pop(pod.uid, None)
         self._evicting.pop(pod.uid, None)
         if seen is not None or pod.node or pod.scheduler in self.profiles:
-            await self._delete(pod.uid, pod.namespace, pod.name)
-            await self._say_gone(pod.uid, pod.namespace, pod.name)
+            await self._delete(pod.uid, pod.namespace, pod.name, gone=True)
 
     # -- one pod ---------------------------------------------------------------------------------
 
@@ -257,7 +255,7 @@ class PodMirror:
         if pod.terminating:  # kube does not schedule a pod being deleted
             if seen is not None and seen.digest:
                 self._seen.pop(pod.uid, None)
-                await self._delete(pod.uid, pod.namespace, pod.name)
+                await self._delete(pod.uid, pod.namespace, pod.name, gone=False)
             return None
         manifest = pod_from_api(obj)
         msg_id = msgids.submit(pod.namespace, pod.name, manifest)  # the manifest's digest in it
@@ -365,18 +363,16 @@ class PodMirror:
                                          profile=pod.scheduler, phase=str(phase))],
             )  # fmt: skip
 
-    async def _delete(self, uid: str, namespace: str, name: str) -> None:
-        """Delete the pod through the queue (its one home for deletions), by uid."""
+    async def _delete(self, uid: str, namespace: str, name: str, *, gone: bool) -> None:
+        """Delete the pod through the queue (its one home for deletions), by uid; ``gone``: the
+        apiserver has it no more, said to the binders too (`APISERVER_DELETED`, a notice: one
+        lost costs a preemptor's binder a look at the apiserver)."""
         data = encode(PodDeletion(namespace=namespace, name=name, uid=uid))
         await publish_durable_many(
             self.js, [Publication(PODS_DELETE, data, msgids.delete(namespace, name, uid, 0))]
         )
-
-    async def _say_gone(self, uid: str, namespace: str, name: str) -> None:
-        """Tell the binders the apiserver has no pod ``uid`` any more (a notice: one lost costs a
-        waiting binder a look at the apiserver)."""
-        if self.nc is not None:
-            await self.nc.publish(APISERVER_DELETED, encode(PodDeletion(namespace=namespace, name=name, uid=uid)))
+        if gone and self.nc is not None:
+            await self.nc.publish(APISERVER_DELETED, data)
 
     async def _held(self) -> set[str]:
         """The uids of the pods kubus holds as not over (Pending, Reserved, Bound, Running)."""
