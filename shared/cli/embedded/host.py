@@ -39,7 +39,8 @@ NATS_MAX_PROCS = 1
 clients it serves need a fraction of one core (JetStream at kubus's peak, about 10,000 messages a
 second, is a few percent of one), and with a P per core Go's idle threads spin and park on every
 wake-up (futex and nanosleep calls outnumbered its writes, strace). One P cut its CPU per
-PreemptionBasic preemptor from 1.60-1.70 to 1.30-1.50 ms (bench/head_to_head.py, 2 cores)."""
+PreemptionBasic preemptor from 1.52-1.82 to 1.30-1.36 ms (bench/head_to_head.py, 2 cores, three
+alternating pairs)."""
 
 
 def nats_server_environment() -> dict[str, str]:
