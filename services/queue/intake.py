@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 
 from nats.aio.msg import Msg
@@ -142,17 +142,40 @@ class Intake:
                 continue
             submits = [m for m in round_ if m.subject == PODS_SUBMIT]
             others = [m for m in round_ if m.subject != PODS_SUBMIT]
-            await asyncio.gather(self._submit_batch(submits), *map(self._handle_pods_message, others))
+            records = await self._deleted_records([m for m in others if m.subject == PODS_DELETE])
+            await asyncio.gather(
+                self._submit_batch(submits), *(self._handle_pods_message(m, records) for m in others)
+            )
 
-    async def _handle_pods_message(self, msg: Msg) -> None:
+    async def _deleted_records(self, msgs: list[Msg]) -> dict[str, PodRecord | None]:
+        """The stored records of the pods these deletions name by uid, read in one round trip:
+        a preemption's victims are deleted several at once. {} for fewer than two, or when the
+        read fails (each deletion then reads its own, and fails in its own way)."""
+        uids = []
+        for msg in msgs:
+            try:
+                uid = decode(PodDeletion, msg.data).uid
+            except MessageError:
+                continue  # rejected when handled
+            if uid:
+                uids.append(uid)
+        if len(uids) < 2:
+            return {}
+        try:
+            return dict(zip(uids, await self.store.get_pods(uids), strict=True))
+        except Exception:
+            return {}
+
+    async def _handle_pods_message(self, msg: Msg, records: Mapping[str, PodRecord | None] | None = None) -> None:
         """Process one KUBUS_PODS message; ack once its effect is in Redis. Never raises. A
-        submit is a batch of one (`_submit_batch`)."""
+        submit is a batch of one (`_submit_batch`). ``records``: pods' records read for this
+        round already (`_deleted_records`)."""
         if msg.subject == PODS_SUBMIT:
             await self._submit_batch([msg])
             return
         try:
             if msg.subject == PODS_DELETE:
-                await self._on_delete(msg)
+                await self._on_delete(msg, records or {})
             elif msg.subject == PODS_REQUEUE:
                 await self._on_requeue(msg)
             else:
@@ -425,11 +448,14 @@ class Intake:
             where = queue.update(pod, manifest) or queue.add(pod, manifest, attempts=existing.attempts)
         self.log.info("pod updated", pod=key, uid=uid, queue=str(where) if where else "-")
 
-    async def _on_delete(self, msg: Msg) -> None:
+    async def _on_delete(self, msg: Msg, records: Mapping[str, PodRecord | None]) -> None:
         deletion = decode(PodDeletion, msg.data)
         key = f"{deletion.namespace}/{deletion.name}"
         if deletion.uid:
-            record = await self.store.get_pod(deletion.uid)
+            if deletion.uid in records:
+                record = records[deletion.uid]
+            else:
+                record = await self.store.get_pod(deletion.uid)
             if record is not None and record.key != key:
                 raise Rejected(f"{PODS_DELETE}: Pod {key}: uid {deletion.uid} is pod {record.key}", key=key)
         else:

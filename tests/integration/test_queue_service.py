@@ -559,6 +559,58 @@ async def test_deleting_a_pod_a_preemption_evicted_changes_and_announces_nothing
     assert [e.name for e in events.of("pod.deleted")] == ["default/other"]
 
 
+async def test_deletions_fetched_together_read_their_pods_in_one_round_trip(
+    start_queue: QueueFactory, js: JetStreamContext, redis: aioredis.Redis, events: EventLog,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """A preemption's victims are deleted several at once: deletions fetched in one batch read
+    their pods' records with one `get_pods`, not a `get_pod` each, and each ends as it would
+    alone: the evicted ones forgotten silently, the others deleted and announced, a uid that
+    is another pod's rejected, garbage rejected."""
+    await ensure_streams(js)
+    state = ClusterState(redis)
+    victims = [pod_manifest(f"victim{i}") for i in range(3)]
+    others = [pod_manifest(f"other{i}") for i in range(2)]
+    for data in (*victims, *others):
+        await submit(js, data)
+    queue = await start_queue()
+    await eventually(lambda: _assert(len(queue.queues[DEFAULT]) == 5))
+    for data in victims:
+        assert (await state.transition(uid_of(data), PodPhase.DELETED, reason="Preempted", message="by urgent")).ok
+    await queue.stop()
+
+    # Published while no queue runs: the next one fetches them as one batch, one round.
+    for data in (*victims, *others):
+        name = codec.loads(data)["metadata"]["name"]
+        await publish_durable(js, PODS_DELETE, encode(PodDeletion("default", name, uid_of(data))), f"delete/{name}")
+    await publish_durable(js, PODS_DELETE, encode(PodDeletion("default", "impostor", uid_of(others[0]))), "delete/x")
+    await publish_durable(js, PODS_DELETE, b"{not json", "delete/garbage")
+    singles: list[str] = []
+    store_get_pod = ClusterState.get_pod
+
+    async def get_pod(self: ClusterState, uid: str) -> PodRecord | None:
+        singles.append(uid)
+        return await store_get_pod(self, uid)
+
+    monkeypatch.setattr(ClusterState, "get_pod", get_pod)
+    await start_queue()
+
+    async def all_handled() -> None:
+        assert (await js.stream_info(PODS_STREAM.name)).state.messages == 0
+        assert sorted(e.name for e in events.of("pod.deleted")) == ["default/other0", "default/other1"]
+
+    await eventually(all_handled)
+    # The deletions' own reads: none (the transitions of the two others read theirs after).
+    assert sorted(singles) == sorted(uid_of(d) for d in others)
+    for data in victims:
+        record = await state.get_pod(uid_of(data))
+        assert record is not None and (record.phase, record.reason) == (PodPhase.DELETED, "Preempted")
+    rejected = {e.name: e.message for e in await eventually(lambda: _at_least(events.of("pod.rejected"), 2))}
+    assert "is pod default/other0" in rejected["default/impostor"]
+    assert len(rejected) == 2
+    assert await check_invariants(state) == []
+
+
 async def test_messages_about_one_pod_keep_their_order_within_a_batch(
     start_queue: QueueFactory, nats: NATS, js: JetStreamContext, redis: aioredis.Redis
 ) -> None:
