@@ -263,7 +263,7 @@ class ScheduledEvents:
         for attempt in range(1, self.ATTEMPTS + 1):
             async with self._slots:
                 try:
-                    await self.client.create(EVENTS, body, namespace=namespace)
+                    await self.client.create(EVENTS, body, namespace=namespace, answer=False)
                     return
                 except asyncio.CancelledError:
                     raise

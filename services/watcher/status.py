@@ -141,7 +141,7 @@ class StatusWriter:
             await self._event(namespace, name, uid, "Normal", "Preempted", message, profile)
             if self.evicting is not None:
                 self.evicting(uid)
-            await self.client.delete(PODS, name, namespace=namespace, uid=uid)
+            await self.client.delete(PODS, name, namespace=namespace, uid=uid, answer=False)
         except KubeAPIError as exc:
             if not (exc.not_found or exc.conflict):  # gone, or another pod of that name now
                 raise
@@ -158,7 +158,7 @@ class StatusWriter:
             p_namespace, _, p_name = key.partition("/")
             try:
                 await self.client.patch_status(
-                    PODS, p_name, {"status": {"nominatedNodeName": node}}, namespace=p_namespace
+                    PODS, p_name, {"status": {"nominatedNodeName": node}}, namespace=p_namespace, answer=False
                 )
             except BaseException as exc:
                 if not (isinstance(exc, KubeAPIError) and exc.not_found):  # a preemptor gone is done
@@ -193,7 +193,9 @@ class StatusWriter:
             },
         }
         try:
-            await self.client.patch_status(PODS, name, patch, namespace=namespace, patch_type=PatchType.STRATEGIC)
+            await self.client.patch_status(
+                PODS, name, patch, namespace=namespace, patch_type=PatchType.STRATEGIC, answer=False
+            )
         except KubeAPIError as exc:
             if exc.conflict:  # the uid precondition: another pod of that name now
                 return
@@ -213,7 +215,7 @@ class StatusWriter:
             patch = {"series": {"count": series.count, "lastObservedTime": micro_time(now)}}
             try:
                 await self.client.patch(
-                    EVENTS, series.name, patch, namespace=series.namespace, patch_type=PatchType.MERGE
+                    EVENTS, series.name, patch, namespace=series.namespace, patch_type=PatchType.MERGE, answer=False
                 )
                 return
             except KubeAPIError as exc:

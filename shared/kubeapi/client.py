@@ -250,10 +250,12 @@ class KubeClient:
         name: str | None = None,
         subresource: str | None = None,
         field_manager: str | None = None,
+        answer: bool = True,
     ) -> KubeObject:
         """POST ``obj`` (apiVersion and kind are added when missing) to the collection, or to
         ``name``'s ``subresource`` (pods/binding, serviceaccounts/token). The namespace is
-        ``namespace`` or obj's metadata.namespace. Returns the object as stored. Raises
+        ``namespace`` or obj's metadata.namespace. Returns the object as stored ({} with
+        ``answer=False``: the caller does not read it, and it is not parsed). Raises
         KubeAPIError (409: already_exists), KubeUnreachable; not idempotent."""
         namespace = _ns(resource, namespace, obj)
         body = dict(obj) if subresource else {"apiVersion": resource.api_version, "kind": resource.kind, **obj}
@@ -269,6 +271,7 @@ class KubeClient:
             subresource=subresource,
             params=params,
             body=codec.dumps(body),
+            answer=answer,
         )
 
     async def update(
@@ -306,10 +309,12 @@ class KubeClient:
         patch_type: PatchType = PatchType.STRATEGIC,
         subresource: str | None = None,
         field_manager: str | None = None,
+        answer: bool = True,
     ) -> KubeObject:
         """PATCH ``name`` (or its ``subresource``, e.g. "status") with ``patch`` in
-        ``patch_type``'s format (JSON: a list of operations). Returns the object as stored.
-        Raises KubeAPIError (404, 409 on a failed resourceVersion/uid in the patch, 422)."""
+        ``patch_type``'s format (JSON: a list of operations). Returns the object as stored ({}
+        with ``answer=False``, unparsed). Raises KubeAPIError (404, 409 on a failed
+        resourceVersion/uid in the patch, 422)."""
         params = {"fieldManager": field_manager} if field_manager else None
         path = resource.path(_ns(resource, namespace, None), name, subresource)
         return await self._json(
@@ -323,6 +328,7 @@ class KubeClient:
             params=params,
             body=codec.dumps(patch),
             content_type=patch_type.value,
+            answer=answer,
         )
 
     async def patch_status(
@@ -333,9 +339,12 @@ class KubeClient:
         *,
         namespace: str | None = None,
         patch_type: PatchType = PatchType.STRATEGIC,
+        answer: bool = True,
     ) -> KubeObject:
         """PATCH ``name``/status (a pod's conditions, nominatedNodeName; a node's conditions)."""
-        return await self.patch(resource, name, patch, namespace=namespace, patch_type=patch_type, subresource="status")
+        return await self.patch(
+            resource, name, patch, namespace=namespace, patch_type=patch_type, subresource="status", answer=answer
+        )
 
     async def delete(
         self,
@@ -347,10 +356,12 @@ class KubeClient:
         resource_version: str | None = None,
         grace_period_seconds: int | None = None,
         propagation_policy: str | None = None,
+        answer: bool = True,
     ) -> KubeObject:
         """DELETE ``name``; only if its uid (and resourceVersion) are still these, when given
         (else KubeAPIError 409). ``propagation_policy``: "Orphan", "Background", "Foreground".
-        Returns what the apiserver answers (the object, or a Status). Raises KubeAPIError (404)."""
+        Returns what the apiserver answers (the object, or a Status; {} with ``answer=False``,
+        unparsed). Raises KubeAPIError (404)."""
         options: JSONObject = {"apiVersion": "v1", "kind": "DeleteOptions"}
         preconditions = {k: v for k, v in (("uid", uid), ("resourceVersion", resource_version)) if v is not None}
         if preconditions:
@@ -361,8 +372,9 @@ class KubeClient:
             options["propagationPolicy"] = propagation_policy
         path = resource.path(_ns(resource, namespace, None), name)
         return await self._json(
-            "DELETE", path, resource, "delete", namespace=namespace, name=name, body=codec.dumps(options)
-        )
+            "DELETE", path, resource, "delete", namespace=namespace, name=name, body=codec.dumps(options),
+            answer=answer,
+        )  # fmt: skip
 
     async def bind(self, namespace: str, pod: str, node: str, *, uid: str | None = None) -> None:
         """Bind pod ``namespace/pod`` to ``node`` (POST pods/{pod}/binding, a v1 Binding), as
@@ -378,7 +390,7 @@ class KubeClient:
             "metadata": metadata,
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
-        await self.create(PODS, binding, namespace=namespace, name=pod, subresource="binding")
+        await self.create(PODS, binding, namespace=namespace, name=pod, subresource="binding", answer=False)
 
     # -- the wire --------------------------------------------------------------------------------
 
@@ -469,10 +481,14 @@ class KubeClient:
         params: Mapping[str, str] | None = None,
         body: bytes | None = None,
         content_type: str = "application/json",
+        answer: bool = True,
     ) -> KubeObject:
+        """The object the apiserver answers with; {} for an empty answer, or with ``answer=False``
+        (a write whose caller does not read it: a preemption's status writes and deletions,
+        the binder's bindings and events, each a whole object to parse for nothing)."""
         if self._lanes is not None and method != "GET":
             return await self._pipelined(
-                method, path, resource, verb, namespace, name, subresource, params, body, content_type
+                method, path, resource, verb, namespace, name, subresource, params, body, content_type, answer
             )
         response = await self._open(
             method,
@@ -492,7 +508,7 @@ class KubeClient:
             raise KubeUnreachable(self.server, describe_failure(error, self.timeout)) from None
         finally:
             response.release()
-        if not data:
+        if not data or not answer:
             return {}
         result: KubeObject = codec.loads(data)
         return result
@@ -510,6 +526,7 @@ class KubeClient:
         params: Mapping[str, str] | None,
         body: bytes | None,
         content_type: str,
+        answer: bool,
     ) -> KubeObject:
         """A write through the pipelined lanes (`kubus.kubeapi.lanes`); raises as `_open`."""
         assert self._lanes is not None
@@ -519,15 +536,15 @@ class KubeClient:
         headers = self._auth()
         if body is not None:
             headers["Content-Type"] = content_type
-        answer = await self._lanes.request(method, path, params=params, body=body or b"", headers=headers)
-        if answer.status >= 400:
+        reply = await self._lanes.request(method, path, params=params, body=body or b"", headers=headers)
+        if reply.status >= 400:
             raise _api_error(
-                answer.status, answer.reason, answer.retry_after, answer.body,
+                reply.status, reply.reason, reply.retry_after, reply.body,
                 verb, resource, subresource, namespace, name,
             )  # fmt: skip
-        if not answer.body:
+        if not reply.body or not answer:
             return {}
-        result: KubeObject = codec.loads(answer.body)
+        result: KubeObject = codec.loads(reply.body)
         return result
 
 

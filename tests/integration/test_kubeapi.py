@@ -238,6 +238,18 @@ async def test_crud_paging_patches_and_preconditions(kube: KubeTest, writer: Kub
     )
     assert pod["metadata"]["labels"] == {"app": "kubus-test", "tier": "a", "json": "yes"}
     assert pod["metadata"]["annotations"] == {"x": "1"}
+    # A write whose answer the caller does not read: made all the same, its answer not parsed,
+    # its refusal an error as ever.
+    assert await client.patch_status(PODS, "p1", {"status": {"nominatedNodeName": "n9"}}, namespace=ns,
+                                     answer=False) == {}  # fmt: skip
+    assert (await client.get(PODS, "p1", namespace=ns))["status"]["nominatedNodeName"] == "n9"
+    with pytest.raises(KubeAPIError) as refused:
+        await client.patch(PODS, "nope", {"metadata": {"labels": {"a": "b"}}}, namespace=ns, answer=False)
+    assert refused.value.not_found
+    assert await client.delete(PODS, "p6", namespace=ns, grace_period_seconds=0, answer=False) == {}
+    with pytest.raises(KubeAPIError) as deleted:
+        await client.get(PODS, "p6", namespace=ns)
+    assert deleted.value.not_found
 
     stale = dict(pod, metadata={**pod["metadata"], "resourceVersion": listed.resource_version})
     with pytest.raises(KubeAPIError) as conflict:
