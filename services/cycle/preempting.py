@@ -5,6 +5,7 @@ preemptor in one step; then the victims' ``pod.deleted``."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Sequence
 
@@ -106,7 +107,7 @@ class Preemptions:
         outcomes = await store.preempt_many(
             [(h[2].node, h[2], batch.victims[uid(h[0].pod)]) for h in holds], source=source
         )
-        notes: list[Awaitable[None]] = []
+        notes: list[tuple[str, PodEvent]] = []
         publications: list[Publication] = []
         for (result, _, reservation), outcome in zip(holds, outcomes, strict=True):
             if not (outcome.ok and outcome.evicted):
@@ -123,15 +124,13 @@ class Preemptions:
                 f"preempted {len(outcome.evicted)} pod(s) of lower priority on node {reservation.node}: {victims_text}",
                 source=source,
             )
-            notes.append(store.append_event(uid(result.pod), note))
+            notes.append((uid(result.pod), note))
             publications += announcements.preempted(
                 outcome.evicted, node=reservation.node, message=outcome.message, at=time.time()
             )
-        if notes:
-            # The records say it all; the preemptors' events are extra.
-            for failed in await asyncio.gather(*notes, return_exceptions=True):
-                if isinstance(failed, BaseException) and not isinstance(failed, TRANSIENT_ERRORS):
-                    raise failed
+        # The records say it all; the preemptors' events are extra.
+        with contextlib.suppress(*TRANSIENT_ERRORS):
+            await store.append_events(notes)
         if publications:
             try:
                 await publish_durable_many(self.js, publications)

@@ -459,10 +459,18 @@ class PodStore(StoreCore):
 
     async def append_event(self, uid: str, event: PodEvent) -> None:
         """Add an event to the pod's history, keeping the newest `event_cap`."""
-        key = self.keys.pod_events(uid)
+        await self.append_events([(uid, event)])
+
+    async def append_events(self, events: Sequence[tuple[str, PodEvent]]) -> None:
+        """`append_event` for many (pod uid, event) pairs, in order, in one round trip (a batch's
+        preemptors each note their preemption)."""
+        if not events:
+            return
         pipe = self.redis.pipeline(transaction=True)
-        pipe.rpush(key, event.encode())
-        pipe.ltrim(key, -self.event_cap, -1)
+        for uid, event in events:
+            key = self.keys.pod_events(uid)
+            pipe.rpush(key, event.encode())
+            pipe.ltrim(key, -self.event_cap, -1)
         await pipe.execute()
 
     async def events(self, uid: str) -> list[PodEvent]:

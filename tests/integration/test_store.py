@@ -821,6 +821,14 @@ async def test_events_are_capped_newest_last(redis: aioredis.Redis) -> None:
         await state.append_event("u1", PodEvent(float(i), EventType.NORMAL, "Scheduled", f"m{i}", "cycle"))
     assert [e.message for e in await state.events("u1")] == ["m2", "m3", "m4"]
     assert await state.events("nobody") == []
+    # Many pods' events in one call: each pod's in order, each capped.
+    await state.append_events(
+        [(uid, PodEvent(float(i), EventType.NORMAL, "Preempting", f"{uid}-{i}", "cycle")) for i in range(4)
+         for uid in ("u1", "u2")]
+    )  # fmt: skip
+    assert [e.message for e in await state.events("u1")] == ["u1-1", "u1-2", "u1-3"]
+    assert [e.message for e in await state.events("u2")] == ["u2-1", "u2-2", "u2-3"]
+    await state.append_events([])
 
 
 # ---- leases ------------------------------------------------------------------------------------
