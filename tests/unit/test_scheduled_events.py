@@ -21,8 +21,11 @@ class Apiserver:
         self.tries: dict[str, int] = {}
         self.events: list[dict[str, Any]] = []
 
-    async def create(self, resource: Resource, obj: dict[str, Any], *, namespace: str | None = None) -> dict[str, Any]:
+    async def create(
+        self, resource: Resource, obj: dict[str, Any], *, namespace: str | None = None, answer: bool = True
+    ) -> dict[str, Any]:
         assert resource is EVENTS and namespace == obj["metadata"]["namespace"]
+        assert not answer  # the binder reads nothing of the event it wrote
         pod = obj["regarding"]["name"]
         self.tries[pod] = self.tries.get(pod, 0) + 1
         errors = self.failures.get(pod)
@@ -87,7 +90,7 @@ def test_a_refusal_for_a_while_is_tried_again_and_others_are_dropped() -> None:
 def test_drain_gives_up_on_writes_past_its_time() -> None:
     class Stuck(Apiserver):
         async def create(
-            self, resource: Resource, obj: dict[str, Any], *, namespace: str | None = None
+            self, resource: Resource, obj: dict[str, Any], *, namespace: str | None = None, answer: bool = True
         ) -> dict[str, Any]:
             await asyncio.sleep(60)
             raise AssertionError("not reached")
