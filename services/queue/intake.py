@@ -166,16 +166,13 @@ class Intake:
         except Exception:
             return {}
 
-    async def _handle_pods_message(self, msg: Msg, records: Mapping[str, PodRecord | None] | None = None) -> None:
-        """Process one KUBUS_PODS message; ack once its effect is in Redis. Never raises. A
-        submit is a batch of one (`_submit_batch`). ``records``: pods' records read for this
+    async def _handle_pods_message(self, msg: Msg, records: Mapping[str, PodRecord | None]) -> None:
+        """Process one KUBUS_PODS message but a submit (those go by the batch, `_submit_batch`);
+        ack once its effect is in Redis. Never raises. ``records``: pods' records read for this
         round already (`_deleted_records`)."""
-        if msg.subject == PODS_SUBMIT:
-            await self._submit_batch([msg])
-            return
         try:
             if msg.subject == PODS_DELETE:
-                await self._on_delete(msg, records or {})
+                await self._on_delete(msg, records)
             elif msg.subject == PODS_REQUEUE:
                 await self._on_requeue(msg)
             else:
