@@ -21,7 +21,7 @@ from kubus.api.manifests import wire_pod
 from kubus.binder.apiserver import ApiBinding, ApiBindResult, ScheduledEvents
 from kubus.binder.handback import HandBack, requeue_publication, unreserved_publication
 from kubus.binder.work import BindResult, Work, framework_of, request_log
-from kubus.bus import Publication, announcements, node_pods
+from kubus.bus import Publication, announcements
 from kubus.bus.messages import BindRequest, NodeAssignment
 from kubus.core.metrics import Metrics
 from kubus.framework.registry import ExtensionPoint
@@ -244,9 +244,8 @@ class BindingCycle:
                 gpu_devices=request.gpu_devices,
                 attempt=attempt,
             )
-            pubs = announcements.bound(assignment, request.profile, at=self.clock())
-            if self.apiserver is not None:  # no agents: the kubelet runs it, told by the apiserver
-                pubs = [p for p in pubs if p.subject != node_pods(request.node)]
+            # Cluster mode has no agents: the kubelet runs the pod, told by the apiserver.
+            pubs = announcements.bound(assignment, request.profile, at=self.clock(), agent=self.apiserver is None)
             if write.ok and result.created_at:
                 latency = max(0.0, self.clock() - result.created_at)
                 self.metrics.pod_scheduling_sli_duration.labels(attempts=str(result.attempts)).observe(latency)

@@ -9,17 +9,36 @@ message id (`kubus.bus.msgids`), so the binder and the janitor finishing its bin
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import uuid
+from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from kubus.api.attempts import NO_ATTEMPT, Attempt
 from kubus.bus import msgids
 from kubus.bus.connection import Publication
-from kubus.bus.messages import ClusterEvent, NodeAssignment, NodeChange, PodChange, Rejection, encode
+from kubus.bus.messages import (
+    ClusterEvent,
+    NodeAssignment,
+    NodeChange,
+    NodeChanged,
+    NodeChanges,
+    PodChange,
+    Rejection,
+    encode,
+)
 from kubus.bus.subjects import EventKind, event_subject, node_pods
 from kubus.core import codec
 
-__all__ = ["Evicted", "bound", "node_event", "pod_event", "preempted", "rejection_event"]
+__all__ = [
+    "NODE_CHANGES_PER_EVENT",
+    "Evicted",
+    "bound",
+    "node_changes",
+    "node_event",
+    "pod_event",
+    "preempted",
+    "rejection_event",
+]
 
 
 class Evicted(Protocol):
@@ -76,6 +95,25 @@ def node_event(
     return Publication(event_subject(kind, name), _event_bytes(event), msg_id)
 
 
+NODE_CHANGES_PER_EVENT = 1000
+"""Node changes one ``nodes.changed`` event carries at most (about 60 KiB of JSON)."""
+
+
+def node_changes(changes: Sequence[tuple[EventKind, str, int]], *, at: float) -> list[Publication]:
+    """``nodes.changed`` events for many nodes' changes, each ``(kind, name, generation)`` as
+    `node_event` takes them, in order: one event per `NODE_CHANGES_PER_EVENT`. Each is its own
+    announcement (a fresh id), as the watcher's node events are."""
+    kind = EventKind.NODES_CHANGED
+    out: list[Publication] = []
+    for start in range(0, len(changes), NODE_CHANGES_PER_EVENT):
+        nonce = uuid.uuid4().hex
+        chunk = changes[start : start + NODE_CHANGES_PER_EVENT]
+        data = NodeChanges(tuple(NodeChanged(k.value, name, generation) for k, name, generation in chunk))
+        event = ClusterEvent(kind=kind.value, name=nonce, at=at, data=data)
+        out.append(Publication(event_subject(kind, nonce), _event_bytes(event), msgids.event(kind, nonce)))
+    return out
+
+
 def rejection_event(
     name: str, subject: str, seq: int, *, at: float, reason: str, message: str, uid: str = ""
 ) -> Publication:
@@ -87,13 +125,14 @@ def rejection_event(
     return Publication(event_subject(kind, name), _event_bytes(event), msgids.event(kind, seq))
 
 
-def bound(assignment: NodeAssignment, profile: str, *, at: float) -> list[Publication]:
-    """A pod bound: its assignment for the node's agent, then ``pod.bound`` for everyone else."""
+def bound(assignment: NodeAssignment, profile: str, *, at: float, agent: bool = True) -> list[Publication]:
+    """A pod bound: its assignment for the node's agent (unless ``agent`` is False: in cluster
+    mode the kubelet runs it, told by the apiserver), then ``pod.bound`` for everyone else."""
     a = assignment
-    return [
-        Publication(node_pods(a.node), encode(a), msgids.assign(a.uid, a.attempt)),
-        pod_event(EventKind.POD_BOUND, a.key, a.uid, at=at, node=a.node, attempt=a.attempt, profile=profile),
-    ]
+    event = pod_event(EventKind.POD_BOUND, a.key, a.uid, at=at, node=a.node, attempt=a.attempt, profile=profile)
+    if not agent:
+        return [event]
+    return [Publication(node_pods(a.node), encode(a), msgids.assign(a.uid, a.attempt)), event]
 
 
 def preempted(victims: Iterable[Evicted], *, node: str, message: str, at: float) -> list[Publication]:
