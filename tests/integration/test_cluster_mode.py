@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -103,6 +104,11 @@ async def cluster_mode(
         watcher = services[0]
         assert isinstance(watcher, WatcherService)
         await asyncio.wait_for(watcher.synced(), 30)
+
+        async def collecting() -> None:  # paused while the first lists came in, and back now
+            assert gc.isenabled()
+
+        await eventually(collecting, timeout=5)
         yield services
     finally:
         for service in reversed(services):
