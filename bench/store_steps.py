@@ -8,8 +8,10 @@ nothing else running.
     python bench/store_steps.py                     # 5,000 nodes, 10,240 pods, 3 runs
     python bench/store_steps.py --nodes 1000 --pods 4096 --runs 5
     python bench/store_steps.py --instructions --nodes 1000 --pods 2048 --runs 1
+    python bench/store_steps.py --workload basic    # scheduler_perf's SchedulingBasic pods and nodes
 
-The pods are `kubus bench`'s mixed workload on its simulated nodes, placed in process by
+The pods are `kubus bench`'s mixed workload on its simulated nodes (``--workload basic``:
+scheduler_perf's SchedulingBasic pods on its 4-cpu nodes, bench/head_to_head.py's), placed in process by
 `Scheduler.schedule` (kube's default profile plus GPUFit: `bench/cycle_batches.py`'s), then
 driven through the store in batches of 256, as the services drive them. Per step it reports the
 server's CPU per pod (from /proc: the scripts, and the commands' reading, parsing and replies
@@ -42,6 +44,7 @@ from typing import Any
 import redis.asyncio as aioredis
 import yaml
 from cycle_batches import bench_scheduler  # this folder's: run as `python bench/store_steps.py`
+from head_to_head import basic_pod
 
 from kubus.api.manifests import parse_node, parse_pod
 from kubus.cli.bench import cpu_seconds
@@ -59,13 +62,27 @@ BATCH = 256
 PROFILE = "default-scheduler"
 
 
-def _placements(node_count: int, pod_count: int) -> tuple[list[Any], list[tuple[ScheduleResult, bytes]], str]:
+BASIC_NODE = {
+    "apiVersion": "v1",
+    "kind": "Node",
+    "metadata": {"name": "node", "labels": {"topology.kubernetes.io/zone": "zone-a"}},
+    "status": {"allocatable": {"cpu": "4", "memory": "32Gi", "pods": "110"}},
+}
+"""scheduler_perf's node (bench/head_to_head.py's): 4 cpu, 32Gi, 110 pods."""
+
+
+def _placements(
+    node_count: int, pod_count: int, workload: str
+) -> tuple[list[Any], list[tuple[ScheduleResult, bytes]], str]:
     """The nodes, the pods placed on them (every one: the workload fits) with their manifests,
     and GPUFit's mode."""
-    nodes = simulated_nodes(parse_node(yaml.safe_load(NODE_TEMPLATE)), node_count)
+    template = BASIC_NODE if workload == "basic" else yaml.safe_load(NODE_TEMPLATE)
+    nodes = simulated_nodes(parse_node(template), node_count)
     scheduler = bench_scheduler(nodes, "numpy")
     pods, manifests = [], {}
-    for i, manifest in enumerate(mixed_workload(pod_count)):
+    basic = workload == "basic"
+    workload_pods = [basic_pod(f"pod-{i}") for i in range(pod_count)] if basic else mixed_workload(pod_count)
+    for i, manifest in enumerate(workload_pods):
         manifest["metadata"]["uid"] = f"uid-{i}"
         pods.append(parse_pod(manifest))
         manifests[f"uid-{i}"] = codec.dumps(manifest)
@@ -221,7 +238,7 @@ async def _run(
 
 
 async def _main(args: argparse.Namespace) -> int:
-    nodes, placed, gpu_pick = _placements(args.nodes, args.pods)
+    nodes, placed, gpu_pick = _placements(args.nodes, args.pods, args.workload)
     runs: list[dict[str, tuple[float, float, float]]] = []
     with tempfile.TemporaryDirectory() as tmp:
         if args.instructions:
@@ -241,7 +258,7 @@ async def _main(args: argparse.Namespace) -> int:
                     runs.append(await _run(servers.redis_url, pid, nodes, placed, gpu_pick))
             finally:
                 await servers.stop()
-    print(f"{args.nodes} nodes, {len(placed)} pods, median of {args.runs} runs, per pod")
+    print(f"{args.nodes} nodes, {len(placed)} pods ({args.workload}), median of {args.runs} runs, per pod")
     if args.instructions:
         print(f"{'step':<40} {'server, thousands of instructions':>34}")
         for step in runs[0]:
@@ -259,6 +276,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--pods", type=int, default=10240)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--workload", choices=["mixed", "basic"], default="mixed",
+        help="kubus bench's mixed pods on its GPU nodes (default), or scheduler_perf's SchedulingBasic",
+    )  # fmt: skip
     parser.add_argument(
         "--instructions", action="store_true", help="count the server's instructions under callgrind (needs valgrind)"
     )

@@ -29,7 +29,7 @@ local function holdings(info, r)
     if pair[1] ~= 'pods' then out[#out + 1] = {'r:' .. pair[1], pair[2]} end
   end
   out[#out + 1] = {'pods', 1}
-  local ngpus = num(redis.call('HGET', info, 'gpus'))
+  local ngpus = #r.gpu_devices > 0 and num(redis.call('HGET', info, 'gpus')) or 0
   for _, d in ipairs(r.gpu_devices) do
     if d >= 0 and d < ngpus then
       local ds = int(d)

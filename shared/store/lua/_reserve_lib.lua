@@ -7,16 +7,19 @@
 -- script (NODE_GONE, FENCED, OK 'already reserved' for an idempotent retry, CONFLICT when it
 -- holds another attempt's reservation here), or nil to go on.
 local function reserve_gate(info, resv, fences, uid, r)
-  if redis.call('EXISTS', info) == 0 then return {'NODE_GONE', 'node not found'} end
+  -- A node is there when its generation is (PUT_NODE writes it with the rest, as HEARTBEAT reads it).
+  local node = redis.call('HMGET', info, 'generation', 'unreachable')
+  if not node[1] then return {'NODE_GONE', 'node not found'} end
   local held = redis.call('HGET', resv, uid)
   if held then
     if attempt_of(held) == r.attempt then return {'OK', 'already reserved'} end
     return {'CONFLICT', 'pod already reserved here by another attempt'}
   end
-  if redis.call('HGET', info, 'unreachable') == '1' then return {'NODE_GONE', 'node unreachable'} end
+  if node[2] == '1' then return {'NODE_GONE', 'node unreachable'} end
   local token = tonumber(r.token) or 0
   if token > 0 then
     local seen = num(redis.call('HGET', fences, r.profile))
+    r.fence_seen = seen  -- reserve_write's comparison, not read again
     if token < seen then
       return {'FENCED', 'fencing token ' .. int(token) .. ' of profile ' .. r.profile ..
               ' is older than ' .. int(seen)}
@@ -29,20 +32,27 @@ end
 -- that give it: RESERVE passes {} and {}.
 local function fit_reasons(info, usage, resv, uid, r, freed, leaving)
   local function used(field) return num(redis.call('HGET', usage, field)) - (freed[field] or 0) end
-  local reasons = {}
-  if used('pods') + 1 > num(redis.call('HGET', info, 'a:pods')) then
-    reasons[#reasons + 1] = 'Too many pods'
-  end
+  -- The pod count and the requests' capacities and usage: one HMGET of each hash.
   local ignored = {}
   for _, name in ipairs(r.ignored) do ignored[name] = true end
+  local wanted, caps, uses = {}, {'a:pods', 'gpus'}, {'pods', 'anti'}
   for _, pair in ipairs(r.requests) do
-    local name, want = pair[1], pair[2]
-    if want > 0 and name ~= 'pods' and not ignored[name] then
-      local cap = num(redis.call('HGET', info, 'a:' .. name))
-      if want > cap - used('r:' .. name) then reasons[#reasons + 1] = 'Insufficient ' .. name end
+    local name = pair[1]
+    if pair[2] > 0 and name ~= 'pods' and not ignored[name] then
+      wanted[#wanted + 1] = pair
+      caps[#caps + 1], uses[#uses + 1] = 'a:' .. name, 'r:' .. name
     end
   end
-  local ngpus = num(redis.call('HGET', info, 'gpus'))
+  local cap, use = redis.call('HMGET', info, unpack(caps)), redis.call('HMGET', usage, unpack(uses))
+  local function used_at(i) return num(use[i]) - (freed[uses[i]] or 0) end
+  local reasons = {}
+  if used_at(1) + 1 > num(cap[1]) then
+    reasons[#reasons + 1] = 'Too many pods'
+  end
+  for i, pair in ipairs(wanted) do
+    if pair[2] > num(cap[i + 2]) - used_at(i + 2) then reasons[#reasons + 1] = 'Insufficient ' .. pair[1] end
+  end
+  local ngpus = num(cap[2])
   for _, d in ipairs(r.gpu_devices) do
     local ds = int(d)
     if d < 0 or d >= ngpus then
@@ -74,7 +84,7 @@ local function fit_reasons(info, usage, resv, uid, r, freed, leaving)
     end
     if in_use then reasons[#reasons + 1] = 'host port ' .. p[2] .. '/' .. int(p[3]) .. ' in use' end
   end
-  local anti = anti_affinity_conflict(resv, uid, r, used('anti'), leaving)
+  local anti = anti_affinity_conflict(resv, uid, r, used_at(2), leaving)
   if anti then reasons[#reasons + 1] = anti end
   return reasons
 end
@@ -88,7 +98,7 @@ local function reserve_write(info, usage, resv, fences, uid, j, r)
   account(info, usage, r, 1)
   redis.call('HSET', resv, uid, j)
   local token = tonumber(r.token) or 0
-  if token > 0 and token > num(redis.call('HGET', fences, r.profile)) then
+  if token > 0 and token > (r.fence_seen or num(redis.call('HGET', fences, r.profile))) then
     redis.call('HSET', fences, r.profile, int(token))
   end
 end

@@ -8,30 +8,29 @@ local info, usage, resv = KEYS[1], KEYS[2], KEYS[3]
 local shape = cjson.decode(ARGV[4])
 local unreachable = '0'
 if shape.unreachable then unreachable = '1' end
-local gen = num(redis.call('HGET', info, 'generation'))
-local registered = redis.call('HGET', info, 'registered')
-if redis.call('EXISTS', info) == 1
-   and redis.call('HGET', info, 'record') == ARGV[2]
-   and (redis.call('HGET', info, 'manifest') or '') == ARGV[3]
-   and redis.call('HGET', info, 'unreachable') == unreachable then
+-- One read of what is kept or compared (a node is there when its generation is), one write.
+local cur = redis.call('HMGET', info, 'generation', 'registered', 'record', 'manifest', 'unreachable', 'heartbeat')
+local gen, registered = num(cur[1]), cur[2]
+if cur[1] and cur[3] == ARGV[2] and (cur[4] or '') == ARGV[3] and cur[5] == unreachable then
   if not registered then redis.call('HSET', info, 'registered', ARGV[5]) end
   redis.call('SADD', KEYS[6], ARGV[1])
   return {'NOOP', int(gen)}
 end
-local heartbeat = redis.call('HGET', info, 'heartbeat')
 redis.call('DEL', info)
 gen = gen + 1
-redis.call('HSET', info, 'record', ARGV[2], 'generation', int(gen), 'gpus', int(#shape.gpus),
-           'unreachable', unreachable, 'registered', registered or ARGV[5])
-if ARGV[3] ~= '' then redis.call('HSET', info, 'manifest', ARGV[3]) end
-if heartbeat then redis.call('HSET', info, 'heartbeat', heartbeat) end
-for _, pair in ipairs(shape.alloc) do redis.call('HSET', info, 'a:' .. pair[1], int(pair[2])) end
+local fields = {'record', ARGV[2], 'generation', int(gen), 'gpus', int(#shape.gpus), 'unreachable', unreachable,
+                'registered', registered or ARGV[5]}
+local function put(field, value) fields[#fields + 1] = field; fields[#fields + 1] = value end
+if ARGV[3] ~= '' then put('manifest', ARGV[3]) end
+if cur[6] then put('heartbeat', cur[6]) end
+for _, pair in ipairs(shape.alloc) do put('a:' .. pair[1], int(pair[2])) end
 for i, g in ipairs(shape.gpus) do
   local ok = '0'
   if g[2] then ok = '1' end
-  redis.call('HSET', info, 'g:' .. int(i - 1) .. ':mem', int(g[1]), 'g:' .. int(i - 1) .. ':ok', ok,
-             'g:' .. int(i - 1) .. ':model', g[3] or '')
+  local d = 'g:' .. int(i - 1)
+  put(d .. ':mem', int(g[1])); put(d .. ':ok', ok); put(d .. ':model', g[3] or '')
 end
+redis.call('HSET', info, unpack(fields))
 -- The devices may have changed: recompute GPU usage from the reservations.
 for _, field in ipairs(redis.call('HKEYS', usage)) do
   if string.sub(field, 1, 2) == 'g:' then redis.call('HDEL', usage, field) end
