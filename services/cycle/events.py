@@ -1,12 +1,13 @@
 """What the cycle hears between batches (`ClusterEvents`): the cluster events that name a node
-whose row changed (``kubus.events.>``), and the other profiles' reservations (``kubus.reserved.*``)."""
+whose row changed (``kubus.events.>``; ``nodes.changed`` names several), and the other profiles'
+reservations (``kubus.reserved.*``)."""
 
 from __future__ import annotations
 
 from nats.aio.msg import Msg
 
 from kubus.bus import EVENTS, RESERVED_ALL, EventKind
-from kubus.bus.messages import ClusterEvent, MessageError, PodChange, ReservedPods, decode
+from kubus.bus.messages import NODE_KINDS, ClusterEvent, MessageError, NodeChanges, PodChange, ReservedPods, decode
 from kubus.core.metrics import Metrics
 from kubus.cycle.nodes import NodeTableKeeper
 from kubus.cycle.presence import Presence
@@ -14,10 +15,9 @@ from kubus.runtime.leasing import Leadership
 from kubus.runtime.service import TRANSIENT_ERRORS, StructuredLogger
 from kubus.store import ClusterState, Reservation
 
-NODE_EVENTS = frozenset(
-    k.value for k in (EventKind.NODE_ADDED, EventKind.NODE_UPDATED, EventKind.NODE_LOST, EventKind.NODE_DELETED)
-)
-"""Events after which the node itself is read again (with its reservations)."""
+NODE_EVENTS = NODE_KINDS | {EventKind.NODES_CHANGED.value}
+"""Events after which the node itself is read again (with its reservations): one node's, or
+several nodes' (``nodes.changed``)."""
 POD_EVENTS = frozenset(
     k.value
     for k in (
@@ -63,6 +63,10 @@ class ClusterEvents:
             # By the subscription's filter, not the subject (one per node or pod name).
             self.metrics.rejected_messages.labels(subject=EVENTS).inc()
             self.log.warning("event rejected: not a ClusterEvent", subject=msg.subject, reason=str(exc))
+            return
+        if isinstance(event.data, NodeChanges):
+            for change in event.data.changes:
+                self.nodes.mark(change.name)
             return
         if event.kind in NODE_EVENTS:
             node = event.name or event.node

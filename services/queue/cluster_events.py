@@ -11,8 +11,8 @@ from dataclasses import replace
 from nats.aio.msg import Msg
 
 from kubus.api.objects import Node, Pod
-from kubus.bus import EVENTS, event_kind_of, untoken
-from kubus.bus.messages import ClusterEvent, MessageError, PodChange, decode
+from kubus.bus import EVENTS, EventKind, event_kind_of, untoken
+from kubus.bus.messages import NODE_KINDS, ClusterEvent, MessageError, NodeChange, NodeChanges, PodChange, decode
 from kubus.core.metrics import Metrics
 from kubus.framework.queueing_hints import NODE_ADDED, NODE_DELETED, POD_BOUND, POD_FREED, WILDCARD, EventObject
 from kubus.queue._pods import count_rejected, parse_stored
@@ -71,7 +71,7 @@ class ClusterEvents:
         if not self.term.serves():
             return  # a standby holds no pods to move
         kind = event_kind_of(msg.subject)
-        if kind is not None:
+        if kind is not None and kind != EventKind.NODES_CHANGED.value:  # several nodes': read below
             if kind not in CLUSTER_EVENTS:
                 return
             if not self._hints_look_at(kind):
@@ -86,8 +86,27 @@ class ClusterEvents:
             count_rejected(self.metrics, EVENTS)
             self.log.warning("bad cluster event", subject=msg.subject, error=str(exc))
             return
-        if event.kind not in CLUSTER_EVENTS:
+        if isinstance(event.data, NodeChanges):
+            # Several nodes' changes: each as its own node event would move pods, in order.
+            for change in event.data.changes:
+                if change.kind not in NODE_KINDS or not change.name:
+                    count_rejected(self.metrics, EVENTS)
+                    self.log.warning("bad node change in a cluster event", subject=msg.subject,
+                                     kind=change.kind, node=change.name)  # fmt: skip
+                    continue
+                if self._hints_look_at(change.kind):
+                    await self._move(replace(event, kind=change.kind, name=change.name, node=change.name,
+                                             data=NodeChange(change.generation)))  # fmt: skip
+                else:
+                    self._nodes.pop(change.name, None)
+                    for queue in self.queues.values():
+                        queue.move_for_event(change.kind)
             return
+        if event.kind in CLUSTER_EVENTS:
+            await self._move(event)
+
+    async def _move(self, event: ClusterEvent) -> None:
+        """Move the pods whose hints say the event may make them schedulable."""
         old, new = await self._objects_of(event)
         moved = sum(queue.move_for_event(event.kind, old, new) for queue in self.queues.values())
         if moved:

@@ -7,6 +7,7 @@ import asyncio
 from collections import Counter
 from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
 
+from kubus.bus import EventKind
 from kubus.core.metrics import Metrics
 from kubus.framework.config import SchedulerConfiguration
 from kubus.framework.queueing_hints import WILDCARD
@@ -80,13 +81,15 @@ class Queues(Mapping[str, SchedulingQueue]):
 
     def event_kinds(self) -> list[str]:
         """The cluster event kinds the queue listens to: every node event (the node copies the
-        hints read follow them), and the pod events some profile's plugin registered, all of them
-        where one registered every event (kube's informers listen for the registered events
-        alone). With kube's plugins, pod.running, one per pod, is not among them."""
+        hints read follow them; ``nodes.changed``, several in one, too), and the pod events some
+        profile's plugin registered, all of them where one registered every event (kube's
+        informers listen for the registered events alone). With kube's plugins, pod.running, one
+        per pod, is not among them."""
         registered = frozenset().union(*(queue.registered_kinds for queue in self._queues.values()))
+        nodes_changed = EventKind.NODES_CHANGED.value  # several node events in one
         if WILDCARD in registered:
-            return sorted(CLUSTER_EVENTS)
-        return sorted(k for k in CLUSTER_EVENTS if k.startswith("node.") or k in registered)
+            return sorted({*CLUSTER_EVENTS, nodes_changed})
+        return sorted({nodes_changed, *(k for k in CLUSTER_EVENTS if k.startswith("node.") or k in registered)})
 
     def changed(self) -> None:
         """Refresh the pending-pods gauges and wake pops waiting for a profile that has pods."""

@@ -1,12 +1,12 @@
 """The apiserver's Nodes in the store, as a gpu-agent registers its own: room from
 status.allocatable, labels, taints, spec.unschedulable, GPUs from the device plugin's resource
-and GPU feature discovery's labels (`kubus.api.gpus.gfd_gpus`); each change announced as a
-node event, every node heartbeaten so the queue's node lifecycle keeps it."""
+and GPU feature discovery's labels (`kubus.api.gpus.gfd_gpus`); the changes announced together
+(``nodes.changed``: a list of thousands in a few messages), every node heartbeaten so the queue's
+node lifecycle keeps it."""
 
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable, Sequence
 
 from nats.js import JetStreamContext
@@ -15,12 +15,14 @@ from kubus.api.errors import ManifestError
 from kubus.api.manifests import parse_node
 from kubus.api.objects import Node
 from kubus.bus import EventKind, announcements, publish_durable_many
-from kubus.bus.connection import Publication
 from kubus.core.codec import JSONMapping
 from kubus.runtime.service import StructuredLogger, Throttle
 from kubus.store import ClusterState, PutNodeResult
 
 __all__ = ["NodeMirror"]
+
+_Change = tuple[EventKind, str, int]
+"""A node's change as `announcements.node_changes` takes it: (kind, name, generation)."""
 
 APISERVER = "apiserver"
 """How errors name where an object came from."""
@@ -48,7 +50,7 @@ class NodeMirror:
     async def replace(self, objects: Sequence[JSONMapping]) -> None:
         """Every node the apiserver has now: each put; the store's other nodes deleted (gone
         while nobody watched). Idempotent."""
-        announce: list[Publication] = []
+        announce: list[_Change] = []
         nodes = [node for node in map(self._read, objects) if node is not None]
         for node, result in zip(nodes, await self.store.put_nodes(nodes), strict=True):
             self._changed(node.name, result, announce)
@@ -62,7 +64,7 @@ class NodeMirror:
 
     async def changed(self, obj: JSONMapping) -> None:
         """A node added or changed."""
-        announce: list[Publication] = []
+        announce: list[_Change] = []
         name = await self._put(obj, announce)
         if name and name not in self.names:
             self.names.add(name)
@@ -75,7 +77,7 @@ class NodeMirror:
         name = str((obj.get("metadata") or {}).get("name") or "")
         if not name:
             return
-        announce: list[Publication] = []
+        announce: list[_Change] = []
         self.names.discard(name)
         await self._delete(name, announce)
         await self._announce(announce)
@@ -87,7 +89,7 @@ class NodeMirror:
         if names:
             await self.store.heartbeat_many(names)
 
-    async def _put(self, obj: JSONMapping, announce: list[Publication]) -> str:
+    async def _put(self, obj: JSONMapping, announce: list[_Change]) -> str:
         node = self._read(obj)
         if node is None:
             return ""
@@ -104,19 +106,16 @@ class NodeMirror:
                 self.log.warning("node unreadable, left out", error=str(exc), unlogged_before=dropped)
             return None
 
-    def _changed(self, name: str, result: PutNodeResult, announce: list[Publication]) -> None:
+    def _changed(self, name: str, result: PutNodeResult, announce: list[_Change]) -> None:
         if result.changed:
             kind = EventKind.NODE_ADDED if result.generation == 1 else EventKind.NODE_UPDATED
-            announce.append(
-                announcements.node_event(kind, name, result.generation, at=self.clock(), nonce=uuid.uuid4().hex)
-            )
+            announce.append((kind, name, result.generation))
 
-    async def _delete(self, name: str, announce: list[Publication]) -> None:
+    async def _delete(self, name: str, announce: list[_Change]) -> None:
         held = await self.store.delete_node(name)
-        nonce = uuid.uuid4().hex
-        announce.append(announcements.node_event(EventKind.NODE_DELETED, name, 0, at=self.clock(), nonce=nonce))
+        announce.append((EventKind.NODE_DELETED, name, 0))
         self.log.info("node deleted", node=name, reservations=len(held))
 
-    async def _announce(self, publications: list[Publication]) -> None:
-        if publications:
-            await publish_durable_many(self.js, publications)
+    async def _announce(self, changes: list[_Change]) -> None:
+        if changes:
+            await publish_durable_many(self.js, announcements.node_changes(changes, at=self.clock()))

@@ -281,8 +281,9 @@ ROLES: dict[str, Role] = {
                 PODS_SUBMIT,
                 PODS_DELETE,
                 APISERVER_DELETED,
-                # Its nodes and the placements, phases and ends of pods the apiserver reports.
-                *_events(EventKind.NODE_ADDED, EventKind.NODE_UPDATED, EventKind.NODE_DELETED),
+                # Its nodes' changes (several an event) and the placements, phases and ends of
+                # pods the apiserver reports.
+                *_events(EventKind.NODES_CHANGED),
                 *_events(EventKind.POD_BOUND, EventKind.POD_RUNNING, EventKind.POD_FINISHED),
                 # What it reports back to the apiserver: its own durable on KUBUS_EVENTS, by name
                 # (several filters: the subject names no filter), and no other consumer there.

@@ -196,6 +196,31 @@ class NodeChange:
     """The node record's generation the event reports (see NodeRecord.generation)."""
 
 
+NODE_KINDS = frozenset(k.value for k in EventKind if k.value.startswith("node."))
+"""The ``node.*`` event kinds, one node each (`EventKind` values)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeChanged:
+    """One node's change in a ``nodes.changed`` event: what its own ``node.*`` event would say."""
+
+    kind: str
+    """A ``node.*`` `EventKind` value (`NODE_KINDS`; a consumer drops, and says, any other)."""
+    name: str
+    generation: int = 0
+    """As `NodeChange.generation`."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeChanges:
+    """What a ``nodes.changed`` event is about: several nodes' changes, in the order they were
+    made, each as its own ``node.*`` event would say it. A watcher announces what a list of
+    thousands of nodes changed in a few messages, not one a node (each consumer would read
+    every one of them)."""
+
+    changes: tuple[NodeChanged, ...] = ()
+
+
 @dataclass(frozen=True, slots=True)
 class Rejection:
     """What a ``pod.rejected`` event is about: the message that was bad input."""
@@ -208,7 +233,7 @@ class Rejection:
     rejection on that pod), else ""."""
 
 
-EventData = PodChange | NodeChange | Rejection
+EventData = PodChange | NodeChange | NodeChanges | Rejection
 """The payload of a ClusterEvent: one dataclass per resource of `EventKind`."""
 
 
@@ -238,7 +263,13 @@ def event_data_type(kind: str) -> type[EventData]:
 
 
 _EVENT_DATA: dict[str, type[EventData]] = {
-    k.value: Rejection if k is EventKind.POD_REJECTED else PodChange if k.value.startswith("pod.") else NodeChange
+    k.value: Rejection
+    if k is EventKind.POD_REJECTED
+    else NodeChanges
+    if k is EventKind.NODES_CHANGED
+    else PodChange
+    if k.value.startswith("pod.")
+    else NodeChange
     for k in EventKind
 }
 """`event_data_type`'s answers, by kind (looking the kind up as an EventKind showed in profiles)."""
@@ -403,12 +434,15 @@ def _converter(hint: Any) -> _Convert:
 __all__ = [
     "ERROR_HEADER",
     "FENCED",
+    "NODE_KINDS",
     "BindRequest",
     "ClusterEvent",
     "EventData",
     "MessageError",
     "NodeAssignment",
     "NodeChange",
+    "NodeChanged",
+    "NodeChanges",
     "Outcome",
     "OutcomeKind",
     "Outcomes",

@@ -175,6 +175,8 @@ class EventKind(Enum):
     NODE_UPDATED = "node.updated"
     NODE_LOST = "node.lost"
     NODE_DELETED = "node.deleted"
+    NODES_CHANGED = "nodes.changed"
+    """Several nodes' changes in one event (`kubus.bus.messages.NodeChanges`): a watcher's list."""
     POD_ACCEPTED = "pod.accepted"
     POD_REJECTED = "pod.rejected"
     POD_UNRESERVED = "pod.unreserved"

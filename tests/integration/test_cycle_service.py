@@ -29,6 +29,7 @@ from kubus.bus import (
     BIND_STREAM,
     RESERVED_ALL,
     EventKind,
+    announcements,
     bind,
     event_subject,
     queue_done,
@@ -943,6 +944,28 @@ async def test_a_deposed_leader_does_not_schedule_what_it_popped(
 
 
 # ---- the node table ----------------------------------------------------------------------------
+
+
+async def test_one_event_of_several_nodes_changes_reads_each_node_again(
+    settings: ConnectionSettings, state: ClusterState, nats: NATS, js: JetStreamContext
+) -> None:
+    """A watcher's ``nodes.changed``: every node it names is read again before the next batch,
+    as its own node event would have it (added ones join the table)."""
+    await add_node(state, "first", "1")
+    service = cycle(settings)
+    async with running(service):
+        await loaded(service, 1)
+        for name in ("second", "third"):
+            await add_node(state, name, "2")
+        changes = [(EventKind.NODE_ADDED, "second", 1), (EventKind.NODE_ADDED, "third", 1)]
+        [event] = announcements.node_changes(changes, at=time.time())
+        await js.publish(event.subject, event.payload)
+        await loaded(service, 3)
+        queue = await FakeQueue(nats).start()
+        big = await submit(state, "big", "2")
+        queue.offer(big)
+        await eventually(lambda: _assert_kind(queue, big, OutcomeKind.RESERVED))
+        assert queue.outcomes[big.uid].node in ("second", "third")
 
 
 async def test_node_and_pod_events_keep_the_table_fresh(

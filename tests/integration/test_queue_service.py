@@ -48,6 +48,7 @@ from kubus.bus.messages import (
     PodDeletion,
     PopReply,
     PopRequest,
+    QueuedPod,
     decode,
     encode,
 )
@@ -977,20 +978,28 @@ def test_a_bad_config_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.Capt
 # -- QueueingHints: events move only the pods their rejecting plugins' hints say ------------------------
 
 
-async def test_a_pod_rejected_by_node_affinity_moves_only_when_a_node_comes_to_match(
-    start_queue: QueueFactory, nats: NATS, js: JetStreamContext, redis: aioredis.Redis
-) -> None:
-    queue = await start_queue()
-    state = ClusterState(redis)
+async def _picky_unschedulable(
+    queue: QueueService, state: ClusterState, nats: NATS, js: JetStreamContext
+) -> tuple[str, QueuedPod]:
+    """Nodes n1 (zone b) and n2 (zone c), and a pod for zone a that NodeAffinity rejected:
+    unschedulable. Its uid and the pod as popped."""
     for name, zone in (("n1", "b"), ("n2", "c")):
         await state.put_node(_node(name, {"zone": zone}))
     data = _pod_with_spec("picky", {"nodeSelector": {"zone": "a"}})
     uid = uid_of(data)
     await submit(js, data)
     [popped] = (await pop(nats, wait_ms=5000)).pods
-    report = Outcome(uid, OutcomeKind.UNSCHEDULABLE, message="0/2 nodes", plugins=("NodeAffinity",))
-    await done(nats, DEFAULT, report)
+    await done(nats, DEFAULT, Outcome(uid, OutcomeKind.UNSCHEDULABLE, message="0/2 nodes", plugins=("NodeAffinity",)))
     assert queue.queues[DEFAULT].where(uid) is QueueName.UNSCHEDULABLE
+    return uid, popped
+
+
+async def test_a_pod_rejected_by_node_affinity_moves_only_when_a_node_comes_to_match(
+    start_queue: QueueFactory, nats: NATS, js: JetStreamContext, redis: aioredis.Redis
+) -> None:
+    queue = await start_queue()
+    state = ClusterState(redis)
+    uid, popped = await _picky_unschedulable(queue, state, nats, js)
 
     # Unrelated node changes (another label on n2, then n1 as it was): the hint skips them.
     await _update_node(js, state, "n2", {"zone": "c", "rack": "r1"})
@@ -1003,6 +1012,40 @@ async def test_a_pod_rejected_by_node_affinity_moves_only_when_a_node_comes_to_m
     await _update_node(js, state, "n1", {"zone": "a"})
     await _hinted(queue, "NodeAffinity", "NodeUpdate", "Queue", 1)
     assert queue.queues[DEFAULT].where(uid) in (QueueName.BACKOFF, QueueName.ACTIVE)
+    again = await pop(nats, wait_ms=5000)
+    assert [p.uid for p in again.pods] == [popped.uid]
+
+
+async def test_several_nodes_changes_in_one_event_move_pods_as_their_own_events_would(
+    start_queue: QueueFactory, nats: NATS, js: JetStreamContext, redis: aioredis.Redis
+) -> None:
+    """A watcher's ``nodes.changed``: each change read as its own node event (hints, the cached
+    copies as ``old``), in order; a change of no node kind is refused and said, the rest read."""
+    queue = await start_queue()
+    state = ClusterState(redis)
+    uid, popped = await _picky_unschedulable(queue, state, nats, js)
+
+    # n2 gets an unrelated label: skipped by the hint; the pod stays.
+    await state.put_node(_node("n2", {"zone": "c", "rack": "r1"}))
+    n2 = await state.get_node("n2")
+    assert n2 is not None
+    [only] = announcements.node_changes([(EventKind.NODE_UPDATED, "n2", n2.generation)], at=time.time())
+    await _publish(js, only)
+    await _hinted(queue, "NodeAffinity", "NodeUpdate", "QueueSkip", 1)
+    assert queue.queues[DEFAULT].where(uid) is QueueName.UNSCHEDULABLE
+
+    # One event: n2 again unchanged (skipped), a change of no node kind, n1 now matching (moves).
+    await state.put_node(_node("n1", {"zone": "a"}))
+    n1 = await state.get_node("n1")
+    assert n1 is not None
+    changes = [(EventKind.NODE_UPDATED, "n2", n2.generation), (EventKind.POD_BOUND, "n9", 1),
+               (EventKind.NODE_UPDATED, "n1", n1.generation)]  # fmt: skip
+    [batch] = announcements.node_changes(changes, at=time.time())
+    await _publish(js, batch)
+    await _hinted(queue, "NodeAffinity", "NodeUpdate", "Queue", 1)
+    await _hinted(queue, "NodeAffinity", "NodeUpdate", "QueueSkip", 2)
+    assert queue.queues[DEFAULT].where(uid) in (QueueName.BACKOFF, QueueName.ACTIVE)
+    assert 'kubus_rejected_messages_total{subject="kubus.events.>"} 1.0' in queue.metrics.exposition().decode()
     again = await pop(nats, wait_ms=5000)
     assert [p.uid for p in again.pods] == [popped.uid]
 

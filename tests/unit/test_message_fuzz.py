@@ -28,6 +28,8 @@ from kubus.bus.messages import (
     MessageError,
     NodeAssignment,
     NodeChange,
+    NodeChanged,
+    NodeChanges,
     Outcome,
     OutcomeKind,
     Outcomes,
@@ -69,8 +71,11 @@ EXAMPLES: list[Any] = [
     ReservedPods("profile-1", ({"pod_uid": "u1", "node": "n1", "gpu_devices": [0, 3]},)),
     PodChange("u1", 4, "default-scheduler", "Succeeded"),
     NodeChange(3),
+    NodeChanged("node.updated", "n2", 4),
+    NodeChanges((NodeChanged("node.added", "n1", 1), NodeChanged("node.deleted", "n2"))),
     Rejection("kubus.pods.submit", 7),
     ClusterEvent("node.added", "n1", "n1", 1.0, "Registered", "ready", NodeChange(3)),
+    ClusterEvent("nodes.changed", "b1", "", 1.5, data=NodeChanges((NodeChanged("node.updated", "n1", 4),))),
     ClusterEvent(
         "pod.finished", "ns/p", "n1", 2.5, "Completed", "ran", PodChange("u1", 4, "default-scheduler", "Failed")
     ),

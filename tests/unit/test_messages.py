@@ -113,3 +113,25 @@ def test_garbage_is_only_ever_a_message_error(data: bytes) -> None:
     for cls in (PopRequest, PopReply, Outcomes, BindRequest, NodeAssignment, PodDeletion, ClusterEvent):
         with contextlib.suppress(MessageError):
             decode(cls, data)
+
+
+def test_many_nodes_changes_are_announced_in_a_few_events_in_order() -> None:
+    """`announcements.node_changes`: a list of nodes' changes in events of at most
+    NODE_CHANGES_PER_EVENT, each its own announcement (subject and id), read back in order."""
+    from kubus.bus import EventKind, announcements
+    from kubus.bus.messages import NodeChanged, NodeChanges
+
+    per = announcements.NODE_CHANGES_PER_EVENT
+    changes = [(EventKind.NODE_ADDED, f"n{i}", 1) for i in range(2 * per + 1)]
+    changes[per] = (EventKind.NODE_DELETED, f"n{per}", 0)
+    events = announcements.node_changes(changes, at=5.0)
+    assert [len(decode(ClusterEvent, e.payload).data.changes) for e in events] == [per, per, 1]  # type: ignore[union-attr]
+    assert len({e.subject for e in events}) == len({e.msg_id for e in events}) == 3
+    read: list[NodeChanged] = []
+    for e in events:
+        event = decode(ClusterEvent, e.payload)
+        assert e.subject.startswith("kubus.events.nodes.changed.") and event.kind == "nodes.changed"
+        assert isinstance(event.data, NodeChanges) and event.at == 5.0
+        read += event.data.changes
+    assert read == [NodeChanged(k.value, name, generation) for k, name, generation in changes]
+    assert announcements.node_changes([], at=5.0) == []
