@@ -262,16 +262,15 @@ def event_data_type(kind: str) -> type[EventData]:
     return payload
 
 
-_EVENT_DATA: dict[str, type[EventData]] = {
-    k.value: Rejection
-    if k is EventKind.POD_REJECTED
-    else NodeChanges
-    if k is EventKind.NODES_CHANGED
-    else PodChange
-    if k.value.startswith("pod.")
-    else NodeChange
-    for k in EventKind
-}
+def _payload_of(kind: EventKind) -> type[EventData]:
+    if kind is EventKind.POD_REJECTED:
+        return Rejection
+    if kind is EventKind.NODES_CHANGED:
+        return NodeChanges
+    return PodChange if kind.value.startswith("pod.") else NodeChange
+
+
+_EVENT_DATA: dict[str, type[EventData]] = {k.value: _payload_of(k) for k in EventKind}
 """`event_data_type`'s answers, by kind (looking the kind up as an EventKind showed in profiles)."""
 
 
