@@ -44,7 +44,8 @@ from typing import Any
 import redis.asyncio as aioredis
 import yaml
 from cycle_batches import bench_scheduler  # this folder's: run as `python bench/store_steps.py`
-from head_to_head import basic_pod
+from head_to_head import basic_pod  # which puts tests/ on the path, for kube_support
+from kube_support import node_manifest
 
 from kubus.api.manifests import parse_node, parse_pod
 from kubus.cli.bench import cpu_seconds
@@ -62,25 +63,17 @@ BATCH = 256
 PROFILE = "default-scheduler"
 
 
-BASIC_NODE = {
-    "apiVersion": "v1",
-    "kind": "Node",
-    "metadata": {"name": "node", "labels": {"topology.kubernetes.io/zone": "zone-a"}},
-    "status": {"allocatable": {"cpu": "4", "memory": "32Gi", "pods": "110"}},
-}
-"""scheduler_perf's node (bench/head_to_head.py's): 4 cpu, 32Gi, 110 pods."""
-
-
 def _placements(
     node_count: int, pod_count: int, workload: str
 ) -> tuple[list[Any], list[tuple[ScheduleResult, bytes]], str]:
     """The nodes, the pods placed on them (every one: the workload fits) with their manifests,
     and GPUFit's mode."""
-    template = BASIC_NODE if workload == "basic" else yaml.safe_load(NODE_TEMPLATE)
+    basic = workload == "basic"
+    # scheduler_perf's node (the head to head's): 4 cpu, 32Gi, 110 pods
+    template = node_manifest("node", cpu="4", memory="32Gi") if basic else yaml.safe_load(NODE_TEMPLATE)
     nodes = simulated_nodes(parse_node(template), node_count)
     scheduler = bench_scheduler(nodes, "numpy")
     pods, manifests = [], {}
-    basic = workload == "basic"
     workload_pods = [basic_pod(f"pod-{i}") for i in range(pod_count)] if basic else mixed_workload(pod_count)
     for i, manifest in enumerate(workload_pods):
         manifest["metadata"]["uid"] = f"uid-{i}"

@@ -75,10 +75,8 @@ class ClusterEvents:
             if kind not in CLUSTER_EVENTS:
                 return
             if not self._hints_look_at(kind):
-                if kind.startswith("node."):
-                    self._nodes.pop(untoken(msg.subject.split(".", 4)[4]), None)  # its copy may be stale now
-                for queue in self.queues.values():
-                    queue.move_for_event(kind)
+                node = untoken(msg.subject.split(".", 4)[4]) if kind.startswith("node.") else None
+                self._unread(kind, node)
                 return
         try:
             event = decode(ClusterEvent, msg.data)
@@ -98,12 +96,18 @@ class ClusterEvents:
                     await self._move(replace(event, kind=change.kind, name=change.name, node=change.name,
                                              data=NodeChange(change.generation)))  # fmt: skip
                 else:
-                    self._nodes.pop(change.name, None)
-                    for queue in self.queues.values():
-                        queue.move_for_event(change.kind)
+                    self._unread(change.kind, change.name)
             return
         if event.kind in CLUSTER_EVENTS:
             await self._move(event)
+
+    def _unread(self, kind: str, node: str | None) -> None:
+        """An event no hint looks at now: noted by the queues, unread; the copy of its node (if
+        it names one) may be stale now."""
+        if node is not None:
+            self._nodes.pop(node, None)
+        for queue in self.queues.values():
+            queue.move_for_event(kind)
 
     async def _move(self, event: ClusterEvent) -> None:
         """Move the pods whose hints say the event may make them schedulable."""
