@@ -80,8 +80,10 @@ profiles:
     multiPoint:
       disabled: [{name: InterPodAffinity}]
 """
+# The tests hand a lease over at once (stolen, released), never by lapsing, so its ttl is long: a
+# test process that stalls past a 1 s ttl (a busy CI machine) would depose its leader mid-test.
 FAST = CycleOptions(
-    lease_ttl=1.0, renew_interval=0.1, pop_wait_ms=50, request_timeout=1.0, done_attempts=3, backend="numpy"
+    lease_ttl=30.0, renew_interval=0.1, pop_wait_ms=50, request_timeout=1.0, done_attempts=3, backend="numpy"
 )
 _ids = itertools.count()
 

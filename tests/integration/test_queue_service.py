@@ -1258,7 +1258,11 @@ async def test_a_restarted_queue_places_a_stored_pod_naming_its_node_instead_of_
 
 # -- a standby queue -------------------------------------------------------------------------------
 
-LEASED = replace(FAST, lease_ttl=1.0, renew_interval=0.1)
+# The lease changes hands at once here (a stolen lease, a released one), never by lapsing, so its
+# ttl is long: with a ttl of 1 s, a test process that stalls for a second (a busy CI machine)
+# deposes the new leader, which takes the lease again as a new term, and a pop sent meanwhile
+# meets no responder or a queue that no longer serves.
+LEASED = replace(FAST, lease_ttl=30.0, renew_interval=0.1)
 
 
 async def steal_queue_lease(state: ClusterState, thief: str) -> int:
