@@ -29,7 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kubus.bus.subjects import event_filter
+from kubus.bus.messages import ClusterEvent, decode, expand
+from kubus.bus.subjects import EventKind, event_filter, with_batches
 from kubus.cli.cluster import pod_manifests, submit
 from kubus.cli.connect import open_bus, open_store
 from kubus.cli.processes import ServiceProcess
@@ -110,9 +111,11 @@ async def _run(args: argparse.Namespace, directory: Path) -> list[dict[str, Any]
             bound_at: list[float] = []
 
             async def on_bound(msg: Any) -> None:
-                bound_at.append(time.monotonic())
+                # pod.bound, or pods.bound: several pods bound at once
+                bound_at.extend([time.monotonic()] * len(expand(decode(ClusterEvent, msg.data))))
 
-            await nc.subscribe(event_filter("pod.bound"), cb=on_bound)
+            for kind in with_batches({EventKind.POD_BOUND.value}):
+                await nc.subscribe(event_filter(kind), cb=on_bound)
             stop = asyncio.Event()
 
             async def flow() -> None:

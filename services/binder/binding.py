@@ -4,8 +4,9 @@ PostBind; docs/services.md step 5, every step conditional on the request's attem
 
 Steps 3 and 4 for a group in one `ClusterState.bind_many` call (per pod one atomic script on a
 single Redis: mark bound, bind, the "Scheduled" event, release when refused), their messages in
-one publication (`publish_durable_many`), then each request acked. A request whose message could
-not be published is retried alone (nak); the rest of its group is acked.
+one publication (`publish_durable_many`: the group's binds in one ``pods.bound`` event), then
+each request acked. A request whose message could not be published is retried (nak); the rest
+of its group is acked.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from kubus.api.manifests import wire_pod
 from kubus.binder.apiserver import ApiBinding, ApiBindResult, ScheduledEvents
 from kubus.binder.handback import HandBack, requeue_publication, unreserved_publication
 from kubus.binder.work import BindResult, Work, framework_of, request_log
-from kubus.bus import Publication, announcements
-from kubus.bus.messages import BindRequest, NodeAssignment
+from kubus.bus import EventKind, Publication, announcements
+from kubus.bus.announcements import POD_BATCH_SIZE
+from kubus.bus.messages import BatchedPod, BindRequest, NodeAssignment
 from kubus.core.metrics import Metrics
 from kubus.framework.registry import ExtensionPoint
 from kubus.framework.runtime import Framework
@@ -176,19 +178,32 @@ class BindingCycle:
                  and r.write.code is StoreCode.OK]
             )  # fmt: skip
         publications: list[Publication] = []
-        owners: list[int] = []
+        owners: list[Sequence[int]] = []
+        """Per publication, the requests (indexes in ``works``) that are acked only once it is stored."""
+        bound: list[tuple[int, BatchedPod]] = []
+        told: set[tuple[str, int]] = set()
         outcomes: list[BindResult] = []
         failures: dict[int, Exception] = {}
         for i, (work, result) in enumerate(zip(works, results, strict=True)):
             try:
-                outcome, pubs = self._after_bind(work.request, result)
+                outcome, pubs, announced = self._after_bind(work.request, result)
             except Exception as exc:  # a bug: this request alone is retried
                 outcomes.append(BindResult.RETRY)
                 failures[i] = exc
                 continue
             outcomes.append(outcome)
             publications += pubs
-            owners += [i] * len(pubs)
+            owners += [(i,)] * len(pubs)
+            if announced is not None and (announced.uid, announced.attempt) not in told:
+                told.add((announced.uid, announced.attempt))  # a repeat in the group: once
+                bound.append((i, announced))
+        # The group's binds in one pods.bound (a chunk each POD_BATCH_SIZE pods), after their
+        # assignments. Its id is its pods' digest: a redelivered group is stored once; a repeat
+        # that comes in another group is announced again (pod.bound is read idempotently).
+        for start in range(0, len(bound), POD_BATCH_SIZE):
+            chunk = bound[start : start + POD_BATCH_SIZE]
+            publications += announcements.pod_batch(EventKind.PODS_BOUND, [p for _, p in chunk], at=self.clock())
+            owners.append([i for i, _ in chunk])
 
         if publications:
             try:
@@ -197,9 +212,10 @@ class BindingCycle:
                 raise
             except Exception as exc:
                 acks = [exc] * len(publications)
-            for owner, ack in zip(owners, acks, strict=True):
+            for group, ack in zip(owners, acks, strict=True):
                 if isinstance(ack, Exception):
-                    failures.setdefault(owner, ack)
+                    for owner in group:
+                        failures.setdefault(owner, ack)
         for i, work in enumerate(works):
             failure = failures.get(i)
             if failure is None:
@@ -213,9 +229,12 @@ class BindingCycle:
                     failure = ack_exc
             await self.handback.fail(work, failure)
 
-    def _after_bind(self, request: BindRequest, result: BindingResult) -> tuple[BindResult, list[Publication]]:
-        """What one pod's Bind step means, and the messages that tell everyone (published before
-        the ack; their msg ids make a redelivery's repeats harmless)."""
+    def _after_bind(
+        self, request: BindRequest, result: BindingResult
+    ) -> tuple[BindResult, list[Publication], BatchedPod | None]:
+        """What one pod's Bind step means, the messages that tell everyone (published before
+        the ack; their msg ids make a redelivery's repeats harmless), and the pod as its group's
+        ``pods.bound`` announces it (None: not bound)."""
         uid, attempt = request.uid, request.attempt
         if result.marked in (StoreCode.NOT_FOUND, StoreCode.CONFLICT):
             # The attempt was abandoned (the janitor or a newer attempt took over). Still Reserved
@@ -231,34 +250,37 @@ class BindingCycle:
             request_log(self.log, request).info(
                 "bind request dropped: attempt abandoned", reason=why, handed_back=unfinished
             )
-            return BindResult.ABANDONED, pubs
+            return BindResult.ABANDONED, pubs, None
         write = result.write
         assert write is not None
         if result.bound:
             # Bound now, or before (a redelivery): the node's agent and everyone else are told.
-            assignment = NodeAssignment(
-                uid=uid,
-                key=request.key,
-                node=request.node,
-                manifest=request.manifest,
-                gpu_devices=request.gpu_devices,
-                attempt=attempt,
-            )
             # Cluster mode has no agents: the kubelet runs the pod, told by the apiserver.
-            pubs = announcements.bound(assignment, request.profile, at=self.clock(), agent=self.apiserver is None)
+            pubs = []
+            if self.apiserver is None:
+                assignment = NodeAssignment(
+                    uid=uid,
+                    key=request.key,
+                    node=request.node,
+                    manifest=request.manifest,
+                    gpu_devices=request.gpu_devices,
+                    attempt=attempt,
+                )
+                pubs.append(announcements.assigned(assignment))
+            announced = BatchedPod(request.key, uid, node=request.node, attempt=attempt, profile=request.profile)
             if write.ok and result.created_at:
                 latency = max(0.0, self.clock() - result.created_at)
                 self.metrics.pod_scheduling_sli_duration.labels(attempts=str(result.attempts)).observe(latency)
                 self.metrics.pod_scheduling_attempts.observe(max(result.attempts, 1))
             if self.log.logger.isEnabledFor(logging.DEBUG):
                 request_log(self.log, request).debug("pod bound", already=write.code is StoreCode.ALREADY)
-            return BindResult.BOUND, pubs
+            return BindResult.BOUND, pubs, announced
         pubs = []
         if result.released is StoreCode.OK:
             pubs.append(unreserved_publication(request, at=self.clock()))
         if write.code is StoreCode.GONE:
             request_log(self.log, request).info("pod deleted while binding: room released")
-            return BindResult.DELETED, pubs
+            return BindResult.DELETED, pubs, None
         # CONFLICT or NOT_FOUND: the pod moved on (bound elsewhere, a newer attempt, gone).
         request_log(self.log, request).warning(
             "bind refused: the pod moved on; this attempt's room released",
@@ -266,4 +288,4 @@ class BindingCycle:
             phase=str(write.phase or "-"),
             version=write.version,
         )
-        return BindResult.CONFLICT, pubs
+        return BindResult.CONFLICT, pubs, None

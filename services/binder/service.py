@@ -15,8 +15,9 @@ delivery can never undo a newer attempt:
    janitor or a newer attempt took over): drop it. If the pod is still Reserved at this very
    attempt (our own earlier hand-back was cut short) it is handed back to the queue.
 4. Bind: ``bind_pod(uid, node, devices, expected_version=attempt)``. OK or ALREADY (a
-   redelivery) → the `NodeAssignment` for the node's agent (msg id ``assign/<uid>/<attempt>``),
-   a ``pod.bound`` event and (OK only) a "Scheduled" pod event (cluster mode: also written to
+   redelivery) → the `NodeAssignment` for the node's agent (msg id ``assign/<uid>/<attempt>``;
+   bus mode), the pod among its group's ``pods.bound`` event, and (OK only) a "Scheduled" pod
+   event (cluster mode: also written to
    the apiserver, `kubus.binder.apiserver.ScheduledEvents`). GONE (deleted meanwhile) →
    release the room. CONFLICT/NOT_FOUND (the pod moved on) → release this attempt's room.
 5. PostBind plugins (errors logged). Ack.
@@ -24,9 +25,9 @@ delivery can never undo a newer attempt:
 A fetched batch is handled together: each request waits on Permit on its own (a waiting pod
 holds up no other), and the requests that pass, as many as pass at a time, go through steps 3
 and 4 in one `ClusterState.bind_many` call (per pod one atomic script on a single Redis: mark
-bound, bind, the "Scheduled" event, release when refused), their messages go out in one
-`publish_durable_many`, then each is acked. A request whose message could not be published
-is retried alone (nak); the rest of its batch is acked.
+bound, bind, the "Scheduled" event, release when refused), their messages (one ``pods.bound``
+for the group) go out in one `publish_durable_many`, then each is acked. A request whose
+message could not be published is retried (nak); the rest of its batch is acked.
 
 The service is built from parts, each given what it needs when the service starts:
 `PermitWatcher` (`kubus.binder.permits`: the waits on Permit in Redis), `BindingCycle`

@@ -1,13 +1,22 @@
 """What the cycle hears between batches (`ClusterEvents`): the cluster events that name a node
-whose row changed (``kubus.events.>``; ``nodes.changed`` names several), and the other profiles'
-reservations (``kubus.reserved.*``)."""
+whose row changed (``kubus.events.>``; ``nodes.changed`` names several nodes, a ``pods.*`` event
+several pods), and the other profiles' reservations (``kubus.reserved.*``)."""
 
 from __future__ import annotations
 
 from nats.aio.msg import Msg
 
 from kubus.bus import EVENTS, RESERVED_ALL, EventKind
-from kubus.bus.messages import NODE_KINDS, ClusterEvent, MessageError, NodeChanges, PodChange, ReservedPods, decode
+from kubus.bus.messages import (
+    NODE_KINDS,
+    ClusterEvent,
+    MessageError,
+    NodeChanges,
+    PodChange,
+    ReservedPods,
+    decode,
+    expand,
+)
 from kubus.core.metrics import Metrics
 from kubus.cycle.nodes import NodeTableKeeper
 from kubus.cycle.presence import Presence
@@ -27,7 +36,8 @@ POD_EVENTS = frozenset(
         EventKind.POD_DELETED,
     )
 )
-"""Events after which the reservations of the pod's node are read again."""
+"""Events after which the reservations of the pod's node are read again (alone, or among the
+pods of a ``pods.*`` event: `kubus.bus.with_batches`)."""
 
 PLACING_EVENTS = frozenset({EventKind.POD_BOUND.value})
 """Pod events that change nothing in the table when it already accounts the pod on that node
@@ -68,6 +78,10 @@ class ClusterEvents:
             for change in event.data.changes:
                 self.nodes.mark(change.name)
             return
+        for one in expand(event):  # a pods.* event: each pod's as its own
+            await self._on_one(one)
+
+    async def _on_one(self, event: ClusterEvent) -> None:
         if event.kind in NODE_EVENTS:
             node = event.name or event.node
         elif event.kind in POD_EVENTS:

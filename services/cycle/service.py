@@ -32,7 +32,7 @@ import uuid
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
-from kubus.bus import RESERVED_ALL, EventKind, event_filter
+from kubus.bus import RESERVED_ALL, EventKind, event_filter, with_batches
 from kubus.bus.messages import Outcome, OutcomeKind, QueuedPod
 from kubus.core.settings import ConnectionSettings
 from kubus.cycle.batch import Batch, Refused, Reporter, uid
@@ -122,7 +122,7 @@ class CycleService(Service):
         self.running = running = self._build(self.nc, self.js, ClusterState(self.redis))
         # Keeps the node table fresh: the events that change a node's row name it; it is read again.
         # Only those kinds are subscribed to (the busiest ones, pod.running above all, are not).
-        for kind in sorted(NODE_EVENTS | POD_EVENTS):
+        for kind in sorted(with_batches(NODE_EVENTS | POD_EVENTS)):
             await self.nc.subscribe(event_filter(EventKind(kind)), cb=running.events.on_event)
         await self.nc.subscribe(RESERVED_ALL, cb=running.events.on_reserved)
         await running.popper.listen()

@@ -11,8 +11,17 @@ from dataclasses import replace
 from nats.aio.msg import Msg
 
 from kubus.api.objects import Node, Pod
-from kubus.bus import EVENTS, EventKind, event_kind_of, untoken
-from kubus.bus.messages import NODE_KINDS, ClusterEvent, MessageError, NodeChange, NodeChanges, PodChange, decode
+from kubus.bus import EVENTS, POD_BATCHES, EventKind, event_kind_of, untoken
+from kubus.bus.messages import (
+    NODE_KINDS,
+    ClusterEvent,
+    MessageError,
+    NodeChange,
+    NodeChanges,
+    PodChange,
+    decode,
+    expand,
+)
 from kubus.core.metrics import Metrics
 from kubus.framework.queueing_hints import NODE_ADDED, NODE_DELETED, POD_BOUND, POD_FREED, WILDCARD, EventObject
 from kubus.queue._pods import count_rejected, parse_stored
@@ -64,17 +73,19 @@ class ClusterEvents:
         self._reserved_pods.clear()
 
     async def on_event(self, msg: Msg) -> None:
-        # kubus.events.<resource>.<verb>.<name>: most events (pod.accepted, one per pod) cannot
-        # move any pod; they are dropped by their subject, unread. An event no hint would look
-        # at now (no pod unschedulable or in flight, or no hint for its kind) is noted unread:
-        # the pods in flight remember it, and plugins without a hint move pods on it.
+        # kubus.events.<resource>.<verb>.<name>: events that cannot move any pod (pods.accepted)
+        # are dropped by their subject, unread. An event no hint would look at now (no pod
+        # unschedulable or in flight, or no hint for its kind) is noted unread: the pods in
+        # flight remember it, and plugins without a hint move pods on it. A pods.* event is read
+        # as its pods' pod.* events, one by one.
         if not self.term.serves():
             return  # a standby holds no pods to move
         kind = event_kind_of(msg.subject)
         if kind is not None and kind != EventKind.NODES_CHANGED.value:  # several nodes': read below
-            if kind not in CLUSTER_EVENTS:
+            batched = POD_BATCHES.get(kind)  # several pods' events of one kind
+            if (batched or kind) not in CLUSTER_EVENTS:
                 return
-            if not self._hints_look_at(kind):
+            if batched is None and not self._hints_look_at(kind):
                 node = untoken(msg.subject.split(".", 4)[4]) if kind.startswith("node.") else None
                 self._unread(kind, node)
                 return
@@ -98,8 +109,13 @@ class ClusterEvents:
                 else:
                     self._unread(change.kind, change.name)
             return
-        if event.kind in CLUSTER_EVENTS:
-            await self._move(event)
+        for one in expand(event):  # a pods.* event: each pod's as its own, in order
+            if one.kind not in CLUSTER_EVENTS:
+                continue
+            if self._hints_look_at(one.kind):
+                await self._move(one)
+            else:
+                self._unread(one.kind, None)
 
     def _unread(self, kind: str, node: str | None) -> None:
         """An event no hint looks at now: noted by the queues, unread; the copy of its node (if

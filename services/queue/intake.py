@@ -24,7 +24,6 @@ from kubus.bus import (
     PODS_SUBMIT,
     EventKind,
     MessageFaults,
-    Publication,
     announcements,
     deliveries,
     msgids,
@@ -32,6 +31,7 @@ from kubus.bus import (
     redelivery_delay,
 )
 from kubus.bus.messages import (
+    BatchedPod,
     MessageError,
     Outcome,
     OutcomeKind,
@@ -234,7 +234,7 @@ class Intake:
 
     async def _submit_batch(self, msgs: list[Msg]) -> None:
         """Submits about different pods, handled together: each read once, every pod stored
-        with one round trip (`put_pods`), the pod.accepted events published with one, then each
+        with one round trip (`put_pods`), announced accepted together (``pods.accepted``), then each
         message acked, only once Redis has its pods. A pod stored already (a redelivery, a
         resubmit) takes `_accept_stored`. Per message: bad input rejected and acked, a failure
         nak'd or given up on (`_failed_message`). Never raises."""
@@ -275,7 +275,7 @@ class Intake:
             self.log.warning("storing a batch failed; one message at a time", messages=len(read), error=repr(exc))
             await asyncio.gather(*(self._submit_batch([msg]) for msg, _ in read))
             return
-        announce: list[Publication] = []
+        announce: list[BatchedPod] = []
         settled: list[Msg] = []
         at = 0
         for msg, subs in read:
@@ -283,8 +283,8 @@ class Intake:
             try:
                 for sub, record, new in zip(subs, records[first:at], stored[first:at], strict=True):
                     if new:
-                        if (publication := await self._accepted(record, sub.pod, sub.manifest)) is not None:
-                            announce.append(publication)
+                        if (accepted := await self._accepted(record, sub.pod, sub.manifest)) is not None:
+                            announce.append(accepted)
                     else:
                         redelivered = deliveries(msg) > 1
                         await self._accept_stored(sub.pod, sub.manifest, redelivered=redelivered)
@@ -327,18 +327,20 @@ class Intake:
         record = PodRecord.of(pod, manifest, now=now)
         return replace(record, reason=reason, message=message) if reason or message else record
 
-    async def _announce(self, publications: list[Publication]) -> None:
-        """Publish pod.accepted events, all at once. An announcement only: failures are logged."""
-        if not publications:
+    async def _announce(self, accepted: list[BatchedPod]) -> None:
+        """Announce the pods accepted together: one ``pods.accepted`` event (a few for
+        thousands). An announcement only: failures are logged."""
+        if not accepted:
             return
+        publications = announcements.pod_batch(EventKind.PODS_ACCEPTED, accepted, at=time.time())
         try:
             results = await publish_durable_many(self.js, publications, return_exceptions=True)
         except Exception as exc:
-            self.log.warning("could not announce accepted pods", pods=len(publications), error=repr(exc))
+            self.log.warning("could not announce accepted pods", pods=len(accepted), error=repr(exc))
             return
         for publication, result in zip(publications, results, strict=True):
             if isinstance(result, Exception):
-                self.log.warning("could not announce an accepted pod", event=publication.msg_id, error=repr(result))
+                self.log.warning("could not announce accepted pods", event=publication.msg_id, error=repr(result))
 
     async def _accept_stored(self, pod: Pod, manifest: bytes, *, redelivered: bool) -> None:
         """A submitted pod whose uid Redis has already: a redelivery (queued again if pending),
@@ -364,10 +366,10 @@ class Intake:
         elif existing.phase is PodPhase.PENDING and queue is not None:
             queue.add(pod, manifest, attempts=existing.attempts)  # a redelivery: make sure it is queued
 
-    async def _accepted(self, record: PodRecord, pod: Pod, manifest: bytes) -> Publication | None:
+    async def _accepted(self, record: PodRecord, pod: Pod, manifest: bytes) -> BatchedPod | None:
         """A pod stored just now: queue it, or place it on the node it names (`_place_on_node`).
-        Returns its pod.accepted event for the caller to publish (None for a pod of no profile,
-        announced here as unschedulable)."""
+        Returns it as the caller's ``pods.accepted`` is to announce it (None for a pod of no
+        profile, announced here as unschedulable)."""
         uid, key, profile = pod.metadata.uid, pod.key, pod.spec.scheduler_name
         for line in pod.spec.unhonoured:  # never silent: the user hears what kubus does not check
             self.log.warning("pod field not honoured", pod=key, uid=uid, field=line)
@@ -375,7 +377,7 @@ class Intake:
         if pod.spec.node_name:
             self.log.debug("pod accepted for its node", pod=key, uid=uid, node=pod.spec.node_name)
             await self.placement.place(record, pod)
-            return pod_announcement(EventKind.POD_ACCEPTED, record)
+            return _accepted(record)
         queue = self.queues.get(profile)
         if queue is None:
             self.log.warning("pod accepted for no profile", pod=key, uid=uid, profile=profile)
@@ -388,7 +390,7 @@ class Intake:
         where = queue.add(pod, manifest)
         # One line per pod: debug, as kube-scheduler logs each pod only at -v=3 and above.
         self.log.debug("pod accepted", pod=key, uid=uid, profile=profile, queue=where)
-        return pod_announcement(EventKind.POD_ACCEPTED, record)
+        return _accepted(record)
 
     def _pending_reason(self, pod: Pod) -> tuple[str, str]:
         """The (reason, message) a pod starts Pending with: none, no such profile, or gated."""
@@ -572,3 +574,8 @@ class Intake:
             "pod handed back", pod=record.key, uid=uid, kind=str(outcome.kind), queue=str(where or "-"), message=message
         )
         self.queues.changed()
+
+
+def _accepted(record: PodRecord) -> BatchedPod:
+    """A pod accepted, as ``pods.accepted`` announces it."""
+    return BatchedPod(record.key, record.uid, node=record.node, profile=record.profile)

@@ -7,7 +7,7 @@ import asyncio
 from collections import Counter
 from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
 
-from kubus.bus import EventKind
+from kubus.bus import EventKind, with_batches
 from kubus.core.metrics import Metrics
 from kubus.framework.config import SchedulerConfiguration
 from kubus.framework.queueing_hints import WILDCARD
@@ -83,13 +83,14 @@ class Queues(Mapping[str, SchedulingQueue]):
         """The cluster event kinds the queue listens to: every node event (the node copies the
         hints read follow them; ``nodes.changed``, several in one, too), and the pod events some
         profile's plugin registered, all of them where one registered every event (kube's
-        informers listen for the registered events alone). With kube's plugins, pod.running, one
-        per pod, is not among them."""
+        informers listen for the registered events alone), with the ``pods.*`` kinds that carry
+        them. With kube's plugins, pod.running, one per pod, is not among them."""
         registered = frozenset().union(*(queue.registered_kinds for queue in self._queues.values()))
         nodes_changed = EventKind.NODES_CHANGED.value  # several node events in one
         if WILDCARD in registered:
-            return sorted({*CLUSTER_EVENTS, nodes_changed})
-        return sorted({nodes_changed, *(k for k in CLUSTER_EVENTS if k.startswith("node.") or k in registered)})
+            return sorted(with_batches({*CLUSTER_EVENTS, nodes_changed}))
+        kinds = {nodes_changed, *(k for k in CLUSTER_EVENTS if k.startswith("node.") or k in registered)}
+        return sorted(with_batches(kinds))
 
     def changed(self) -> None:
         """Refresh the pending-pods gauges and wake pops waiting for a profile that has pods."""

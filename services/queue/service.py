@@ -157,7 +157,7 @@ class QueueService(Service):
         # Pops and outcomes are served by the lease holder alone (`_take_over` subscribes them).
         self.intake(parts.serving.subscriptions)
         # Only the cluster events some plugin registered (`Queues.event_kinds`): not the bookkeeping
-        # ones, such as the pod.accepted this service publishes for every pod.
+        # ones, such as the pods.accepted this service publishes for every batch of pods.
         only = ConsumerConfig(filter_subjects=[event_filter(kind) for kind in self.queues.event_kinds()])
         self.intake(
             await self.js.subscribe(

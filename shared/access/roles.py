@@ -263,7 +263,8 @@ ROLES: dict[str, Role] = {
                 *_pull(BIND_STREAM),
                 NODE_PODS_ALL,
                 PODS_REQUEUE,
-                *_events(EventKind.POD_BOUND, EventKind.POD_UNRESERVED),
+                # The pods it bound together (several an event), and those it gave back.
+                *_events(EventKind.PODS_BOUND, EventKind.POD_UNRESERVED),
             ),
             # Cluster mode: the pods the apiserver deleted, a preemptor's victims among them.
             subscribe=(APISERVER_DELETED,),

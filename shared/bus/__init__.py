@@ -39,6 +39,8 @@ from kubus.bus.subjects import (
     MAX_MSG_SIZE,
     NODE_PODS_ALL,
     NODES_STREAM,
+    POD_BATCH_EVENTS,
+    POD_BATCHES,
     POD_EVENTS,
     PODS_DELETE,
     PODS_REQUEUE,
@@ -61,6 +63,7 @@ from kubus.bus.subjects import (
     reserved,
     token,
     untoken,
+    with_batches,
 )
 
 __all__ = [
@@ -79,6 +82,8 @@ __all__ = [
     "PODS_REQUEUE",
     "PODS_STREAM",
     "PODS_SUBMIT",
+    "POD_BATCHES",
+    "POD_BATCH_EVENTS",
     "POD_EVENTS",
     "PREFIX",
     "RESERVED_ALL",
@@ -116,4 +121,5 @@ __all__ = [
     "stream_config",
     "token",
     "untoken",
+    "with_batches",
 ]

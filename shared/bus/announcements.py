@@ -17,11 +17,13 @@ from kubus.api.attempts import NO_ATTEMPT, Attempt
 from kubus.bus import msgids
 from kubus.bus.connection import Publication
 from kubus.bus.messages import (
+    BatchedPod,
     ClusterEvent,
     NodeAssignment,
     NodeChange,
     NodeChanged,
     NodeChanges,
+    PodBatch,
     PodChange,
     Rejection,
     encode,
@@ -31,10 +33,13 @@ from kubus.core import codec
 
 __all__ = [
     "NODE_CHANGES_PER_EVENT",
+    "POD_BATCH_SIZE",
     "Evicted",
+    "assigned",
     "bound",
     "node_changes",
     "node_event",
+    "pod_batch",
     "pod_event",
     "preempted",
     "rejection_event",
@@ -114,6 +119,24 @@ def node_changes(changes: Sequence[tuple[EventKind, str, int]], *, at: float) ->
     return out
 
 
+POD_BATCH_SIZE = 500
+"""Pods one ``pods.*`` event carries at most (about 75 KiB of JSON)."""
+
+
+def pod_batch(kind: EventKind, pods: Sequence[BatchedPod], *, at: float) -> list[Publication]:
+    """``pods.*`` events of ``kind`` (`POD_BATCHES`) for many pods, in order: one per
+    `POD_BATCH_SIZE`. Each one's id is its pods' digest (`msgids.pod_batch`): the same pods
+    announced again together (a redelivered group of bind requests) are stored once."""
+    out: list[Publication] = []
+    for start in range(0, len(pods), POD_BATCH_SIZE):
+        chunk = tuple(pods[start : start + POD_BATCH_SIZE])
+        msg_id = msgids.pod_batch(kind, [(p.uid, p.attempt) for p in chunk])
+        name = msg_id.rpartition("/")[2]
+        event = ClusterEvent(kind=kind.value, name=name, at=at, data=PodBatch(chunk))
+        out.append(Publication(event_subject(kind, name), _event_bytes(event), msg_id))
+    return out
+
+
 def rejection_event(
     name: str, subject: str, seq: int, *, at: float, reason: str, message: str, uid: str = ""
 ) -> Publication:
@@ -125,14 +148,18 @@ def rejection_event(
     return Publication(event_subject(kind, name), _event_bytes(event), msgids.event(kind, seq))
 
 
-def bound(assignment: NodeAssignment, profile: str, *, at: float, agent: bool = True) -> list[Publication]:
-    """A pod bound: its assignment for the node's agent (unless ``agent`` is False: in cluster
-    mode the kubelet runs it, told by the apiserver), then ``pod.bound`` for everyone else."""
+def bound(assignment: NodeAssignment, profile: str, *, at: float) -> list[Publication]:
+    """A pod bound: its assignment for the node's agent, then ``pod.bound`` for everyone else.
+    (A binder announces the pods it bound together: their assignments and one ``pods.bound``.)"""
     a = assignment
     event = pod_event(EventKind.POD_BOUND, a.key, a.uid, at=at, node=a.node, attempt=a.attempt, profile=profile)
-    if not agent:
-        return [event]
-    return [Publication(node_pods(a.node), encode(a), msgids.assign(a.uid, a.attempt)), event]
+    return [assigned(a), event]
+
+
+def assigned(assignment: NodeAssignment) -> Publication:
+    """A bound pod's assignment, for its node's agent; one per attempt."""
+    a = assignment
+    return Publication(node_pods(a.node), encode(a), msgids.assign(a.uid, a.attempt))
 
 
 def preempted(victims: Iterable[Evicted], *, node: str, message: str, at: float) -> list[Publication]:

@@ -30,7 +30,7 @@ from enum import StrEnum
 from typing import Any, TypeVar
 
 from kubus.api.attempts import NO_ATTEMPT, Attempt
-from kubus.bus.subjects import EventKind
+from kubus.bus.subjects import POD_BATCHES, EventKind
 from kubus.core import codec
 from kubus.core.codec import JSONObject, JSONValue
 from kubus.core.errors import KubusError
@@ -222,6 +222,29 @@ class NodeChanges:
 
 
 @dataclass(frozen=True, slots=True)
+class BatchedPod:
+    """One pod of a ``pods.*`` event: what its own ``pod.*`` event would say of it."""
+
+    name: str
+    """The pod's namespace/name."""
+    uid: str
+    node: str = ""
+    attempt: Attempt = NO_ATTEMPT
+    """As `PodChange.attempt`."""
+    profile: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PodBatch:
+    """What a ``pods.*`` event is about: several pods, each as its own ``pod.*`` event of the
+    kind `kubus.bus.subjects.POD_BATCHES` names would say it (`expand` gives those events). A
+    binder announces the pods it bound together in one message, not one a pod (every consumer
+    would read each of them)."""
+
+    pods: tuple[BatchedPod, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Rejection:
     """What a ``pod.rejected`` event is about: the message that was bad input."""
 
@@ -233,7 +256,7 @@ class Rejection:
     rejection on that pod), else ""."""
 
 
-EventData = PodChange | NodeChange | NodeChanges | Rejection
+EventData = PodChange | NodeChange | NodeChanges | PodBatch | Rejection
 """The payload of a ClusterEvent: one dataclass per resource of `EventKind`."""
 
 
@@ -267,11 +290,25 @@ def _payload_of(kind: EventKind) -> type[EventData]:
         return Rejection
     if kind is EventKind.NODES_CHANGED:
         return NodeChanges
+    if kind.value in POD_BATCHES:
+        return PodBatch
     return PodChange if kind.value.startswith("pod.") else NodeChange
 
 
 _EVENT_DATA: dict[str, type[EventData]] = {k.value: _payload_of(k) for k in EventKind}
 """`event_data_type`'s answers, by kind (looking the kind up as an EventKind showed in profiles)."""
+
+
+def expand(event: ClusterEvent) -> list[ClusterEvent]:
+    """The events ``event`` stands for: a ``pods.*`` event's pods, each as its own ``pod.*``
+    event (at the batch's time), in order; any other event, itself."""
+    batch = event.data
+    if not isinstance(batch, PodBatch):
+        return [event]
+    kind = POD_BATCHES[event.kind]
+    return [
+        ClusterEvent(kind, p.name, p.node, event.at, data=PodChange(p.uid, p.attempt, p.profile)) for p in batch.pods
+    ]
 
 
 def encode(message: object) -> bytes:
@@ -434,6 +471,7 @@ __all__ = [
     "ERROR_HEADER",
     "FENCED",
     "NODE_KINDS",
+    "BatchedPod",
     "BindRequest",
     "ClusterEvent",
     "EventData",
@@ -445,6 +483,7 @@ __all__ = [
     "Outcome",
     "OutcomeKind",
     "Outcomes",
+    "PodBatch",
     "PodChange",
     "PodDeletion",
     "PopReply",
@@ -455,4 +494,5 @@ __all__ = [
     "decode",
     "encode",
     "event_data_type",
+    "expand",
 ]

@@ -14,17 +14,20 @@ id                                         one per
 ``bind/<uid>/<attempt>``                   BindRequest of one attempt
 ``assign/<uid>/<attempt>``                 NodeAssignment of one attempt
 ``<kind>/<part>/...``                      cluster event (`event`): e.g. ``pod.bound/<uid>/<attempt>``
+``<kind>/<digest of uids and attempts>``   ``pods.*`` event (`pod_batch`): those pods at
+                                           those attempts
 =========================================  =============================================
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 
 from kubus.api.attempts import Attempt
 from kubus.bus.subjects import EventKind
 
-__all__ = ["assign", "bind", "delete", "event", "requeue", "submit", "submitted_pod"]
+__all__ = ["assign", "bind", "delete", "event", "pod_batch", "requeue", "submit", "submitted_pod"]
 
 
 def submit(namespace: str, name: str, manifest: bytes) -> str:
@@ -64,3 +67,11 @@ def event(kind: EventKind, *parts: object) -> str:
     """The id of a cluster event: its kind and what makes it one (``uid, attempt``; ``node,
     generation``; a stream sequence)."""
     return "/".join((kind.value, *map(str, parts)))
+
+
+def pod_batch(kind: EventKind, pods: Iterable[tuple[str, Attempt]]) -> str:
+    """The id of a ``pods.*`` event about ``pods`` (uid, attempt), in order."""
+    digest = hashlib.blake2b(digest_size=16)
+    for uid, attempt in pods:
+        digest.update(f"{uid}/{attempt}\n".encode())
+    return event(kind, digest.hexdigest())

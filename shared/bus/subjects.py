@@ -28,6 +28,7 @@ stream's duplicate window are stored once.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -45,6 +46,8 @@ __all__ = [
     "PODS_REQUEUE",
     "PODS_STREAM",
     "PODS_SUBMIT",
+    "POD_BATCHES",
+    "POD_BATCH_EVENTS",
     "POD_EVENTS",
     "PREFIX",
     "RESERVED_ALL",
@@ -63,6 +66,7 @@ __all__ = [
     "reserved",
     "token",
     "untoken",
+    "with_batches",
 ]
 
 PREFIX = "kubus"
@@ -165,7 +169,10 @@ EVENTS = f"{PREFIX}.events.>"
 """Every cluster event; JetStream (stream EVENTS, kept for an hour) so a restarted consumer catches up."""
 
 POD_EVENTS = f"{PREFIX}.events.pod.>"
-"""Every pod event (`kubus get pods -w` follows them)."""
+"""Every pod event, one pod each (`kubus get pods -w` follows them, and `POD_BATCH_EVENTS`)."""
+
+POD_BATCH_EVENTS = f"{PREFIX}.events.pods.>"
+"""Every ``pods.*`` event: several pods' events of one kind in one (`EventKind.PODS_BOUND`)."""
 
 
 class EventKind(Enum):
@@ -185,6 +192,27 @@ class EventKind(Enum):
     POD_FINISHED = "pod.finished"
     POD_DELETED = "pod.deleted"
     POD_UNSCHEDULABLE = "pod.unschedulable"
+    PODS_ACCEPTED = "pods.accepted"
+    """Several pods' ``pod.accepted`` in one event (`kubus.bus.messages.PodBatch`): a queue's
+    batch of submissions."""
+    PODS_BOUND = "pods.bound"
+    """Several pods' ``pod.bound`` in one event (`kubus.bus.messages.PodBatch`): a binder's group."""
+
+
+POD_BATCHES: dict[str, str] = {
+    EventKind.PODS_ACCEPTED.value: EventKind.POD_ACCEPTED.value,
+    EventKind.PODS_BOUND.value: EventKind.POD_BOUND.value,
+}
+"""A ``pods.*`` kind -> the ``pod.*`` kind each of its pods' events is (`EventKind` values).
+Announcing thousands of pods' events one message a pod cost every publisher, the server and
+every consumer a message a pod; a batch costs them one."""
+
+
+def with_batches(kinds: Iterable[str]) -> set[str]:
+    """``kinds`` (`EventKind` values) and the ``pods.*`` kinds that carry events of them: what a
+    consumer of those kinds subscribes to."""
+    wanted = set(kinds)
+    return wanted | {batch for batch, kind in POD_BATCHES.items() if kind in wanted}
 
 
 def event_subject(kind: EventKind | str, name: str) -> str:

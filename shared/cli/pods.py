@@ -11,13 +11,13 @@ from dataclasses import replace
 from typing import TextIO
 
 from nats.aio.msg import Msg
-from nats.js.api import DeliverPolicy
+from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from kubus.api.objects import LabelSelector
 from kubus.api.pod_affinity import selector_matches
 from kubus.bus.connection import settle
-from kubus.bus.messages import ClusterEvent, decode
-from kubus.bus.subjects import EVENTS_STREAM, POD_EVENTS, EventKind
+from kubus.bus.messages import ClusterEvent, decode, expand
+from kubus.bus.subjects import EVENTS_STREAM, POD_BATCH_EVENTS, POD_EVENTS, EventKind
 from kubus.cli.connect import open_bus, open_store
 from kubus.cli.kube_objects import pod_object
 from kubus.cli.not_found import not_found, report
@@ -193,9 +193,11 @@ async def watch_pods(
 
     async def on_event(msg: Msg) -> None:
         try:
-            changed.put_nowait(decode(ClusterEvent, msg.data))
+            event = decode(ClusterEvent, msg.data)
         except ValueError:
             return  # not ours to judge here: the queue counts and reports bad events
+        for one in expand(event):  # a pods.* event: a line for each of its pods
+            changed.put_nowait(one)
 
     stop = stop or asyncio.Event()
     async with open_bus(settings, "kubus-cli-watch") as (nc, js), open_store(settings) as store:
@@ -205,6 +207,7 @@ async def watch_pods(
         sub = await js.subscribe(
             POD_EVENTS,
             stream=EVENTS_STREAM.name,
+            config=ConsumerConfig(filter_subjects=[POD_EVENTS, POD_BATCH_EVENTS]),
             cb=on_event,
             ordered_consumer=True,
             deliver_policy=DeliverPolicy.NEW,

@@ -23,7 +23,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-from kubus.bus.subjects import EventKind, event_filter
+from kubus.bus.subjects import POD_BATCHES, EventKind, event_filter, with_batches
 from kubus.core import codec
 from kubus.store.cluster_state import ClusterState
 from kubus.store.records import PodPhase
@@ -110,24 +110,29 @@ class PodTracker:
             try:
                 raw = codec.loads(msg.data)
                 kind, name = raw["kind"], raw["name"]
+                if kind in POD_BATCHES:  # several pods' events: each pod's name in its data
+                    kind, names = POD_BATCHES[kind], [p["name"] for p in raw["data"]["pods"]]
+                else:
+                    names = [name]
             except (ValueError, TypeError, KeyError):  # not JSON, not an object, not an event
                 return
-            pod = self.pods.get(name) if isinstance(name, str) else None
-            if pod is None:
-                return
-            if kind == EventKind.POD_BOUND.value and not pod.bound:
-                pod.bound = now
-                if pod.phase not in _STARTED:
-                    pod.phase = PodPhase.BOUND
-            elif kind == EventKind.POD_RUNNING.value and not pod.running:
-                pod.running = now
-                if pod.phase not in _FINISHED:
-                    pod.phase = PodPhase.RUNNING
+            for name in names:
+                pod = self.pods.get(name) if isinstance(name, str) else None
+                if pod is None:
+                    continue
+                if kind == EventKind.POD_BOUND.value and not pod.bound:
+                    pod.bound = now
+                    if pod.phase not in _STARTED:
+                        pod.phase = PodPhase.BOUND
+                elif kind == EventKind.POD_RUNNING.value and not pod.running:
+                    pod.running = now
+                    if pod.phase not in _FINISHED:
+                        pod.phase = PodPhase.RUNNING
 
-        # Only the two kinds it reads: the tracker shares the machine with what it measures.
+        # Only the kinds it reads: the tracker shares the machine with what it measures.
         self._subs = [
             await nc.subscribe(event_filter(kind), cb=on_event, pending_msgs_limit=1_000_000, pending_bytes_limit=-1)
-            for kind in (EventKind.POD_BOUND, EventKind.POD_RUNNING)
+            for kind in sorted(with_batches({EventKind.POD_BOUND.value, EventKind.POD_RUNNING.value}))
         ]
 
     async def close(self) -> None:

@@ -17,10 +17,12 @@ from pathlib import Path
 
 import pytest
 from cluster_support import service_logs
+from nats.aio.msg import Msg
 from support import eventually
 
 from kubus.bus import connect_bus
-from kubus.bus.subjects import POD_EVENTS, PODS_STREAM
+from kubus.bus.messages import ClusterEvent, decode, expand
+from kubus.bus.subjects import POD_BATCH_EVENTS, POD_EVENTS, PODS_STREAM
 from kubus.cli.bench import check_invariants_settled
 from kubus.cli.cluster import SubmitManifest, pod_manifests, submit
 from kubus.cli.embedded import ReplicatedServers
@@ -95,11 +97,12 @@ async def _flow_with_kill(
     nc, js = await connect_bus(cluster.settings, "ha-flow")
     bound_at: list[float] = []
 
-    async def on_event(msg: object) -> None:
-        if ".pod.bound." in getattr(msg, "subject", ""):
-            bound_at.append(time.monotonic())
+    async def on_event(msg: Msg) -> None:
+        if ".pod.bound." in msg.subject or ".pods.bound." in msg.subject:  # one pod, or several at once
+            bound_at.extend([time.monotonic()] * len(expand(decode(ClusterEvent, msg.data))))
 
     await nc.subscribe(POD_EVENTS, cb=on_event)
+    await nc.subscribe(POD_BATCH_EVENTS, cb=on_event)
     pods = _pods(PODS)
     killed_at = 0.0
     killed = ""

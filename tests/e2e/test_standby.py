@@ -19,7 +19,8 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from support import eventually
 
-from kubus.bus.subjects import event_filter
+from kubus.bus.messages import ClusterEvent, decode, expand
+from kubus.bus.subjects import event_filter, with_batches
 from kubus.cli.bench import check_invariants_settled
 from kubus.cli.cluster import pod_manifests, submit
 from kubus.cli.processes import ServiceProcess
@@ -66,9 +67,10 @@ async def kill_the_leader_under_flow(
     bound_at: list[float] = []
 
     async def on_bound(msg: Msg) -> None:
-        bound_at.append(time.monotonic())
+        # pod.bound, or pods.bound: several pods bound at once
+        bound_at.extend([time.monotonic()] * len(expand(decode(ClusterEvent, msg.data))))
 
-    sub = await nats.subscribe(event_filter("pod.bound"), cb=on_bound)
+    subs = [await nats.subscribe(event_filter(kind), cb=on_bound) for kind in with_batches({"pod.bound"})]
     chunk, every = 40, 0.2
 
     async def flow() -> None:
@@ -102,7 +104,8 @@ async def kill_the_leader_under_flow(
     except AssertionError as exc:
         pytest.fail(f"{exc}\n{service_logs(cluster)}")
     finally:
-        await sub.unsubscribe()
+        for sub in subs:
+            await sub.unsubscribe()
     records = await state.get_pods(uids)
     assert all(r is not None and r.bindings == 1 for r in records), "a pod bound twice, or not at all"
     assert await check_invariants_settled(state) == []

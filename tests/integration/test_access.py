@@ -459,7 +459,7 @@ async def test_a_cycle_only_schedules(secured: EmbeddedServers) -> None:
 
 async def test_a_binder_only_binds(secured: EmbeddedServers) -> None:
     """The binder takes bind requests from its consumer, hands bound pods to agents, requeues what
-    it could not bind, announces pod.bound/unreserved; it neither asks nor answers the queue."""
+    it could not bind, announces pods.bound/pod.unreserved; it neither asks nor answers the queue."""
     async with kubus_consumers(secured) as consumers, bus(secured, "binder") as (nc, errors):
         admin = consumers.admin
         before = await consumers.snapshot()
@@ -474,7 +474,7 @@ async def test_a_binder_only_binds(secured: EmbeddedServers) -> None:
         for subject in (
             queue_pop("default-scheduler"), queue_done("default-scheduler"), bind("default-scheduler"),
             reserved("default-scheduler"), "kubus.pods.submit", event_subject("pod.deleted", "default/p"),
-            event_subject("node.updated", "n1"),
+            event_subject("node.updated", "n1"), event_subject("pod.bound", "default/p"),
         ):  # fmt: skip
             await _publish_refused(admin, nc, errors, subject)
         await nc.subscribe(EVENTS)
@@ -490,7 +490,8 @@ async def test_a_binder_only_binds(secured: EmbeddedServers) -> None:
             await msg.ack_sync()
         finally:
             await pull.unsubscribe()
-        for subject in (node_pods("n1"), "kubus.pods.requeue", event_subject("pod.bound", "default/p")):
+        for subject in (node_pods("n1"), "kubus.pods.requeue", event_subject("pods.bound", "d1"),
+                        event_subject("pod.unreserved", "default/p")):  # fmt: skip
             await publish_durable(js, subject, b"{}", f"access-test-{subject}")
         for stream in (NODES_STREAM, PODS_STREAM):
             await admin.jetstream().purge_stream(stream.name)

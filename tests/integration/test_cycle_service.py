@@ -39,6 +39,7 @@ from kubus.bus import (
 )
 from kubus.bus.messages import (
     ERROR_HEADER,
+    BatchedPod,
     BindRequest,
     ClusterEvent,
     NodeChange,
@@ -769,14 +770,18 @@ async def test_a_warm_standby_follows_the_nodes_and_takes_over_without_loading_i
         await add_node(state, "node-b", "8")
         await publish_event(js, EventKind.NODE_ADDED, "node-b")
         await eventually(lambda: standby_has({"node-a", "node-b"}))
-        # A pod the leader placed: its pod.bound event makes the standby read that row again.
+        # A pod the leader placed: its bind, announced as a binder does (pods.bound, with another
+        # pod's of a node it does not have), makes the standby read that row again.
         placed = await submit(state, "placed", "2")
         queue.offer(placed)
         [outcome] = await queue.decided(placed)
         assert outcome.kind is OutcomeKind.RESERVED
         await state.mark_bound(outcome.node, placed.uid, outcome.attempt)  # as a binder does
         assert (await state.bind_pod(placed.uid, outcome.node, (), expected_version=outcome.attempt)).ok
-        await publish_event(js, EventKind.POD_BOUND, placed.key, node=outcome.node, uid=placed.uid)
+        bound = [BatchedPod("default/elsewhere", "uid-elsewhere", "node-z", 1, PROFILE),
+                 BatchedPod(placed.key, placed.uid, outcome.node, outcome.attempt, PROFILE)]  # fmt: skip
+        for publication in announcements.pod_batch(EventKind.PODS_BOUND, bound, at=time.time()):
+            await js.publish(publication.subject, publication.payload)
 
         async def standby_sees_the_placement() -> None:
             assert second.table is not None

@@ -11,6 +11,7 @@ from support import eventually
 
 from kubus.api.manifests import parse_pod
 from kubus.bus import announcements
+from kubus.bus.messages import BatchedPod
 from kubus.bus.subjects import EventKind, event_filter
 from kubus.cli import progress
 from kubus.cli.progress import PodTracker
@@ -66,9 +67,15 @@ async def test_bound_and_running_events_mark_the_tracked_pod_and_garbage_is_igno
     try:
         for data in (b"not json", b"[1]", b'{"kind": "pod.bound"}', b'{"kind": "pod.bound", "name": 7}'):
             await nats.publish(event_filter(EventKind.POD_BOUND).replace(">", "x"), data)
-        for kind in (EventKind.POD_BOUND, EventKind.POD_RUNNING):
-            p = announcements.pod_event(kind, key, uid, at=time.time(), node="n1")
-            await nats.publish(p.subject, p.payload)
+        bad_batches = (b'{"kind": "pods.bound", "name": "b"}', b'{"kind":"pods.bound","name":"b","data":{"pods":7}}')
+        for data in bad_batches:
+            await nats.publish(event_filter(EventKind.PODS_BOUND).replace(">", "x"), data)
+        # bound among others (a binder's pods.bound), then running (an agent's pod.running)
+        together = [BatchedPod("default/untracked", "u", "n1"), BatchedPod(key, uid, "n1")]
+        [p] = announcements.pod_batch(EventKind.PODS_BOUND, together, at=time.time())
+        await nats.publish(p.subject, p.payload)
+        p = announcements.pod_event(EventKind.POD_RUNNING, key, uid, at=time.time(), node="n1")
+        await nats.publish(p.subject, p.payload)
         other = announcements.pod_event(EventKind.POD_BOUND, "default/untracked", "u", at=time.time(), node="n1")
         await nats.publish(other.subject, other.payload)
         pod = tracker.pods[key]

@@ -38,6 +38,7 @@ from kubus.bus import (
 from kubus.bus.messages import (
     ERROR_HEADER,
     FENCED,
+    BatchedPod,
     ClusterEvent,
     NodeAssignment,
     NodeChange,
@@ -51,6 +52,7 @@ from kubus.bus.messages import (
     QueuedPod,
     decode,
     encode,
+    expand,
 )
 from kubus.core import codec
 from kubus.core.settings import ConnectionSettings
@@ -147,9 +149,14 @@ class EventLog:
 
     def __init__(self) -> None:
         self.events: list[ClusterEvent] = []
+        """Each event, and each pod's of a pods.* event as its own."""
+        self.messages: list[ClusterEvent] = []
+        """Each event as published."""
 
     async def on_msg(self, msg: Any) -> None:
-        self.events.append(decode(ClusterEvent, msg.data))
+        event = decode(ClusterEvent, msg.data)
+        self.messages.append(event)
+        self.events += expand(event)
 
     def of(self, kind: str) -> list[ClusterEvent]:
         return [e for e in self.events if e.kind == kind]
@@ -685,6 +692,9 @@ async def test_one_batch_of_good_bad_repeated_and_deleted_submits_is_handled_lik
     assert {e.name for e in rejected} >= {"default/bad"} and len(rejected) == 2
     accepted = await eventually(lambda: _at_least(events.of("pod.accepted"), len(want) + 1))
     assert sorted(e.name for e in accepted) == sorted({f"default/{n}" for n in want} | {"default/gone"})
+    # announced together: a pods.accepted event for the pods a round of the batch accepted
+    announcements = [m for m in events.messages if m.kind.startswith("pod") and m.kind.endswith("accepted")]
+    assert {m.kind for m in announcements} == {"pods.accepted"} and len(announcements) < len(accepted)
     assert await check_invariants(state) == []
 
 
@@ -1080,6 +1090,37 @@ async def test_a_pod_rejected_for_resources_moves_when_a_pod_on_a_node_finishes(
     )
     await _hinted(queue, "NodeResourcesFit", "AssignedPodUpdate", "Queue", 1)
     assert queue.queues[DEFAULT].where(uid_of(big)) in (QueueName.BACKOFF, QueueName.ACTIVE)
+
+
+async def test_a_pods_bound_event_moves_pods_as_each_pods_own_pod_bound_would(
+    start_queue: QueueFactory, nats: NATS, js: JetStreamContext, redis: aioredis.Redis
+) -> None:
+    """A binder announces the pods it bound together (pods.bound): the queue reads each as its
+    own pod.bound, the hints asked for each, in order."""
+    queue = await start_queue()
+    state = ClusterState(redis)
+    await state.put_node(_node("n1", {"zone": "a"}))
+    term = {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "zone"}
+    affinity = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+    needy = _pod_with_spec("needy", {"affinity": affinity})
+    web, db = pod_manifest("web", labels={"app": "web"}), pod_manifest("db", labels={"app": "db"})
+    for data in (needy, web, db):
+        await submit(js, data)
+    popped: list[str] = []
+    while len(popped) < 3:
+        popped += [p.uid for p in (await pop(nats, max_pods=3, wait_ms=5000)).pods]
+    needy_uid = uid_of(needy)
+    rejected = Outcome(needy_uid, OutcomeKind.UNSCHEDULABLE, message="0/1 nodes", plugins=("InterPodAffinity",))
+    await done(nats, DEFAULT, rejected)
+    assert queue.queues[DEFAULT].where(needy_uid) is QueueName.UNSCHEDULABLE
+
+    bound = [BatchedPod(f"default/{n}", uid_of(d), "n1", 1, DEFAULT) for n, d in (("web", web), ("db", db))]
+    [event] = announcements.pod_batch(EventKind.PODS_BOUND, bound, at=time.time())
+    await _publish(js, event)
+    # web's bind cannot help it (no app=db), db's can: one hint call each, and the pod moves
+    await _hinted(queue, "InterPodAffinity", "AssignedPodAdd", "QueueSkip", 1)
+    await _hinted(queue, "InterPodAffinity", "AssignedPodAdd", "Queue", 1)
+    assert queue.queues[DEFAULT].where(needy_uid) is not QueueName.UNSCHEDULABLE
 
 
 def _pod_with_spec(name: str, extra: dict[str, Any], *, annotations: dict[str, str] | None = None) -> bytes:

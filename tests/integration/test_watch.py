@@ -15,8 +15,9 @@ from nats.js import JetStreamContext
 from support import eventually
 
 from kubus.api.manifests import parse_pod
+from kubus.bus import announcements
 from kubus.bus.connection import ensure_streams
-from kubus.bus.messages import ClusterEvent, PodChange, encode
+from kubus.bus.messages import BatchedPod, ClusterEvent, PodChange, encode
 from kubus.bus.subjects import EventKind, event_subject
 from kubus.cli.cluster import watch_pods
 from kubus.core import codec
@@ -101,7 +102,10 @@ async def test_a_watch_shows_what_happened_while_it_was_disconnected(
             await eventually(lambda: shows("node-a"), timeout=10)
             proxy.cut()
             await asyncio.sleep(0.5)
-            await _announce(js, EventKind.POD_BOUND, during[0], "node-b")  # the watch is not connected
+            # The watch is not connected; a binder announces the pods it bound together (pods.bound).
+            bound = BatchedPod(f"default/{during[0].name}", during[0].uid, "node-b", 1, during[0].profile)
+            [publication] = announcements.pod_batch(EventKind.PODS_BOUND, [bound], at=1.0)
+            await js.publish(publication.subject, publication.payload)
             await asyncio.sleep(0.5)
             assert "node-b" not in out.getvalue()
             proxy.open = True

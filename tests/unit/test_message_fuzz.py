@@ -23,6 +23,7 @@ from kubus.api.manifests import parse_manifests, wire_pod
 from kubus.api.submission import Rejected, Submission, identify, read_submission
 from kubus.bus import EventKind, messages
 from kubus.bus.messages import (
+    BatchedPod,
     BindRequest,
     ClusterEvent,
     MessageError,
@@ -33,6 +34,7 @@ from kubus.bus.messages import (
     Outcome,
     OutcomeKind,
     Outcomes,
+    PodBatch,
     PodChange,
     PodDeletion,
     PopReply,
@@ -76,6 +78,9 @@ EXAMPLES: list[Any] = [
     Rejection("kubus.pods.submit", 7),
     ClusterEvent("node.added", "n1", "n1", 1.0, "Registered", "ready", NodeChange(3)),
     ClusterEvent("nodes.changed", "b1", "", 1.5, data=NodeChanges((NodeChanged("node.updated", "n1", 4),))),
+    BatchedPod("default/web-1", "uid-1", "n1", 2, "default-scheduler"),
+    PodBatch((BatchedPod("default/web-1", "uid-1"), BatchedPod("default/web-2", "uid-2", "n2", 1))),
+    ClusterEvent("pods.bound", "d1", "", 2.5, data=PodBatch((BatchedPod("default/web-1", "uid-1", "n1", 3),))),
     ClusterEvent(
         "pod.finished", "ns/p", "n1", 2.5, "Completed", "ran", PodChange("u1", 4, "default-scheduler", "Failed")
     ),

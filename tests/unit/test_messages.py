@@ -135,3 +135,35 @@ def test_many_nodes_changes_are_announced_in_a_few_events_in_order() -> None:
         read += event.data.changes
     assert read == [NodeChanged(k.value, name, generation) for k, name, generation in changes]
     assert announcements.node_changes([], at=5.0) == []
+
+
+def test_many_pods_events_are_announced_in_a_few_events_read_back_as_each_pods_own() -> None:
+    """`announcements.pod_batch`: pods' events of one kind in ``pods.*`` events of at most
+    POD_BATCH_SIZE pods, each read back (`expand`) as the ``pod.*`` events they stand for, in
+    order. The id is the pods' digest: the same pods at the same attempts, the same id."""
+    from kubus.bus import EventKind, announcements, with_batches
+    from kubus.bus.messages import BatchedPod, expand
+
+    per = announcements.POD_BATCH_SIZE
+    pods = [BatchedPod(f"default/p{i}", f"u{i}", f"n{i % 3}", i % 4, "default-scheduler") for i in range(per + 2)]
+    events = announcements.pod_batch(EventKind.PODS_BOUND, pods, at=7.0)
+    assert len(events) == 2 and len({e.subject for e in events}) == len({e.msg_id for e in events}) == 2
+    read: list[ClusterEvent] = []
+    for e in events:
+        assert e.subject.startswith("kubus.events.pods.bound.") and e.msg_id.startswith("pods.bound/")
+        read += expand(decode(ClusterEvent, e.payload))
+    assert read == [ClusterEvent("pod.bound", p.name, p.node, 7.0, data=PodChange(p.uid, p.attempt, p.profile))
+                    for p in pods]  # fmt: skip
+    # announced again (a redelivered group): the same ids, stored once; other pods or attempts: others
+    assert [e.msg_id for e in announcements.pod_batch(EventKind.PODS_BOUND, pods, at=9.0)] == [e.msg_id for e in events]
+    [one] = announcements.pod_batch(EventKind.PODS_BOUND, pods[:1], at=7.0)
+    [retried] = announcements.pod_batch(EventKind.PODS_BOUND, [BatchedPod("default/p0", "u0", attempt=1)], at=7.0)
+    [accepted] = announcements.pod_batch(EventKind.PODS_ACCEPTED, pods[:1], at=7.0)
+    assert len({one.msg_id, retried.msg_id, accepted.msg_id}) == 3
+    assert [e.kind for e in expand(decode(ClusterEvent, accepted.payload))] == ["pod.accepted"]
+    assert announcements.pod_batch(EventKind.PODS_BOUND, [], at=7.0) == []
+    # any other event stands for itself; a consumer of pod.bound subscribes to pods.bound too
+    node = ClusterEvent("node.added", "n1", "n1", 1.0, data=NodeChange(1))
+    assert expand(node) == [node]
+    assert with_batches({"pod.bound", "node.added"}) == {"pod.bound", "pods.bound", "node.added"}
+    assert with_batches({"pod.deleted"}) == {"pod.deleted"}

@@ -25,7 +25,7 @@ from kubus.api.objects import (
     Toleration,
 )
 from kubus.api.objects import NodeAffinity as NodeAffinitySpec
-from kubus.bus import EventKind
+from kubus.bus import POD_BATCHES, EventKind
 from kubus.core import codec
 from kubus.framework import ClusterEventWithHint, EnqueueExtensions, QueueingHint
 from kubus.framework.queueing_hints import ALL_EVENTS, WILDCARD, EventObject, QueueingHintFn
@@ -93,8 +93,10 @@ def pod(
 
 
 def test_the_event_kinds_are_the_bus_event_kinds() -> None:
-    # Bookkeeping events move no pod; nodes.changed carries node events, each read as its own.
-    kinds = {k.value for k in EventKind} - {"pod.accepted", "pod.rejected", "pod.unschedulable", "nodes.changed"}
+    # Bookkeeping events move no pod; nodes.changed carries node events, and pods.* pod events
+    # (POD_BATCHES), each read as its own.
+    batches = {"nodes.changed", *POD_BATCHES}
+    kinds = {k.value for k in EventKind} - {"pod.accepted", "pod.rejected", "pod.unschedulable"} - batches
     assert kinds == ALL_EVENTS
 
 
