@@ -25,7 +25,7 @@ The pods are submitted as fast as JetStream takes them; the bench follows them u
 is accounted for, then reports:
 
 - throughput: pods bound per second, first submit to last bind, and the submit rate alone;
-- submit-to-bound latency (p50, p99, max) per pod: its JetStream ack to its pod.bound event;
+- submit-to-bound latency (p50, p99, max) per pod: its JetStream ack to the event announcing it bound;
 - time per stage: submit → accepted (the queue stored it: the record's created_at), accepted
   → bound, bound → running (the agent started it);
 - CPU seconds each process spent while the measured pods flowed (services, servers and the
