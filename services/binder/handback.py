@@ -12,11 +12,12 @@ import contextlib
 import logging
 from collections.abc import Callable, Mapping
 
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from kubus.api.errors import ManifestError
 from kubus.api.manifests import wire_pod
-from kubus.binder.work import BindResult, Part, Work, framework_of, request_log
+from kubus.binder.work import BindResult, Work, framework_of, request_log
 from kubus.bus import (
     PODS_REQUEUE,
     EventKind,
@@ -64,7 +65,7 @@ class HandBack:
         self.clock = clock
         self.log = log
 
-    async def hand_back(self, request: BindRequest, message: str, msg: Part | None = None) -> bool:
+    async def hand_back(self, request: BindRequest, message: str, msg: Msg | None = None) -> bool:
         """Unreserve and hand the pod back: give this attempt's room back, tell the queue
         (`requeue`), ack ``msg`` last. Idempotent; raises on Redis/NATS errors.
 
@@ -119,10 +120,10 @@ class HandBack:
             result = await self.failed(work.request, work.msg, exc, request_log(self.log, work.request))
         work.finish(result, self.metrics)
 
-    async def failed(self, request: BindRequest, msg: Part, exc: Exception, log: StructuredLogger) -> BindResult:
+    async def failed(self, request: BindRequest, msg: Msg, exc: Exception, log: StructuredLogger) -> BindResult:
         """A step raised: retry later (nak), or after its last allowed failure hand the pod back.
         A server that is away pauses intake and is waited out, however long (`Outage`)."""
-        delivered = deliveries(msg.msg)
+        delivered = deliveries(msg)
         delay = redelivery_delay(delivered)
         if is_transient(exc):
             self.outage.note(exc)  # says so once per outage; each request only at debug level
@@ -130,7 +131,7 @@ class HandBack:
             with contextlib.suppress(Exception):  # unacked, it comes back after ack_wait anyway
                 await msg.nak(delay=delay)
             return BindResult.RETRY
-        failures = self.faults.failed(msg.msg, msg.index)
+        failures = self.faults.failed(msg)
         if failures < self.max_failures:
             log.log(logging.ERROR, "bind failed, will retry", exc_info=exc, error=repr(exc), failures=failures)
             with contextlib.suppress(Exception):

@@ -1,10 +1,9 @@
 """The binder: the binding cycle of every reserved pod (WaitOnPermit, PreBind, Bind, PostBind).
 
 Any number of replicas share one durable pull consumer on the KUBUS_BIND stream (filter
-``kubus.bind.>``, so every profile's requests; a message, `BindRequests`, carries a cycle
-batch's, settled once each of them is: `kubus.binder.work.Delivery`). Per `BindRequest`,
-exactly as docs/services.md step 5 says, every step conditional on the request's attempt id so
-a duplicate or stale delivery can never undo a newer attempt:
+``kubus.bind.>``, so every profile's requests). Per `BindRequest`, exactly as docs/services.md
+step 5 says, every step conditional on the request's attempt id so a duplicate or stale
+delivery can never undo a newer attempt:
 
 1. WaitOnPermit: when the cycle's Permit plugins made the pod wait, its wait lives in Redis
    (`kubus.store.permits`); the binder waits until no plugin holds it (allowed), one rejected it,
@@ -67,7 +66,7 @@ from kubus.binder.binding import BindingCycle
 from kubus.binder.handback import HandBack
 from kubus.binder.options import BinderOptions
 from kubus.binder.permits import AllowAll, PermitGate, PermitWatcher
-from kubus.binder.work import BindResult, Delivery, Work, check_request
+from kubus.binder.work import BindResult, Work, check_request
 from kubus.bus import (
     APISERVER_DELETED,
     BIND_ALL,
@@ -80,7 +79,7 @@ from kubus.bus import (
     in_progress_while,
     publish_durable_many,
 )
-from kubus.bus.messages import BindRequest, BindRequests, MessageError, decode
+from kubus.bus.messages import BindRequest, MessageError, decode
 from kubus.core.settings import ConnectionSettings
 from kubus.framework.runtime import Framework
 from kubus.framework.status import Status
@@ -228,11 +227,14 @@ class BinderService(Service):
                 task.cancel()
             self._consumed.set()
 
+    async def handle(self, msg: Msg) -> BindResult | None:
+        """Handle one delivered BindRequest to the end (acked, nak'ed or terminated). Never
+        raises (but for cancellation). Returns what became of it; None for garbage."""
+        return (await self.handle_batch([msg]))[0]
+
     async def handle_batch(self, msgs: Sequence[Msg]) -> list[BindResult | None]:
-        """Handle delivered `BindRequests` to the end (each message acked, nak'ed or terminated
-        once all its requests are: `Delivery`). Never raises (but for cancellation). Returns what
-        became of each request, in order; None for garbage (a message that is not BindRequests,
-        or a request in one that no binder can act on: the others in it are bound).
+        """Handle delivered BindRequests to the end (each acked, nak'ed or terminated). Never
+        raises (but for cancellation). Returns what became of each, in order; None for garbage.
 
         Every request waits on Permit on its own; those that pass are bound together: one
         `ClusterState.bind_many` (about one Redis round trip), one `publish_durable_many` of
@@ -241,39 +243,19 @@ class BinderService(Service):
         started = time.perf_counter()
         slots: list[Work | None] = []
         works: list[Work] = []
-        handled: list[Msg] = []
         for msg in msgs:
             try:
-                requests = decode(BindRequests, msg.data).requests
+                request = decode(BindRequest, msg.data)
+                check_request(request)
             except MessageError as exc:
                 await self._reject(msg, str(exc))
                 slots.append(None)
                 continue
-            good: list[BindRequest] = []
-            for request in requests:
-                try:
-                    check_request(request)
-                except MessageError as exc:  # that one alone: the others are bound
-                    self._count_rejected(msg, str(exc))
-                    slots.append(None)
-                    continue
-                good.append(request)
-            if not good:
-                if not requests:
-                    await self._reject(msg, "BindRequests.requests: empty")
-                    slots.append(None)
-                else:
-                    with contextlib.suppress(Exception):
-                        await msg.term()
-                continue
-            delivery = Delivery(msg, len(good))
-            handled.append(msg)
-            for i, request in enumerate(good):
-                work = Work(delivery.part(i), request, started)
-                slots.append(work)
-                works.append(work)
+            work = Work(msg, request, started)
+            slots.append(work)
+            works.append(work)
         if works:
-            async with in_progress_while(handled, self.options.ack_wait / 3):
+            async with in_progress_while([w.msg for w in works], self.options.ack_wait / 3):
                 await self._through_permit(works)
         return [w.result if w is not None else None for w in slots]
 
@@ -328,17 +310,19 @@ class BinderService(Service):
         except TimeoutError:
             return Status.unschedulable(f"rejected due to timeout after waiting {self.options.permit_timeout:g}s")
 
+    async def hand_back(self, request: BindRequest, message: str, msg: Msg | None = None) -> bool:
+        """Unreserve and hand the pod back (`HandBack.hand_back`): False when it was bound
+        already and stays bound, True when handed back. Idempotent; raises on Redis/NATS errors."""
+        return await self.handback.hand_back(request, message, msg)
+
     async def _publish(self, publications: Sequence[Publication]) -> list[PubAck | Exception]:
         """Publish durably, all at once; an error in the place of each message not stored (the
         binding cycle's `Publish`)."""
         return await publish_durable_many(self.jetstream(), publications, return_exceptions=True)
 
     async def _reject(self, msg: Msg, reason: str) -> None:
-        self._count_rejected(msg, reason)
-        with contextlib.suppress(Exception):
-            await msg.term()
-
-    def _count_rejected(self, msg: Msg, reason: str) -> None:
         # By the stream's filter, not the subject: garbage on many subjects is not many series.
         self.metrics.rejected_messages.labels(subject=BIND_ALL).inc()
         self.log.error("bind request rejected: not a BindRequest", subject=msg.subject, reason=reason)
+        with contextlib.suppress(Exception):
+            await msg.term()

@@ -1,6 +1,6 @@
-"""One BindRequest in a binder's hands: the request as delivered (its share of the message it came
-in: `Delivery`, `Part`), checked (`check_request`), its binding cycle's state, and what became of
-it (`BindResult`, the ``result`` label of scheduler_binding_duration_seconds)."""
+"""One BindRequest in a binder's hands: the request as delivered, checked (`check_request`), its
+binding cycle's state, and what became of it (`BindResult`, the ``result`` label of
+scheduler_binding_duration_seconds)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from kubus.framework.cycle_state import CycleState
 from kubus.framework.runtime import Framework
 from kubus.runtime.service import StructuredLogger
 
-__all__ = ["BindResult", "Delivery", "Part", "Work", "check_request", "framework_of", "request_log"]
+__all__ = ["BindResult", "Work", "check_request", "framework_of", "request_log"]
 
 
 class BindResult(StrEnum):
@@ -38,82 +38,11 @@ class BindResult(StrEnum):
     """A transient error: nak'ed, to be delivered again."""
 
 
-class Delivery:
-    """One delivered `BindRequests` message, settled once each request it carries is: nak'ed
-    with the longest delay asked when any asked to be tried again, so the message comes back
-    whole (its requests bound already are found bound, and announced again); terminated when
-    every one was (nothing more to try); else acked. `part` gives each request its share."""
-
-    __slots__ = ("_delay", "_open", "_retry", "_terms", "msg", "requests")
-
-    def __init__(self, msg: Msg, requests: int) -> None:
-        self.msg = msg
-        self.requests = requests
-        self._open = requests
-        self._terms = 0
-        self._retry = False
-        self._delay: float | None = None
-
-    def part(self, index: int) -> Part:
-        """The share of the message's request ``index``."""
-        return Part(self, index)
-
-    async def _settle(self, verb: str, delay: float | None) -> None:
-        self._open -= 1
-        if verb == "nak":
-            self._retry = True
-            if delay is not None:
-                self._delay = delay if self._delay is None else max(self._delay, delay)
-        elif verb == "term":
-            self._terms += 1
-        if self._open > 0:
-            return
-        if self._retry:
-            await self.msg.nak(delay=self._delay)
-        elif self._terms == self.requests:
-            await self.msg.term()
-        else:
-            await self.msg.ack()
-
-
-class Part:
-    """One request's share of its `Delivery`: what its binding cycle acks, naks or terminates
-    (once: a second settling changes nothing)."""
-
-    __slots__ = ("delivery", "index", "settled")
-
-    def __init__(self, delivery: Delivery, index: int) -> None:
-        self.delivery = delivery
-        self.index = index
-        """The request's place in its message (its failures are counted on their own)."""
-        self.settled = False
-
-    @property
-    def msg(self) -> Msg:
-        """The message the request came in."""
-        return self.delivery.msg
-
-    async def ack(self) -> None:
-        await self._settle("ack")
-
-    async def nak(self, delay: float | None = None) -> None:
-        await self._settle("nak", delay)
-
-    async def term(self) -> None:
-        await self._settle("term")
-
-    async def _settle(self, verb: str, delay: float | None = None) -> None:
-        if not self.settled:
-            self.settled = True
-            await self.delivery._settle(verb, delay)
-
-
 @dataclass(slots=True)
 class Work:
     """One BindRequest being handled."""
 
-    msg: Part
-    """Its share of the message it came in: acked, nak'ed or terminated when it is done."""
+    msg: Msg
     request: BindRequest
     started_at: float
     """perf_counter() when its batch was taken up (scheduler_binding_duration_seconds)."""

@@ -1,7 +1,6 @@
-"""Handing a decided batch's reserved pods to the binders (`HandOver`, docs/services.md 4c): their
-`BindRequest`s on ``kubus.bind.<profile>``, several a message (`BindRequests`, `bind_messages`;
-msg id ``bind/<digest of uids and attempts>``), if this replica still leads;
-what does not reach JetStream is undone."""
+"""Handing a decided batch's reserved pods to the binders (`HandOver`, docs/services.md 4c): a
+`BindRequest` each on ``kubus.bind.<profile>`` (msg id ``bind/<uid>/<attempt>``), if this replica
+still leads; what does not reach JetStream is undone."""
 
 from __future__ import annotations
 
@@ -11,7 +10,7 @@ import time
 from nats.js import JetStreamContext
 
 from kubus.bus import Publication, bind, msgids, publish_durable_many
-from kubus.bus.messages import BindRequest, Outcome, OutcomeKind, bind_messages
+from kubus.bus.messages import BindRequest, Outcome, OutcomeKind, encode
 from kubus.cycle.batch import Batch, Reserved, lost_lease_message, uid
 from kubus.cycle.options import CycleOptions
 from kubus.cycle.presence import Presence
@@ -78,18 +77,11 @@ class HandOver:
             )
             for r in reserved
         ]
-        # Several a message: one to publish, store, deliver and ack, not one a pod.
-        messages = bind_messages(requests)
-        chunks = [carried for _, carried in messages]
-        publications = [
-            Publication(bind(self.profile), data, msgids.bind((q.uid, q.attempt) for q in carried))
-            for data, carried in messages
-        ]
+        publications = [Publication(bind(self.profile), encode(q), msgids.bind(q.uid, q.attempt)) for q in requests]
         try:
-            stored = await publish_durable_many(self.js, publications, return_exceptions=True)
+            acks = await publish_durable_many(self.js, publications, return_exceptions=True)
         except TRANSIENT_ERRORS as exc:
-            stored = [exc] * len(chunks)
-        acks = [ack for chunk, ack in zip(chunks, stored, strict=True) for _ in chunk]  # each pod's message's
+            acks = [exc] * len(reserved)
         failed = []
         for r, ack in zip(reserved, acks, strict=True):
             pod_uid = uid(r.result.pod)

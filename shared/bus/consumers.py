@@ -148,9 +148,6 @@ class MessageFaults:
     because a server is away are not the message's fault and are not counted: JetStream's
     delivery count, which counts them too, would give up on acknowledged work during an outage.
 
-    A message that carries several pieces of work (``part``: the piece's index) counts each
-    piece's failures on its own.
-
     In memory, at most ``size`` messages (the oldest forgotten): a restarted service counts
     again from zero, so a message gets more tries, never fewer."""
 
@@ -161,29 +158,26 @@ class MessageFaults:
             raise ValueError(f"a message is tried at least once, not {limit} times")
         self.limit = limit
         self.size = size
-        self._counts: OrderedDict[tuple[int, int], int] = OrderedDict()
+        self._counts: OrderedDict[int, int] = OrderedDict()
 
-    def failed(self, msg: Msg, part: int = 0) -> int:
-        """Count one failure of ``msg`` (of its piece ``part``); how many it has had (this one
-        included)."""
-        seq = _sequence(msg)
-        if seq is None:  # not a JetStream message: its deliveries are all there is
+    def failed(self, msg: Msg) -> int:
+        """Count one failure of ``msg``; how many it has had (this one included)."""
+        key = _sequence(msg)
+        if key is None:  # not a JetStream message: its deliveries are all there is
             return deliveries(msg)
-        key = (seq, part)
         count = self._counts.pop(key, 0) + 1
         self._counts[key] = count
         while len(self._counts) > self.size:
             self._counts.popitem(last=False)
         return count
 
-    def exhausted(self, msg: Msg, part: int = 0) -> bool:
-        """Count one failure of ``msg`` (of its piece ``part``); True when that was its last try
-        (it is forgotten)."""
-        if self.failed(msg, part) < self.limit:
+    def exhausted(self, msg: Msg) -> bool:
+        """Count one failure of ``msg``; True when that was its last try (it is forgotten)."""
+        if self.failed(msg) < self.limit:
             return False
-        seq = _sequence(msg)
-        if seq is not None:
-            self._counts.pop((seq, part), None)
+        key = _sequence(msg)
+        if key is not None:
+            self._counts.pop(key, None)
         return True
 
 

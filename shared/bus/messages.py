@@ -11,7 +11,7 @@ Flow (see `kubus.bus.subjects`):
     client  -> kubus.pods.delete        PodDeletion
     cycle   -> kubus.queue.<p>.pop      PopRequest  -> PopReply(QueuedPod...)
     cycle   -> kubus.queue.<p>.done     Outcomes    -> empty reply (ack)
-    cycle   -> kubus.bind.<p>           BindRequests (JetStream, msg id: their uids and attempts)
+    cycle   -> kubus.bind.<p>           BindRequest (JetStream, msg id = uid)
     cycle   -> kubus.reserved.<p>       ReservedPods (to the other profiles' cycles)
     binder  -> kubus.pods.requeue       Outcomes (a failed bind hands the pod back)
     binder  -> kubus.node.<n>.pods      NodeAssignment (JetStream, msg id = uid)
@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, TypeVar
 
 from kubus.api.attempts import NO_ATTEMPT, Attempt
-from kubus.bus.subjects import MAX_MSG_SIZE, POD_BATCHES, EventKind
+from kubus.bus.subjects import POD_BATCHES, EventKind
 from kubus.core import codec
 from kubus.core.codec import JSONObject, JSONValue
 from kubus.core.errors import KubusError
@@ -140,50 +140,6 @@ class BindRequest:
     """The pods this pod's preemption evicted, as ``namespace/name/uid``: in cluster mode the
     binder binds it once they are gone from the apiserver (their kubelet stopped them), as
     kube-scheduler binds a nominated preemptor only then."""
-
-
-@dataclass(frozen=True, slots=True)
-class BindRequests:
-    """The message on ``kubus.bind.<profile>``: pods one cycle reserved together, for the
-    binders (a message each `BIND_REQUESTS_PER_MESSAGE` pods: one to publish, store, deliver
-    and ack, not one a pod)."""
-
-    requests: tuple[BindRequest, ...] = ()
-
-
-BIND_REQUESTS_PER_MESSAGE = 64
-"""Bind requests one message carries at most (about 100 KiB with pods of 1.5 KiB)."""
-
-BIND_MESSAGE_BYTES = MAX_MSG_SIZE // 2
-"""About the most bytes of requests one `BindRequests` message carries (a request over it, up to
-`kubus.bus.subjects.MAX_MANIFEST_SIZE` of manifest, goes alone)."""
-
-
-def bind_messages(requests: Sequence[BindRequest]) -> list[tuple[bytes, tuple[BindRequest, ...]]]:
-    """`BindRequests` messages of ``requests``, in order, each with the requests it carries: at
-    most `BIND_REQUESTS_PER_MESSAGE` and about `BIND_MESSAGE_BYTES` each. Each request is
-    encoded once."""
-    out: list[tuple[bytes, tuple[BindRequest, ...]]] = []
-    parts: list[bytes] = []
-    carried: list[BindRequest] = []
-    size = 0
-
-    def close() -> None:
-        out.append((b'{"requests":[' + b",".join(parts) + b"]}", tuple(carried)))
-        parts.clear()
-        carried.clear()
-
-    for request in requests:
-        data = encode(request)
-        if parts and (len(parts) == BIND_REQUESTS_PER_MESSAGE or size + len(data) > BIND_MESSAGE_BYTES):
-            close()
-            size = 0
-        parts.append(data)
-        carried.append(request)
-        size += len(data)
-    if parts:
-        close()
-    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -512,14 +468,11 @@ def _converter(hint: Any) -> _Convert:
 
 
 __all__ = [
-    "BIND_MESSAGE_BYTES",
-    "BIND_REQUESTS_PER_MESSAGE",
     "ERROR_HEADER",
     "FENCED",
     "NODE_KINDS",
     "BatchedPod",
     "BindRequest",
-    "BindRequests",
     "ClusterEvent",
     "EventData",
     "MessageError",
@@ -538,7 +491,6 @@ __all__ = [
     "QueuedPod",
     "Rejection",
     "ReservedPods",
-    "bind_messages",
     "decode",
     "encode",
     "event_data_type",

@@ -11,7 +11,7 @@ id                                         one per
                                            re-apply is stored once)
 ``delete/<ns>/<name>/<uid>/<nonce>``       deletion request
 ``requeue/<uid>/<attempt>``                hand-back of one scheduling attempt
-``bind/<digest of uids and attempts>``     BindRequests of those pods' attempts
+``bind/<uid>/<attempt>``                   BindRequest of one attempt
 ``assign/<uid>/<attempt>``                 NodeAssignment of one attempt
 ``<kind>/<part>/...``                      cluster event (`event`): e.g. ``pod.bound/<uid>/<attempt>``
 ``<kind>/<digest of uids and attempts>``   ``pods.*`` event (`pod_batch`): those pods at
@@ -53,9 +53,9 @@ def requeue(uid: str, attempt: Attempt) -> str:
     return f"requeue/{uid}/{attempt}"
 
 
-def bind(requests: Iterable[tuple[str, Attempt]]) -> str:
-    """The id of the BindRequests of ``requests`` (uid, attempt), in order."""
-    return f"bind/{_digest(requests)}"
+def bind(uid: str, attempt: Attempt) -> str:
+    """The id of the BindRequest of attempt ``attempt``."""
+    return f"bind/{uid}/{attempt}"
 
 
 def assign(uid: str, attempt: Attempt) -> str:
@@ -71,11 +71,7 @@ def event(kind: EventKind, *parts: object) -> str:
 
 def pod_batch(kind: EventKind, pods: Iterable[tuple[str, Attempt]]) -> str:
     """The id of a ``pods.*`` event about ``pods`` (uid, attempt), in order."""
-    return event(kind, _digest(pods))
-
-
-def _digest(pods: Iterable[tuple[str, Attempt]]) -> str:
     digest = hashlib.blake2b(digest_size=16)
     for uid, attempt in pods:
         digest.update(f"{uid}/{attempt}\n".encode())
-    return digest.hexdigest()
+    return event(kind, digest.hexdigest())

@@ -23,7 +23,6 @@ from kubus.bus.connection import publish_durable
 from kubus.bus.messages import (
     ERROR_HEADER,
     BindRequest,
-    BindRequests,
     ClusterEvent,
     NodeAssignment,
     Outcome,
@@ -174,31 +173,27 @@ async def test_bad_input_on_the_bus_never_stops_a_service(
         (
             bind(profile),
             encode(
-                BindRequests((
-                    BindRequest(
-                        uid="ghost",
-                        key="default/ghost",
-                        profile=profile,
-                        node="sim-00000",
-                        manifest=pod("ghost"),
-                        attempt=7,
-                    ),
-                ))
+                BindRequest(
+                    uid="ghost",
+                    key="default/ghost",
+                    profile=profile,
+                    node="sim-00000",
+                    manifest=pod("ghost"),
+                    attempt=7,
+                )
             ),
         ),
         (
             bind(profile),
             encode(
-                BindRequests((
-                    BindRequest(
-                        uid="ghost2",
-                        key="default/ghost2",
-                        profile=profile,
-                        node="no-node",
-                        manifest=b"not a manifest",
-                        attempt=1,
-                    ),
-                ))
+                BindRequest(
+                    uid="ghost2",
+                    key="default/ghost2",
+                    profile=profile,
+                    node="no-node",
+                    manifest=b"not a manifest",
+                    attempt=1,
+                )
             ),
         ),
         (node_pods("sim-00000"), b"garbage"),

@@ -39,7 +39,7 @@ from kubus.api.manifests import parse_manifests, parse_pod
 from kubus.binder import BinderOptions
 from kubus.bus.connection import connect_bus, ensure_streams, publish_durable, settle
 from kubus.bus.consumers import agent_consumer, consumer_name, ensure_pull_consumer
-from kubus.bus.messages import BindRequest, BindRequests, ClusterEvent, PodChange, encode
+from kubus.bus.messages import BindRequest, ClusterEvent, PodChange, encode
 from kubus.bus.subjects import (
     BIND_STREAM,
     EVENTS,
@@ -181,7 +181,7 @@ async def test_a_node_agent_cannot_publish_a_bind_request(secured: EmbeddedServe
     async with bus(secured, "admin") as (admin, _):
         for agent in ("gpu-agent", "agent-n1"):
             async with bus(secured, agent) as (nc, errors):
-                got = await _received(admin, subject, nc, encode(BindRequests((request,))))
+                got = await _received(admin, subject, nc, encode(request))
                 await eventually(lambda errors=errors: _denied(errors, "publish", subject))
                 assert got == []
 

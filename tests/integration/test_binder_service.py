@@ -30,7 +30,6 @@ from kubus.bus import (
 )
 from kubus.bus.messages import (
     BindRequest,
-    BindRequests,
     ClusterEvent,
     NodeAssignment,
     OutcomeKind,
@@ -101,13 +100,9 @@ async def new_attempt(
     )
 
 
-async def send(js: JetStreamContext, request: BindRequest | Sequence[BindRequest] | bytes, *, times: int = 1) -> None:
-    """Publish to the bind subject (a request, or several in one message, as a message of them),
-    each copy under its own msg id: JetStream stores them all."""
-    if isinstance(request, bytes):
-        data = request
-    else:
-        data = encode(BindRequests((request,) if isinstance(request, BindRequest) else tuple(request)))
+async def send(js: JetStreamContext, request: BindRequest | bytes, *, times: int = 1) -> None:
+    """Publish to the bind subject, each copy under its own msg id: JetStream stores them all."""
+    data = request if isinstance(request, bytes) else encode(request)
     for _ in range(times):
         ack = await js.publish(bind(PROFILE), data, headers={"Nats-Msg-Id": f"test/{next(_ids)}"})
         assert not ack.duplicate
@@ -386,41 +381,6 @@ async def test_a_server_outage_is_waited_out_and_only_other_failures_hand_the_po
     await assert_handed_back(state, js, unlucky, "the same bug")
 
 
-class FailsOnce(Gate):
-    """Lets every pod through Permit, but fails the wait of one pod once (a bug of its own)."""
-
-    def __init__(self, uid: str) -> None:
-        super().__init__(Status.success())
-        self.uid = uid
-        self.failed = False
-
-    async def wait_on_permit(self, request: BindRequest) -> Status:
-        if request.uid == self.uid and not self.failed:
-            self.failed = True
-            raise RuntimeError("a bug, once")
-        return await super().wait_on_permit(request)
-
-
-async def test_the_requests_of_one_message_are_bound_each_and_one_that_fails_brings_the_message_back(
-    settings: ConnectionSettings, state: ClusterState, js: JetStreamContext
-) -> None:
-    """A cycle hands a batch's pods over in one message (BindRequests): each request is bound on
-    its own; one whose step fails has the whole message delivered again (nak, once the others
-    are done), and the others, bound already, are found bound: each pod bound once, its room
-    counted once, all announced."""
-    await add_node(state, cpu="16")
-    requests = [await reserve_pod(state, f"p{i}") for i in range(3)]
-    async with BinderService(settings, options(max_failures=3), permit=FailsOnce(requests[1].uid)) as binder:
-        await send(js, requests)
-        await eventually(lambda: handled(js, binder, {"bound": 5.0, "retry": 1.0}), timeout=30)
-    for pod in await state.get_pods(r.uid for r in requests):
-        assert pod is not None and pod.phase is PodPhase.BOUND and pod.bindings == 1
-    usage = await state.node_usage("node-a")
-    assert usage is not None and usage.pods == 3
-    assert set(await announced_bound(js)) == {r.uid for r in requests}
-    assert await check_invariants(state) == []
-
-
 class NodeUnreachableBinder(BinderService):
     """A binder whose announcement to the node always fails after bind_pod, and not because
     NATS is away (that would be waited out): the stream refuses it."""
@@ -456,8 +416,8 @@ async def test_garbage_is_terminated_and_the_binder_keeps_working(
     async with BinderService(settings, options()) as binder:
         await send(js, b"\x00 not json")
         await send(js, b'{"uid": 42}')
-        # a request no binder can act on, in the message of a good one: it alone is rejected
-        await send(js, [BindRequest(uid="u", key="no-slash", profile=PROFILE, node="n", manifest=b"{}"), request])
+        await send(js, encode(BindRequest(uid="u", key="no-slash", profile=PROFILE, node="n", manifest=b"{}")))
+        await send(js, request)
 
         async def bound() -> None:
             pod = await state.get_pod(request.uid)

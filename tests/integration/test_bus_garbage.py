@@ -52,7 +52,6 @@ from kubus.bus import reserved as reserved_subject
 from kubus.bus.messages import (
     ERROR_HEADER,
     BindRequest,
-    BindRequests,
     ClusterEvent,
     NodeAssignment,
     Outcome,
@@ -349,24 +348,18 @@ async def test_the_queue_rejects_garbage_on_every_subject_and_keeps_working(
 
 
 def binder_garbage(valid: BindRequest) -> list[bytes]:
-    def alone(request: bytes) -> bytes:  # a message of one bad request
-        return b'{"requests": [' + request + b"]}"
-
     return [
         b"\x00 not json",
         b"[]",
         b'{"uid": 42}',
-        b'{"requests": 42}',
-        b'{"requests": []}',
-        encode(valid),  # a request, not a message of them
-        alone(wrong(valid, attempt=str(valid.attempt))),
-        alone(wrong(valid, gpu_devices="0")),
-        alone(wrong(valid, manifest={"kind": "Pod"})),
-        alone(wrong(valid, uid="")),
-        alone(wrong(valid, key="no-slash")),
-        alone(wrong(valid, attempt=-1)),
-        alone(wrong(valid, gpu_devices=[-1])),
-        alone(wrong(valid, unknown=True)),
+        wrong(valid, attempt=str(valid.attempt)),
+        wrong(valid, gpu_devices="0"),
+        wrong(valid, manifest={"kind": "Pod"}),
+        wrong(valid, uid=""),
+        wrong(valid, key="no-slash"),
+        wrong(valid, attempt=-1),
+        wrong(valid, gpu_devices=[-1]),
+        wrong(valid, unknown=True),
     ]
 
 
@@ -391,7 +384,7 @@ async def test_the_binder_rejects_garbage_and_keeps_binding(
         assert changes(before, await snapshot(redis)) == {}
 
         # Still at work: the valid request after the garbage is bound.
-        await js.publish(bind(PROFILE), encode(BindRequests((request,))), headers={"Nats-Msg-Id": f"bind/{next(_ids)}"})
+        await js.publish(bind(PROFILE), encode(request), headers={"Nats-Msg-Id": f"bind/{next(_ids)}"})
 
         async def bound() -> None:
             record = await state.get_pod(request.uid)

@@ -25,7 +25,6 @@ from kubus.bus import EventKind, messages
 from kubus.bus.messages import (
     BatchedPod,
     BindRequest,
-    BindRequests,
     ClusterEvent,
     MessageError,
     NodeAssignment,
@@ -69,7 +68,6 @@ EXAMPLES: list[Any] = [
         )
     ),
     BindRequest("u1", "ns/p", "default-scheduler", "n1", POD_JSON, (1, 2), fencing_token=9, attempt=4, reserved_at=1.5),
-    BindRequests((BindRequest("u1", "ns/p", "default-scheduler", "n1", POD_JSON, attempt=4),)),
     NodeAssignment("u1", "ns/p", "n1", POD_JSON, (0,), attempt=3),
     PodDeletion("ns", "p"),
     ReservedPods("profile-1", ({"pod_uid": "u1", "node": "n1", "gpu_devices": [0, 3]},)),

@@ -167,25 +167,3 @@ def test_many_pods_events_are_announced_in_a_few_events_read_back_as_each_pods_o
     assert expand(node) == [node]
     assert with_batches({"pod.bound", "node.added"}) == {"pod.bound", "pods.bound", "node.added"}
     assert with_batches({"pod.deleted"}) == {"pod.deleted"}
-
-
-def test_bind_requests_go_several_a_message_within_the_count_and_the_size() -> None:
-    """`bind_messages`: in order, at most BIND_REQUESTS_PER_MESSAGE a message and about
-    BIND_MESSAGE_BYTES (a request over it alone), each message read back as BindRequests."""
-    from kubus.bus.messages import BIND_MESSAGE_BYTES, BIND_REQUESTS_PER_MESSAGE, BindRequests, bind_messages
-
-    def request(i: int, size: int = 100) -> BindRequest:
-        return BindRequest(f"u{i}", f"default/p{i}", "default-scheduler", "n1", b"x" * size, attempt=i + 1)
-
-    per = BIND_REQUESTS_PER_MESSAGE
-    small = [request(i) for i in range(2 * per + 1)]
-    messages = bind_messages(small)
-    assert [len(carried) for _, carried in messages] == [per, per, 1]
-    assert [r for data, _ in messages for r in decode(BindRequests, data).requests] == small
-    assert all(decode(BindRequests, data).requests == carried for data, carried in messages)
-    big = BIND_MESSAGE_BYTES // 3
-    sized = [request(0), request(1, big), request(2, big), request(3, big), request(4, 2 * BIND_MESSAGE_BYTES)]
-    messages = bind_messages(sized)
-    assert [[r.uid for r in carried] for _, carried in messages] == [["u0", "u1", "u2"], ["u3"], ["u4"]]
-    assert all(len(data) <= BIND_MESSAGE_BYTES + 1024 for data, carried in messages if len(carried) > 1)
-    assert bind_messages([]) == []
