@@ -23,7 +23,6 @@ from kubus.binder.apiserver import ApiBinding, ApiBindResult, ScheduledEvents
 from kubus.binder.handback import HandBack, requeue_publication, unreserved_publication
 from kubus.binder.work import BindResult, Work, framework_of, request_log
 from kubus.bus import EventKind, Publication, announcements
-from kubus.bus.announcements import POD_BATCH_SIZE
 from kubus.bus.messages import BatchedPod, BindRequest, NodeAssignment
 from kubus.core.metrics import Metrics
 from kubus.framework.registry import ExtensionPoint
@@ -197,13 +196,13 @@ class BindingCycle:
             if announced is not None and (announced.uid, announced.attempt) not in told:
                 told.add((announced.uid, announced.attempt))  # a repeat in the group: once
                 bound.append((i, announced))
-        # The group's binds in one pods.bound (a chunk each POD_BATCH_SIZE pods), after their
-        # assignments. Its id is its pods' digest: a redelivered group is stored once; a repeat
-        # that comes in another group is announced again (pod.bound is read idempotently).
-        for start in range(0, len(bound), POD_BATCH_SIZE):
-            chunk = bound[start : start + POD_BATCH_SIZE]
-            publications += announcements.pod_batch(EventKind.PODS_BOUND, [p for _, p in chunk], at=self.clock())
-            owners.append([i for i, _ in chunk])
+        # The group's binds in one pods.bound, after their assignments. Its id is its pods'
+        # digest: a redelivered group is stored once; a repeat that comes in another group is
+        # announced again (pod.bound is read idempotently).
+        if bound:
+            events = announcements.pod_batch(EventKind.PODS_BOUND, [p for _, p in bound], at=self.clock())
+            publications += events
+            owners += [[i for i, _ in bound]] * len(events)
 
         if publications:
             try:
