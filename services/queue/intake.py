@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import replace
 
 from nats.aio.msg import Msg
@@ -16,7 +16,7 @@ from nats.js import JetStreamContext
 from kubus.api.errors import ManifestError
 from kubus.api.objects import Pod
 from kubus.api.podgroups import POD_GROUP_LABEL, pod_group_key
-from kubus.api.submission import Rejected, Submission, admit_priority, identify, read_submission
+from kubus.api.submission import Rejected, Submission, admit_priority, identify, read_submissions
 from kubus.bus import (
     MSG_ID_HEADER,
     PODS_DELETE,
@@ -71,10 +71,12 @@ def _lane(msg: Msg) -> str:
     """Which pod a KUBUS_PODS message is about, cheaply: messages of one lane are handled in
     order, lanes at once. Submits name their pod in the msg id (``submit/<ns>/<name>/<sha>``,
     docs/services.md); a submit without one is read for its name; deletions and hand-backs
-    are small JSON. Whatever cannot be told shares one lane (in order, as before)."""
+    are small JSON. Whatever cannot be told shares one lane (in order, as before). A PodList
+    of the watcher's is in no lane: `_in_order`."""
     try:
         if msg.subject == PODS_SUBMIT:
-            named = msgids.submitted_pod((msg.headers or {}).get(MSG_ID_HEADER, ""))
+            msg_id = (msg.headers or {}).get(MSG_ID_HEADER, "")
+            named = msgids.submitted_pod(msg_id)
             if named is not None:
                 return f"pod:{named[0]}/{named[1]}"
             key = identify(msg.data)[0]
@@ -88,6 +90,24 @@ def _lane(msg: Msg) -> str:
     except MessageError:  # bad input: read again, and rejected, in its turn
         return "?"
     return "?"
+
+
+def _in_order(msgs: list[Msg]) -> Iterator[list[Msg]]:
+    """A fetched batch in parts to take one after the other: each PodList the watcher submits
+    (``submits/<digest>``, hundreds of pods) a part of its own, the messages between them a
+    part, so that no message is handled before one fetched ahead of it about the same pod
+    (lanes order messages within a part only)."""
+    part: list[Msg] = []
+    for msg in msgs:
+        if msg.subject == PODS_SUBMIT and msgids.is_submit_list((msg.headers or {}).get(MSG_ID_HEADER, "")):
+            if part:
+                yield part
+                part = []
+            yield [msg]
+        else:
+            part.append(msg)
+    if part:
+        yield part
 
 
 async def settle(log: StructuredLogger, ack: Awaitable[object]) -> None:
@@ -127,6 +147,10 @@ class Intake:
     async def take(self, msgs: list[Msg], *, go_on: Callable[[], bool]) -> None:
         """Handle a fetched batch; each message is acked once its effect is in Redis. Once
         ``go_on`` says no (stopping, or not serving any more), the rest is nak'd. Never raises."""
+        for part in _in_order(msgs):
+            await self._take_part(part, go_on=go_on)
+
+    async def _take_part(self, msgs: list[Msg], *, go_on: Callable[[], bool]) -> None:
         # One lane per pod: a pod's messages in their order, different pods at once. The
         # batch runs in rounds, round i taking the i-th message of every lane, so the
         # submits of one round (each about another pod) share their round trips.
@@ -243,14 +267,12 @@ class Intake:
         read: list[tuple[Msg, list[Submission]]] = []
         for msg in msgs:
             try:
-                subs = read_submission(msg.data, source=PODS_SUBMIT, max_manifest_bytes=self.options.max_manifest_bytes)
-            except Rejected as exc:
-                await self._reject(msg, exc)
-                await settle(self.log, msg.ack())
+                subs = await self._read(msg)
             except Exception as exc:  # not bad input: a bug or a server error; retried, then rejected
                 await self._failed_message(msg, exc)
             else:
-                read.append((msg, subs))
+                if subs:
+                    read.append((msg, subs))
         read = await self._admit(read)
         if not read:
             return
@@ -282,15 +304,16 @@ class Intake:
             first, at = at, at + len(subs)
             try:
                 for sub, record, new in zip(subs, records[first:at], stored[first:at], strict=True):
-                    if new:
-                        if (accepted := await self._accepted(record, sub.pod, sub.manifest)) is not None:
-                            announce.append(accepted)
-                    else:
-                        redelivered = deliveries(msg) > 1
-                        await self._accept_stored(sub.pod, sub.manifest, redelivered=redelivered)
-            except Rejected as exc:
-                await self._reject(msg, exc)
-            except Exception as exc:
+                    try:
+                        if new:
+                            if (accepted := await self._accepted(record, sub.pod, sub.manifest)) is not None:
+                                announce.append(accepted)
+                        else:
+                            redelivered = deliveries(msg) > 1
+                            await self._accept_stored(sub.pod, sub.manifest, redelivered=redelivered)
+                    except Rejected as exc:  # this pod alone: a PodList's others go on
+                        await self._reject(msg, exc)
+            except Exception as exc:  # the message again later: the pods done meanwhile are found stored
                 await self._failed_message(msg, exc)
                 continue
             settled.append(msg)
@@ -298,13 +321,25 @@ class Intake:
         for msg in settled:
             await settle(self.log, msg.ack())
 
+    async def _read(self, msg: Msg) -> list[Submission]:
+        """The pods of a submit message (`read_submissions`); each one refused is rejected (a
+        PodList's alone, any other message whole), and a message with none left is acked."""
+        read = read_submissions(msg.data, source=PODS_SUBMIT, max_manifest_bytes=self.options.max_manifest_bytes)
+        subs = [sub for sub in read if isinstance(sub, Submission)]
+        for refused in read:
+            if isinstance(refused, Rejected):
+                await self._reject(msg, refused)
+        if not subs:
+            await settle(self.log, msg.ack())
+        return subs
+
     async def _admit(self, read: list[tuple[Msg, list[Submission]]]) -> list[tuple[Msg, list[Submission]]]:
         """kube's Priority admission of the messages' pods (`admit_priority`), against the
         PriorityClasses as the store has them now: one GET while they do not change, so a class
-        stored before its pods were published is always seen. A message with a pod refused (no
-        such class, a priority or preemptionPolicy not its class's) is rejected whole, as bad
-        input; when the classes cannot be read, every message is retried. Returns the admitted
-        messages. Never raises."""
+        stored before its pods were published is always seen. A pod refused (no such class, a
+        priority or preemptionPolicy not its class's) is rejected, as bad input, and its
+        message's other pods go on (a message with none left is acked); when the classes cannot
+        be read, every message is retried. Returns the admitted messages. Never raises."""
         if not read:
             return []
         try:
@@ -315,10 +350,15 @@ class Intake:
             return []
         admitted: list[tuple[Msg, list[Submission]]] = []
         for msg, subs in read:
-            try:
-                admitted.append((msg, [admit_priority(sub, classes, source=PODS_SUBMIT) for sub in subs]))
-            except Rejected as exc:
-                await self._reject(msg, exc)
+            kept: list[Submission] = []
+            for sub in subs:
+                try:
+                    kept.append(admit_priority(sub, classes, source=PODS_SUBMIT))
+                except Rejected as exc:
+                    await self._reject(msg, exc)
+            if kept:
+                admitted.append((msg, kept))
+            else:
                 await settle(self.log, msg.ack())
         return admitted
 

@@ -24,7 +24,8 @@ class WatcherOptions:
     """Seconds after which the apiserver ends a watch (randomized up to twice it); the watch is
     resumed from its resourceVersion (client-go: 5-10 min)."""
     submit_batch: int = 256
-    """Pods submitted to the queue in one round trip at most (an initial list of 10,000 pods)."""
+    """Pods submitted to the queue in one message at most, a PodList (an initial list of 10,000
+    pods goes in 40)."""
     status_batch: int = 256
     """Cluster events fetched at a time to turn into apiserver writes (FailedScheduling,
     Scheduled); at most twice as many are taken and not yet written."""

@@ -42,9 +42,10 @@ from kubus.api.errors import ManifestError
 from kubus.api.gpus import pod_gpu_devices, pod_gpu_request
 from kubus.api.manifests import DEFAULT_SCHEDULER_NAME, parse_pod
 from kubus.api.objects import Pod
-from kubus.api.submission import pod_from_api
+from kubus.api.submission import pod_from_api, pod_list
 from kubus.bus import (
     APISERVER_DELETED,
+    MAX_MSG_SIZE,
     PODS_DELETE,
     PODS_SUBMIT,
     EventKind,
@@ -60,7 +61,7 @@ from kubus.plugins.gpu_fit import pick_devices
 from kubus.runtime.service import StructuredLogger, Throttle
 from kubus.store import ClusterState, PodPhase, PodRecord, Reservation, StoreCode
 
-__all__ = ["PodMirror"]
+__all__ = ["PodMirror", "submit_lists"]
 
 APISERVER = "apiserver"
 
@@ -73,6 +74,40 @@ SETTLE = 5.0
 the mirror looks (the binder records it milliseconds after the apiserver answers)."""
 _EVICTING_KEPT = 10_000
 """Preemption victims remembered as being deleted (a victim's deletion ends within seconds)."""
+
+
+_LISTS_AT_ONCE = 4
+"""PodLists a relist publishes at once (the queue takes in one while the next is sent)."""
+
+_MAX_LIST_BYTES = MAX_MSG_SIZE // 2
+"""Bytes of manifests a PodList holds at most (one pod alone may take `MAX_MANIFEST_SIZE`)."""
+
+
+def submit_lists(submits: Sequence[Publication], size: int) -> list[Publication]:
+    """Pod submissions (one pod each) as PodList messages (`kubus.api.submission.pod_list`) of
+    up to ``size`` pods and `_MAX_LIST_BYTES`, in their order: one message stored and read
+    where there were hundreds. Its id is the digest of its pods' ids (`msgids.submit_list`),
+    so a publish repeated after a lost ack is stored once; a pod alone goes as itself."""
+    out: list[Publication] = []
+    group: list[Publication] = []
+    size_now = 0
+
+    def close() -> None:
+        if len(group) == 1:
+            out.append(group[0])
+        elif group:
+            out.append(Publication(PODS_SUBMIT, pod_list([p.payload for p in group]),
+                                   msgids.submit_list(p.msg_id for p in group)))  # fmt: skip
+        group.clear()
+
+    for submit in submits:
+        if group and (len(group) >= size or size_now + len(submit.payload) > _MAX_LIST_BYTES):
+            close()
+            size_now = 0
+        group.append(submit)
+        size_now += len(submit.payload) + 1
+    close()
+    return out
 
 
 @dataclass(slots=True)
@@ -171,7 +206,7 @@ class PodMirror:
     async def replace(self, objects: Sequence[Mapping[str, codec.JSONValue]]) -> None:
         """Every pod the apiserver has now (the first list, or a relist after 410 Gone): each
         one applied, and the pods kubus holds that are not among them deleted (they went while
-        nobody watched). Submissions go in batches."""
+        nobody watched). Submissions go as PodLists (`submit_lists`), published as they fill."""
         pending: list[Publication] = []
         seen: set[str] = set()
         for obj in objects:
@@ -182,11 +217,11 @@ class PodMirror:
             publication = await self._apply(pod, obj)
             if publication is not None:
                 pending.append(publication)
-                if len(pending) >= self.submit_batch:
-                    await publish_durable_many(self.js, pending)
+                if len(pending) >= self.submit_batch * _LISTS_AT_ONCE:
+                    await publish_durable_many(self.js, submit_lists(pending, self.submit_batch))
                     pending = []
         if pending:
-            await publish_durable_many(self.js, pending)
+            await publish_durable_many(self.js, submit_lists(pending, self.submit_batch))
         gone = [uid for uid in await self._held() if uid not in seen]
         for record in await self.store.get_pods(gone):
             if record is not None and record.phase in (PodPhase.PENDING, *_ON_NODE):

@@ -1,19 +1,24 @@
 """What clients publish to the queue, read and checked: pod manifests to submit, each bad one as one line.
 
-`read_submission` turns the bytes of a ``kubus.pods.submit`` message (YAML or JSON, one or more
+`read_submissions` turns the bytes of a ``kubus.pods.submit`` message (YAML or JSON, one or more
 Pods, or a PodList) into `Submission`s: the Pod as `kubus.api.manifests` validates it and its
 manifest as the JSON the rest of kubus reads (uid and namespace filled in, so every hop parses
-the same pod). Anything else raises `Rejected`, whose ``str()`` is one line naming the object,
-the field and the problem. `admit_priority` is kube's Priority admission of a submission.
+the same pod). What it refuses is a `Rejected`, whose ``str()`` is one line naming the object,
+the field and the problem. A JSON PodList of Pods (the watcher submits an apiserver's pods so,
+many a message) is read pod by pod: a pod that does not read is rejected alone, in its place
+among the others. Any other message is read whole: all its pods, or one `Rejected`.
+`read_submission` raises that instead. `admit_priority` is kube's Priority admission of a
+submission.
 
-The queue stores exactly ``admit_priority(read_submission(data)[i], classes).manifest``; `kubus
+The queue stores exactly ``admit_priority(read_submissions(data)[i], classes).manifest``; `kubus
 apply` computes the same to tell created, configured and unchanged pods apart from the store.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from kubus.api.errors import ManifestError, ManifestErrors
 from kubus.api.manifests import json_document, list_items, parse_manifests, parse_pod, read_documents
@@ -23,7 +28,16 @@ from kubus.core import codec
 from kubus.core.codec import JSONMapping, JSONObject, JSONValue
 from kubus.core.errors import KubusError
 
-__all__ = ["Rejected", "Submission", "admit_priority", "identify", "pod_from_api", "read_submission"]
+__all__ = [
+    "Rejected",
+    "Submission",
+    "admit_priority",
+    "identify",
+    "pod_from_api",
+    "pod_list",
+    "read_submission",
+    "read_submissions",
+]
 
 _KEPT_METADATA = (
     "name",
@@ -83,23 +97,48 @@ class Submission:
 
 
 def read_submission(data: bytes, *, source: str, max_manifest_bytes: int) -> list[Submission]:
-    """The pods of a submit message, validated. Raises Rejected for anything that is not one or
-    more valid Pods (garbage, another kind, a Node, invalid values, a manifest whose JSON is over
-    ``max_manifest_bytes``); nothing else for bad input. ``source`` names the input in errors.
+    """The pods of a submit message, validated (`read_submissions`). Raises Rejected for anything
+    that is not one or more valid Pods: garbage, another kind, a Node, invalid values, a
+    manifest whose JSON is over ``max_manifest_bytes`` (the first pod refused, for a PodList read
+    pod by pod); nothing else for bad input. ``source`` names the input in errors."""
+    subs = read_submissions(data, source=source, max_manifest_bytes=max_manifest_bytes)
+    for sub in subs:
+        if isinstance(sub, Rejected):
+            raise sub
+    return cast(list[Submission], subs)
 
-    The common case, one Pod as JSON, is read once: decoded, validated and stored as is (the
-    same steps `parse_manifests` takes for it). Anything else takes the general path."""
-    doc = _json_pod(data)
+
+def read_submissions(data: bytes, *, source: str, max_manifest_bytes: int) -> list[Submission | Rejected]:
+    """Each pod of a submit message, validated, or why it is refused (see the module docstring);
+    never empty. Raises nothing for bad input. ``source`` names the input in errors.
+
+    The common cases, one Pod as JSON and a JSON PodList of Pods, are read once: decoded,
+    validated and stored as they are (the same steps `parse_manifests` takes for them).
+    Anything else takes the general path."""
+    doc = _json_object(data)
     if doc is not None:
-        try:
-            pod = parse_pod(doc, source=source)
-        except ManifestError as exc:
-            raise _rejected(exc, data) from None
-        return [_submission(pod, doc, source, max_manifest_bytes, reparse=False)]
+        kind = doc.get("kind")
+        if kind == "Pod":
+            return [_json_submission(doc, source, max_manifest_bytes)]
+        items = doc.get("items") if kind in _LIST_KINDS and doc.get("apiVersion") == "v1" else None
+        if isinstance(items, list) and items and all(isinstance(i, dict) and i.get("kind") == "Pod" for i in items):
+            return [_json_submission(item, source, max_manifest_bytes) for item in items]
+    try:
+        return list(_read_whole(data, source, max_manifest_bytes))
+    except Rejected as exc:
+        return [exc]
+
+
+def pod_list(manifests: Sequence[bytes]) -> bytes:
+    """One message of these pod manifests (JSON Pods): a v1 PodList, read pod by pod."""
+    return b'{"apiVersion":"v1","kind":"PodList","items":[' + b",".join(manifests) + b"]}"
+
+
+def _read_whole(data: bytes, source: str, max_manifest_bytes: int) -> list[Submission]:
     try:
         manifests = parse_manifests(data, source=source, keep_raw=True)
     except ManifestError as exc:
-        raise _rejected(exc, data) from None
+        raise _rejected(exc, identify(data)) from None
     if manifests.nodes:
         raise Rejected(
             f"{source}: Node {manifests.nodes[0].name}: a node is not submitted to the queue; its agent registers it",
@@ -110,6 +149,19 @@ def read_submission(data: bytes, *, source: str, max_manifest_bytes: int) -> lis
     return [
         _submission(o.obj, o.raw, source, max_manifest_bytes) for o in manifests.objects if isinstance(o.obj, Pod)
     ]
+
+
+def _json_submission(doc: JSONObject, source: str, max_manifest_bytes: int) -> Submission | Rejected:
+    """One Pod decoded from JSON, validated and stored as it is (it reads back as exactly this
+    pod), or why not."""
+    try:
+        pod = parse_pod(doc, source=source)
+    except ManifestError as exc:
+        return _rejected(exc, _identity(doc))
+    try:
+        return _submission(pod, doc, source, max_manifest_bytes, reparse=False)
+    except Rejected as exc:
+        return exc
 
 
 def admit_priority(sub: Submission, classes: Mapping[str, PriorityClass], *, source: str) -> Submission:
@@ -134,23 +186,26 @@ def admit_priority(sub: Submission, classes: Mapping[str, PriorityClass], *, sou
     return Submission(resolved, codec.dumps(doc))
 
 
-def _json_pod(data: bytes) -> JSONObject | None:
-    """The Pod of a message that is exactly one JSON object of kind Pod, else None (the general
-    path reads it: YAML, lists, a byte order mark, leading blanks, bad JSON, bad UTF-8, and an
-    object that may give a key twice, which it refuses)."""
+_LIST_KINDS = ("PodList", "List")
+
+
+def _json_object(data: bytes) -> JSONObject | None:
+    """The object of a message that is exactly one JSON object, else None (the general path
+    reads it: YAML, lists, a byte order mark, leading blanks, bad JSON, bad UTF-8, and an object
+    that may give a key twice, which it refuses)."""
     if data[:1] != b"{":
         return None
     try:
         doc = json_document(data)
     except codec.DecodeError:
         return None
-    return doc if isinstance(doc, dict) and doc.get("kind") == "Pod" else None
+    return doc if isinstance(doc, dict) else None
 
 
-def _rejected(exc: ManifestError, data: bytes) -> Rejected:
+def _rejected(exc: ManifestError, identity: tuple[str, str]) -> Rejected:
     errors = list(exc) if isinstance(exc, ManifestErrors) else [exc]
     first = errors[0]
-    key, uid = identify(data)
+    key, uid = identity
     reason = "WrongKind" if first.field == "kind" else "Invalid"
     return Rejected("; ".join(str(e) for e in errors), reason=reason, key=key, uid=uid)
 

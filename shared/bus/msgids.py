@@ -9,6 +9,8 @@ id                                         one per
 =========================================  =============================================
 ``submit/<ns>/<name>/<sha256 of bytes>``   manifest content of a pod (an unchanged
                                            re-apply is stored once)
+``submits/<digest of submit ids>``         PodList the watcher submits: those pods'
+                                           manifests (`submit_list`)
 ``delete/<ns>/<name>/<uid>/<nonce>``       deletion request
 ``requeue/<uid>/<attempt>``                hand-back of one scheduling attempt
 ``bind/<uid>/<attempt>``                   BindRequest of one attempt
@@ -27,12 +29,41 @@ from collections.abc import Iterable
 from kubus.api.attempts import Attempt
 from kubus.bus.subjects import EventKind
 
-__all__ = ["assign", "bind", "delete", "event", "pod_batch", "requeue", "submit", "submitted_pod"]
+__all__ = [
+    "SUBMIT_LIST",
+    "assign",
+    "bind",
+    "delete",
+    "event",
+    "is_submit_list",
+    "pod_batch",
+    "requeue",
+    "submit",
+    "submit_list",
+    "submitted_pod",
+]
 
 
 def submit(namespace: str, name: str, manifest: bytes) -> str:
     """The id of a submitted manifest: the same bytes for the same pod are stored once."""
     return f"submit/{namespace}/{name}/{hashlib.sha256(manifest).hexdigest()}"
+
+
+SUBMIT_LIST = "submits"
+"""First part of a `submit_list` id."""
+
+
+def submit_list(ids: Iterable[str]) -> str:
+    """The id of a PodList submitted at once: the digest of its pods' `submit` ids, in order."""
+    digest = hashlib.blake2b(digest_size=16)
+    for msg_id in ids:
+        digest.update(f"{msg_id}\n".encode())
+    return f"{SUBMIT_LIST}/{digest.hexdigest()}"
+
+
+def is_submit_list(msg_id: str) -> bool:
+    """Whether ``msg_id`` is a `submit_list` id."""
+    return msg_id.startswith(f"{SUBMIT_LIST}/")
 
 
 def submitted_pod(msg_id: str) -> tuple[str, str] | None:

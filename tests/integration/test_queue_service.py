@@ -19,7 +19,7 @@ from support import eventually
 
 from kubus.api.manifests import parse_node
 from kubus.api.requests import pod_requests
-from kubus.api.submission import Rejected, identify, read_submission
+from kubus.api.submission import Rejected, Submission, identify, pod_list, read_submission, read_submissions
 from kubus.bus import (
     PODS_DELETE,
     PODS_REQUEUE,
@@ -30,6 +30,7 @@ from kubus.bus import (
     announcements,
     ensure_streams,
     event_subject,
+    msgids,
     node_pods,
     publish_durable,
     queue_done,
@@ -740,6 +741,75 @@ def test_a_json_pod_is_read_once_and_gives_what_the_general_path_gives() -> None
     with pytest.raises(Rejected) as err:
         read_submission(pod_manifest("bad", cpu="lots"), source="t", max_manifest_bytes=1 << 20)
     assert err.value.key == "default/bad" and "resources.requests.cpu" in str(err.value)
+
+
+def test_a_json_pod_list_is_read_pod_by_pod_each_pod_refused_alone() -> None:
+    items = [pod_manifest("a", priority=3), pod_manifest("bad", cpu="lots"), pod_manifest("b", gates=("x/y",))]
+    data = pod_list(items)
+    fast = read_submissions(data, source="t", max_manifest_bytes=1 << 20)
+    assert [type(r) for r in fast] == [Submission, Rejected, Submission]
+    refused = fast[1]
+    assert isinstance(refused, Rejected) and refused.key == "default/bad" and refused.uid == uid_of(
+        pod_manifest("bad")
+    )
+    assert "resources.requests.cpu" in str(refused)
+    # The good ones are exactly what the general path reads (leading blanks: not the fast path).
+    good = pod_list([items[0], items[2]])
+    assert [r for r in fast if isinstance(r, Submission)] == read_submission(b"  " + good, source="t",
+                                                                             max_manifest_bytes=1 << 20)  # fmt: skip
+    with pytest.raises(Rejected) as err:  # read whole, the first pod refused is raised
+        read_submission(data, source="t", max_manifest_bytes=1 << 20)
+    assert err.value.key == "default/bad"
+    # Any other message is read whole: a YAML list with a bad pod is one refusal.
+    [whole] = read_submissions(b"  " + data, source="t", max_manifest_bytes=1 << 20)
+    assert isinstance(whole, Rejected) and whole.key == "default/a"
+    too_big = read_submissions(data, source="t", max_manifest_bytes=len(items[0]) - 10)
+    assert [getattr(r, "reason", "") for r in too_big] == ["TooLarge", "Invalid", "TooLarge"]
+
+
+async def test_the_watchers_pod_lists_are_taken_pod_by_pod_in_order_with_the_messages_around_them(
+    start_queue: QueueFactory, nats: NATS, js: JetStreamContext, redis: aioredis.Redis, events: EventLog
+) -> None:
+    await ensure_streams(js)
+    state = ClusterState(redis)
+
+    def submit_id(name: str, data: bytes) -> str:
+        return msgids.submit("default", name, data)
+
+    # Published before the queue starts: fetched as one batch. "moved" is submitted gated in a
+    # list, then without its gate and with a label alone after the list: that one wins, though
+    # the list comes second in the lane of its first pod (l0, submitted alone before it).
+    gated, labeled = pod_manifest("moved", gates=("x/y",)), pod_manifest("moved", labels={"v": "3"})
+    await publish_durable(js, PODS_SUBMIT, pod_manifest("l0"), submit_id("l0", pod_manifest("l0")))
+    items = [
+        pod_manifest("l0"), pod_manifest("bad", cpu="lots"), gated,
+        pod_manifest("no-class").replace(b'"priority":0', b'"priorityClassName":"nope"'), pod_manifest("l1"),
+    ]  # fmt: skip
+    ids = [submit_id(f"i{i}", item) for i, item in enumerate(items)]
+    await publish_durable(js, PODS_SUBMIT, pod_list(items), msgids.submit_list(ids))
+    await publish_durable(js, PODS_SUBMIT, labeled, submit_id("moved", labeled))
+    second = [pod_manifest("l2"), pod_manifest("l3")]
+    await publish_durable(js, PODS_SUBMIT, pod_list(second), msgids.submit_list(submit_id("x", d) for d in second))
+
+    queue = await start_queue()
+
+    async def all_acked() -> None:
+        info = await js.consumer_info("KUBUS_PODS", "kubus-queue")
+        assert (info.num_pending, info.num_ack_pending) == (0, 0), info
+
+    await eventually(all_acked)
+    want = ["l0", "l1", "l2", "l3", "moved"]
+    assert len(queue.queues[DEFAULT]) == len(want)
+    assert sorted(await pop_names(nats)) == want
+    moved = await state.find_pod("default", "moved")
+    assert moved is not None and codec.loads(moved.manifest)["metadata"]["labels"] == {"v": "3"}  # type: ignore[arg-type]
+    assert "schedulingGates" not in codec.loads(moved.manifest)["spec"]  # type: ignore[arg-type]
+    for name in ("bad", "no-class"):
+        assert await state.find_pod("default", name) is None, name
+    rejected = await eventually(lambda: _at_least(events.of("pod.rejected"), 2))
+    assert sorted(e.name for e in rejected) == ["default/bad", "default/no-class"]
+    assert "priorityClassName" in repr(next(e for e in rejected if e.name == "default/no-class"))
+    assert await check_invariants(state) == []
 
 
 # -- gates -------------------------------------------------------------------------------------------

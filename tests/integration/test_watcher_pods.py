@@ -10,11 +10,14 @@ from typing import Any
 from nats.js import JetStreamContext
 
 from kubus.api.manifests import parse_node, parse_pod
+from kubus.api.submission import pod_from_api, read_submission
+from kubus.bus import MAX_MSG_SIZE, MSG_ID_HEADER, PODS_STREAM, PODS_SUBMIT, Publication, msgids
 from kubus.bus.connection import ensure_streams
+from kubus.core import codec
 from kubus.kernels.nodeinfo import PodInfo
 from kubus.runtime.service import logger
 from kubus.store import ClusterState, PodPhase, PodRecord, Reservation
-from kubus.watcher.pods import SETTLE, PodMirror
+from kubus.watcher.pods import SETTLE, PodMirror, submit_lists
 
 
 def api_pod(uid: str, node: str = "") -> dict[str, Any]:
@@ -128,3 +131,42 @@ async def test_a_victim_kubus_evicted_is_not_recorded_terminating(state: Cluster
     assert recorded == []
     held = await state.reservation("n1", "u1")
     assert held is not None and held.deletion_timestamp is None
+
+
+async def test_a_list_of_pods_is_submitted_as_pod_lists_in_order(state: ClusterState, js: JetStreamContext) -> None:
+    """The pods of a list (the first, or a relist) go to the queue as PodLists of up to
+    ``submit_batch`` pods, in the list's order, each with the id of its pods' submits; listed
+    again unchanged, nothing is submitted again."""
+    await ensure_streams(js)
+    mirror = PodMirror(store=state, js=js, profiles=["kubus"], log=logger("test"), submit_batch=4)
+    pods = [api_pod(f"u{i}") for i in range(10)]
+    await mirror.replace(pods)
+    sub = await js.pull_subscribe(PODS_SUBMIT, "test-lists", stream=PODS_STREAM.name)
+    msgs = await sub.fetch(10, timeout=2)
+    assert len(msgs) == 3
+    read = [read_submission(m.data, source="t", max_manifest_bytes=1 << 20) for m in msgs]
+    assert [[s.pod.metadata.uid for s in subs] for subs in read] == [
+        ["u0", "u1", "u2", "u3"], ["u4", "u5", "u6", "u7"], ["u8", "u9"]
+    ]  # fmt: skip
+    for m, subs in zip(msgs, read, strict=True):
+        ids = [msgids.submit("default", s.pod.metadata.name, pod_from_api(pods[int(s.pod.metadata.uid[1:])]))
+               for s in subs]  # fmt: skip
+        assert m.headers is not None and m.headers[MSG_ID_HEADER] == msgids.submit_list(ids)
+    await mirror.replace(pods)
+    assert (await js.stream_info(PODS_STREAM.name)).state.messages == 3
+
+
+def test_pod_lists_hold_up_to_their_size_and_bytes_and_a_pod_alone_goes_as_itself() -> None:
+    def payload(size: int) -> bytes:
+        return b'{"a":"' + b"x" * (size - 8) + b'"}'
+
+    small = [Publication(PODS_SUBMIT, payload(20), f"submit/default/p{i}/x") for i in range(5)]
+    lists = submit_lists(small, 2)
+    assert [codec.loads(p.payload)["kind"] for p in lists[:2]] == ["PodList", "PodList"]
+    assert lists[2] is small[4]  # alone: itself
+    assert [len(codec.loads(p.payload)["items"]) for p in lists[:2]] == [2, 2]
+    big = Publication(PODS_SUBMIT, payload(MAX_MSG_SIZE // 4 - 10), "submit/default/big/x")
+    lists = submit_lists([small[0], big, big, small[1]], 256)  # the bytes cut them: two of these a list
+    assert [len(codec.loads(p.payload)["items"]) for p in lists] == [2, 2]
+    assert all(len(p.payload) <= MAX_MSG_SIZE // 2 + 64 for p in lists)
+    assert len({p.msg_id for p in lists}) == 2 and all(msgids.is_submit_list(p.msg_id) for p in lists)
