@@ -75,8 +75,7 @@ def _lane(msg: Msg) -> str:
     of the watcher's is in no lane: `_in_order`."""
     try:
         if msg.subject == PODS_SUBMIT:
-            msg_id = (msg.headers or {}).get(MSG_ID_HEADER, "")
-            named = msgids.submitted_pod(msg_id)
+            named = msgids.submitted_pod((msg.headers or {}).get(MSG_ID_HEADER, ""))
             if named is not None:
                 return f"pod:{named[0]}/{named[1]}"
             key = identify(msg.data)[0]
