@@ -25,8 +25,9 @@ the binding rate), percentageOfNodesToScore unset (kube's adaptive default: 10% 
 kubus: `kubus up --kubeconfig` as a user runs it (embedded NATS and Valkey, a watcher, the queue,
 one cycle for profile "kubus" with kube's default plugins, ``--binders`` binders), the cycle's
 batch size ``--batch-size`` (`BATCH_SIZE`, 512), the same clientConnection qps 5000 / burst
-5000 (its watcher's and binders' pace). Every node is filtered and scored by kubus (its kernels run over all). kubus's
-sources are byte-compiled first, as installing its wheel compiles them (`byte_compile`).
+5000 (its watcher's and binders' pace). Every node is filtered and scored by kubus (its kernels
+run over all). kubus's sources are byte-compiled first, as installing its wheel compiles them
+(`byte_compile`).
 
 A last check places a few constrained pods on a handful of unequal nodes, one pod at a time,
 with each scheduler, and compares the node each chose per pod (where the scores have one best

@@ -30,7 +30,6 @@ from kubus.api.attempts import Attempt
 from kubus.bus.subjects import EventKind
 
 __all__ = [
-    "SUBMIT_LIST",
     "assign",
     "bind",
     "delete",
@@ -49,8 +48,8 @@ def submit(namespace: str, name: str, manifest: bytes) -> str:
     return f"submit/{namespace}/{name}/{hashlib.sha256(manifest).hexdigest()}"
 
 
-SUBMIT_LIST = "submits"
-"""First part of a `submit_list` id."""
+_SUBMIT_LIST = "submits/"
+"""How a `submit_list` id begins."""
 
 
 def submit_list(ids: Iterable[str]) -> str:
@@ -58,12 +57,12 @@ def submit_list(ids: Iterable[str]) -> str:
     digest = hashlib.blake2b(digest_size=16)
     for msg_id in ids:
         digest.update(f"{msg_id}\n".encode())
-    return f"{SUBMIT_LIST}/{digest.hexdigest()}"
+    return f"{_SUBMIT_LIST}{digest.hexdigest()}"
 
 
 def is_submit_list(msg_id: str) -> bool:
     """Whether ``msg_id`` is a `submit_list` id."""
-    return msg_id.startswith(f"{SUBMIT_LIST}/")
+    return msg_id.startswith(_SUBMIT_LIST)
 
 
 def submitted_pod(msg_id: str) -> tuple[str, str] | None:
